@@ -1,0 +1,35 @@
+"""Implementations under test, behind one protocol (:mod:`impls.base`).
+
+:func:`get_impl` builds one by name; adapters import their engine lazily so
+that a missing engine is a ``skip`` with a reason, never an import error.
+"""
+
+from __future__ import annotations
+
+__all__ = ["get_impl", "IMPL_NAMES"]
+
+IMPL_NAMES = ("reference", "reference-hf", "transformers")
+
+
+def get_impl(name: str):
+    """Return the implementation called ``name``.
+
+    ``reference`` runs the default profile; ``reference-<profile>`` runs the
+    reference under another profile (an oracle for that engine).
+
+    Raises
+    ------
+    KeyError
+        For an unknown name; the message lists the known ones.
+    """
+    from .profiles import PROFILES
+    if name == "reference":
+        from .reference import Reference
+        return Reference()
+    if name.startswith("reference-") and name[len("reference-"):] in PROFILES:
+        from .reference import Reference
+        return Reference(PROFILES[name[len("reference-"):]], name=name)
+    if name == "transformers":
+        from .transformers import TransformersImpl
+        return TransformersImpl()
+    raise KeyError(f"unknown implementation {name!r}; known: {', '.join(IMPL_NAMES)}")

@@ -1,0 +1,94 @@
+"""Token bans: min_length end id, bad words, no-repeat-ngram (SEMANTICS §1.4).
+
+Each function returns the list of token ids to set to ``-inf`` for one row;
+:func:`apply_bans` writes them. Histories are ``prompt + generated``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..base import Row
+from ..profiles import Profile
+
+__all__ = ["min_length_bans", "bad_word_bans", "no_repeat_ngram_bans", "apply_bans"]
+
+
+def min_length_bans(row: Row, profile: Profile) -> list:
+    """Ban the end id while fewer than ``min_length`` tokens exist.
+
+    The count is ``len(generated)`` (plus ``len(prompt)`` when
+    ``profile.min_length_counts_prompt``). With ``ignore_eos`` the original
+    end id is still banned; an end id of ``None``/``-1`` bans nothing (a bug
+    once banned token ``V-1``).
+
+    Returns
+    -------
+    list of int
+        ``[end_id]`` or ``[]``.
+
+    Source: SEMANTICS §1.4; seed 000 § token_ban (min_length bans EOS from a
+    length count, never from token values).
+    """
+    if not row.min_length or row.end_id is None or row.end_id < 0:
+        return []
+    n = len(row.generated) + (len(row.prompt) if profile.min_length_counts_prompt else 0)
+    return [row.end_id] if n < row.min_length else []
+
+
+def bad_word_bans(row: Row) -> list:
+    """Bad words: a one-token word is always banned; a word ``[t0..tk-1]``
+    bans ``tk-1`` when ``prompt + generated`` ends with ``[t0..tk-2]`` (the
+    prefix may lie in the prompt).
+
+    Returns
+    -------
+    list of int
+
+    Source: SEMANTICS §1.4; seed 000 § token_ban.
+    """
+    hist = list(row.prompt) + list(row.generated)
+    out = []
+    for w in row.bad_words:
+        w = list(w)
+        prefix = w[:-1]
+        if not prefix or (len(hist) >= len(prefix) and hist[len(hist) - len(prefix):] == prefix):
+            out.append(w[-1])
+    return out
+
+
+def no_repeat_ngram_bans(row: Row, vocab: int) -> list:
+    """No-repeat-ngram of size ``n``: with prefix = the last ``n-1`` tokens of
+    ``prompt + generated``, ban the last token of every earlier n-gram that
+    starts with that prefix. ``n = 1`` bans every seen token; None/0 disables.
+    Ids outside ``[0, V)`` are never banned.
+
+    Returns
+    -------
+    list of int
+
+    Source: SEMANTICS §1.4; transformers ``_get_ngrams``/``_calc_banned_ngram_tokens``.
+    """
+    n = row.no_repeat_ngram_size
+    if not n:
+        return []
+    hist = list(row.prompt) + list(row.generated)
+    if len(hist) < n:
+        return []
+    prefix = hist[len(hist) - (n - 1):] if n > 1 else []
+    out = set()
+    for i in range(len(hist) - n + 1):
+        if hist[i:i + n - 1] == prefix:
+            t = hist[i + n - 1]
+            if 0 <= t < vocab:
+                out.add(t)
+    return sorted(out)
+
+
+def apply_bans(x: torch.Tensor, banned: list) -> torch.Tensor:
+    """Return a copy of ``x`` (``(V,)``) with ``banned`` ids set to ``-inf``."""
+    if not banned:
+        return x
+    y = x.clone()
+    y[torch.tensor(sorted(set(banned)), dtype=torch.long, device=x.device)] = float("-inf")
+    return y

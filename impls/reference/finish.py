@@ -1,0 +1,48 @@
+"""Finish reasons after a token is appended (SEMANTICS §1.8, "finish-reason ordering")."""
+
+from __future__ import annotations
+
+from ..base import Row
+from ..profiles import Profile
+
+__all__ = ["finish_reason", "END_ID", "LENGTH", "STOP_WORDS", "NOT_FINISHED"]
+
+END_ID, LENGTH, STOP_WORDS, NOT_FINISHED = "end_id", "length", "stop_words", "none"
+
+
+def _ends_with(hist: list, word: list) -> bool:
+    return len(word) <= len(hist) and hist[len(hist) - len(word):] == list(word)
+
+
+def finish_reason(row: Row, token: int, profile: Profile) -> str:
+    """Finish reason of ``row`` once ``token`` is appended to ``generated``.
+
+    Conditions: END_ID if ``token == end_id`` (end id set, ``>= 0``, and not
+    ``ignore_eos``); LENGTH if ``len(generated) >= max_new_tokens`` or
+    ``len(prompt) + len(generated) >= max_seq_len``; STOP_WORDS if the
+    history ends with a stop word (``prompt + generated`` when
+    ``profile.stop_words_see_prompt``, so a match may straddle the prompt
+    boundary; multi-token words match across steps). The first condition in
+    ``profile.finish_order`` that holds wins (trtllm: END_ID > LENGTH >
+    STOP_WORDS, so an EOS exactly at the length limit is END_ID).
+
+    Returns
+    -------
+    str
+        ``"end_id"``, ``"length"``, ``"stop_words"`` or ``"none"``.
+
+    Source: seed 000 § 结束判定 ("Order matches handle_stop_criteria: END_ID,
+    then LENGTH, then STOP_WORDS").
+    """
+    gen = list(row.generated) + [int(token)]
+    hist = list(row.prompt) + gen if profile.stop_words_see_prompt else gen
+    checks = {
+        END_ID: row.end_id is not None and row.end_id >= 0 and not row.ignore_eos and token == row.end_id,
+        LENGTH: (row.max_new_tokens is not None and len(gen) >= row.max_new_tokens)
+        or (row.max_seq_len is not None and len(row.prompt) + len(gen) >= row.max_seq_len),
+        STOP_WORDS: any(_ends_with(hist, w) for w in row.stop_words),
+    }
+    for reason in profile.finish_order:
+        if checks[reason]:
+            return reason
+    return NOT_FINISHED

@@ -1,0 +1,208 @@
+"""Per-request validation and mode resolution (SEMANTICS §1.1, "greedy inference rules").
+
+:func:`resolve` turns one :class:`~impls.base.Row` into a :class:`Resolved`
+record: the mode (``"greedy"``, ``"sampling"`` or ``"beam"``) and the
+effective ``temperature, top_k, top_p, min_p``, or raises
+:class:`~impls.base.RowError` for an invalid request. Validation comes first,
+so a NaN ``top_p`` is an error even when ``top_k == 1`` (§1.1 rule 5).
+Engine differences are :class:`~impls.profiles.Profile` fields.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from ..base import Row, RowError
+from ..profiles import Profile
+from .philox import seed_bits
+
+__all__ = ["Resolved", "validate", "resolve", "GREEDY", "SAMPLING", "BEAM"]
+
+GREEDY, SAMPLING, BEAM = "greedy", "sampling", "beam"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The outcome of mode resolution for one row.
+
+    Attributes
+    ----------
+    mode : str
+        ``"greedy"``, ``"sampling"`` or ``"beam"``.
+    temperature : float
+        ``> 0`` for sampling and beam rows (1.0 when unset); 1.0 for greedy.
+    top_k : int
+        0 means no top-k (also any value outside ``(0, V)``).
+    top_p : float
+        1.0 means no top-p.
+    min_p : float
+        0.0 means no min-p.
+    """
+
+    mode: str
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+
+
+def _is_nan(x) -> bool:
+    return isinstance(x, float) and math.isnan(x)
+
+
+def _check_range(name: str, value, ok: bool, rule: str) -> None:
+    if _is_nan(value) or not ok:
+        raise RowError(f"invalid_{name}", f"{name}={value!r}: must be {rule}")
+
+
+def validate(row: Row, profile: Profile) -> None:
+    """Reject an invalid request (SEMANTICS §1.1 rule 5, §5).
+
+    Parameters
+    ----------
+    row : Row
+    profile : Profile
+        Reads ``top_p_zero_valid``, ``top_k_disabled_below``,
+        ``temperature_zero``, ``validate_penalties``.
+
+    Raises
+    ------
+    RowError
+        ``invalid_temperature`` (negative or NaN), ``invalid_top_p``
+        (outside ``[0, 1]`` or NaN; ``(0, 1]`` when the profile rejects 0),
+        ``invalid_top_k`` (below the profile's lower bound),
+        ``invalid_min_p`` (outside ``[0, 1]`` or NaN),
+        ``invalid_penalty`` (NaN, or repetition ``<= 0``),
+        ``invalid_top_p_decay`` (outside ``(0, 1]``), ``invalid_seed``
+        (outside ``[-2**63, 2**64)``), ``invalid_length`` (negative
+        ``min_length``, ``max_new_tokens``, ``max_seq_len``,
+        ``prompt_ignore_length``), ``invalid_end_id`` (outside
+        ``[-1, V)``), ``invalid_bad_words`` / ``invalid_stop_words`` (empty
+        word or an id outside ``[0, V)``), ``invalid_token_id`` (history id
+        outside ``[0, V)`` when the profile says ``history_out_of_range =
+        "error"``).
+    """
+    V = row.vocab
+    t = row.temperature
+    if t is not None:
+        _check_range("temperature", t, t >= 0, ">= 0")
+    p = row.top_p
+    if p is not None:
+        lo_ok = p >= 0 if profile.top_p_zero_valid else p > 0
+        _check_range("top_p", p, lo_ok and p <= 1, "in [0, 1]" if profile.top_p_zero_valid else "in (0, 1]")
+    k = row.top_k
+    if k is not None:
+        if not isinstance(k, int):
+            raise RowError("invalid_top_k", f"top_k={k!r}: must be an integer")
+        _check_range("top_k", k, k >= profile.top_k_disabled_below, f">= {profile.top_k_disabled_below}")
+    m = row.min_p
+    if m is not None:
+        _check_range("min_p", m, 0 <= m <= 1, "in [0, 1]")
+    if profile.validate_penalties:
+        for name in ("repetition_penalty", "presence_penalty", "frequency_penalty"):
+            v = getattr(row, name)
+            if v is not None and _is_nan(v):
+                raise RowError("invalid_penalty", f"{name}=nan")
+        r = row.repetition_penalty
+        if r is not None and not r > 0:
+            raise RowError("invalid_penalty", f"repetition_penalty={r!r}: must be > 0")
+    d = row.top_p_decay
+    if d is not None:
+        _check_range("top_p_decay", d, 0 < d <= 1, "in (0, 1]")
+    if row.top_p_min is not None:
+        _check_range("top_p_min", row.top_p_min, 0 < row.top_p_min <= 1, "in (0, 1]")
+    if row.seed is not None:
+        try:
+            seed_bits(int(row.seed))
+        except ValueError as e:
+            raise RowError("invalid_seed", str(e)) from None
+    for name in ("min_length", "max_new_tokens", "max_seq_len", "prompt_ignore_length", "no_repeat_ngram_size"):
+        v = getattr(row, name)
+        if v is not None and v < 0:
+            raise RowError("invalid_length", f"{name}={v}: must be >= 0")
+    e = row.end_id
+    if e is not None and not -1 <= e < V:
+        raise RowError("invalid_end_id", f"end_id={e}: must be -1 (none) or in [0, {V})")
+    for name, words in (("bad_words", row.bad_words), ("stop_words", row.stop_words)):
+        for w in words:
+            if len(w) == 0 or any(not 0 <= t_ < V for t_ in w):
+                raise RowError(f"invalid_{name}", f"{name} entry {list(w)}: must be non-empty with ids in [0, {V})")
+    if profile.history_out_of_range == "error":
+        for name in ("prompt", "generated"):
+            bad = [t_ for t_ in getattr(row, name) if not 0 <= t_ < V]
+            if bad:
+                raise RowError("invalid_token_id", f"{name} holds ids outside [0, {V}): {bad[:5]}")
+
+
+def _decay_active(row: Row) -> bool:
+    # top_p_decay == 1.0 is a no-op (SEMANTICS §1.1 rule 3).
+    return row.top_p_decay is not None and row.top_p_decay < 1.0
+
+
+def resolve(row: Row, profile: Profile) -> Resolved:
+    """Validate ``row`` and resolve its mode and effective filter values.
+
+    Rules (profile ``trtllm``; SEMANTICS §1.1, seed § 采样参数):
+
+    1. ``use_beam_search`` → BEAM (never greedy).
+    2. explicit greedy spellings in ``profile.explicit_greedy`` → GREEDY.
+    3. temperature, top_p, top_k all unset → GREEDY when
+       ``profile.greedy_when_unset``, unless ``min_p > 0`` or an active top-p
+       decay (when the profile says those force sampling).
+    4. otherwise SAMPLING with ``temperature or 1.0``, ``top_k or 0``,
+       ``top_p or 1.0``, ``min_p if min_p > 0 else 0``.
+
+    With ``profile.mode_source == "do_sample"`` (Hugging Face), rules 2-3 are
+    replaced by the ``do_sample`` flag (default: any sampling parameter set).
+
+    Raises
+    ------
+    RowError
+        From :func:`validate`, and ``invalid_temperature`` when a sampling
+        row has ``temperature == 0`` under ``temperature_zero == "error"``.
+    """
+    validate(row, profile)
+    t, k, p, m = row.temperature, row.top_k, row.top_p, row.min_p
+    if row.use_beam_search:
+        return Resolved(BEAM, temperature=t if t else 1.0)
+    if profile.mode_source == "do_sample":
+        do_sample = row.do_sample
+        if do_sample is None:
+            do_sample = any(v is not None for v in (t, k, p, m))
+        if not do_sample:
+            return Resolved(GREEDY)
+    else:
+        g = profile.explicit_greedy
+        if (("top_k_1" in g and k == 1) or ("top_p_0" in g and p == 0.0)
+                or ("min_p_1" in g and m == 1.0) or ("temperature_0" in g and t == 0)):
+            return Resolved(GREEDY)
+        if t is None and p is None and k is None and profile.greedy_when_unset:
+            forced = ((profile.min_p_forces_sampling and m is not None and m > 0)
+                      or (profile.top_p_decay_forces_sampling and _decay_active(row)))
+            if not forced:
+                return Resolved(GREEDY)
+    if t == 0:
+        if profile.temperature_zero == "error":
+            raise RowError("invalid_temperature", "temperature=0 with sampling: must be > 0")
+        return Resolved(GREEDY)
+    res = Resolved(
+        SAMPLING,
+        temperature=t if t else 1.0,
+        top_k=k if k and k > 0 else 0,
+        top_p=p if p is not None else 1.0,
+        min_p=m if m is not None and m > 0 else 0.0,
+    )
+    # §1.1 rule 4: an assertion, reaching it means resolution was bypassed.
+    assert res.temperature > 0 and (res.top_k == 0 or res.top_k > 1 or profile.mode_source == "do_sample") and (
+        res.top_p > 0 or profile.mode_source == "do_sample"), res
+    return res
+
+
+def effective_seed(row: Row) -> Optional[int]:
+    """Return the row's seed as a signed int64 value (uint64 reinterpretation), or None."""
+    if row.seed is None:
+        return None
+    bits = seed_bits(int(row.seed))
+    return bits - (1 << 64) if bits >= (1 << 63) else bits

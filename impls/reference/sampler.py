@@ -1,0 +1,289 @@
+"""The reference sampler: one batched step with per-row parameters.
+
+Pipeline of :meth:`ReferenceSession.step`, in order (SEMANTICS §1; profile
+fields choose the variants, never the engine's name):
+
+1. batch checks: a slot used twice in one step rejects the later rows;
+2. per row, input checks: logits must be 1-D and free of NaN (§5);
+3. validation and mode resolution (:mod:`.modes`, §1.1);
+4. upcast to the working dtype (float32; float64 in oracle mode);
+5. logits rewrites in ``profile.rewrite_order`` (:mod:`.rewrites`,
+   :mod:`.bans`; §1.2-§1.4): logit bias, repetition, presence/frequency,
+   min_length, bad words, no-repeat-ngram;
+6. RAW logprobs from the stage ``profile.raw_logprobs_stage`` (§1.7);
+7. GREEDY: argmax, ties → lowest id. BEAM (one step, width 1): argmax of
+   ``log_softmax(x / T)``. SAMPLING: the kept set of :mod:`.filters`
+   (§1.5), then the canonical draw of :mod:`.draw` with ``(seed, offset)``
+   from :mod:`.seeds` (§1.6), all sampling rows drawn in one batched call;
+8. PROCESSED logprob, top-k logprobs and rank (:mod:`.logprobs`);
+9. finish reason (:mod:`.finish`, §1.8).
+
+Any :class:`~impls.base.RowError` raised for one row becomes that row's
+error; the rest of the batch is sampled.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+
+from ..base import FEATURES, Row, RowError, RowResult
+from ..profiles import Profile, TRTLLM
+from . import bans, rewrites
+from .draw import gumbel_argmax
+from .filters import kept_set, processed_probs
+from .finish import finish_reason
+from .logprobs import rank, raw_logprobs, top_logprobs
+from .modes import BEAM, GREEDY, SAMPLING, Resolved, effective_seed, resolve
+from .seeds import SeedManager
+
+__all__ = ["ReferenceSession", "Reference", "rewrite_logits", "REFERENCE_VERSION"]
+
+#: Bumped whenever a rule of the reference changes; recorded in golden files.
+REFERENCE_VERSION = "1"
+
+
+def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tensor:
+    """Apply the logits rewrites of ``profile.rewrite_order`` to one row.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``(V,)`` logits in the working dtype.
+    row : Row
+    profile : Profile
+
+    Returns
+    -------
+    torch.Tensor
+        ``(V,)`` rewritten logits; banned tokens are ``-inf``.
+
+    Raises
+    ------
+    RowError
+        ``invalid_logit_bias``; ``nan_logits`` when a rewrite produced NaN
+        (e.g. ``-inf`` logit plus ``+inf`` bias).
+    """
+    V = x.shape[-1]
+    steps = {
+        "logit_bias": lambda y: rewrites.apply_logit_bias(y, row),
+        "repetition": lambda y: rewrites.apply_repetition(y, row, profile),
+        "presence_frequency": lambda y: rewrites.apply_presence_frequency(y, row, profile),
+        "min_length": lambda y: bans.apply_bans(y, bans.min_length_bans(row, profile)),
+        "bad_words": lambda y: bans.apply_bans(y, bans.bad_word_bans(row)),
+        "no_repeat_ngram": lambda y: bans.apply_bans(y, bans.no_repeat_ngram_bans(row, V)),
+    }
+    for name in profile.rewrite_order:
+        x = steps[name](x)
+    if torch.isnan(x).any():
+        raise RowError("nan_logits", "a logits rewrite produced NaN (e.g. -inf logit plus +inf bias)")
+    return x
+
+
+class ReferenceSession:
+    """Per-slot state and the batched step of the reference sampler.
+
+    Parameters
+    ----------
+    profile : Profile
+    device : str
+        ``"cpu"`` or ``"cuda"``; logits are moved there.
+    dtype : torch.dtype
+        Working dtype, ``torch.float32`` (default) or ``torch.float64``
+        (oracle mode).
+    """
+
+    def __init__(self, profile: Profile = TRTLLM, device: str = "cpu", dtype: torch.dtype = torch.float32):
+        self.profile = profile
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.seeds = SeedManager(profile)
+
+    # -- per-row stages -------------------------------------------------
+    def _prepare(self, row: Row) -> tuple[Resolved, torch.Tensor, torch.Tensor]:
+        if row.logits.dim() != 1:
+            raise RowError("bad_logits", f"logits must be 1-D, got shape {tuple(row.logits.shape)}")
+        if torch.isnan(row.logits).any():
+            raise RowError("nan_logits", f"NaN at token ids {torch.nonzero(torch.isnan(row.logits)).flatten()[:5].tolist()}")
+        res = resolve(row, self.profile)
+        x0 = row.logits.to(self.device).to(self.dtype)
+        x = rewrite_logits(x0, row, self.profile)
+        return res, x0, x
+
+    def _choose_deterministic(self, res: Resolved, x: torch.Tensor) -> int:
+        if not (x > float("-inf")).any():
+            raise RowError("no_valid_token", "every token is -inf after bias, penalties and bans")
+        if res.mode == BEAM:
+            return int(torch.argmax(torch.log_softmax(x / res.temperature, dim=-1)))
+        return int(torch.argmax(x))
+
+    def _kept(self, res: Resolved, x: torch.Tensor) -> torch.Tensor:
+        if torch.isposinf(x).any():
+            raise RowError("posinf_logits", "+inf logit in a sampling row: the distribution is undefined")
+        if not (x > float("-inf")).any():
+            raise RowError("no_valid_token", "every token is -inf after bias, penalties and bans")
+        return kept_set(x, res.temperature, res.top_k, res.top_p, res.min_p, self.profile)
+
+    # -- the step ---------------------------------------------------------
+    def step(self, rows: Sequence[Row]) -> list[RowResult]:
+        """Sample one step for ``rows`` (see the module docstring for the pipeline).
+
+        Parameters
+        ----------
+        rows : sequence of Row
+            Each row's ``logits`` is ``(V_i,)``; vocabularies may differ
+            between rows.
+
+        Returns
+        -------
+        list of RowResult
+            One per row, in order; ``error`` set for rejected rows.
+        """
+        out: list[Optional[RowResult]] = [None] * len(rows)
+        staged = {}
+        used_slots = set()
+        draw_idx = []
+        for i, row in enumerate(rows):
+            mode = None
+            try:
+                if row.slot in used_slots:
+                    raise RowError("duplicate_slot", f"slot {row.slot} is used by an earlier row of this step")
+                used_slots.add(row.slot)
+                res, x0, x = self._prepare(row)
+                mode = res.mode
+                self.seeds.observe(row.slot, row.request_id, effective_seed(row))
+                if res.mode == SAMPLING:
+                    keep = self._kept(res, x)
+                    staged[i] = (res, x0, x, keep)
+                    draw_idx.append(i)
+                else:
+                    tok = self._choose_deterministic(res, x)
+                    staged[i] = (res, x0, x, None)
+                    out[i] = RowResult(token=tok, mode=res.mode)
+            except RowError as e:
+                out[i] = RowResult.failed(e, mode)
+        self._draw(rows, staged, draw_idx, out)
+        for i, row in enumerate(rows):
+            if out[i].error is None:
+                self._annotate(row, staged[i], out[i])
+        return out
+
+    def _draw(self, rows, staged, draw_idx, out) -> None:
+        # All sampling rows of the step in one call per vocabulary size.
+        by_vocab: dict[int, list[int]] = {}
+        for i in draw_idx:
+            by_vocab.setdefault(rows[i].vocab, []).append(i)
+        seeds_offsets = {i: self.seeds.take(rows[i].slot) for i in draw_idx}
+        for V, idx in by_vocab.items():
+            x = torch.stack([staged[i][2] for i in idx])
+            keep = torch.stack([staged[i][3] for i in idx])
+            temp = torch.tensor([staged[i][0].temperature for i in idx], dtype=self.dtype, device=self.device)
+            seeds = torch.tensor([seeds_offsets[i][0] for i in idx], dtype=torch.int64)
+            offs = torch.tensor([seeds_offsets[i][1] for i in idx], dtype=torch.int64)
+            toks = gumbel_argmax(x, keep, temp, seeds, offs).tolist()
+            for i, t in zip(idx, toks):
+                out[i] = RowResult(token=int(t), mode=SAMPLING, extra={"seed": seeds_offsets[i][0], "offset": seeds_offsets[i][1]})
+
+    def _annotate(self, row: Row, staged, result: RowResult) -> None:
+        res, x0, x, keep = staged
+        tok = result.token
+        if keep is None:
+            probs = torch.zeros_like(x)
+            probs[tok] = 1.0
+        else:
+            probs = processed_probs(x, keep, res.temperature)
+        result.rewritten_logits = x
+        result.probs = probs
+        p = float(probs[tok])
+        result.processed_logprob = math.log(p) if p > 0 else float("-inf")
+        raw_src = x if self.profile.raw_logprobs_stage == "after_rewrites" else x0
+        lp = raw_logprobs(raw_src)
+        result.logprob = float(lp[tok])
+        result.rank = rank(lp, tok, self.profile.rank_rule)
+        if row.logprobs is not None:
+            result.top_logprobs = top_logprobs(lp, row.logprobs, tok)
+        result.finish_reason = finish_reason(row, tok, self.profile)
+
+    def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 4096) -> torch.Tensor:
+        """Draw ``len(seeds)`` tokens from one row, each from its own seed at offset 0.
+
+        The kept set and logits are computed once; only the draw is repeated.
+
+        Parameters
+        ----------
+        row : Row
+            A row that resolves to SAMPLING.
+        seeds : sequence of int
+            One seed per draw (signed or unsigned 64-bit).
+        chunk : int
+            Draws per batched call (bounds memory at ``chunk * V`` floats).
+
+        Returns
+        -------
+        torch.Tensor
+            ``(V,)`` int64 counts of each token.
+
+        Raises
+        ------
+        RowError
+            If the row is rejected, or resolves to a mode other than SAMPLING
+            (``not_sampling``).
+        """
+        res, _x0, x = self._prepare(row)
+        V = x.shape[-1]
+        counts = torch.zeros(V, dtype=torch.int64)
+        if res.mode != SAMPLING:
+            tok = self._choose_deterministic(res, x)
+            counts[tok] = len(seeds)
+            return counts
+        keep = self._kept(res, x)
+        sv = [effective_seed(row.replace(seed=int(s))) for s in seeds]
+        for start in range(0, len(sv), chunk):
+            part = sv[start:start + chunk]
+            n = len(part)
+            toks = gumbel_argmax(x.expand(n, V), keep.expand(n, V),
+                                 torch.full((n,), res.temperature, dtype=self.dtype, device=self.device),
+                                 torch.tensor(part, dtype=torch.int64), torch.zeros(n, dtype=torch.int64))
+            counts += torch.bincount(toks.cpu(), minlength=V)
+        return counts
+
+
+class Reference:
+    """The reference implementation, as the harness sees it.
+
+    Parameters
+    ----------
+    profile : Profile
+        The semantics to follow (default ``trtllm``).
+    dtype : torch.dtype
+        Working dtype (``torch.float64`` for an oracle).
+    name : str
+        Display name (default ``"reference"``).
+    """
+
+    features = frozenset(FEATURES)
+
+    def __init__(self, profile: Profile = TRTLLM, dtype: torch.dtype = torch.float32, name: str = "reference"):
+        self.profile = profile
+        self.dtype = dtype
+        self.name = name
+
+    def version(self) -> str:
+        """The reference's rule version plus the torch version it runs on."""
+        return f"{REFERENCE_VERSION} (torch {torch.__version__})"
+
+    def available(self, device: str) -> Optional[str]:
+        """``None`` when ``device`` is usable, else the reason."""
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            return "no CUDA device"
+        return None
+
+    def unsupported(self, row: Row) -> Optional[str]:
+        """The reference expresses every feature: always ``None``."""
+        return None
+
+    def open_session(self, device: str = "cpu") -> ReferenceSession:
+        """A fresh :class:`ReferenceSession`."""
+        return ReferenceSession(self.profile, device, self.dtype)

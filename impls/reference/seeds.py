@@ -1,0 +1,61 @@
+"""Per-slot Philox ``(seed, offset)`` bookkeeping (SEMANTICS §1.6, "seed isolation").
+
+Mirrors the three counters of TensorRT-LLM's ``_SeedManager`` (seed 000 §
+三套计数器): a seeded request uses its own seed and a per-slot offset that
+starts at 0 when a new request takes the slot and grows by 1 per draw; every
+unseeded row uses the global seed (42) and the next value of one shared
+counter that starts at ``2**62``, so a user seed of 42 never meets an
+unseeded stream. Only rows that draw (SAMPLING mode) take an offset; greedy,
+beam and rejected rows take none, and neither do padding or draft rows.
+Unseeded offsets are handed out in batch order.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..profiles import Profile
+
+__all__ = ["SeedManager"]
+
+
+class SeedManager:
+    """Per-slot seeds and offsets of one session.
+
+    Parameters
+    ----------
+    profile : Profile
+        Supplies ``global_seed`` and ``unseeded_offset_base``.
+    """
+
+    def __init__(self, profile: Profile):
+        self.global_seed = profile.global_seed
+        self.unseeded_offset = profile.unseeded_offset_base
+        self._owner: dict[int, object] = {}
+        self._seed: dict[int, Optional[int]] = {}
+        self._offset: dict[int, int] = {}
+
+    def observe(self, slot: int, owner: object, seed: Optional[int]) -> None:
+        """Record that ``owner`` (a request id) holds ``slot`` with ``seed``
+        (signed int64 view, or None); a new owner resets the slot's offset to 0."""
+        if slot not in self._owner or self._owner[slot] != owner:
+            self._owner[slot] = owner
+            self._seed[slot] = seed
+            self._offset[slot] = 0
+
+    def take(self, slot: int) -> tuple[int, int]:
+        """Return ``(seed, offset)`` for one drawing row in ``slot`` and advance.
+
+        Returns
+        -------
+        tuple of int
+            The signed 64-bit seed and the Philox offset (``>= 0``).
+        """
+        seed = self._seed.get(slot)
+        if seed is None:
+            off = self.unseeded_offset
+            self.unseeded_offset += 1
+            return self.global_seed, off
+        off = self._offset[slot]
+        self._offset[slot] = off + 1
+        return seed, off
