@@ -1,0 +1,425 @@
+"""Case files: loading, validation and conversion to implementation rows.
+
+A case file (TOML, schema 1, normative description in ``cases/README.md``)
+is parsed with :mod:`tomllib`, checked against a JSON schema with
+:mod:`fastjsonschema`, then checked for the rules a schema cannot state (id
+equals path, declared features cover the fields used, row counts, token ids
+inside the vocabulary of expectations). Every problem raises
+:class:`CaseError` naming the file, the field and the reason.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import fastjsonschema
+import numpy as np
+import torch
+
+from impls.base import FEATURES, Row
+
+__all__ = ["CaseError", "Case", "Batch", "load_case", "discover", "select", "CASES_DIR", "make_logits"]
+
+SCHEMA_VERSION = 1
+CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
+CATEGORIES = ("greedy", "seeds", "penalties", "finish", "beam", "filters", "bans", "logprobs",
+              "speculative", "invariants", "bad_input")
+ERROR_KINDS = (
+    "invalid_temperature", "invalid_top_p", "invalid_top_k", "invalid_min_p", "invalid_penalty",
+    "invalid_top_p_decay", "invalid_top_p_min", "invalid_seed", "invalid_length", "invalid_end_id",
+    "invalid_bad_words", "invalid_stop_words", "invalid_logit_bias", "invalid_token_id", "nan_logits",
+    "posinf_logits", "no_valid_token", "duplicate_slot", "bad_logits",
+)
+
+
+class CaseError(Exception):
+    """A malformed case: ``path``, ``field`` (dotted, e.g. ``rows[2].top_p``) and ``reason``."""
+
+    def __init__(self, path: str, field_: str, reason: str):
+        super().__init__(f"{path}: {field_}: {reason}")
+        self.path = str(path)
+        self.field = field_
+        self.reason = reason
+
+
+_NUM = {"type": "number"}
+_INT = {"type": "integer"}
+_INTS = {"type": "array", "items": _INT}
+_WORDS = {"type": "array", "items": _INTS}
+_PAIRS = {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2, "items": _NUM}}
+_GEN = {
+    "type": "object",
+    "required": ["dist", "vocab", "seed"],
+    "additionalProperties": False,
+    "properties": {
+        "dist": {"enum": ["normal", "uniform", "constant"]},
+        "vocab": {"type": "integer", "minimum": 1, "maximum": 1 << 20},
+        "seed": _INT, "sigma": _NUM, "mean": _NUM, "low": _NUM, "high": _NUM, "value": _NUM,
+        "set": _PAIRS,
+    },
+}
+_EXPECT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "token": _INT, "support": _INTS, "mode": {"enum": ["greedy", "sampling", "beam"]},
+        "error": {"enum": list(ERROR_KINDS)},
+        "finish_reason": {"enum": ["end_id", "length", "stop_words", "none"]},
+        "logprob": _NUM, "processed_logprob": _NUM, "top_logprobs": _PAIRS, "rank": _INT,
+        "rewritten_logits": {"type": "array", "items": _NUM}, "probs": {"type": "array", "items": _NUM},
+    },
+}
+ROW_PROPS = {
+    "logits": {"anyOf": [{"type": "array", "minItems": 1, "items": _NUM}, _GEN]},
+    "logits_dtype": {"enum": ["float32", "bfloat16", "float16"]},
+    "temperature": _NUM, "top_p": _NUM, "min_p": _NUM, "top_k": _INT,
+    "top_p_decay": _NUM, "top_p_min": _NUM, "top_p_reset_ids": _INTS,
+    "use_beam_search": {"type": "boolean"}, "do_sample": {"type": "boolean"},
+    "repetition_penalty": _NUM, "presence_penalty": _NUM, "frequency_penalty": _NUM,
+    "prompt_ignore_length": _INT, "logit_bias": _PAIRS, "min_length": _INT, "end_id": _INT,
+    "ignore_eos": {"type": "boolean"}, "bad_words": _WORDS, "stop_words": _WORDS,
+    "no_repeat_ngram_size": _INT, "max_new_tokens": _INT, "max_seq_len": _INT,
+    "prompt": _INTS, "generated": _INTS,
+    "seed": {"anyOf": [_INT, {"type": "string", "pattern": "^(0[xX][0-9a-fA-F]+|-?[0-9]+)$"}]},
+    "slot": {"type": "integer", "minimum": 0}, "logprobs": {"type": "integer", "minimum": 0},
+    "expect": _EXPECT,
+}
+_ROW = {"type": "object", "additionalProperties": False, "properties": ROW_PROPS}
+_DEFAULTS = {"type": "object", "additionalProperties": False,
+             "properties": {k: v for k, v in ROW_PROPS.items() if k != "expect"}}
+_SOURCE = {
+    "anyOf": [
+        {"type": "object", "required": ["seed", "section"], "additionalProperties": False,
+         "properties": {"seed": {"type": "string", "pattern": r"^[0-9]{3}_[0-9a-f]{16}\.txt$"},
+                        "section": {"type": "string", "minLength": 1}}},
+        {"type": "object", "required": ["repo", "path", "version"], "additionalProperties": False,
+         "properties": {"repo": {"type": "string", "pattern": r"^[\w.-]+/[\w.-]+$"},
+                        "path": {"type": "string", "minLength": 1},
+                        "version": {"type": "string", "minLength": 1},
+                        "lines": {"type": "string"}, "symbol": {"type": "string"}}},
+        {"type": "object", "required": ["url"], "additionalProperties": False,
+         "properties": {"url": {"type": "string", "pattern": r"^https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/[0-9]+"},
+                        "title": {"type": "string"}}},
+    ]
+}
+CASE_SCHEMA = {
+    "type": "object",
+    "required": ["schema", "id", "description", "category", "features", "source", "check"],
+    "additionalProperties": False,
+    "properties": {
+        "schema": {"const": SCHEMA_VERSION},
+        "id": {"type": "string", "pattern": r"^[a-z_]+/[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)*$"},
+        "description": {"type": "string", "minLength": 1},
+        "category": {"enum": list(CATEGORIES)},
+        "features": {"type": "array", "items": {"enum": list(FEATURES)}, "uniqueItems": True},
+        "source": {"anyOf": [_SOURCE, {"type": "array", "minItems": 1, "items": _SOURCE}]},
+        "check": {"enum": ["exact", "statistical", "invariant"]},
+        "atol": {"type": "number", "minimum": 0}, "rtol": {"type": "number", "minimum": 0},
+        "draws": {"type": "integer", "minimum": 1000, "maximum": 10_000_000},
+        "draw_seed": _INT,
+        "notes": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "defaults": _DEFAULTS,
+        "rows": {"type": "array", "minItems": 1, "items": _ROW},
+        "batches": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["name", "rows"], "additionalProperties": False,
+            "properties": {"name": {"type": "string", "pattern": r"^[\w-]+$"},
+                           "rows": {"type": "array", "minItems": 1, "items": _ROW}}}},
+        "invariants": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["kind", "a", "b"], "additionalProperties": False,
+            "properties": {"kind": {"enum": ["same_token", "same_result", "different_token"]},
+                           "a": {"type": "string", "pattern": r"^[\w-]+:[0-9]+$"},
+                           "b": {"type": "string", "pattern": r"^[\w-]+:[0-9]+$"}}}},
+    },
+}
+_validate = fastjsonschema.compile(CASE_SCHEMA)
+
+# Row field -> feature it needs (cases/README.md).
+FIELD_FEATURES = {
+    "temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
+    "top_p_decay": "top_p_decay", "top_p_min": "top_p_decay", "top_p_reset_ids": "top_p_decay",
+    "use_beam_search": "beam_search", "repetition_penalty": "repetition_penalty",
+    "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
+    "prompt_ignore_length": "prompt_ignore_length", "logit_bias": "logit_bias",
+    "min_length": "min_length", "end_id": "end_id", "ignore_eos": "ignore_eos", "bad_words": "bad_words",
+    "stop_words": "stop_words", "no_repeat_ngram_size": "no_repeat_ngram", "max_new_tokens": "max_new_tokens",
+    "max_seq_len": "max_seq_len", "seed": "seed", "logprobs": "logprobs",
+}
+EXPECT_FEATURES = {"rewritten_logits": "processed_logits", "logprob": "logprobs", "processed_logprob": "logprobs",
+                   "top_logprobs": "logprobs", "rank": "logprobs", "finish_reason": "finish_reason"}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _parse_seed(value) -> int:
+    if isinstance(value, str):
+        return int(value, 16) if value.lower().startswith("0x") else int(value)
+    return int(value)
+
+
+def make_logits(spec) -> torch.Tensor:
+    """Build a row's logits from a literal list or a generator table.
+
+    Parameters
+    ----------
+    spec : list of float or dict
+        A literal list, or ``{dist, vocab, seed, ...}`` (cases/README.md).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(V,)`` float32.
+    """
+    if isinstance(spec, list):
+        return torch.tensor([float(v) for v in spec], dtype=torch.float32)
+    rng = np.random.default_rng(spec["seed"])
+    V = spec["vocab"]
+    if spec["dist"] == "normal":
+        x = rng.standard_normal(V) * spec.get("sigma", 1.0) + spec.get("mean", 0.0)
+    elif spec["dist"] == "uniform":
+        x = rng.uniform(spec.get("low", 0.0), spec.get("high", 1.0), V)
+    else:
+        x = np.full(V, float(spec.get("value", 0.0)))
+    for tok, val in spec.get("set", []):
+        x[int(tok)] = float(val)
+    return torch.from_numpy(x.astype(np.float32))
+
+
+@dataclass
+class CaseRow:
+    """One row of a case: the raw table (inputs) and its expectations."""
+
+    fields: dict
+    expect: dict
+    index: int
+
+    def to_row(self) -> Row:
+        """Build the implementation-facing :class:`~impls.base.Row`."""
+        f = dict(self.fields)
+        logits = make_logits(f.pop("logits"))
+        dtype = f.pop("logits_dtype", "float32")
+        logits = logits.to(_DTYPES[dtype])
+        if "seed" in f:
+            f["seed"] = _parse_seed(f["seed"])
+        f.setdefault("slot", self.index)
+        if "logit_bias" in f:
+            f["logit_bias"] = [(int(t), float(v)) for t, v in f["logit_bias"]]
+        return Row(logits=logits, **f)
+
+
+@dataclass
+class Batch:
+    """A named batch of rows, run on a fresh session."""
+
+    name: str
+    rows: list
+
+
+@dataclass
+class Case:
+    """A validated case.
+
+    Attributes
+    ----------
+    id, description, category, check : str
+    features : frozenset of str
+    sources : list of dict
+    batches : list of Batch
+        A case with top-level ``rows`` has one batch named ``"main"``.
+    invariants : list of dict
+    draws : int or None
+    draw_seed : int
+    atol, rtol : float
+    path : Path
+    raw : dict
+        The parsed TOML, for the report.
+    """
+
+    id: str
+    description: str
+    category: str
+    check: str
+    features: frozenset
+    sources: list
+    batches: list
+    invariants: list = field(default_factory=list)
+    draws: Optional[int] = None
+    draw_seed: int = 0
+    atol: float = 1e-6
+    rtol: float = 1e-6
+    notes: str = ""
+    path: Optional[Path] = None
+    raw: dict = field(default_factory=dict)
+
+    def batch(self, name: str) -> Batch:
+        """Return the batch called ``name`` (KeyError if absent)."""
+        for b in self.batches:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+
+def _rel_id(path: Path, root: Path) -> str:
+    return path.relative_to(root).with_suffix("").as_posix()
+
+
+def _vocab_of(spec) -> int:
+    return len(spec) if isinstance(spec, list) else int(spec["vocab"])
+
+
+def load_case(path: Path, root: Path = CASES_DIR) -> Case:
+    """Load and validate one case file.
+
+    Parameters
+    ----------
+    path : Path
+        A ``.toml`` file under ``root``.
+    root : Path
+        The corpus root (``cases/``); the id must equal the path below it.
+
+    Returns
+    -------
+    Case
+
+    Raises
+    ------
+    CaseError
+        Unreadable file, TOML syntax error, schema violation, or a rule of
+        ``cases/README.md`` broken; the message names file, field, reason.
+    """
+    path = Path(path)
+    shown = str(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise CaseError(shown, "<file>", f"cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise CaseError(shown, "<file>", f"not UTF-8: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise CaseError(shown, "<toml>", f"syntax error: {e}") from None
+    try:
+        _validate(data)
+    except fastjsonschema.JsonSchemaValueException as e:
+        field_ = (e.name or "data").replace("data.", "", 1).replace("data", "<top>")
+        raise CaseError(shown, field_, e.message.replace(e.name or "data", "value")) from None
+    try:
+        rel = _rel_id(path.resolve(), Path(root).resolve())
+    except ValueError:
+        rel = None
+    if rel is not None and data["id"] != rel:
+        raise CaseError(shown, "id", f"is {data['id']!r} but the file's path says {rel!r}")
+    if data["category"] != data["id"].split("/")[0]:
+        raise CaseError(shown, "category", f"is {data['category']!r} but the id starts with {data['id'].split('/')[0]!r}")
+    if ("rows" in data) == ("batches" in data):
+        raise CaseError(shown, "rows", "give exactly one of 'rows' and 'batches'")
+    defaults = data.get("defaults", {})
+    raw_batches = [{"name": "main", "rows": data["rows"]}] if "rows" in data else data["batches"]
+    names = [b["name"] for b in raw_batches]
+    if len(set(names)) != len(names):
+        raise CaseError(shown, "batches", f"duplicate batch names {names}")
+    used = set()
+    batches = []
+    for b_i, b in enumerate(raw_batches):
+        rows = []
+        for r_i, r in enumerate(b["rows"]):
+            where = f"rows[{r_i}]" if "rows" in data else f"batches[{b_i}].rows[{r_i}]"
+            merged = {**defaults, **{k: v for k, v in r.items() if k != "expect"}}
+            if "logits" not in merged:
+                raise CaseError(shown, f"{where}.logits", "missing (and no defaults.logits)")
+            expect = r.get("expect", {})
+            V = _vocab_of(merged["logits"])
+            for key in ("token",):
+                if key in expect and not 0 <= expect[key] < V:
+                    raise CaseError(shown, f"{where}.expect.{key}", f"{expect[key]} outside [0, {V})")
+            for key in ("support",):
+                if key in expect and any(not 0 <= t < V for t in expect[key]):
+                    raise CaseError(shown, f"{where}.expect.{key}", f"ids outside [0, {V})")
+            for key in ("rewritten_logits", "probs"):
+                if key in expect and len(expect[key]) != V:
+                    raise CaseError(shown, f"{where}.expect.{key}", f"has {len(expect[key])} values, vocab is {V}")
+            if "seed" in merged:
+                try:
+                    _parse_seed(merged["seed"])
+                except ValueError:
+                    raise CaseError(shown, f"{where}.seed", f"not an integer: {merged['seed']!r}") from None
+            for k in merged:
+                if k in FIELD_FEATURES:
+                    used.add((FIELD_FEATURES[k], f"{where}.{k}"))
+            if merged.get("logits_dtype", "float32") != "float32":
+                used.add(("low_precision_logits", f"{where}.logits_dtype"))
+            for k in expect:
+                if k in EXPECT_FEATURES:
+                    used.add((EXPECT_FEATURES[k], f"{where}.expect.{k}"))
+            rows.append(CaseRow(fields=merged, expect=expect, index=r_i))
+        batches.append(Batch(b["name"], rows))
+    declared = set(data["features"])
+    for feat, where in sorted(used):
+        if feat not in declared:
+            raise CaseError(shown, "features", f"{where} needs feature {feat!r}, which is not declared")
+    check = data["check"]
+    if check == "statistical" and "draws" not in data:
+        raise CaseError(shown, "draws", "required when check = 'statistical'")
+    if check == "invariant":
+        if "invariants" not in data:
+            raise CaseError(shown, "invariants", "required when check = 'invariant'")
+        by_name = {b.name: b for b in batches}
+        for i, inv in enumerate(data["invariants"]):
+            for side in ("a", "b"):
+                name, idx = inv[side].split(":")
+                if name not in by_name or int(idx) >= len(by_name[name].rows):
+                    raise CaseError(shown, f"invariants[{i}].{side}", f"{inv[side]!r} names no row")
+    elif "invariants" in data:
+        raise CaseError(shown, "invariants", f"only allowed when check = 'invariant' (check is {check!r})")
+    src = data["source"]
+    return Case(
+        id=data["id"], description=data["description"], category=data["category"], check=check,
+        features=frozenset(declared), sources=src if isinstance(src, list) else [src], batches=batches,
+        invariants=data.get("invariants", []), draws=data.get("draws"),
+        draw_seed=data.get("draw_seed", zlib.crc32(data["id"].encode())),
+        atol=float(data.get("atol", 1e-6)), rtol=float(data.get("rtol", 1e-6)), notes=data.get("notes", ""),
+        path=path, raw=data,
+    )
+
+
+def discover(root: Path = CASES_DIR) -> list:
+    """All case files under ``root`` (sorted), excluding ``findings.toml``."""
+    root = Path(root)
+    return sorted(p for p in root.rglob("*.toml") if p.name != "findings.toml" and p.parent != root)
+
+
+def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> list:
+    """Filter case files by ``patterns``: ids, id globs, or file/directory paths.
+
+    Returns
+    -------
+    list of Path
+        Files matching any pattern (all of ``paths`` when ``patterns`` is empty).
+
+    Raises
+    ------
+    ValueError
+        If a pattern matches nothing.
+    """
+    if not patterns:
+        return paths
+    root = Path(root).resolve()
+    chosen = []
+    for pat in patterns:
+        p = Path(pat)
+        hits = []
+        if p.exists():
+            p = p.resolve()
+            hits = [q for q in paths if q.resolve() == p or p in q.resolve().parents] if p.is_dir() or p.suffix == ".toml" else []
+            if p.is_file() and p not in [q.resolve() for q in paths]:
+                hits = [p]
+        else:
+            ids = {_rel_id(q.resolve(), root) if root in q.resolve().parents else q.stem: q for q in paths}
+            hits = [q for i, q in ids.items() if fnmatch.fnmatchcase(i, pat) or fnmatch.fnmatchcase(i, pat.rstrip("/") + "/*")]
+        if not hits:
+            raise ValueError(f"--cases {pat!r} matches no case (ids look like 'filters/top-p-dyadic-boundary')")
+        chosen.extend(h for h in hits if h not in chosen)
+    return chosen
