@@ -1,0 +1,7 @@
+"""``python -m harness`` is ``sampcheck``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

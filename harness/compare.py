@@ -1,0 +1,157 @@
+"""Row-level comparison of outputs with expectations or predictions.
+
+Outputs (:class:`impls.base.RowResult`) are reduced to plain dicts with the
+keys of the case format's ``expect`` table (cases/README.md), so a hand-written
+expectation, a reference prediction and an implementation's output are
+compared by one function, :func:`mismatches`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from impls.base import RowResult
+
+__all__ = ["observe", "mismatches", "EXPECT_KEYS", "jsonable"]
+
+EXPECT_KEYS = ("token", "support", "mode", "error", "finish_reason", "logprob", "processed_logprob",
+               "top_logprobs", "rank", "rewritten_logits", "probs")
+#: Vectors longer than this are summarised in reports instead of listed.
+MAX_LISTED_VOCAB = 64
+
+
+def _vec(t: Optional[torch.Tensor]):
+    return None if t is None else [float(v) for v in t.detach().to(torch.float64).cpu().tolist()]
+
+
+def observe(r: RowResult, keys=EXPECT_KEYS) -> dict:
+    """Reduce a :class:`RowResult` to the expectation keys in ``keys``.
+
+    ``support`` is derived from ``probs > 0``; keys whose value the
+    implementation did not return map to ``None``.
+
+    Returns
+    -------
+    dict
+    """
+    out = {}
+    for k in keys:
+        if k == "support":
+            out[k] = None if r.probs is None else [int(i) for i in torch.nonzero(r.probs > 0).flatten().tolist()]
+        elif k in ("rewritten_logits", "probs"):
+            out[k] = _vec(getattr(r, k))
+        elif k == "top_logprobs":
+            out[k] = None if r.top_logprobs is None else [[int(i), float(v)] for i, v in r.top_logprobs]
+        else:
+            out[k] = getattr(r, k)
+    if r.error is not None:
+        out["message"] = r.message
+    return out
+
+
+def _close(a: float, b: float, atol: float, rtol: float) -> bool:
+    a, b = float(a), float(b)
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= atol + rtol * abs(b)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, list) and len(v) > 8:
+        return f"[{', '.join(_fmt(x) for x in v[:8])}, ... ({len(v)} values)]"
+    if isinstance(v, float):
+        return f"{v:.9g}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    return repr(v)
+
+
+def mismatches(got: dict, want: dict, atol: float = 1e-6, rtol: float = 1e-6,
+               token_in_support: Optional[list] = None) -> list:
+    """Compare an observed row with what is wanted.
+
+    Parameters
+    ----------
+    got : dict
+        From :func:`observe`.
+    want : dict
+        Expectation keys to check (a hand-written ``expect`` table, or a
+        prediction reduced by :func:`observe`). Only keys present (and not
+        ``None``) in ``want`` are checked.
+    atol, rtol : float
+        Float tolerance: ``|a - b| <= atol + rtol * |b|``; infinities exact.
+    token_in_support : list of int, optional
+        When given, ``token`` is checked as membership in this support
+        instead of equality (an implementation whose RNG is not canonical).
+
+    Returns
+    -------
+    list of str
+        One line per mismatch, e.g. ``"token: got 3, want 1"``.
+    """
+    out = []
+    if want.get("error") is not None or got.get("error") is not None:
+        if want.get("error") != got.get("error"):
+            out.append(f"error: got {got.get('error')!r} ({got.get('message', '')}), want {want.get('error')!r}")
+        return out
+    for k, w in want.items():
+        if w is None or k in ("message", "error"):
+            continue
+        g = got.get(k)
+        if k == "token" and token_in_support is not None:
+            if g is None or g not in token_in_support:
+                out.append(f"token: got {g!r}, not in the predicted support {_fmt(token_in_support)}")
+            continue
+        if g is None:
+            out.append(f"{k}: not returned, want {_fmt(w)}")
+        elif k in ("logprob", "processed_logprob"):
+            if not _close(g, w, atol, rtol):
+                out.append(f"{k}: got {_fmt(g)}, want {_fmt(w)}")
+        elif k in ("rewritten_logits", "probs"):
+            if len(g) != len(w):
+                out.append(f"{k}: got {len(g)} values, want {len(w)}")
+            else:
+                bad = [i for i, (a, b) in enumerate(zip(g, w)) if not _close(a, b, atol, rtol)]
+                if bad:
+                    i = bad[0]
+                    out.append(f"{k}: {len(bad)} of {len(w)} differ; first at token {i}: got {_fmt(g[i])}, want {_fmt(w[i])}")
+        elif k == "top_logprobs":
+            ids_g, ids_w = [int(p[0]) for p in g], [int(p[0]) for p in w]
+            if ids_g != ids_w or not all(_close(a[1], b[1], atol, rtol) for a, b in zip(g, w)):
+                out.append(f"top_logprobs: got {_fmt(g)}, want {_fmt(w)}")
+        elif k == "support":
+            if sorted(g) != sorted(w):
+                extra = sorted(set(g) - set(w))
+                missing = sorted(set(w) - set(g))
+                out.append(f"support: extra {_fmt(extra)}, missing {_fmt(missing)}")
+        elif g != w:
+            out.append(f"{k}: got {_fmt(g)}, want {_fmt(w)}")
+    if "token" in got and got.get("token") is not None and got.get("support") and "support" in want \
+            and got["token"] not in got["support"]:
+        out.append(f"token: {got['token']} drawn outside the returned support")
+    return out
+
+
+def jsonable(v, vocab_limit: int = MAX_LISTED_VOCAB):
+    """Make ``v`` JSON-safe: non-finite floats become strings ``"inf"``,
+    ``"-inf"``, ``"nan"``; long vectors are summarised."""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return v
+    if isinstance(v, dict):
+        return {str(k): jsonable(x, vocab_limit) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        if len(v) > vocab_limit and all(isinstance(x, (int, float)) for x in v[:4]):
+            return {"length": len(v), "head": [jsonable(x) for x in v[:8]]}
+        return [jsonable(x, vocab_limit) for x in v]
+    if isinstance(v, torch.Tensor):
+        return jsonable(v.tolist(), vocab_limit)
+    return v

@@ -1,0 +1,75 @@
+"""Registered findings: known engine bugs that explain a mismatch (status ``known-bug``).
+
+Findings live in ``cases/findings.toml`` (format in cases/README.md): each
+names an implementation, a PEP 440 version range, the case ids (or globs) it
+covers, a title, a public link and a minimal reproducer.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+__all__ = ["Finding", "load_findings", "match_finding"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One registered engine bug."""
+
+    id: str
+    impl: str
+    versions: str
+    cases: tuple
+    title: str
+    link: str
+    reproducer: str = ""
+
+    def covers(self, impl: str, version: str, case_id: str) -> bool:
+        """True if this finding explains ``case_id`` on ``impl`` at ``version``."""
+        if impl != self.impl or not any(fnmatch.fnmatchcase(case_id, c) for c in self.cases):
+            return False
+        try:
+            return Version(version.split()[0]) in SpecifierSet(self.versions)
+        except (InvalidVersion, InvalidSpecifier):
+            return False
+
+
+def load_findings(path: Path) -> list:
+    """Read ``findings.toml``; a missing file means no findings.
+
+    Raises
+    ------
+    ValueError
+        If the file is malformed (names the file, the entry and the field).
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    out = []
+    for i, f in enumerate(data.get("finding", [])):
+        for key in ("id", "impl", "versions", "cases", "title", "link"):
+            if key not in f:
+                raise ValueError(f"{path}: finding[{i}]: missing field {key!r}")
+        try:
+            SpecifierSet(f["versions"])
+        except InvalidSpecifier:
+            raise ValueError(f"{path}: finding[{i}].versions: not a PEP 440 specifier: {f['versions']!r}") from None
+        out.append(Finding(f["id"], f["impl"], f["versions"], tuple(f["cases"]), f["title"], f["link"],
+                           f.get("reproducer", "")))
+    return out
+
+
+def match_finding(findings: list, impl: str, version: str, case_id: str) -> Optional[Finding]:
+    """The first finding covering this case, or None."""
+    for f in findings:
+        if f.covers(impl, version, case_id):
+            return f
+    return None

@@ -1,0 +1,124 @@
+"""Golden files: the reference's predictions per profile, reviewed and guarding against drift.
+
+``golden/<profile>/<case-id>.json`` records, for every row of every batch of a
+case, what the reference predicts under that profile: token, error, mode,
+finish reason, RAW/PROCESSED logprobs (rounded to 1e-6), rank and the
+support (listed up to 64 ids, otherwise its size and a CRC-32 of the ids).
+Each file names the case, the profile and :data:`REFERENCE_VERSION`.
+
+``sampcheck golden update`` writes them and prints what changed;
+``sampcheck golden check`` fails on any difference (drift).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from pathlib import Path
+
+from impls.profiles import PROFILES
+from impls.reference import REFERENCE_VERSION
+
+from .cases import Case
+
+__all__ = ["GOLDEN_DIR", "golden_record", "golden_path", "update", "check"]
+
+GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
+
+
+def _r(v):
+    if v is None:
+        return None
+    v = float(v)
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if math.isnan(v):
+        return "nan"
+    return round(v, 6)
+
+
+def golden_record(case: Case, profile_name: str, predictions: list) -> dict:
+    """The golden content for one case under one profile.
+
+    Parameters
+    ----------
+    case : Case
+    profile_name : str
+    predictions : list of list of RowResult
+        From :meth:`harness.judge.Judge.predict`.
+
+    Returns
+    -------
+    dict
+        JSON-ready; deterministic for identical predictions.
+    """
+    batches = []
+    for b, preds in zip(case.batches, predictions):
+        rows = []
+        for p in preds:
+            row = {"token": p.token, "error": p.error, "mode": p.mode, "finish_reason": p.finish_reason,
+                   "logprob": _r(p.logprob), "processed_logprob": _r(p.processed_logprob), "rank": p.rank}
+            if p.probs is not None:
+                support = [int(i) for i in (p.probs > 0).nonzero().flatten().tolist()]
+                if len(support) <= 64:
+                    row["support"] = support
+                else:
+                    row["support_size"] = len(support)
+                    row["support_crc32"] = zlib.crc32(json.dumps(support).encode())
+            rows.append({k: v for k, v in row.items() if v is not None})
+        batches.append({"name": b.name, "rows": rows})
+    return {"case": case.id, "profile": profile_name, "reference_version": REFERENCE_VERSION, "batches": batches}
+
+
+def golden_path(case_id: str, profile_name: str, root: Path = GOLDEN_DIR) -> Path:
+    """``golden/<profile>/<case-id>.json``."""
+    return Path(root) / profile_name / f"{case_id}.json"
+
+
+def _dump(rec: dict) -> str:
+    return json.dumps(rec, indent=1, sort_keys=True) + "\n"
+
+
+def _compute(cases: list, judge, profiles) -> dict:
+    out = {}
+    for case in cases:
+        for name in profiles:
+            out[golden_path(case.id, name)] = _dump(golden_record(case, name, judge.predict(case, PROFILES[name])))
+    return out
+
+
+def update(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR) -> list:
+    """Write golden files; return ``[(path, "added"|"changed")]`` for what changed."""
+    changed = []
+    for path, text in _compute(cases, judge, profiles).items():
+        path = Path(root) / path.relative_to(GOLDEN_DIR)
+        old = path.read_text() if path.exists() else None
+        if old != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            changed.append((path, "added" if old is None else "changed"))
+    return changed
+
+
+def check(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR) -> list:
+    """Compare predictions with golden files; return ``[(path, problem)]`` (empty when clean)."""
+    problems = []
+    for path, text in _compute(cases, judge, profiles).items():
+        path = Path(root) / path.relative_to(GOLDEN_DIR)
+        if not path.exists():
+            problems.append((path, "missing (run 'sampcheck golden update' and review the new file)"))
+            continue
+        old = path.read_text()
+        if old != text:
+            a, b = json.loads(old), json.loads(text)
+            diffs = []
+            for bo, bn in zip(a.get("batches", []), b["batches"]):
+                for i, (ro, rn) in enumerate(zip(bo["rows"], bn["rows"])):
+                    for k in sorted(set(ro) | set(rn)):
+                        if ro.get(k) != rn.get(k):
+                            diffs.append(f"{bn['name']}:{i}.{k}: golden {ro.get(k)!r}, now {rn.get(k)!r}")
+            if a.get("reference_version") != b["reference_version"]:
+                diffs.append(f"reference_version: golden {a.get('reference_version')!r}, now {b['reference_version']!r}")
+            problems.append((path, "; ".join(diffs) or "content differs (row count or layout)"))
+    return problems

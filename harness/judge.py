@@ -1,0 +1,342 @@
+"""Judging one case on one implementation: the statuses of DESIGN.md.
+
+:meth:`Judge.evaluate` runs, in order:
+
+1. feature check — a feature the implementation lacks, or a row it cannot
+   express, is ``n/a`` (reason kept);
+2. predictions — the reference under the *default* profile and under the
+   implementation's own profile run the same batches (cached per case);
+3. the implementation runs each batch on a fresh session (any exception is
+   an ``error`` with its message; nothing else is lost);
+4. comparison by check kind:
+
+   * ``exact``: the default prediction must equal the case's hand-written
+     expectations (else ``fail``: the reference or the case is wrong); the
+     output must equal its own profile's prediction (else ``known-bug`` if a
+     registered finding covers it, or ``fail``); when that prediction differs
+     from the default one the status is ``known-diff`` and the details name
+     the profile fields responsible, with their citations; else ``pass``;
+   * ``statistical``: support, then a binned chi-square test against the
+     float64 prediction under the implementation's profile
+     (:mod:`harness.stats`);
+   * ``invariant``: the relations between rows of different batches must hold
+     on the implementation's own outputs (they need no agreement on
+     semantics).
+
+An implementation whose RNG is not the canonical one (profile field ``rng``)
+is compared on the support of stochastic rows, not on their tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+
+from impls.profiles import TRTLLM, Profile, profile_diff
+from impls.reference import Reference
+from impls.base import RowError
+
+from .cases import Case
+from .compare import jsonable, mismatches, observe
+from .findings import match_finding
+from .stats import FAMILY_ALPHA, goodness_of_fit
+
+__all__ = ["Result", "Judge", "STATUSES"]
+
+STATUSES = ("pass", "known-diff", "known-bug", "fail", "n/a", "skip", "error")
+
+
+@dataclass
+class Result:
+    """One (case, implementation) verdict, as written to results.json."""
+
+    case: str
+    impl: str
+    status: str
+    check: str
+    seconds: float = 0.0
+    details: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """The results.json form (non-finite floats as strings)."""
+        return {"case": self.case, "impl": self.impl, "status": self.status, "check": self.check,
+                "seconds": round(self.seconds, 6), "details": jsonable(self.details)}
+
+
+def _keys(expect: dict) -> list:
+    return sorted(set(expect) | {"token", "error"})
+
+
+class Judge:
+    """Evaluates cases on implementations.
+
+    Parameters
+    ----------
+    findings : list of Finding
+        Registered engine bugs (``known-bug``).
+    n_stat_checks : int
+        Number of statistical checks (rows of statistical cases) in the
+        declared corpus; the per-check level is ``FAMILY_ALPHA / n``.
+    device : str
+        ``"cpu"`` or ``"cuda"``.
+    """
+
+    def __init__(self, findings: list, n_stat_checks: int, device: str = "cpu"):
+        self.findings = findings
+        self.alpha = FAMILY_ALPHA / max(n_stat_checks, 1)
+        self.device = device
+        self._pred: dict = {}
+
+    # -- predictions ---------------------------------------------------
+    def predict(self, case: Case, profile: Profile, dtype: torch.dtype = torch.float32) -> list:
+        """Reference outputs for every batch of ``case`` under ``profile``.
+
+        Returns
+        -------
+        list of list of RowResult
+            One list per batch, one result per row.
+        """
+        key = (case.id, profile, dtype)
+        if key not in self._pred:
+            ref = Reference(profile, dtype=dtype)
+            self._pred[key] = [ref.open_session("cpu").step([r.to_row() for r in b.rows]) for b in case.batches]
+        return self._pred[key]
+
+    def explain(self, case: Case, profile: Profile, keys_per_row: list) -> list:
+        """Profile fields whose value alone changes the default prediction of ``case``.
+
+        Returns
+        -------
+        list of dict
+            ``{"field", "default", "profile", "citation"}`` for each
+            responsible field; every differing field (marked
+            ``"combination"``) when no single one is responsible.
+        """
+        default = self.predict(case, TRTLLM)
+        diffs = profile_diff(TRTLLM, profile)
+        found = []
+        for f in diffs:
+            probe = dataclasses.replace(TRTLLM, name=f"trtllm+{f}", **{f: getattr(profile, f)})
+            pred = self.predict(case, probe)
+            changed = any(
+                mismatches(observe(p, keys), observe(d, keys))
+                for bp, bd, bk in zip(pred, default, keys_per_row) for p, d, keys in zip(bp, bd, bk))
+            if changed:
+                found.append(f)
+        names = found or diffs
+        return [{"field": f, "default": repr(getattr(TRTLLM, f)), "profile": repr(getattr(profile, f)),
+                 "citation": profile.citations.get(f, "(no citation)"), **({} if found else {"combination": True})}
+                for f in names]
+
+    # -- entry point -------------------------------------------------------
+    def evaluate(self, case: Case, impl, version: str) -> Result:
+        """Judge ``case`` on ``impl`` (see the module docstring for the steps).
+
+        Never raises for a problem of the implementation: exceptions become
+        ``error`` results.
+        """
+        t0 = time.perf_counter()
+        try:
+            res = self._evaluate(case, impl, version)
+        except Exception as e:  # an implementation crash must not stop the run
+            res = Result(case.id, impl.name, "error", case.check,
+                         details={"message": f"{type(e).__name__}: {e}",
+                                  "traceback": traceback.format_exc(limit=6)[-3000:]})
+        res.seconds = time.perf_counter() - t0
+        return res
+
+    def _na(self, case: Case, impl) -> Optional[str]:
+        missing = sorted(case.features - impl.features)
+        if missing:
+            return f"{impl.name} cannot express feature(s): {', '.join(missing)}"
+        for b in case.batches:
+            for r in b.rows:
+                why = impl.unsupported(r.to_row())
+                if why:
+                    return f"{b.name}:{r.index}: {why}"
+        return None
+
+    def _evaluate(self, case: Case, impl, version: str) -> Result:
+        why = self._na(case, impl)
+        if why:
+            return Result(case.id, impl.name, "n/a", case.check, details={"message": why})
+        if case.check == "statistical":
+            return self._statistical(case, impl, version)
+        default = self.predict(case, TRTLLM)
+        # 1. the reference under the default profile against the hand-written expectations
+        hand = []
+        for b, preds in zip(case.batches, default):
+            for r, p in zip(b.rows, preds):
+                if r.expect:
+                    bad = mismatches(observe(p, _keys(r.expect)), r.expect, case.atol, case.rtol)
+                    if bad:
+                        hand.append({"row": f"{b.name}:{r.index}", "mismatches": bad})
+        # 2. the implementation's own outputs
+        actual = [impl.open_session(self.device).step([r.to_row() for r in b.rows]) for b in case.batches]
+        if case.check == "invariant":
+            return self._invariant(case, impl, version, actual, hand)
+        pred = self.predict(case, impl.profile)
+        canonical = impl.profile.rng == "canonical"
+        rows, own, vs_default = [], [], []
+        keys_per_row = []
+        for b, ab, pb, db in zip(case.batches, actual, pred, default):
+            kb = []
+            for r, a, p, d in zip(b.rows, ab, pb, db):
+                keys = _keys(r.expect)
+                kb.append(keys)
+                want = observe(p, keys)
+                support = None
+                if not canonical and p.mode == "sampling" and p.probs is not None:
+                    support = [int(i) for i in torch.nonzero(p.probs > 0).flatten().tolist()]
+                got = observe(a, keys)
+                bad = mismatches(got, want, case.atol, case.rtol, token_in_support=support)
+                diff = mismatches(want, observe(d, keys), case.atol, case.rtol)
+                where = f"{b.name}:{r.index}"
+                rows.append({"row": where, "expected": r.expect, "predicted": want, "actual": got,
+                             "default": observe(d, keys), "mismatches": bad, "profile_differences": diff})
+                if bad:
+                    own.append(where)
+                if diff:
+                    vs_default.append(where)
+            keys_per_row.append(kb)
+        details = {"rows": rows, "profile": impl.profile.name}
+        if hand:
+            details["message"] = ("the reference under the default profile disagrees with the case's hand-written "
+                                  "expectations: " + "; ".join(f"{h['row']}: {', '.join(h['mismatches'])}" for h in hand))
+            details["hand_mismatches"] = hand
+            return Result(case.id, impl.name, "fail", case.check, details=details)
+        if own:
+            return self._mismatch(case, impl, version, details,
+                                  f"{len(own)} row(s) differ from the {impl.profile.name} prediction: {', '.join(own)}")
+        if vs_default:
+            details["fields"] = self.explain(case, impl.profile, keys_per_row)
+            details["message"] = (f"matches its profile {impl.profile.name!r}, which differs from the default on "
+                                  f"{', '.join(vs_default)} because of: {', '.join(f['field'] for f in details['fields'])}")
+            return Result(case.id, impl.name, "known-diff", case.check, details=details)
+        details["message"] = "matches the prediction, which equals the default profile's"
+        return Result(case.id, impl.name, "pass", case.check, details=details)
+
+    def _mismatch(self, case, impl, version, details, message) -> Result:
+        finding = match_finding(self.findings, impl.name, version, case.id)
+        if finding:
+            details["finding"] = dataclasses.asdict(finding)
+            details["message"] = f"{message} — known bug {finding.id}: {finding.title}"
+            return Result(case.id, impl.name, "known-bug", case.check, details=details)
+        details["message"] = message
+        return Result(case.id, impl.name, "fail", case.check, details=details)
+
+    def _invariant(self, case, impl, version, actual, hand) -> Result:
+        by_name = {b.name: out for b, out in zip(case.batches, actual)}
+        checks, broken = [], []
+        for inv in case.invariants:
+            (na, ia), (nb, ib) = (inv[s].split(":") for s in ("a", "b"))
+            ra, rb = by_name[na][int(ia)], by_name[nb][int(ib)]
+            keys = ["token", "error", "finish_reason", "support"] if inv["kind"] == "same_result" else ["token", "error"]
+            oa, ob = observe(ra, keys), observe(rb, keys)
+            if inv["kind"] == "different_token":
+                ok = oa["error"] is None and ob["error"] is None and oa["token"] != ob["token"]
+                why = [] if ok else [f"both rows gave token {oa['token']!r} (errors {oa['error']!r}, {ob['error']!r})"]
+            else:
+                why = mismatches(oa, ob)
+                ok = not why
+            checks.append({"kind": inv["kind"], "a": inv["a"], "b": inv["b"], "a_out": oa, "b_out": ob, "holds": ok,
+                           "why": why})
+            if not ok:
+                broken.append(f"{inv['kind']}({inv['a']}, {inv['b']}): {'; '.join(why)}")
+        details = {"invariants": checks}
+        if hand:
+            details["message"] = ("the reference under the default profile disagrees with the case's hand-written "
+                                  "expectations: " + "; ".join(f"{h['row']}: {', '.join(h['mismatches'])}" for h in hand))
+            return Result(case.id, impl.name, "fail", case.check, details=details)
+        if broken:
+            return self._mismatch(case, impl, version, details, "invariant broken: " + " | ".join(broken))
+        details["message"] = f"{len(checks)} invariant(s) hold"
+        return Result(case.id, impl.name, "pass", case.check, details=details)
+
+    # -- statistical ---------------------------------------------------------
+    def draw_counts(self, impl, row, seeds: list) -> np.ndarray:
+        """``(V,)`` counts of ``len(seeds)`` draws of ``row`` from ``impl``.
+
+        Uses the session's ``sample_many(row, seeds)`` when it has one;
+        otherwise replicates the row into batches of 1024 with one seed per
+        copy and distinct slots.
+
+        Raises
+        ------
+        RowError
+            If the implementation rejects the row.
+        """
+        session = impl.open_session(self.device)
+        if hasattr(session, "sample_many"):
+            return np.asarray(session.sample_many(row, seeds), dtype=np.int64)
+        counts = np.zeros(row.vocab, dtype=np.int64)
+        for start in range(0, len(seeds), 1024):
+            part = seeds[start:start + 1024]
+            outs = impl.open_session(self.device).step(
+                [row.replace(seed=s, slot=j) for j, s in enumerate(part)])
+            for o in outs:
+                if o.error:
+                    raise RowError(o.error, o.message)
+                counts[o.token] += 1
+        return counts
+
+    def _statistical(self, case, impl, version) -> Result:
+        default32 = self.predict(case, TRTLLM)
+        default64 = self.predict(case, TRTLLM, torch.float64)
+        pred64 = self.predict(case, impl.profile, torch.float64)
+        rows, worst, errors, diffs, hand = [], [], [], [], []
+        for b, d32b, d64b, p64b in zip(case.batches, default32, default64, pred64):
+            for r, d32, d64, p64 in zip(b.rows, d32b, d64b, p64b):
+                where = f"{b.name}:{r.index}"
+                if r.expect:
+                    bad = mismatches(observe(d32, _keys(r.expect)), r.expect, case.atol, case.rtol)
+                    if bad:
+                        hand.append(f"{where}: {', '.join(bad)}")
+                if p64.error:
+                    errors.append(f"{where}: the prediction is an error ({p64.error}); nothing to draw")
+                    continue
+                seeds = [case.draw_seed + i for i in range(case.draws)]
+                row = r.to_row()
+                try:
+                    counts = self.draw_counts(impl, row, seeds)
+                except RowError as e:
+                    worst.append(f"{where}: rejected the row ({e.kind}: {e.message})")
+                    continue
+                probs = p64.probs.to(torch.float64).cpu().numpy()
+                gof = goodness_of_fit(counts, probs, self.alpha)
+                diff = mismatches(observe(p64, ["support", "probs"]), observe(d64, ["support", "probs"]), 1e-9, 1e-9)
+                if diff:
+                    diffs.append(where)
+                rows.append({"row": where, "verdict": gof.verdict, "reason": gof.reason, "n": gof.n,
+                             "alpha": gof.alpha, "p_value": gof.p_value, "statistic": gof.statistic,
+                             "bins": gof.bins[:40], "outside_support": gof.outside_support,
+                             "profile_differences": diff, "expected": r.expect})
+                if gof.verdict == "fail":
+                    worst.append(f"{where}: {gof.reason}")
+                elif gof.verdict == "error":
+                    errors.append(f"{where}: {gof.reason}")
+        details = {"rows": rows, "profile": impl.profile.name, "alpha": self.alpha,
+                   "test": "support check, then chi-square goodness of fit on bins with expected count >= 5"}
+        if hand:
+            details["message"] = "the reference under the default profile disagrees with the case's hand-written " \
+                                 "expectations: " + "; ".join(hand)
+            return Result(case.id, impl.name, "fail", case.check, details=details)
+        if worst:
+            return self._mismatch(case, impl, version, details, " | ".join(worst))
+        if errors:
+            details["message"] = " | ".join(errors)
+            return Result(case.id, impl.name, "error", case.check, details=details)
+        if diffs:
+            keys = [[["support", "probs"] for _ in b.rows] for b in case.batches]
+            details["fields"] = self.explain(case, impl.profile, keys)
+            details["message"] = (f"draws fit its profile {impl.profile.name!r}, whose distribution differs from the "
+                                  f"default on {', '.join(diffs)}")
+            return Result(case.id, impl.name, "known-diff", case.check, details=details)
+        details["message"] = "; ".join(r["reason"] for r in rows)
+        return Result(case.id, impl.name, "pass", case.check, details=details)
