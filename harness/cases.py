@@ -138,6 +138,11 @@ CASE_SCHEMA = {
     },
 }
 _validate = fastjsonschema.compile(CASE_SCHEMA)
+_ANYOF_HINTS = {
+    "seed": "must be an integer, or a string holding a decimal or 0x-prefixed hexadecimal integer (for seeds >= 2**63)",
+    "logits": "must be a non-empty array of numbers, or a generator table "
+              "{dist = 'normal'|'uniform'|'constant', vocab = N, seed = S, ...} with no other keys",
+}
 
 # Row field -> feature it needs (cases/README.md).
 FIELD_FEATURES = {
@@ -301,11 +306,22 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
         raise CaseError(shown, "<file>", f"not UTF-8: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise CaseError(shown, "<toml>", f"syntax error: {e}") from None
+    missing = [k for k in CASE_SCHEMA["required"] if k not in data]
+    if missing:
+        raise CaseError(shown, missing[0], f"missing required field(s): {', '.join(missing)}")
     try:
         _validate(data)
     except fastjsonschema.JsonSchemaValueException as e:
+        if (e.name or "").startswith("data.source"):
+            raise CaseError(shown, "source", "each source must be {seed = '<NNN_hex16>.txt', section = '...'}, "
+                            "{repo = 'owner/name', path = '...', version = '...'} or "
+                            "{url = 'https://github.com/<owner>/<repo>/issues/<N>' (or /pull/<N>)}") from None
         field_ = (e.name or "data").replace("data.", "", 1).replace("data", "<top>")
-        raise CaseError(shown, field_, e.message.replace(e.name or "data", "value")) from None
+        reason = e.message.replace(e.name or "data", "value")
+        leaf = field_.rsplit(".", 1)[-1]
+        if "cannot be validated by any definition" in reason and leaf in _ANYOF_HINTS:
+            reason = _ANYOF_HINTS[leaf]
+        raise CaseError(shown, field_, reason) from None
     try:
         rel = _rel_id(path.resolve(), Path(root).resolve())
     except ValueError:

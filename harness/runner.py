@@ -120,7 +120,7 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
     paths = select(all_paths, patterns, root)
     n_stat = count_statistical_checks(all_paths)
     findings = load_findings(Path(root) / "findings.toml")
-    impls = [get_impl(n) for n in impl_names]
+    impls = [get_impl(n) if isinstance(n, str) else n for n in impl_names]
     judge = Judge(findings, n_stat, device)
     meta, skip_reason, versions = {}, {}, {}
     for impl in impls:

@@ -1,0 +1,369 @@
+"""Tests of the harness machinery: loader errors, statuses, exit codes, report content.
+
+Each test builds a tiny corpus in a temporary directory, so it does not depend
+on the real corpus.
+"""
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from harness.cases import CaseError, load_case
+from harness.cli import main
+from harness.runner import run
+from harness.stats import goodness_of_fit, make_bins
+from impls.base import RowResult
+from impls.profiles import HF, TRTLLM
+from impls.reference import Reference
+
+HEADER = """schema = 1
+id = "{id}"
+description = "d"
+category = "{cat}"
+features = {features}
+source = {{ url = "https://github.com/NVIDIA/TensorRT-LLM/issues/1" }}
+check = "{check}"
+"""
+
+GREEDY_OK = """
+[[rows]]
+logits = [1.0, 3.0, 2.0]
+temperature = 0.0
+[rows.expect]
+token = 1
+mode = "greedy"
+"""
+
+
+def write_case(root: Path, cid: str, body: str, features='["temperature"]', check="exact") -> Path:
+    path = root / f"{cid}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(HEADER.format(id=cid, cat=cid.split("/")[0], features=features, check=check) + textwrap.dedent(body))
+    return path
+
+
+# ---------------------------------------------------------------- loader errors
+
+@pytest.mark.parametrize("body,field,reason_part", [
+    ("[[rows]]\nlogits = [1.0, 2.0]\ntop_p = 'high'\n", "rows[0].top_p", "must be number"),
+    ("[[rows]]\nlogits = [1.0, 2.0]\nbogus = 1\n", "rows[0]", "bogus"),
+    ("[[rows]]\nlogits = [1.0, 2.0]\n[rows.expect]\ntoken = 2\n", "rows[0].expect.token", "outside [0, 2)"),
+    ("[[rows]]\nlogits = [1.0, 2.0]\n[rows.expect]\nprobs = [1.0]\n", "rows[0].expect.probs", "vocab is 2"),
+    ("[[rows]]\nlogits = [1.0, 2.0]\nseed = 'abc'\n", "rows[0].seed", "0x-prefixed"),
+    ("[[rows]]\ntemperature = 1.0\n", "rows[0].logits", "missing"),
+    ("rows = [\n", "<toml>", "syntax error"),
+])
+def test_loader_names_file_field_and_reason(tmp_path, body, field, reason_part):
+    p = write_case(tmp_path, "filters/x", body)
+    with pytest.raises(CaseError) as ei:
+        load_case(p, tmp_path)
+    assert ei.value.field == field
+    assert reason_part in ei.value.reason
+    assert str(p) in str(ei.value)
+
+
+def test_loader_rejects_undeclared_feature(tmp_path):
+    p = write_case(tmp_path, "filters/x", "[[rows]]\nlogits = [1.0, 2.0]\ntop_p = 0.5\n", features="[]")
+    with pytest.raises(CaseError) as ei:
+        load_case(p, tmp_path)
+    assert ei.value.field == "features" and "rows[0].top_p needs feature 'top_p'" in ei.value.reason
+
+
+def test_loader_rejects_id_that_is_not_the_path(tmp_path):
+    p = write_case(tmp_path, "filters/x", GREEDY_OK)
+    p.rename(tmp_path / "filters" / "y.toml")
+    with pytest.raises(CaseError) as ei:
+        load_case(tmp_path / "filters" / "y.toml", tmp_path)
+    assert ei.value.field == "id" and "'filters/y'" in ei.value.reason
+
+
+def test_loader_missing_required_fields(tmp_path):
+    (tmp_path / "filters").mkdir()
+    p = tmp_path / "filters" / "x.toml"
+    p.write_text('schema = 1\nid = "filters/x"\n')
+    with pytest.raises(CaseError) as ei:
+        load_case(p, tmp_path)
+    assert ei.value.reason == "missing required field(s): description, category, features, source, check"
+
+
+def test_loader_bad_source_is_explained(tmp_path):
+    p = write_case(tmp_path, "filters/x", GREEDY_OK)
+    p.write_text(p.read_text().replace('{ url = "https://github.com/NVIDIA/TensorRT-LLM/issues/1" }', '{ url = "http://example.com" }'))
+    with pytest.raises(CaseError) as ei:
+        load_case(p, tmp_path)
+    assert ei.value.field == "source" and "github.com" in ei.value.reason
+
+
+def test_generated_logits_are_reproducible_and_seed_strings_parse(tmp_path):
+    p = write_case(tmp_path, "seeds/x", """
+        [[rows]]
+        logits = { dist = "normal", vocab = 5, seed = 3, sigma = 2.0, set = [[4, -inf]] }
+        seed = "0xFFFFFFFFFFFFFFFF"
+        """, features='["seed"]')
+    c = load_case(p, tmp_path)
+    row = c.batches[0].rows[0].to_row()
+    want = torch.from_numpy((np.random.default_rng(3).standard_normal(5) * 2.0).astype(np.float32))
+    want[4] = float("-inf")
+    assert torch.equal(row.logits, want)
+    assert row.seed == 2 ** 64 - 1 and row.slot == 0
+
+
+# ---------------------------------------------------------------- statuses
+
+class WrongArgmax(Reference):
+    """The reference with one deliberate defect: greedy returns the lowest-scoring token."""
+
+    def __init__(self, name="wrong"):
+        super().__init__(TRTLLM, name=name)
+
+    def version(self):
+        return "1.2.0"
+
+    def open_session(self, device="cpu"):
+        inner = super().open_session(device)
+
+        class S:
+            def step(self, rows):
+                out = inner.step(rows)
+                for r, o in zip(rows, out):
+                    if o.mode == "greedy":
+                        o.token = int(torch.argmin(r.logits))
+                return out
+        return S()
+
+
+class Crashes(Reference):
+    def __init__(self):
+        super().__init__(TRTLLM, name="crashes")
+
+    def open_session(self, device="cpu"):
+        raise RuntimeError("engine exploded")
+
+
+class NoTemperature(Reference):
+    features = frozenset({"top_k"})
+
+    def __init__(self):
+        super().__init__(TRTLLM, name="no-temp")
+
+
+class Unavailable(Reference):
+    def __init__(self):
+        super().__init__(TRTLLM, name="absent")
+
+    def available(self, device):
+        return "engine not installed"
+
+
+def statuses(outcome):
+    return {(r["case"], r["impl"]): r["status"] for r in outcome.doc["results"]}
+
+
+def test_statuses_and_exit_codes(tmp_path):
+    root = tmp_path / "cases"
+    write_case(root, "greedy/ok", GREEDY_OK)
+    (root / "greedy" / "broken.toml").write_text("schema = 1\nid = 'greedy/broken'\nrows = [")
+    out = run(["reference", WrongArgmax(), Crashes(), NoTemperature(), Unavailable()], None, tmp_path / "r",
+              progress=False, root=root)
+    st = statuses(out)
+    assert st[("greedy/ok", "reference")] == "pass"
+    assert st[("greedy/ok", "wrong")] == "fail"
+    assert st[("greedy/ok", "crashes")] == "error"
+    assert st[("greedy/ok", "no-temp")] == "n/a"
+    assert st[("greedy/ok", "absent")] == "skip"
+    assert all(st[("greedy/broken", i)] == "error" for i in ("reference", "wrong", "crashes", "no-temp", "absent"))
+    assert out.exit_code == 1
+    doc = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert doc["schema"] == 1 and set(doc["run"]) >= {"started", "finished", "host", "impls"}
+    assert doc["run"]["impls"]["reference"]["profile"] == "trtllm"
+    broken = [r for r in doc["results"] if r["case"] == "greedy/broken"][0]
+    assert broken["details"]["field"] == "<toml>" and broken["details"]["file"].endswith("broken.toml")
+    crash = [r for r in doc["results"] if r["impl"] == "crashes" and r["case"] == "greedy/ok"][0]
+    assert "engine exploded" in crash["details"]["message"]
+    assert set(doc["results"][0]) == {"case", "impl", "status", "check", "seconds", "details"}
+
+
+def test_known_bug_needs_a_matching_finding(tmp_path):
+    root = tmp_path / "cases"
+    write_case(root, "greedy/ok", GREEDY_OK)
+    (root / "findings.toml").write_text(textwrap.dedent("""
+        [[finding]]
+        id = "wrong-argmin"
+        impl = "wrong"
+        versions = ">=1.0,<2"
+        cases = ["greedy/*"]
+        title = "greedy picks the minimum"
+        link = "https://github.com/NVIDIA/TensorRT-LLM/issues/1"
+        """))
+    out = run([WrongArgmax()], None, tmp_path / "r", progress=False, root=root)
+    r = out.doc["results"][0]
+    assert r["status"] == "known-bug" and r["details"]["finding"]["id"] == "wrong-argmin"
+    assert out.exit_code == 0
+
+
+def test_known_diff_names_the_profile_field(tmp_path):
+    # HF rejects temperature = 0 when sampling; trtllm treats it as greedy.
+    root = tmp_path / "cases"
+    write_case(root, "greedy/t0", """
+        [[rows]]
+        logits = [1.0, 3.0, 2.0]
+        temperature = 0.0
+        do_sample = true
+        [rows.expect]
+        token = 1
+        """)
+    out = run(["reference", "reference-hf"], None, tmp_path / "r", progress=False, root=root)
+    st = statuses(out)
+    assert st[("greedy/t0", "reference")] == "pass"
+    r = [x for x in out.doc["results"] if x["impl"] == "reference-hf"][0]
+    assert r["status"] == "known-diff"
+    fields = [f["field"] for f in r["details"]["fields"]]
+    assert "temperature_zero" in fields
+    assert out.exit_code == 0
+
+
+def test_hand_expectation_disagreeing_with_reference_fails(tmp_path):
+    root = tmp_path / "cases"
+    write_case(root, "greedy/bad", GREEDY_OK.replace("token = 1", "token = 2"))
+    out = run(["reference"], None, tmp_path / "r", progress=False, root=root)
+    r = out.doc["results"][0]
+    assert r["status"] == "fail" and "hand-written" in r["details"]["message"]
+
+
+def test_invariant_broken_is_a_fail(tmp_path):
+    root = tmp_path / "cases"
+    write_case(root, "invariants/pair", """
+        [[batches]]
+        name = "a"
+        [[batches.rows]]
+        logits = [1.0, 3.0, 2.0]
+        temperature = 0.0
+        [[batches]]
+        name = "b"
+        [[batches.rows]]
+        logits = [1.0, 2.0, 3.0]
+        temperature = 0.0
+        [[invariants]]
+        kind = "same_token"
+        a = "a:0"
+        b = "b:0"
+        """, check="invariant")
+    out = run(["reference"], None, tmp_path / "r", progress=False, root=root)
+    r = out.doc["results"][0]
+    assert r["status"] == "fail" and "token: got 1, want 2" in r["details"]["message"]
+    assert "does not hold for the reference under the default profile" in r["details"]["message"]
+
+
+def test_invariant_broken_by_the_implementation_only(tmp_path):
+    # Seeded row alone vs beside a neighbour; the defect below makes a row's
+    # token depend on the batch size.
+    root = tmp_path / "cases"
+    write_case(root, "invariants/iso", """
+        [defaults]
+        logits = [0.0, 0.0, 0.0, 0.0]
+        temperature = 1.0
+        seed = 5
+        [[batches]]
+        name = "alone"
+        [[batches.rows]]
+        [[batches]]
+        name = "pair"
+        [[batches.rows]]
+        [[batches.rows]]
+        seed = 6
+        [[invariants]]
+        kind = "same_token"
+        a = "alone:0"
+        b = "pair:0"
+        """, features='["temperature", "seed"]', check="invariant")
+
+    class BatchDependent(Reference):
+        def __init__(self):
+            super().__init__(TRTLLM, name="batchdep")
+
+        def open_session(self, device="cpu"):
+            inner = super().open_session(device)
+
+            class S:
+                def step(self, rows):
+                    out = inner.step(rows)
+                    for o in out:
+                        o.token = (o.token + len(rows) - 1) % 4
+                    return out
+            return S()
+
+    out = run(["reference", BatchDependent()], None, tmp_path / "r", progress=False, root=root)
+    st = statuses(out)
+    assert st[("invariants/iso", "reference")] == "pass"
+    assert st[("invariants/iso", "batchdep")] == "fail"
+
+
+def test_report_content(tmp_path):
+    root = tmp_path / "cases"
+    write_case(root, "greedy/ok", GREEDY_OK)
+    out = run(["reference", "reference-hf"], None, tmp_path / "r", progress=False, root=root)
+    html = (tmp_path / "r" / "index.html").read_text()
+    assert "<h2 id=\"summary\">Summary</h2>" in html
+    assert 'href="#case-greedy--ok"' in html and 'id="case-greedy--ok"' in html
+    assert "https://github.com/NVIDIA/TensorRT-LLM/issues/1" in html
+    assert "temperature_zero" in html  # the profile table
+    assert "<script" not in html and "http://" not in html  # self-contained
+
+
+def test_cli_exit_codes(tmp_path, capsys):
+    assert main(["run", "--impl", "nope", "--out", str(tmp_path)]) == 2
+    assert "unknown implementation 'nope'" in capsys.readouterr().err
+    assert main(["run", "--cases", "no/such-case-anywhere", "--out", str(tmp_path)]) == 2
+    with pytest.raises(SystemExit) as e:
+        main(["frobnicate"])
+    assert e.value.code == 2
+
+
+# ---------------------------------------------------------------- statistics
+
+def test_bins_keep_expected_counts_at_least_five():
+    probs = np.array([0.5, 0.3, 0.15, 0.03, 0.01, 0.005, 0.005])
+    bins = make_bins(probs, 200)
+    # expected counts 100, 60, 30, 6, 2, 1, 1: four single bins, then {4,5,6} pooled (4 < 5) into token 3's bin
+    assert [b.tolist() for b in bins] == [[0], [1], [2], [3, 4, 5, 6]]
+
+
+def test_goodness_of_fit_support_violation_is_exact_failure():
+    res = goodness_of_fit(np.array([10, 0, 1]), np.array([0.5, 0.5, 0.0]), 1e-6)
+    assert res.verdict == "fail" and res.outside_support == {2: 1}
+
+
+def test_goodness_of_fit_known_values():
+    # observed [60, 40] vs expected [50, 50]: chi2 = (100 + 100) / 50 = 4.0, 1 d.o.f., p = 0.0455
+    res = goodness_of_fit(np.array([60, 40]), np.array([0.5, 0.5]), 0.01)
+    assert res.statistic == pytest.approx(4.0)
+    assert res.p_value == pytest.approx(0.04550026, rel=1e-6)
+    assert res.verdict == "pass"
+    assert goodness_of_fit(np.array([60, 40]), np.array([0.5, 0.5]), 0.05).verdict == "fail"
+
+
+def test_goodness_of_fit_too_few_draws_is_an_error():
+    res = goodness_of_fit(np.array([2, 1, 0]), np.array([0.4, 0.3, 0.3]), 0.01)
+    assert res.verdict == "error" and "too few draws" in res.reason
+
+
+def test_statistical_case_end_to_end(tmp_path):
+    root = tmp_path / "cases"
+    write_case(root, "filters/stat", """
+        draws = 4000
+        [[rows]]
+        logits = [0.0, 0.0, -0.6931471805599453, -inf]
+        temperature = 1.0
+        [rows.expect]
+        support = [0, 1, 2]
+        probs = [0.4, 0.4, 0.2, 0.0]
+        """, check="statistical")
+    out = run(["reference", "reference-hf"], None, tmp_path / "r", progress=False, root=root)
+    for r in out.doc["results"]:
+        assert r["status"] == "pass", r["details"]
+        row = r["details"]["rows"][0]
+        assert row["n"] == 4000 and row["alpha"] == pytest.approx(1e-4)
