@@ -11,8 +11,11 @@ Engine differences are :class:`~impls.profiles.Profile` fields.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Optional
+
+import torch
 
 from ..base import Row, RowError
 from ..profiles import Profile
@@ -75,10 +78,12 @@ def validate(row: Row, profile: Profile) -> None:
         ``invalid_top_k`` (below the profile's lower bound),
         ``invalid_min_p`` (outside ``[0, 1]`` or NaN),
         ``invalid_penalty`` (NaN, or repetition ``<= 0``),
-        ``invalid_top_p_decay`` (outside ``(0, 1]``), ``invalid_seed``
-        (outside ``[-2**63, 2**64)``), ``invalid_length`` (negative
+        ``invalid_top_p_decay`` (outside ``(0, 1]``, or active together with
+        ``use_beam_search``, SEMANTICS §2), ``invalid_top_p_min`` (outside
+        ``(0, 1]``), ``invalid_seed``
+        (not an integer, or outside ``[-2**63, 2**64)``), ``invalid_length`` (negative
         ``min_length``, ``max_new_tokens``, ``max_seq_len``,
-        ``prompt_ignore_length``), ``invalid_end_id`` (outside
+        ``no_repeat_ngram_size``), ``invalid_end_id`` (outside
         ``[-1, V)``), ``invalid_bad_words`` / ``invalid_stop_words`` (empty
         word or an id outside ``[0, V)``), ``invalid_token_id`` (history id
         outside ``[0, V)`` when the profile says ``history_out_of_range =
@@ -113,12 +118,23 @@ def validate(row: Row, profile: Profile) -> None:
         _check_range("top_p_decay", d, 0 < d <= 1, "in (0, 1]")
     if row.top_p_min is not None:
         _check_range("top_p_min", row.top_p_min, 0 < row.top_p_min <= 1, "in (0, 1]")
+    if row.use_beam_search and _decay_active(row):
+        # SEMANTICS §2: top-p decay is "rejected (per request) with beam search"
+        # (seed 000 § Top-P Decay: rejected at admission, one request, not the batch).
+        raise RowError("invalid_top_p_decay", f"top_p_decay={d!r} is not supported with beam search")
     if row.seed is not None:
+        # SEMANTICS §5: a bad seed is a per-request error, never a crash of the batch.
+        # Only integers are seeds (int(inf) raised OverflowError and failed the whole
+        # step; int(1.5) silently became seed 1).
         try:
-            seed_bits(int(row.seed))
+            seed_bits(operator.index(row.seed))
+        except TypeError:
+            raise RowError("invalid_seed", f"seed={row.seed!r}: must be an integer") from None
         except ValueError as e:
             raise RowError("invalid_seed", str(e)) from None
-    for name in ("min_length", "max_new_tokens", "max_seq_len", "prompt_ignore_length", "no_repeat_ngram_size"):
+    # prompt_ignore_length <= 0 has no effect (SEMANTICS §1.3; TensorRT-LLM
+    # sampling_params.py@v1.3.0rc7 docstring), so it is not validated here.
+    for name in ("min_length", "max_new_tokens", "max_seq_len", "no_repeat_ngram_size"):
         v = getattr(row, name)
         if v is not None and v < 0:
             raise RowError("invalid_length", f"{name}={v}: must be >= 0")
@@ -141,6 +157,30 @@ def _decay_active(row: Row) -> bool:
     return row.top_p_decay is not None and row.top_p_decay < 1.0
 
 
+#: Default floor of the decayed top-p (SEMANTICS §2).
+TOP_P_MIN_DEFAULT = 1e-6
+
+
+def runtime_top_p(row: Row, p0: float) -> float:
+    """The decayed top-p of a row whose top-p decay is active (SEMANTICS §2).
+
+    ``p = p0 if token in reset_ids else max(p * decay, top_p_min)`` after each
+    sampled token, starting from ``p0`` (the resolved top_p, 1.0 when unset)
+    for the first token. The sampled tokens are the row's ``generated``
+    history, so the value follows from the row alone. The product and the
+    floor are taken in float32, as TensorRT-LLM keeps its per-slot runtime
+    top-p (seed 000 § Top-P Decay; ``SlotSamplingParams.floats`` is float32).
+    """
+    f32 = lambda v: float(torch.tensor(v, dtype=torch.float32))
+    decay = f32(row.top_p_decay)
+    floor = f32(row.top_p_min if row.top_p_min is not None else TOP_P_MIN_DEFAULT)
+    reset = set(row.top_p_reset_ids or ())
+    p = f32(p0)
+    for tok in row.generated:
+        p = f32(p0) if tok in reset else max(f32(p * decay), floor)
+    return p
+
+
 def resolve(row: Row, profile: Profile) -> Resolved:
     """Validate ``row`` and resolve its mode and effective filter values.
 
@@ -152,7 +192,8 @@ def resolve(row: Row, profile: Profile) -> Resolved:
        ``profile.greedy_when_unset``, unless ``min_p > 0`` or an active top-p
        decay (when the profile says those force sampling).
     4. otherwise SAMPLING with ``temperature or 1.0``, ``top_k or 0``,
-       ``top_p or 1.0``, ``min_p if min_p > 0 else 0``.
+       ``top_p or 1.0``, ``min_p if min_p > 0 else 0``; with an active top-p
+       decay, ``top_p`` is the decayed value of :func:`runtime_top_p` (§2).
 
     With ``profile.mode_source == "do_sample"`` (Hugging Face), rules 2-3 are
     replaced by the ``do_sample`` flag (default: any sampling parameter set).
@@ -187,16 +228,23 @@ def resolve(row: Row, profile: Profile) -> Resolved:
         if profile.temperature_zero == "error":
             raise RowError("invalid_temperature", "temperature=0 with sampling: must be > 0")
         return Resolved(GREEDY)
+    top_p = p if p is not None else 1.0
+    if _decay_active(row):
+        # SEMANTICS §2: the decayed top-p replaces the request's top-p (p0).
+        top_p = runtime_top_p(row, top_p)
     res = Resolved(
         SAMPLING,
         temperature=t if t else 1.0,
         top_k=k if k and k > 0 else 0,
-        top_p=p if p is not None else 1.0,
+        top_p=top_p,
         min_p=m if m is not None and m > 0 else 0.0,
     )
     # §1.1 rule 4: an assertion, reaching it means resolution was bypassed.
-    assert res.temperature > 0 and (res.top_k == 0 or res.top_k > 1 or profile.mode_source == "do_sample") and (
-        res.top_p > 0 or profile.mode_source == "do_sample"), res
+    # Only the spellings the profile treats as greedy are excluded here (profiles
+    # built field by field, as the judge's explanations do, may mix rules).
+    g = profile.explicit_greedy if profile.mode_source == "params" else frozenset()
+    assert res.temperature > 0 and ("top_k_1" not in g or res.top_k != 1) and (
+        "top_p_0" not in g or res.top_p > 0), res
     return res
 
 
@@ -204,5 +252,5 @@ def effective_seed(row: Row) -> Optional[int]:
     """Return the row's seed as a signed int64 value (uint64 reinterpretation), or None."""
     if row.seed is None:
         return None
-    bits = seed_bits(int(row.seed))
+    bits = seed_bits(operator.index(row.seed))
     return bits - (1 << 64) if bits >= (1 << 63) else bits
