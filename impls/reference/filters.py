@@ -139,7 +139,10 @@ def kept_set(x: torch.Tensor, temperature: float, top_k: int, top_p: float, min_
     Source: SEMANTICS §1.5. Profile trtllm: ``probs = softmax(x / T)``, then
     min-p, then top-k, then top-p on the renormalised survivors.
     """
-    scaled = x / temperature if profile.temperature_first else x
+    # Shift by the max before dividing, so a tiny temperature cannot overflow
+    # x / T to inf (softmax is shift-invariant; the draw uses the same shift).
+    top = x[torch.isfinite(x)].max()
+    scaled = (x - top) / temperature if profile.temperature_first else x - top
     p = torch.softmax(scaled, dim=-1)
     finite = torch.isfinite(x)
     keep, cur = finite, p
@@ -169,5 +172,6 @@ def processed_probs(x: torch.Tensor, keep: torch.Tensor, temperature: float) -> 
     torch.Tensor
         ``(V,)`` same dtype as ``x``, zeros outside ``keep``, summing to 1.
     """
-    scaled = torch.where(keep, x / temperature, torch.full_like(x, float("-inf")))
+    top = x[keep].max()
+    scaled = torch.where(keep, (x - top) / temperature, torch.full_like(x, float("-inf")))
     return torch.softmax(scaled, dim=-1)

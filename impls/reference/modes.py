@@ -175,9 +175,9 @@ def runtime_top_p(row: Row, p0: float) -> float:
     decay = f32(row.top_p_decay)
     floor = f32(row.top_p_min if row.top_p_min is not None else TOP_P_MIN_DEFAULT)
     reset = set(row.top_p_reset_ids or ())
-    p = f32(p0)
+    p = p0
     for tok in row.generated:
-        p = f32(p0) if tok in reset else max(f32(p * decay), floor)
+        p = p0 if tok in reset else max(f32(f32(p) * decay), floor)
     return p
 
 

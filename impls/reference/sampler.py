@@ -42,7 +42,9 @@ from .seeds import SeedManager
 __all__ = ["ReferenceSession", "Reference", "rewrite_logits", "REFERENCE_VERSION"]
 
 #: Bumped whenever a rule of the reference changes; recorded in golden files.
-REFERENCE_VERSION = "1"
+#: 2: top-p decay across steps (§2), decay + beam rejected, integer-only seeds,
+#: a new seed in a slot restarts its stream, prompt_ignore_length < 0 a no-op.
+REFERENCE_VERSION = "2"
 
 
 def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tensor:

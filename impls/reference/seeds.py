@@ -37,8 +37,15 @@ class SeedManager:
 
     def observe(self, slot: int, owner: object, seed: Optional[int]) -> None:
         """Record that ``owner`` (a request id) holds ``slot`` with ``seed``
-        (signed int64 view, or None); a new owner resets the slot's offset to 0."""
-        if slot not in self._owner or self._owner[slot] != owner:
+        (signed int64 view, or None); a new owner resets the slot's offset to 0.
+
+        A different seed in the slot also counts as a new occupant (a request's
+        seed never changes): otherwise a row with ``request_id=None`` would draw
+        from the previous occupant's seed instead of its own (SEMANTICS §1.6:
+        "seeded row: seed = user seed; offset ... reset to 0 when a new request
+        takes the slot").
+        """
+        if slot not in self._owner or self._owner[slot] != owner or self._seed[slot] != seed:
             self._owner[slot] = owner
             self._seed[slot] = seed
             self._offset[slot] = 0
