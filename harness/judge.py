@@ -40,6 +40,7 @@ import torch
 
 from impls.profiles import TRTLLM, Profile, profile_diff
 from impls.reference import Reference
+from impls.reference.sampler import token_outputs
 from impls.base import RowError
 
 from .cases import Case
@@ -194,6 +195,13 @@ class Judge:
                 support = None
                 if not canonical and p.mode == "sampling" and p.probs is not None:
                     support = [int(i) for i in torch.nonzero(p.probs > 0).flatten().tolist()]
+                    if a.token is not None and a.token != p.token and a.token in support:
+                        # Another RNG drew another kept token: predict the
+                        # token-dependent outputs at the token it drew.
+                        at = token_outputs(r.to_row(), a.token, p.raw_logprobs, p.probs, impl.profile)
+                        want.update({k: v for k, v in at.items() if k in want})
+                        if "top_logprobs" in want and want["top_logprobs"] is not None:
+                            want["top_logprobs"] = [[int(i), float(v)] for i, v in want["top_logprobs"]]
                 got = observe(a, keys)
                 bad = mismatches(got, want, case.atol, case.rtol, token_in_support=support)
                 diff = mismatches(want, observe(d, keys), case.atol, case.rtol)

@@ -166,6 +166,11 @@ class RowResult:
         ``(vocab,)`` float, the distribution actually sampled from (after
         temperature and filters; zeros outside the support; one-hot for
         greedy rows).
+    raw_logprobs : torch.Tensor or None
+        ``(vocab,)`` float, the RAW logprobs of every token (§1.7).
+    extra : dict
+        Implementation-specific facts for the report (e.g. the Philox
+        ``seed`` and ``offset`` a row drew with).
     """
 
     token: Optional[int] = None
@@ -179,6 +184,7 @@ class RowResult:
     rank: Optional[int] = None
     rewritten_logits: Optional[torch.Tensor] = None
     probs: Optional[torch.Tensor] = None
+    raw_logprobs: Optional[torch.Tensor] = None
     extra: dict = field(default_factory=dict)
 
     @classmethod

@@ -83,7 +83,8 @@ def top_p_mask(q: torch.Tensor, keep: torch.Tensor, top_p: float, rule: str) -> 
     ``rule == "ascending_cumsum"`` (Hugging Face ``TopPLogitsWarper``):
     sort ascending (stable), remove tokens whose inclusive cumulative sum is
     ``<= 1 - top_p``, always keep the most likely one.
-    ``top_p >= 1`` keeps all.
+    ``top_p >= 1`` keeps all. Under either rule the most likely token (and
+    its ties, under ``"mass_above"``) is always kept.
 
     Returns
     -------
@@ -99,7 +100,9 @@ def top_p_mask(q: torch.Tensor, keep: torch.Tensor, top_p: float, rule: str) -> 
         # first index of each tie group in the descending order
         first = torch.searchsorted(-s, -s, right=False)
         above = excl[first]
-        kept_sorted = above < top_p
+        # The most likely tokens are always kept (top_p = 0 would otherwise keep
+        # nothing when a profile does not treat it as greedy).
+        kept_sorted = (above < top_p) | (first == 0)
         out = torch.zeros_like(keep)
         out[order] = kept_sorted
         return keep & out

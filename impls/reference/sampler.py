@@ -39,7 +39,7 @@ from .logprobs import rank, raw_logprobs, top_logprobs
 from .modes import BEAM, GREEDY, SAMPLING, Resolved, effective_seed, resolve
 from .seeds import SeedManager
 
-__all__ = ["ReferenceSession", "Reference", "rewrite_logits", "REFERENCE_VERSION"]
+__all__ = ["ReferenceSession", "Reference", "rewrite_logits", "token_outputs", "REFERENCE_VERSION"]
 
 #: Bumped whenever a rule of the reference changes; recorded in golden files.
 #: 2: top-p decay across steps (§2), decay + beam rejected, integer-only seeds,
@@ -82,6 +82,38 @@ def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tensor:
     if torch.isnan(x).any():
         raise RowError("nan_logits", "a logits rewrite produced NaN (e.g. -inf logit plus +inf bias)")
     return x
+
+
+def token_outputs(row: Row, token: int, raw_lp: torch.Tensor, probs: torch.Tensor, profile: Profile) -> dict:
+    """The outputs of a row that depend on which token was drawn.
+
+    Used by the reference itself and by the judge, to predict these values at
+    the token an implementation with another RNG actually drew.
+
+    Parameters
+    ----------
+    row : Row
+    token : int
+    raw_lp : torch.Tensor
+        ``(V,)`` RAW logprobs (§1.7).
+    probs : torch.Tensor
+        ``(V,)`` the distribution sampled from.
+    profile : Profile
+
+    Returns
+    -------
+    dict
+        ``logprob``, ``processed_logprob``, ``rank``, ``top_logprobs``
+        (None unless ``row.logprobs`` is set) and ``finish_reason``.
+    """
+    p = float(probs[token])
+    return {
+        "logprob": float(raw_lp[token]),
+        "processed_logprob": math.log(p) if p > 0 else float("-inf"),
+        "rank": rank(raw_lp, token, profile.rank_rule),
+        "top_logprobs": top_logprobs(raw_lp, row.logprobs, token) if row.logprobs is not None else None,
+        "finish_reason": finish_reason(row, token, profile),
+    }
 
 
 class ReferenceSession:
@@ -198,15 +230,11 @@ class ReferenceSession:
             probs = processed_probs(x, keep, res.temperature)
         result.rewritten_logits = x
         result.probs = probs
-        p = float(probs[tok])
-        result.processed_logprob = math.log(p) if p > 0 else float("-inf")
         raw_src = x if self.profile.raw_logprobs_stage == "after_rewrites" else x0
         lp = raw_logprobs(raw_src)
-        result.logprob = float(lp[tok])
-        result.rank = rank(lp, tok, self.profile.rank_rule)
-        if row.logprobs is not None:
-            result.top_logprobs = top_logprobs(lp, row.logprobs, tok)
-        result.finish_reason = finish_reason(row, tok, self.profile)
+        result.raw_logprobs = lp
+        for k, v in token_outputs(row, tok, lp, probs, self.profile).items():
+            setattr(result, k, v)
 
     def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 4096) -> torch.Tensor:
         """Draw ``len(seeds)`` tokens from one row, each from its own seed at offset 0.
