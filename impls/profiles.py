@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Optional
 
 __all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "get_profile", "profile_diff"]
 
@@ -101,6 +102,59 @@ class Profile:
         Seed of unseeded rows (§1.6).
     unseeded_offset_base : int
         First Philox offset of unseeded rows (§1.6: ``2**62``).
+    unset_top_k : int
+        The ``top_k`` of a sampling row that leaves ``top_k`` unset (0: no
+        top-k). Read by: ``impls/reference/modes.py`` ``resolve`` (not yet).
+    unset_max_new_tokens : int or None
+        The ``max_new_tokens`` of a row that sets neither ``max_new_tokens``
+        nor ``max_seq_len`` (None: no limit). Read by:
+        ``impls/reference/finish.py`` ``finish_reason`` (not yet).
+    max_new_tokens_overrides_max_seq_len : bool
+        With both set, only ``max_new_tokens`` limits the length (the
+        ``max_seq_len`` test is dropped). Read by: ``finish_reason`` (not yet).
+    logit_bias_duplicates : {"sum", "last"}
+        A token id listed twice in ``logit_bias``: the values add up, or the
+        last one wins. Read by: ``impls/reference/rewrites.py``
+        ``apply_logit_bias`` (not yet).
+    bad_words_skip_end_id : bool
+        A one-token bad word equal to the row's end id (set, ``>= 0``, not
+        ``ignore_eos``) is dropped instead of banned. Read by:
+        ``impls/reference/bans.py`` ``bad_word_bans`` (not yet).
+    prompt_ignore_length_scope : {"presence_frequency", "repetition"}
+        Which penalty ``prompt_ignore_length`` applies to: presence/frequency
+        counts (trtllm: the ignored prefix still counts as *seen* for
+        repetition), or the repetition penalty's seen set (the prefix is not
+        penalised; presence/frequency n/a). Read by: ``rewrites.py``
+        ``apply_repetition`` and ``apply_presence_frequency`` (not yet).
+    greedy_degenerate : {"error", "argmax"}
+        A GREEDY row whose logits hold NaN (input, or produced by a rewrite)
+        or are all ``-inf`` after the rewrites: ``"error"`` (``nan_logits`` /
+        ``no_valid_token``), or ``"argmax"``: the token ``torch.argmax``
+        returns (a NaN counts as the maximum, first NaN wins; all ``-inf``
+        gives id 0). Sampling rows still fail. Read by:
+        ``impls/reference/sampler.py`` ``ReferenceSession._prepare`` and
+        ``_choose_deterministic``, ``rewrite_logits`` (not yet).
+    validation_skips : frozenset of str
+        Checks of ``impls/reference/modes.py`` ``validate`` the engine does
+        not make: ``"inactive_params"`` (a parameter is checked only when the
+        step that uses it runs: temperature/top_k/top_p/min_p only on
+        sampling rows; temperature only if ``!= 1``; top_p only if ``< 1``,
+        so ``top_p > 1`` and NaN ``top_p`` are ignored; repetition only if
+        ``!= 1``; ``prompt_ignore_length`` only with an active repetition
+        penalty; ``min_length``/``no_repeat_ngram_size`` only if ``> 0``, so
+        negative values are ignored), ``"end_id_range"`` (any end id is
+        accepted; one outside ``[0, V)`` never stops and bans nothing),
+        ``"logit_bias_nan"`` (a NaN bias is added, giving a NaN logit),
+        ``"empty_bad_word"`` (an empty bad word is ignored). Read by:
+        ``validate`` (not yet).
+    validation_extras : frozenset of str
+        Checks the engine makes beyond ``validate``'s: ``"max_new_tokens_zero"``
+        (``max_new_tokens == 0`` is ``invalid_length``),
+        ``"max_seq_len_above_prompt"`` (without ``max_new_tokens``,
+        ``max_seq_len <= len(prompt)`` is ``invalid_length``),
+        ``"negative_history_ids"`` (a negative id in the history is
+        ``invalid_token_id`` when the repetition penalty is active, or when
+        no-repeat-ngram would ban it). Read by: ``validate`` (not yet).
     citations : dict
         Field name → where the value was read (seed section,
         ``repo:path@version`` or bug URL).
@@ -135,6 +189,17 @@ class Profile:
     stop_words_see_prompt: bool = True
     global_seed: int = 42
     unseeded_offset_base: int = 1 << 62
+    # Added for the hf profile; the defaults are trtllm's behaviour (the
+    # reference pipeline does not read them yet: see each field's docstring).
+    unset_top_k: int = 0
+    unset_max_new_tokens: Optional[int] = None
+    max_new_tokens_overrides_max_seq_len: bool = False
+    logit_bias_duplicates: str = "sum"
+    bad_words_skip_end_id: bool = False
+    prompt_ignore_length_scope: str = "presence_frequency"
+    greedy_degenerate: str = "error"
+    validation_skips: frozenset = frozenset()
+    validation_extras: frozenset = frozenset()
     citations: dict = field(default_factory=dict, compare=False, hash=False)
 
     def semantic_fields(self) -> dict:
@@ -171,15 +236,22 @@ TRTLLM = Profile(
     },
 )
 
-_HF_SRC = "huggingface/transformers:src/transformers/generation/logits_process.py@v5.24.0"
-_HF_UTILS = "huggingface/transformers:src/transformers/generation/utils.py@v5.24.0"
-_HF_CFG = "huggingface/transformers:src/transformers/generation/configuration_utils.py@v5.24.0"
+_HF_REPO = "huggingface/transformers:src/transformers/generation"
+_HF_V = "@v5.24.0"
+_HF_SRC = f"{_HF_REPO}/logits_process.py{_HF_V}"
+_HF_UTILS = f"{_HF_REPO}/utils.py{_HF_V}"
+_HF_CFG = f"{_HF_REPO}/configuration_utils.py{_HF_V}"
+_HF_STOP = f"{_HF_REPO}/stopping_criteria.py{_HF_V}"
 
-#: Hugging Face transformers 5.x ``generate`` logits processors and warpers.
+#: Hugging Face transformers 5.24 ``generate``: logits processors, warpers,
+#: multinomial sampling and stopping criteria, as driven by
+#: :mod:`impls.transformers`. Every value below was read in the installed
+#: transformers 5.24.0 source (2026-11-29); fields left at the trtllm value
+#: were checked too and carry a citation when transformers has a rule there.
 HF = dataclasses.replace(
     TRTLLM,
     name="hf",
-    description="Hugging Face transformers 5.x logits processors, warpers and multinomial sampling",
+    description="Hugging Face transformers 5.24 generate(): logits processors, warpers, multinomial sampling",
     mode_source="do_sample",
     explicit_greedy=frozenset(),
     min_p_forces_sampling=False,
@@ -188,25 +260,81 @@ HF = dataclasses.replace(
     top_p_zero_valid=True,
     validate_penalties=True,
     rewrite_order=("logit_bias", "repetition", "no_repeat_ngram", "bad_words", "min_length"),
-    presence_counts_prompt=False,
     penalty_clamp_finite=False,
     filter_order=("top_k", "top_p", "min_p"),
     top_p_rule="ascending_cumsum",
     rng="other",
-    raw_logprobs_stage="after_rewrites",
+    raw_logprobs_stage="before_processing",
+    unset_top_k=50,
+    unset_max_new_tokens=20,
+    max_new_tokens_overrides_max_seq_len=True,
+    logit_bias_duplicates="last",
+    bad_words_skip_end_id=True,
+    prompt_ignore_length_scope="repetition",
+    greedy_degenerate="argmax",
+    validation_skips=frozenset({"inactive_params", "end_id_range", "logit_bias_nan", "empty_bad_word"}),
+    validation_extras=frozenset({"max_new_tokens_zero", "max_seq_len_above_prompt", "negative_history_ids"}),
     citations={
-        "mode_source": f"{_HF_CFG} (do_sample=False is greedy decoding)",
-        "explicit_greedy": f"{_HF_UTILS} (_get_logits_processor: no parameter value switches to greedy)",
-        "min_p_forces_sampling": f"{_HF_CFG} (do_sample decides)",
-        "top_p_decay_forces_sampling": f"{_HF_CFG} (no top-p decay)",
-        "temperature_zero": f"{_HF_SRC} TemperatureLogitsWarper (strictly positive float required)",
-        "rewrite_order": f"{_HF_UTILS} _get_logits_processor",
-        "presence_counts_prompt": "n/a: transformers has no presence/frequency penalty",
-        "penalty_clamp_finite": f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (plain torch.where, no clamp)",
-        "filter_order": f"{_HF_UTILS} _get_logits_processor (temperature, top-k, top-p, min-p)",
-        "top_p_rule": f"{_HF_SRC} TopPLogitsWarper (ascending cumsum <= 1 - top_p removed)",
-        "rng": f"{_HF_UTILS} _sample (torch.multinomial)",
-        "raw_logprobs_stage": f"{_HF_UTILS} _sample (output_logits are the processed scores' inputs)",
+        "mode_source": f"{_HF_CFG} GenerationConfig.get_generation_mode (do_sample=False with num_beams=1 is "
+                       "GREEDY_SEARCH); the harness resolves an unset do_sample as 'any of temperature/top_k/top_p/"
+                       "min_p set' (GenerationConfig._get_default_generation_params says False)",
+        "explicit_greedy": f"{_HF_UTILS} GenerationMixin._get_logits_processor (no parameter value switches to greedy: "
+                           "top_k=1 keeps every token tied at the max, min_p=1 likewise)",
+        "min_p_forces_sampling": f"{_HF_CFG} GenerationConfig.get_generation_mode (only do_sample decides)",
+        "top_p_decay_forces_sampling": f"{_HF_CFG} GenerationConfig.get_generation_mode (only do_sample decides; "
+                                       "no top-p decay exists)",
+        "temperature_zero": f"{_HF_SRC} TemperatureLogitsWarper (__init__ raises ValueError unless a float > 0)",
+        "top_p_zero_valid": f"{_HF_SRC} TopPLogitsWarper (__init__ rejects only top_p < 0 or > 1; top_p=0 keeps "
+                            "min_tokens_to_keep=1 token)",
+        "top_k_disabled_below": f"{_HF_UTILS} GenerationMixin._get_logits_processor (TopKLogitsWarper built iff "
+                                "top_k != 0; its __init__ rejects top_k <= 0)",
+        "validate_penalties": f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (__init__: penalty must be a float > 0; "
+                              "NaN fails)",
+        "rewrite_order": f"{_HF_UTILS} GenerationMixin._get_logits_processor (SequenceBias, RepetitionPenalty, "
+                         "NoRepeatNGram, NoBadWords, MinLength, MinNewTokensLength, then the warpers)",
+        "penalty_clamp_finite": f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (torch.where(score < 0, score * p, "
+                                "score / p), no clamp)",
+        "history_out_of_range": f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (ids > vocab clamped to a dropped "
+                                "padding column) and NoRepeatNGramLogitsProcessor (spare column); negative ids: "
+                                "see validation_extras",
+        "min_length_counts_prompt": f"{_HF_SRC} MinNewTokensLengthLogitsProcessor (the adapter maps min_length to "
+                                    "min_new_tokens: new_tokens_length = len(input_ids) - prompt_length_to_skip)",
+        "filter_order": f"{_HF_UTILS} GenerationMixin._get_logits_processor (temperature, top-k, top-p, min-p)",
+        "filters_renormalise": f"{_HF_SRC} TopPLogitsWarper (softmax of the already filtered scores; MinPLogitsWarper "
+                               "likewise)",
+        "top_k_ties": f"{_HF_SRC} TopKLogitsWarper (removes scores < the k-th largest: ties kept)",
+        "top_p_rule": f"{_HF_SRC} TopPLogitsWarper (ascending torch.sort, softmax cumsum <= 1 - top_p removed, "
+                      "last min_tokens_to_keep kept; the sort is not stable: see the adapter's findings)",
+        "rng": f"{_HF_UTILS} GenerationMixin._sample (softmax + torch.multinomial on torch's global generator)",
+        "raw_logprobs_stage": f"{_HF_UTILS} GenerationMixin._sample (output_logits stores next_token_logits before "
+                              "logits_processor runs; output_scores stores the fully processed scores)",
+        "finish_order": f"{_HF_STOP} StoppingCriteriaList (ORs MaxLengthCriteria and EosTokenCriteria, no reason "
+                        "kept; the adapter reports the default order)",
+        "unset_top_k": f"{_HF_CFG} GenerationConfig._get_default_generation_params (top_k=50), merged into unset "
+                       f"fields by {_HF_UTILS} GenerationMixin._prepare_generation_config",
+        "unset_max_new_tokens": f"{_HF_CFG} GenerationConfig._get_default_generation_params (max_length=20), turned "
+                                f"into 20 new tokens by {_HF_UTILS} GenerationMixin._prepare_generated_length",
+        "max_new_tokens_overrides_max_seq_len": f"{_HF_UTILS} GenerationMixin._prepare_generated_length "
+                                                "(max_length = max_new_tokens + prompt length; 'max_new_tokens will "
+                                                "take precedence')",
+        "logit_bias_duplicates": f"{_HF_SRC} SequenceBiasLogitsProcessor (_convert_list_arguments_into_dict: "
+                                 "{tuple(ids): bias}, the last entry wins)",
+        "bad_words_skip_end_id": f"{_HF_SRC} NoBadWordsLogitsProcessor (__init__ filters out one-token bad words "
+                                 "equal to an eos_token_id)",
+        "prompt_ignore_length_scope": f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (input_ids[:, "
+                                      "prompt_ignore_length:] before the seen set is built)",
+        "greedy_degenerate": f"{_HF_UTILS} GenerationMixin._sample (torch.argmax of the processed scores, no "
+                             "NaN/-inf check; remove_invalid_values is off by default)",
+        "validation_skips": f"{_HF_UTILS} GenerationMixin._get_logits_processor (processors, whose __init__ does "
+                            "the checks, are built only when active: warpers only with do_sample, top_p < 1.0, "
+                            "min_new_tokens > 0, no_repeat_ngram_size > 0); "
+                            f"{_HF_SRC} SequenceBiasLogitsProcessor (_validate_arguments accepts any float and "
+                            "an empty key is never applied); "
+                            f"{_HF_UTILS} GenerationMixin._prepare_special_tokens (an eos id < 0 only logs a "
+                            "warning; none is checked against the vocabulary)",
+        "validation_extras": f"{_HF_CFG} GenerationConfig.validate (max_new_tokens <= 0 raises); {_HF_UTILS} "
+                             "GenerationMixin._validate_generated_length (input length >= max_length raises); "
+                             f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (torch.gather on a negative id raises)",
     },
 )
 

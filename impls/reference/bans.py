@@ -30,16 +30,17 @@ def min_length_bans(row: Row, profile: Profile) -> list:
     Source: SEMANTICS §1.4; seed 000 § token_ban (min_length bans EOS from a
     length count, never from token values).
     """
-    if not row.min_length or row.end_id is None or row.end_id < 0:
-        return []
+    if not row.min_length or row.end_id is None or not 0 <= row.end_id < row.vocab:
+        return []  # no end id, or one outside the vocabulary (a profile may accept it): nothing to ban
     n = len(row.generated) + (len(row.prompt) if profile.min_length_counts_prompt else 0)
     return [row.end_id] if n < row.min_length else []
 
 
-def bad_word_bans(row: Row) -> list:
+def bad_word_bans(row: Row, profile: Profile = None) -> list:
     """Bad words: a one-token word is always banned; a word ``[t0..tk-1]``
     bans ``tk-1`` when ``prompt + generated`` ends with ``[t0..tk-2]`` (the
-    prefix may lie in the prompt).
+    prefix may lie in the prompt). With ``profile.bad_words_skip_end_id``
+    a one-token word equal to the end id is dropped.
 
     Returns
     -------
@@ -48,9 +49,15 @@ def bad_word_bans(row: Row) -> list:
     Source: SEMANTICS §1.4; seed 000 § token_ban.
     """
     hist = list(row.prompt) + list(row.generated)
+    eos = row.end_id if (row.end_id is not None and row.end_id >= 0 and not row.ignore_eos) else None
+    skip_eos = profile is not None and profile.bad_words_skip_end_id
     out = []
     for w in row.bad_words:
         w = list(w)
+        if not w:
+            continue  # rejected by validation unless the profile ignores empty words
+        if skip_eos and len(w) == 1 and w[0] == eos:
+            continue  # Hugging Face drops a one-token bad word equal to the EOS id
         prefix = w[:-1]
         if not prefix or (len(hist) >= len(prefix) and hist[len(hist) - len(prefix):] == prefix):
             out.append(w[-1])

@@ -22,7 +22,10 @@ def finish_reason(row: Row, token: int, profile: Profile) -> str:
     ``len(prompt) + len(generated) >= max_seq_len``; STOP_WORDS if the
     history ends with a stop word (``prompt + generated`` when
     ``profile.stop_words_see_prompt``, so a match may straddle the prompt
-    boundary; multi-token words match across steps). The first condition in
+    boundary; multi-token words match across steps). With neither length
+    set, ``profile.unset_max_new_tokens`` applies (Hugging Face: 20); with
+    ``profile.max_new_tokens_overrides_max_seq_len`` a set
+    ``max_new_tokens`` drops the ``max_seq_len`` test. The first condition in
     ``profile.finish_order`` that holds wins (trtllm: END_ID > LENGTH >
     STOP_WORDS, so an EOS exactly at the length limit is END_ID).
 
@@ -35,11 +38,16 @@ def finish_reason(row: Row, token: int, profile: Profile) -> str:
     then LENGTH, then STOP_WORDS").
     """
     gen = list(row.generated) + [int(token)]
+    max_new, max_seq = row.max_new_tokens, row.max_seq_len
+    if max_new is None and max_seq is None:
+        max_new = profile.unset_max_new_tokens
+    if max_new is not None and profile.max_new_tokens_overrides_max_seq_len:
+        max_seq = None
     hist = list(row.prompt) + gen if profile.stop_words_see_prompt else gen
     checks = {
         END_ID: row.end_id is not None and row.end_id >= 0 and not row.ignore_eos and token == row.end_id,
-        LENGTH: (row.max_new_tokens is not None and len(gen) >= row.max_new_tokens)
-        or (row.max_seq_len is not None and len(row.prompt) + len(gen) >= row.max_seq_len),
+        LENGTH: (max_new is not None and len(gen) >= max_new)
+        or (max_seq is not None and len(row.prompt) + len(gen) >= max_seq),
         STOP_WORDS: any(_ends_with(hist, w) for w in row.stop_words),
     }
     for reason in profile.finish_order:

@@ -60,7 +60,7 @@ def _check_range(name: str, value, ok: bool, rule: str) -> None:
         raise RowError(f"invalid_{name}", f"{name}={value!r}: must be {rule}")
 
 
-def validate(row: Row, profile: Profile) -> None:
+def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> None:
     """Reject an invalid request (SEMANTICS §1.1 rule 5, §5).
 
     Parameters
@@ -68,7 +68,16 @@ def validate(row: Row, profile: Profile) -> None:
     row : Row
     profile : Profile
         Reads ``top_p_zero_valid``, ``top_k_disabled_below``,
-        ``temperature_zero``, ``validate_penalties``.
+        ``temperature_zero``, ``validate_penalties``, ``validation_skips``
+        (checks the engine does not make: ``inactive_params``,
+        ``end_id_range``, ``empty_bad_word``; ``logit_bias_nan`` is read by
+        :func:`impls.reference.rewrites.apply_logit_bias`) and
+        ``validation_extras`` (checks it makes beyond these).
+    sampling : bool, optional
+        Whether the row samples; with ``"inactive_params"`` in
+        ``profile.validation_skips`` a parameter is checked only when the
+        step that uses it runs (Hugging Face builds, and so validates, a
+        processor only when it is active).
 
     Raises
     ------
@@ -90,28 +99,30 @@ def validate(row: Row, profile: Profile) -> None:
         "error"``).
     """
     V = row.vocab
+    lazy = "inactive_params" in profile.validation_skips
+    filters_on = not lazy or sampling is not False
     t = row.temperature
-    if t is not None:
+    if t is not None and filters_on and not (lazy and t == 1.0):
         _check_range("temperature", t, t >= 0, ">= 0")
     p = row.top_p
-    if p is not None:
+    if p is not None and filters_on and not (lazy and not p < 1.0):
         lo_ok = p >= 0 if profile.top_p_zero_valid else p > 0
         _check_range("top_p", p, lo_ok and p <= 1, "in [0, 1]" if profile.top_p_zero_valid else "in (0, 1]")
     k = row.top_k
-    if k is not None:
+    if k is not None and filters_on and not (lazy and k == 0):
         if not isinstance(k, int):
             raise RowError("invalid_top_k", f"top_k={k!r}: must be an integer")
         _check_range("top_k", k, k >= profile.top_k_disabled_below, f">= {profile.top_k_disabled_below}")
     m = row.min_p
-    if m is not None:
+    if m is not None and filters_on:
         _check_range("min_p", m, 0 <= m <= 1, "in [0, 1]")
     if profile.validate_penalties:
         for name in ("repetition_penalty", "presence_penalty", "frequency_penalty"):
             v = getattr(row, name)
-            if v is not None and _is_nan(v):
+            if v is not None and _is_nan(v) and not (lazy and name == "repetition_penalty"):
                 raise RowError("invalid_penalty", f"{name}=nan")
         r = row.repetition_penalty
-        if r is not None and not r > 0:
+        if r is not None and not r > 0 and not (lazy and r == 1.0):
             raise RowError("invalid_penalty", f"repetition_penalty={r!r}: must be > 0")
     d = row.top_p_decay
     if d is not None:
@@ -136,13 +147,26 @@ def validate(row: Row, profile: Profile) -> None:
     # sampling_params.py@v1.3.0rc7 docstring), so it is not validated here.
     for name in ("min_length", "max_new_tokens", "max_seq_len", "no_repeat_ngram_size"):
         v = getattr(row, name)
-        if v is not None and v < 0:
+        # Hugging Face builds MinNewTokens/NoRepeatNGram only for values > 0,
+        # so a negative one is ignored there.
+        if v is not None and v < 0 and not (lazy and name in ("min_length", "no_repeat_ngram_size")):
             raise RowError("invalid_length", f"{name}={v}: must be >= 0")
+    extras = profile.validation_extras
+    if "max_new_tokens_zero" in extras and row.max_new_tokens == 0:
+        raise RowError("invalid_length", "max_new_tokens=0: must be > 0")
+    if ("max_seq_len_above_prompt" in extras and row.max_new_tokens is None and row.max_seq_len is not None
+            and row.max_seq_len <= len(row.prompt)):
+        raise RowError("invalid_length", f"max_seq_len={row.max_seq_len} leaves no room after a prompt of "
+                                         f"{len(row.prompt)} tokens")
+    if "negative_history_ids" in extras:
+        _check_negative_history(row)
     e = row.end_id
-    if e is not None and not -1 <= e < V:
+    if e is not None and not -1 <= e < V and "end_id_range" not in profile.validation_skips:
         raise RowError("invalid_end_id", f"end_id={e}: must be -1 (none) or in [0, {V})")
     for name, words in (("bad_words", row.bad_words), ("stop_words", row.stop_words)):
         for w in words:
+            if len(w) == 0 and name == "bad_words" and "empty_bad_word" in profile.validation_skips:
+                continue
             if len(w) == 0 or any(not 0 <= t_ < V for t_ in w):
                 raise RowError(f"invalid_{name}", f"{name} entry {list(w)}: must be non-empty with ids in [0, {V})")
     if profile.history_out_of_range == "error":
@@ -150,6 +174,23 @@ def validate(row: Row, profile: Profile) -> None:
             bad = [t_ for t_ in getattr(row, name) if not 0 <= t_ < V]
             if bad:
                 raise RowError("invalid_token_id", f"{name} holds ids outside [0, {V}): {bad[:5]}")
+
+
+def _check_negative_history(row: Row) -> None:
+    # Hugging Face gathers scores at history ids: a negative id raises in the
+    # repetition penalty, and in no-repeat-ngram when it would be banned.
+    hist = list(row.prompt) + list(row.generated)
+    r = row.repetition_penalty
+    if r is not None and r != 1.0:
+        skip = max(row.prompt_ignore_length or 0, 0)
+        if any(t < 0 for t in hist[skip:]):
+            raise RowError("invalid_token_id", "a negative id in the history cannot be penalised")
+    n = row.no_repeat_ngram_size
+    if n and n > 0 and len(hist) >= n:
+        prefix = hist[len(hist) - (n - 1):] if n > 1 else []
+        for i in range(len(hist) - n + 1):
+            if hist[i:i + n - 1] == prefix and hist[i + n - 1] < 0:
+                raise RowError("invalid_token_id", "no-repeat-ngram would ban a negative id from the history")
 
 
 def _decay_active(row: Row) -> bool:
@@ -191,7 +232,8 @@ def resolve(row: Row, profile: Profile) -> Resolved:
     3. temperature, top_p, top_k all unset → GREEDY when
        ``profile.greedy_when_unset``, unless ``min_p > 0`` or an active top-p
        decay (when the profile says those force sampling).
-    4. otherwise SAMPLING with ``temperature or 1.0``, ``top_k or 0``,
+    4. otherwise SAMPLING with ``temperature or 1.0``, ``top_k`` (or
+       ``profile.unset_top_k`` when unset: 0 for trtllm, 50 for Hugging Face),
        ``top_p or 1.0``, ``min_p if min_p > 0 else 0``; with an active top-p
        decay, ``top_p`` is the decayed value of :func:`runtime_top_p` (§2).
 
@@ -204,17 +246,19 @@ def resolve(row: Row, profile: Profile) -> Resolved:
         From :func:`validate`, and ``invalid_temperature`` when a sampling
         row has ``temperature == 0`` under ``temperature_zero == "error"``.
     """
-    validate(row, profile)
     t, k, p, m = row.temperature, row.top_k, row.top_p, row.min_p
-    if row.use_beam_search:
-        return Resolved(BEAM, temperature=t if t else 1.0)
-    if profile.mode_source == "do_sample":
+    if profile.mode_source == "do_sample" and not row.use_beam_search:
         do_sample = row.do_sample
         if do_sample is None:
             do_sample = any(v is not None for v in (t, k, p, m))
+        validate(row, profile, sampling=do_sample)
         if not do_sample:
             return Resolved(GREEDY)
     else:
+        validate(row, profile)
+    if row.use_beam_search:
+        return Resolved(BEAM, temperature=t if t else 1.0)
+    if profile.mode_source != "do_sample":
         g = profile.explicit_greedy
         if (("top_k_1" in g and k == 1) or ("top_p_0" in g and p == 0.0)
                 or ("min_p_1" in g and m == 1.0) or ("temperature_0" in g and t == 0)):
@@ -228,14 +272,14 @@ def resolve(row: Row, profile: Profile) -> Resolved:
         if profile.temperature_zero == "error":
             raise RowError("invalid_temperature", "temperature=0 with sampling: must be > 0")
         return Resolved(GREEDY)
-    top_p = p if p is not None else 1.0
+    top_p = p if p is not None and not _is_nan(p) else 1.0  # a NaN top_p reaching here is ignored
     if _decay_active(row):
         # SEMANTICS §2: the decayed top-p replaces the request's top-p (p0).
         top_p = runtime_top_p(row, top_p)
     res = Resolved(
         SAMPLING,
         temperature=t if t else 1.0,
-        top_k=k if k and k > 0 else 0,
+        top_k=max(k if k is not None else profile.unset_top_k, 0),
         top_p=top_p,
         min_p=m if m is not None and m > 0 else 0.0,
     )

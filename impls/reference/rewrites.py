@@ -17,7 +17,7 @@ from ..profiles import Profile
 __all__ = ["apply_logit_bias", "apply_repetition", "apply_presence_frequency", "penalty_active"]
 
 
-def apply_logit_bias(x: torch.Tensor, row: Row) -> torch.Tensor:
+def apply_logit_bias(x: torch.Tensor, row: Row, profile: Profile = None) -> torch.Tensor:
     """Add the row's sparse logit bias (TensorRT-LLM's embedding bias).
 
     Parameters
@@ -26,7 +26,11 @@ def apply_logit_bias(x: torch.Tensor, row: Row) -> torch.Tensor:
         ``(V,)`` logits, float32 or float64.
     row : Row
         ``row.logit_bias`` is a list of ``(token_id, value)``; a value may be
-        ``-inf`` (a ban) or ``+inf``. Repeated ids add up.
+        ``-inf`` (a ban) or ``+inf``. Repeated ids add up, or the last one
+        wins under ``profile.logit_bias_duplicates == "last"``.
+    profile : Profile, optional
+        Also reads ``validation_skips`` (``"logit_bias_nan"``: a NaN value
+        is added rather than rejected). Default: trtllm.
 
     Returns
     -------
@@ -43,9 +47,12 @@ def apply_logit_bias(x: torch.Tensor, row: Row) -> torch.Tensor:
     if not row.logit_bias:
         return x
     V = x.shape[-1]
+    nan_ok = profile is not None and "logit_bias_nan" in profile.validation_skips
+    last = profile is not None and profile.logit_bias_duplicates == "last"
+    entries = list({int(t): v for t, v in row.logit_bias}.items()) if last else row.logit_bias
     out = x.clone()
-    for tok, val in row.logit_bias:
-        if not 0 <= int(tok) < V or val != val:
+    for tok, val in entries:
+        if not 0 <= int(tok) < V or (val != val and not nan_ok):
             raise RowError("invalid_logit_bias", f"logit_bias entry ({tok}, {val}): id must be in [0, {V}) and value not NaN")
         out[int(tok)] = out[int(tok)] + float(val)
     return out
@@ -76,7 +83,8 @@ def apply_repetition(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tenso
 
     ``x < 0 ? x * r : x / r`` for each distinct seen token, so ``r > 1``
     always lowers a logit (dividing a negative logit would raise it). The
-    ignored prompt prefix still counts as seen. With
+    ignored prompt prefix still counts as seen, unless
+    ``profile.prompt_ignore_length_scope == "repetition"`` (Hugging Face). With
     ``profile.penalty_clamp_finite`` the result is clamped to
     ``±finfo(dtype).max`` and non-finite inputs pass through.
 
@@ -99,7 +107,11 @@ def apply_repetition(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tenso
     if r is None or r == 1.0:
         return x
     V = x.shape[-1]
-    seen = sorted(set(_in_vocab(list(row.prompt) + list(row.generated), V)))
+    prompt = list(row.prompt)
+    if profile.prompt_ignore_length_scope == "repetition":
+        # Hugging Face: the ignored prefix is left out of the seen set.
+        prompt = prompt[max(row.prompt_ignore_length or 0, 0):]
+    seen = sorted(set(_in_vocab(prompt + list(row.generated), V)))
     if not seen:
         return x
     idx = torch.tensor(seen, dtype=torch.long, device=x.device)
@@ -137,7 +149,7 @@ def apply_presence_frequency(x: torch.Tensor, row: Row, profile: Profile) -> tor
         return x
     V = x.shape[-1]
     if profile.presence_counts_prompt:
-        skip = max(row.prompt_ignore_length or 0, 0)
+        skip = max(row.prompt_ignore_length or 0, 0) if profile.prompt_ignore_length_scope == "presence_frequency" else 0
         counted = list(row.prompt)[skip:] + list(row.generated)
     else:
         counted = list(row.generated)

@@ -4,7 +4,8 @@ Pipeline of :meth:`ReferenceSession.step`, in order (SEMANTICS §1; profile
 fields choose the variants, never the engine's name):
 
 1. batch checks: a slot used twice in one step rejects the later rows;
-2. per row, input checks: logits must be 1-D and free of NaN (§5);
+2. per row, input checks: logits must be 1-D and free of NaN (§5; under
+   ``profile.greedy_degenerate == "argmax"`` a GREEDY row may hold NaN);
 3. validation and mode resolution (:mod:`.modes`, §1.1);
 4. upcast to the working dtype (float32; float64 in oracle mode);
 5. logits rewrites in ``profile.rewrite_order`` (:mod:`.rewrites`,
@@ -47,7 +48,7 @@ __all__ = ["ReferenceSession", "Reference", "rewrite_logits", "token_outputs", "
 REFERENCE_VERSION = "2"
 
 
-def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tensor:
+def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile, allow_nan: bool = False) -> torch.Tensor:
     """Apply the logits rewrites of ``profile.rewrite_order`` to one row.
 
     Parameters
@@ -56,6 +57,9 @@ def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tensor:
         ``(V,)`` logits in the working dtype.
     row : Row
     profile : Profile
+    allow_nan : bool
+        Let a NaN produced by a rewrite through (a GREEDY row under
+        ``profile.greedy_degenerate == "argmax"``).
 
     Returns
     -------
@@ -70,16 +74,16 @@ def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tensor:
     """
     V = x.shape[-1]
     steps = {
-        "logit_bias": lambda y: rewrites.apply_logit_bias(y, row),
+        "logit_bias": lambda y: rewrites.apply_logit_bias(y, row, profile),
         "repetition": lambda y: rewrites.apply_repetition(y, row, profile),
         "presence_frequency": lambda y: rewrites.apply_presence_frequency(y, row, profile),
         "min_length": lambda y: bans.apply_bans(y, bans.min_length_bans(row, profile)),
-        "bad_words": lambda y: bans.apply_bans(y, bans.bad_word_bans(row)),
+        "bad_words": lambda y: bans.apply_bans(y, bans.bad_word_bans(row, profile)),
         "no_repeat_ngram": lambda y: bans.apply_bans(y, bans.no_repeat_ngram_bans(row, V)),
     }
     for name in profile.rewrite_order:
         x = steps[name](x)
-    if torch.isnan(x).any():
+    if not allow_nan and torch.isnan(x).any():
         raise RowError("nan_logits", "a logits rewrite produced NaN (e.g. -inf logit plus +inf bias)")
     return x
 
@@ -139,15 +143,24 @@ class ReferenceSession:
     def _prepare(self, row: Row) -> tuple[Resolved, torch.Tensor, torch.Tensor]:
         if row.logits.dim() != 1:
             raise RowError("bad_logits", f"logits must be 1-D, got shape {tuple(row.logits.shape)}")
-        if torch.isnan(row.logits).any():
-            raise RowError("nan_logits", f"NaN at token ids {torch.nonzero(torch.isnan(row.logits)).flatten()[:5].tolist()}")
+        nan = bool(torch.isnan(row.logits).any())
+        lenient = self.profile.greedy_degenerate == "argmax"
+        nan_error = RowError("nan_logits", f"NaN at token ids {torch.nonzero(torch.isnan(row.logits)).flatten()[:5].tolist()}")
+        if nan and not lenient:
+            raise nan_error
         res = resolve(row, self.profile)
+        # Under greedy_degenerate == "argmax" (Hugging Face) a GREEDY row takes
+        # whatever torch.argmax answers; every other row still needs clean logits.
+        allow = lenient and res.mode == GREEDY
+        if nan and not allow:
+            raise nan_error
         x0 = row.logits.to(self.device).to(self.dtype)
-        x = rewrite_logits(x0, row, self.profile)
+        x = rewrite_logits(x0, row, self.profile, allow_nan=allow)
         return res, x0, x
 
     def _choose_deterministic(self, res: Resolved, x: torch.Tensor) -> int:
-        if not (x > float("-inf")).any():
+        lenient = self.profile.greedy_degenerate == "argmax" and res.mode == GREEDY
+        if not lenient and not (x > float("-inf")).any():
             raise RowError("no_valid_token", "every token is -inf after bias, penalties and bans")
         if res.mode == BEAM:
             return int(torch.argmax(torch.log_softmax(x / res.temperature, dim=-1)))

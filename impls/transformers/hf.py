@@ -1,0 +1,292 @@
+"""Hugging Face's own generation code, driven without a model.
+
+Imported lazily (it imports transformers). :class:`ModelFree` borrows the
+model-free methods of ``GenerationMixin`` (transformers 5.24.0,
+``src/transformers/generation/utils.py``) and runs them in the order
+``GenerationMixin.generate`` does:
+
+1. ``_prepare_generation_config(None, **kwargs)``: the user's arguments over
+   the global defaults of ``GenerationConfig._get_default_generation_params``
+   (so an unset ``top_k`` becomes 50 and an unset length 20 new tokens),
+   then ``GenerationConfig.update`` -> ``validate`` (``max_new_tokens <= 0``
+   raises);
+2. ``_prepare_special_tokens``: ``eos_token_id`` -> ``_eos_token_tensor``;
+3. ``_prepare_generated_length`` and ``_validate_generated_length``
+   (``max_length`` from ``max_new_tokens`` + prompt length; a prompt as long
+   as ``max_length`` raises);
+4. ``_get_logits_processor``: the processors in HF's order, then (with
+   ``do_sample``) the warpers temperature, top-k, top-p, min-p;
+5. ``_get_stopping_criteria``: ``MaxLengthCriteria``, ``EosTokenCriteria``.
+
+The token is then chosen as ``GenerationMixin._sample`` does: ``softmax`` of
+the processed scores and ``torch.multinomial(probs, 1)`` when sampling,
+``torch.argmax`` when not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import transformers
+from transformers import GenerationConfig
+from transformers.generation import logits_process as lp
+from transformers.generation import stopping_criteria as sc
+from transformers.generation.utils import GenerationMixin
+
+from ..base import Row, RowError
+from .translate import generate_kwargs
+
+__all__ = ["ModelFree", "Prepared", "prepare", "run_processors", "version", "WARPER_TYPES",
+           "classify_value_error", "quiet"]
+
+#: Processors ``_get_logits_processor`` appends only under ``do_sample``
+#: (the former "logits warpers"); everything before them is a rewrite.
+WARPER_TYPES = (
+    lp.TemperatureLogitsWarper, lp.TopHLogitsWarper, lp.TopKLogitsWarper, lp.TopPLogitsWarper,
+    lp.MinPLogitsWarper, lp.TypicalLogitsWarper, lp.EpsilonLogitsWarper, lp.EtaLogitsWarper,
+)
+
+# ValueError messages of transformers 5.24.0 -> our error kinds (first match wins).
+_MESSAGE_KINDS = (
+    ("`temperature`", "invalid_temperature"),
+    ("`top_p`", "invalid_top_p"),
+    ("`top_k`", "invalid_top_k"),
+    ("`min_p`", "invalid_min_p"),
+    ("`penalty`", "invalid_penalty"),
+    ("`bad_words_ids`", "invalid_bad_words"),
+    ("`sequence_bias`", "invalid_logit_bias"),
+    ("`prompt_ignore_length`", "invalid_length"),
+    ("`ngram_size`", "invalid_length"),
+    ("`max_new_tokens`", "invalid_length"),
+    ("`max_length`", "invalid_length"),
+    ("`min_length`", "invalid_length"),
+    ("`min_new_tokens`", "invalid_length"),
+    ("`prompt_length_to_skip`", "invalid_length"),
+)
+
+
+def classify_value_error(e: Exception) -> str:
+    """Map a transformers ``ValueError`` raised while building processors to an error kind.
+
+    Parameters
+    ----------
+    e : Exception
+
+    Returns
+    -------
+    str
+        One of the error kinds of ``cases/README.md`` (``invalid_temperature``,
+        ``invalid_top_p``, ...); ``invalid_parameter`` when no rule matches.
+
+    The table follows the messages of ``TemperatureLogitsWarper``,
+    ``TopPLogitsWarper``, ``TopKLogitsWarper``, ``MinPLogitsWarper``,
+    ``RepetitionPenaltyLogitsProcessor``, ``NoBadWordsLogitsProcessor``,
+    ``SequenceBiasLogitsProcessor``, ``NoRepeatNGramLogitsProcessor``
+    (logits_process.py), ``GenerationConfig.validate``
+    (configuration_utils.py) and ``GenerationMixin._validate_generated_length``
+    (utils.py), all @v5.24.0.
+    """
+    msg = str(e)
+    for needle, kind in _MESSAGE_KINDS:
+        if needle in msg:
+            return kind
+    return "invalid_parameter"
+
+
+@contextlib.contextmanager
+def quiet():
+    """Silence transformers' warnings and logger output (restored on exit)."""
+    log = transformers.utils.logging
+    old = log.get_verbosity()
+    log.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        log.set_verbosity(old)
+
+
+class _ModelConfig:
+    """The few ``PretrainedConfig`` attributes the borrowed methods read (a decoder-only model)."""
+
+    is_encoder_decoder = False
+    max_position_embeddings = None
+
+    def _get_generation_parameters(self) -> dict:
+        return {}
+
+
+class ModelFree:
+    """A stand-in for a decoder-only model, carrying ``GenerationMixin``'s model-free methods.
+
+    Parameters
+    ----------
+    device : str or torch.device
+
+    Notes
+    -----
+    The methods are ``GenerationMixin``'s own functions (utils.py@v5.24.0),
+    bound to this object; they read only ``self.config`` (here
+    ``is_encoder_decoder = False``, no ``max_position_embeddings``),
+    ``self.generation_config`` (an empty ``GenerationConfig()``: a model whose
+    ``generation_config.json`` sets nothing) and ``self.device``.
+    """
+
+    _prepare_generation_config = GenerationMixin._prepare_generation_config
+    _prepare_special_tokens = GenerationMixin._prepare_special_tokens
+    _prepare_generated_length = GenerationMixin._prepare_generated_length
+    _validate_generated_length = GenerationMixin._validate_generated_length
+    _get_logits_processor = GenerationMixin._get_logits_processor
+    _get_stopping_criteria = GenerationMixin._get_stopping_criteria
+    _merge_criteria_processor_list = GenerationMixin._merge_criteria_processor_list
+
+    def __init__(self, device="cpu"):
+        self.config = _ModelConfig()
+        self.generation_config = GenerationConfig()
+        self.device = torch.device(device)
+
+
+@dataclass
+class Prepared:
+    """One row, ready to sample: HF's processors and criteria plus the inputs.
+
+    Attributes
+    ----------
+    do_sample : bool
+    input_ids : torch.Tensor
+        ``(1, len(prompt) + len(generated))`` int64, the history.
+    processors : list
+        ``LogitsProcessor`` instances before the warpers (HF order).
+    warpers : list
+        The warpers (temperature, top-k, top-p, min-p), empty when greedy.
+    criteria : StoppingCriteriaList
+        ``_get_stopping_criteria``'s list (``MaxLengthCriteria`` and, with an
+        EOS id, ``EosTokenCriteria``).
+    stop_criteria : list
+        One ``EosTokenCriteria`` for the single-token stop words (kept out of
+        the merged list: ``_merge_criteria_processor_list`` would let a custom
+        ``EosTokenCriteria`` replace the EOS one).
+    generation_config : GenerationConfig
+    """
+
+    do_sample: bool
+    input_ids: torch.Tensor
+    processors: list
+    warpers: list
+    criteria: object
+    stop_criteria: list = field(default_factory=list)
+    generation_config: Optional[object] = None
+
+    def names(self) -> list:
+        """Class names of the processors then the warpers, in application order."""
+        return [type(p).__name__ for p in self.processors + self.warpers]
+
+
+def _history(row: Row, device) -> torch.Tensor:
+    ids = [int(t) for t in list(row.prompt) + list(row.generated)]
+    return torch.tensor([ids], dtype=torch.long, device=device).reshape(1, len(ids))
+
+
+def prepare(row: Row, model: ModelFree) -> Prepared:
+    """Build HF's processors, warpers and stopping criteria for one row.
+
+    Parameters
+    ----------
+    row : Row
+    model : ModelFree
+
+    Returns
+    -------
+    Prepared
+
+    Raises
+    ------
+    RowError
+        A ``ValueError`` of transformers while building (an invalid
+        parameter), with the kind of :func:`classify_value_error`.
+    """
+    device = model.device
+    kw = generate_kwargs(row)
+    prompt_ids = torch.tensor([[int(t) for t in row.prompt]], dtype=torch.long, device=device).reshape(1, len(row.prompt))
+    prompt_len = prompt_ids.shape[1]
+    custom = lp.LogitsProcessorList()
+    try:
+        with quiet():
+            # generate(): has_default_* are computed before the defaults are merged in.
+            has_default_max_length = kw.get("max_length") is None
+            has_default_min_length = kw.get("min_length") is None
+            gc, _ = model._prepare_generation_config(None, **kw)
+            model._prepare_special_tokens(gc, kwargs_has_attention_mask=True, device=device, batch_size=1)
+            gc = model._prepare_generated_length(
+                generation_config=gc, has_default_max_length=has_default_max_length,
+                has_default_min_length=has_default_min_length, model_input_name="input_ids",
+                input_ids_length=prompt_len, inputs_tensor=prompt_ids)
+            model._validate_generated_length(gc, prompt_len, has_default_max_length)
+            if row.prompt_ignore_length is not None and gc.repetition_penalty is not None and gc.repetition_penalty != 1.0:
+                # The documented route (RepetitionPenaltyLogitsProcessor docstring): a custom processor that
+                # _merge_criteria_processor_list puts in the default one's place.
+                custom.append(lp.RepetitionPenaltyLogitsProcessor(
+                    gc.repetition_penalty, prompt_ignore_length=int(row.prompt_ignore_length)))
+            procs = model._get_logits_processor(
+                generation_config=gc, input_ids_seq_length=prompt_len, encoder_input_ids=prompt_ids,
+                prefix_allowed_tokens_fn=None, logits_processor=custom, device=device, model_kwargs={})
+            crit = model._get_stopping_criteria(gc, sc.StoppingCriteriaList(), tokenizer=None)
+    except ValueError as e:
+        raise RowError(classify_value_error(e), f"transformers: {e}".splitlines()[0]) from None
+    procs = list(procs)
+    split = next((i for i, p in enumerate(procs) if isinstance(p, WARPER_TYPES)), len(procs))
+    stops = sorted({int(w[0]) for w in row.stop_words if len(w) == 1})
+    stop_crit = [sc.EosTokenCriteria(torch.tensor(stops, dtype=torch.long, device=device))] if stops else []
+    return Prepared(do_sample=bool(gc.do_sample), input_ids=_history(row, device), processors=procs[:split],
+                    warpers=procs[split:], criteria=crit, stop_criteria=stop_crit, generation_config=gc)
+
+
+def run_processors(procs: list, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Apply ``procs`` in order as ``LogitsProcessorList.__call__`` does.
+
+    Parameters
+    ----------
+    procs : list of LogitsProcessor
+    input_ids : torch.Tensor
+        ``(1, L)`` int64.
+    scores : torch.Tensor
+        ``(1, V)`` float32.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(1, V)`` float32.
+
+    Raises
+    ------
+    RowError
+        ``invalid_bad_words`` / ``invalid_logit_bias`` when
+        ``NoBadWordsLogitsProcessor`` / ``SequenceBiasLogitsProcessor`` reject
+        an id ``>= V`` (checked on first call); ``invalid_token_id`` when a
+        history id breaks ``RepetitionPenaltyLogitsProcessor`` or
+        ``NoRepeatNGramLogitsProcessor`` (a negative id: ``gather`` /
+        ``scatter`` out of range).
+    """
+    for p in procs:
+        try:
+            with quiet():
+                scores = p(input_ids, scores)
+        except ValueError as e:
+            kind = ("invalid_bad_words" if isinstance(p, lp.NoBadWordsLogitsProcessor)
+                    else "invalid_logit_bias" if isinstance(p, lp.SequenceBiasLogitsProcessor)
+                    else classify_value_error(e))
+            raise RowError(kind, f"transformers {type(p).__name__}: {e}".splitlines()[0]) from None
+        except (RuntimeError, IndexError) as e:
+            raise RowError("invalid_token_id",
+                           f"transformers {type(p).__name__} failed on the history: {e}".splitlines()[0]) from None
+    return scores
+
+
+def version() -> str:
+    """``transformers.__version__``."""
+    return transformers.__version__

@@ -1,0 +1,284 @@
+"""The transformers adapter's session: one step for a batch of rows, HF's way.
+
+Imported lazily (it imports transformers through :mod:`.hf`).
+
+Per row (each row is its own ``generate`` call with a batch of one: HF
+shares one ``GenerationConfig`` across a batch, our rows each carry their
+own parameters):
+
+1. logits must be 1-D (``bad_logits``); upcast to float32 as
+   ``GenerationMixin._sample`` does (``outputs.logits[:, -1].to(copy=True,
+   dtype=torch.float32)``, utils.py@v5.24.0);
+2. :func:`.hf.prepare` builds HF's processors, warpers and criteria (an HF
+   ``ValueError`` becomes this row's error);
+3. the processors (bias, repetition, no-repeat-ngram, bad words, min
+   length) give ``rewritten_logits``;
+4. greedy (``do_sample`` False): ``torch.argmax`` of the processed scores
+   (first maximum, so ties go to the lowest id; a NaN counts as the
+   maximum, an all ``-inf`` row gives id 0: both are what ``_sample`` does,
+   reported as is). Sampling: the warpers, ``softmax``, then
+   ``torch.multinomial(probs, 1, generator=g)``; the ``RuntimeError`` it
+   raises on NaN/inf probabilities becomes ``nan_logits``,
+   ``posinf_logits`` or ``no_valid_token`` for that row only (HF itself
+   would abort the whole ``generate`` call);
+5. logprobs from ``profile.raw_logprobs_stage`` (``"before_processing"``:
+   ``log_softmax`` of the raw float32 logits, i.e. of HF's
+   ``output_logits``; the whole vector is ``raw_logprobs``); the processed
+   logprob is ``log_softmax`` of the fully
+   processed scores (HF's ``output_scores``, what
+   ``compute_transition_scores(..., normalize_logits=True)`` reads);
+6. finish reason from HF's criteria evaluated one by one on the history
+   with the token appended: ``EosTokenCriteria`` -> ``"end_id"``,
+   ``MaxLengthCriteria`` -> ``"length"``, the single-token stop words'
+   ``EosTokenCriteria`` -> ``"stop_words"``. ``StoppingCriteriaList`` only
+   ORs them; the reported precedence is ``profile.finish_order``
+   (END_ID > LENGTH > STOP_WORDS).
+
+Seeds: HF has no per-request seed (``_sample`` draws from torch's global
+generator). A seeded row draws with a ``torch.Generator`` seeded with the
+row's seed, kept per slot: it continues across steps while the same
+request holds the slot and is re-seeded when a new request takes it.
+Unseeded rows draw from torch's global generator, as HF does. Note that
+torch's CPU generator (mt19937) keeps only the low 32 bits of a seed: seeds
+``s`` and ``s + 2**32`` draw identically.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from ..base import Row, RowError, RowResult
+from ..profiles import Profile
+from . import hf
+from .translate import unsupported_reason
+
+__all__ = ["TransformersSession"]
+
+GREEDY, SAMPLING = "greedy", "sampling"
+
+
+def _rank(lp: torch.Tensor, token: int, rule: str) -> int:
+    v = lp[token]
+    if rule == "strict_plus_one":
+        return 1 + int((lp > v).sum())
+    if rule == "greater_equal":
+        return int((lp >= v).sum())
+    raise ValueError(f"unknown rank rule {rule!r}")
+
+
+def _top(lp: torch.Tensor, k: int, token: int) -> list:
+    order = torch.sort(lp, descending=True, stable=True).indices[:max(k, 0)].tolist()
+    out = [(int(i), float(lp[i])) for i in order]
+    if token not in order:
+        out.append((int(token), float(lp[token])))
+    return out
+
+
+def _sampling_failure(raw: torch.Tensor, rewritten: torch.Tensor, err: Exception) -> RowError:
+    if torch.isnan(raw).any():
+        return RowError("nan_logits", f"NaN logits: torch.multinomial refused the probabilities ({err})")
+    if torch.isnan(rewritten).any():
+        return RowError("nan_logits", f"a processor produced NaN (e.g. -inf logit plus +inf bias): {err}")
+    if torch.isposinf(rewritten).any():
+        return RowError("posinf_logits", f"+inf logit: softmax gives NaN, torch.multinomial refused it ({err})")
+    if not (rewritten > float("-inf")).any():
+        return RowError("no_valid_token", f"every token is -inf after the processors ({err})")
+    return RowError("sampling_failed", str(err))
+
+
+class TransformersSession:
+    """Per-slot generators and the batched step of the transformers adapter.
+
+    Parameters
+    ----------
+    profile : Profile
+        Supplies ``raw_logprobs_stage``, ``rank_rule`` and ``finish_order``.
+    device : str
+        ``"cpu"`` or ``"cuda"``.
+    """
+
+    def __init__(self, profile: Profile, device: str = "cpu"):
+        self.profile = profile
+        self.device = torch.device(device)
+        self.model = hf.ModelFree(self.device)
+        self._owner: dict = {}
+        self._seed: dict = {}
+        self._gen: dict = {}
+
+    # -- seeds -------------------------------------------------------------
+    def _observe(self, row: Row) -> None:
+        slot = row.slot
+        if slot not in self._owner or self._owner[slot] != row.request_id:
+            self._owner[slot] = row.request_id
+            self._seed[slot] = row.seed
+            self._gen.pop(slot, None)
+
+    def _generator(self, row: Row) -> Optional[torch.Generator]:
+        seed = self._seed.get(row.slot)
+        if seed is None:
+            return None  # torch's global generator, as HF's _sample
+        g = self._gen.get(row.slot)
+        if g is None:
+            g = self._new_generator(seed)
+            self._gen[row.slot] = g
+        return g
+
+    def _new_generator(self, seed: int) -> torch.Generator:
+        try:
+            return torch.Generator(device=self.device).manual_seed(int(seed))
+        except (ValueError, RuntimeError, OverflowError) as e:
+            raise RowError("invalid_seed", f"seed {seed!r}: torch.Generator.manual_seed refused it ({e})") from None
+
+    # -- one row -------------------------------------------------------------
+    def _process(self, row: Row):
+        """Return ``(prepared, raw, rewritten, final)``, each score tensor ``(1, V)`` float32."""
+        if row.logits.dim() != 1:
+            raise RowError("bad_logits", f"logits must be 1-D, got shape {tuple(row.logits.shape)}")
+        why = unsupported_reason(row)
+        if why is not None:
+            raise RowError("unsupported", why)
+        if row.seed is not None:
+            self._new_generator(row.seed)  # validate early: a bad seed is a per-row error
+        prep = hf.prepare(row, self.model)
+        raw = row.logits.to(device=self.device, dtype=torch.float32, copy=True).reshape(1, -1)
+        rewritten = hf.run_processors(prep.processors, prep.input_ids, raw.clone())
+        final = hf.run_processors(prep.warpers, prep.input_ids, rewritten) if prep.do_sample else rewritten
+        return prep, raw, rewritten, final
+
+    def _finish(self, prep: hf.Prepared, token: int) -> str:
+        ids = torch.cat([prep.input_ids, torch.tensor([[token]], dtype=torch.long, device=self.device)], dim=1)
+
+        def fired(crits, types) -> bool:
+            return any(bool(c(ids, None).any()) for c in crits if isinstance(c, types))
+
+        hits = {
+            "end_id": fired(prep.criteria, hf.sc.EosTokenCriteria),
+            "length": fired(prep.criteria, hf.sc.MaxLengthCriteria),
+            "stop_words": fired(prep.stop_criteria, hf.sc.EosTokenCriteria),
+        }
+        for reason in self.profile.finish_order:
+            if hits.get(reason):
+                return reason
+        return "none"
+
+    def _annotate(self, row: Row, res: RowResult, prep, raw, rewritten, final) -> None:
+        tok = res.token
+        V = raw.shape[-1]
+        if res.mode == GREEDY:
+            probs = torch.zeros(V, dtype=torch.float32, device=self.device)
+            probs[tok] = 1.0
+            res.processed_logprob = 0.0
+        else:
+            probs = torch.softmax(final[0], dim=-1)
+            res.processed_logprob = float(torch.log_softmax(final[0], dim=-1)[tok])
+        res.rewritten_logits = rewritten[0]
+        res.probs = probs
+        src = raw[0] if self.profile.raw_logprobs_stage == "before_processing" else rewritten[0]
+        lps = torch.log_softmax(src, dim=-1)
+        res.raw_logprobs = lps
+        res.logprob = float(lps[tok])
+        res.rank = _rank(lps, tok, self.profile.rank_rule)
+        if row.logprobs is not None:
+            res.top_logprobs = _top(lps, row.logprobs, tok)
+        res.finish_reason = self._finish(prep, tok)
+        res.extra["hf_processors"] = prep.names()
+
+    # -- the step --------------------------------------------------------------
+    def step(self, rows: Sequence[Row]) -> list:
+        """Sample one step for ``rows``.
+
+        Parameters
+        ----------
+        rows : sequence of Row
+            ``logits`` ``(V_i,)`` float32/bfloat16/float16.
+
+        Returns
+        -------
+        list of RowResult
+            One per row, in order. ``error`` kinds: those of
+            ``cases/README.md`` (from HF's ``ValueError``s and
+            ``torch.multinomial``'s ``RuntimeError``), plus ``unsupported``
+            for a row :meth:`TransformersImpl.unsupported` rejects (the
+            harness never sends those) and ``duplicate_slot`` for a slot
+            used twice in one step.
+        """
+        out = []
+        used = set()
+        for row in rows:
+            mode = None
+            try:
+                if row.slot in used:
+                    raise RowError("duplicate_slot", f"slot {row.slot} is used by an earlier row of this step")
+                used.add(row.slot)
+                prep, raw, rewritten, final = self._process(row)
+                mode = SAMPLING if prep.do_sample else GREEDY
+                self._observe(row)
+                if prep.do_sample:
+                    g = self._generator(row)
+                    probs = torch.softmax(final, dim=-1)
+                    try:
+                        tok = int(torch.multinomial(probs, num_samples=1, generator=g)[0, 0])
+                    except RuntimeError as e:
+                        raise _sampling_failure(raw, rewritten, e) from None
+                else:
+                    tok = int(torch.argmax(final, dim=-1)[0])
+                res = RowResult(token=tok, mode=mode)
+                if row.seed is not None:
+                    res.extra["seed"] = int(row.seed)
+                self._annotate(row, res, prep, raw, rewritten, final)
+                out.append(res)
+            except RowError as e:
+                out.append(RowResult.failed(e, mode))
+        return out
+
+    def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 1 << 20) -> torch.Tensor:
+        """Draw ``len(seeds)`` tokens from one row; the row is processed once.
+
+        HF has no per-draw seed, so the draws come from one
+        ``torch.Generator`` seeded with ``seeds[0]``, ``torch.multinomial``
+        with replacement, ``chunk`` draws per call: the counts are
+        reproducible for a given ``seeds`` list, and the draws are
+        independent samples of the processed distribution.
+
+        Parameters
+        ----------
+        row : Row
+        seeds : sequence of int
+            Only ``len(seeds)`` and ``seeds[0]`` are used.
+        chunk : int
+            Draws per ``torch.multinomial`` call.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(V,)`` int64 counts, summing to ``len(seeds)``; a greedy row
+            puts every draw on its argmax.
+
+        Raises
+        ------
+        RowError
+            The row's error, as :meth:`step` would report it.
+        """
+        prep, raw, rewritten, final = self._process(row)
+        V = raw.shape[-1]
+        n = len(seeds)
+        counts = torch.zeros(V, dtype=torch.int64)
+        if n == 0:
+            return counts
+        if not prep.do_sample:
+            counts[int(torch.argmax(final, dim=-1)[0])] = n
+            return counts
+        g = self._new_generator(int(seeds[0]))
+        probs = torch.softmax(final, dim=-1)
+        done = 0
+        while done < n:
+            m = min(chunk, n - done)
+            try:
+                toks = torch.multinomial(probs, num_samples=m, replacement=True, generator=g)[0]
+            except RuntimeError as e:
+                raise _sampling_failure(raw, rewritten, e) from None
+            counts += torch.bincount(toks.cpu(), minlength=V)
+            done += m
+        return counts

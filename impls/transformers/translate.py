@@ -1,0 +1,180 @@
+"""Translation of a :class:`~impls.base.Row` into Hugging Face ``generate`` arguments.
+
+Pure Python: nothing here imports transformers, so :mod:`impls.transformers`
+imports (and can report ``n/a`` / ``skip``) where transformers is missing.
+
+Every mapping below names the transformers 5.24.0 code that consumes the
+argument (paths are relative to ``src/transformers/generation/`` in
+huggingface/transformers@v5.24.0):
+
+==========================  ==========================================================
+Row field                   Hugging Face spelling
+==========================  ==========================================================
+``do_sample``               ``do_sample``; unset: True iff any of temperature, top_k,
+                            top_p, min_p is set (the harness convention of
+                            ``Profile.mode_source == "do_sample"``; plain
+                            ``generate`` defaults to ``do_sample=False``)
+``temperature``             ``temperature`` -> ``TemperatureLogitsWarper`` (built iff
+                            ``!= 1.0``, utils.py ``_get_logits_processor``)
+``top_k``                   ``top_k`` -> ``TopKLogitsWarper`` (built iff ``!= 0``;
+                            unset: 50 from ``GenerationConfig._get_default_generation_params``)
+``top_p``                   ``top_p`` -> ``TopPLogitsWarper`` (built iff ``< 1.0``)
+``min_p``                   ``min_p`` -> ``MinPLogitsWarper`` (built iff not None)
+``repetition_penalty``      ``repetition_penalty`` -> ``RepetitionPenaltyLogitsProcessor``
+``prompt_ignore_length``    a custom ``RepetitionPenaltyLogitsProcessor(penalty,
+                            prompt_ignore_length=n)`` passed as ``logits_processor``;
+                            ``_merge_criteria_processor_list`` puts it in the slot of
+                            the default one (the route of that class's docstring)
+``logit_bias``              ``sequence_bias`` with one-token sequences
+                            -> ``SequenceBiasLogitsProcessor``
+``bad_words``               ``bad_words_ids`` -> ``NoBadWordsLogitsProcessor``
+``no_repeat_ngram_size``    ``no_repeat_ngram_size`` -> ``NoRepeatNGramLogitsProcessor``
+``min_length``              ``min_new_tokens`` (generated tokens only)
+                            -> ``MinNewTokensLengthLogitsProcessor`` (and the
+                            ``MinLengthLogitsProcessor`` that ``_prepare_generated_length``
+                            derives from it)
+``end_id``                  ``eos_token_id`` (``-1``/None: none) -> ``EosTokenCriteria``
+``ignore_eos``              ``eos_token_id=None`` (transformers has no ignore-EOS flag)
+``max_new_tokens``          ``max_new_tokens`` -> ``MaxLengthCriteria``
+``max_seq_len``             ``max_length`` (prompt + generated) -> ``MaxLengthCriteria``
+``stop_words`` (1 token)    a separate ``EosTokenCriteria`` (stopping_criteria.py)
+``seed``                    a ``torch.Generator`` per slot passed to ``torch.multinomial``
+==========================  ==========================================================
+
+Fields transformers cannot express make :func:`unsupported_reason` return a
+reason (the harness reports ``n/a``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..base import Row
+
+__all__ = ["resolve_do_sample", "end_ids", "generate_kwargs", "unsupported_reason", "SUPPORTED_FEATURES"]
+
+#: Features (names from :data:`impls.base.FEATURES`) the adapter can express.
+SUPPORTED_FEATURES = frozenset({
+    "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "prompt_ignore_length",
+    "logit_bias", "min_length", "bad_words", "no_repeat_ngram", "end_id", "ignore_eos",
+    "stop_words", "max_new_tokens", "max_seq_len", "seed", "logprobs", "processed_logits",
+    "low_precision_logits", "finish_reason",
+})
+
+
+def resolve_do_sample(row: Row) -> bool:
+    """Hugging Face's ``do_sample`` for ``row``.
+
+    ``row.do_sample`` when given, else True iff any of ``temperature``,
+    ``top_k``, ``top_p``, ``min_p`` is set (not None).
+
+    Returns
+    -------
+    bool
+
+    Notes
+    -----
+    ``GenerationConfig._get_default_generation_params`` (configuration_utils.py
+    @v5.24.0) defaults ``do_sample`` to False; the "any parameter set" default
+    is this harness's convention so that engine-neutral cases (which never set
+    ``do_sample``) sample when they give sampling parameters.
+    """
+    if row.do_sample is not None:
+        return bool(row.do_sample)
+    return any(v is not None for v in (row.temperature, row.top_k, row.top_p, row.min_p))
+
+
+def end_ids(row: Row) -> Optional[int]:
+    """The ``eos_token_id`` given to transformers, or None.
+
+    None when ``end_id`` is None or ``-1`` (no end id) or when ``ignore_eos``
+    is set: transformers has no ignore-EOS switch, and an EOS id always
+    builds ``EosTokenCriteria`` (utils.py ``_get_stopping_criteria``@v5.24.0),
+    so not giving one is the way to generate past it.
+    """
+    if row.end_id is None or row.end_id == -1 or row.ignore_eos:
+        return None
+    return int(row.end_id)
+
+
+def _float(v):
+    # Row fields are floats; a TOML integer (``temperature = 2``) would make
+    # TemperatureLogitsWarper / RepetitionPenaltyLogitsProcessor raise
+    # "has to be a strictly positive float" (isinstance(x, float) checks).
+    return None if v is None else float(v)
+
+
+def generate_kwargs(row: Row) -> dict:
+    """The ``generate(**kwargs)`` generation arguments for ``row``.
+
+    Parameters
+    ----------
+    row : Row
+
+    Returns
+    -------
+    dict
+        Keys among ``do_sample, temperature, top_k, top_p, min_p,
+        repetition_penalty, no_repeat_ngram_size, sequence_bias,
+        bad_words_ids, eos_token_id, min_new_tokens, max_new_tokens,
+        max_length``; unset row fields are left out so that transformers'
+        own defaults apply. Floats are coerced with ``float`` and ints with
+        ``int`` (see the module docstring). ``prompt_ignore_length`` and
+        ``stop_words`` are not generation-config fields: see
+        :mod:`impls.transformers.hf`.
+    """
+    kw: dict = {"do_sample": resolve_do_sample(row)}
+    for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
+        v = getattr(row, name)
+        if v is not None:
+            kw[name] = _float(v)
+    if row.top_k is not None:
+        kw["top_k"] = int(row.top_k)
+    if row.no_repeat_ngram_size is not None:
+        kw["no_repeat_ngram_size"] = int(row.no_repeat_ngram_size)
+    if row.logit_bias:
+        kw["sequence_bias"] = [[[int(t)], float(v)] for t, v in row.logit_bias]
+    if row.bad_words:
+        kw["bad_words_ids"] = [[int(t) for t in w] for w in row.bad_words]
+    kw["eos_token_id"] = end_ids(row)
+    if row.min_length is not None:
+        kw["min_new_tokens"] = int(row.min_length)
+    if row.max_new_tokens is not None:
+        kw["max_new_tokens"] = int(row.max_new_tokens)
+    if row.max_seq_len is not None:
+        kw["max_length"] = int(row.max_seq_len)
+    return kw
+
+
+def _set(v) -> bool:
+    # A penalty/decay "is used" when set to anything but its neutral value; NaN counts as used.
+    return v is not None and (v != v or v != 0)
+
+
+def unsupported_reason(row: Row) -> Optional[str]:
+    """Why transformers cannot express ``row``, or None.
+
+    Returns
+    -------
+    str or None
+        A reason for: beam search (``_beam_search`` keeps beams across steps;
+        one step of our width-1 beam has no ``generate`` spelling); presence
+        or frequency penalty (no such processor in logits_process.py@v5.24.0);
+        top-p decay (no such warper); a multi-token stop word given as token
+        ids (``StopStringCriteria`` matches strings through a tokenizer);
+        ``ignore_eos`` together with a ``min_length`` ban of the end id (the
+        only way not to stop at EOS is ``eos_token_id=None``, which also
+        removes the id ``MinNewTokensLengthLogitsProcessor`` bans).
+    """
+    if row.use_beam_search:
+        return "beam search: transformers runs beams across steps (_beam_search); one step has no generate() spelling"
+    if _set(row.presence_penalty) or _set(row.frequency_penalty):
+        return "presence/frequency penalty: transformers 5.24 has no such logits processor"
+    if row.top_p_decay is not None or row.top_p_min is not None or row.top_p_reset_ids:
+        return "top-p decay: transformers has no such warper"
+    if any(len(w) > 1 for w in row.stop_words):
+        return "multi-token stop words as token ids: transformers matches stop strings through a tokenizer"
+    if row.ignore_eos and row.min_length and row.end_id is not None and row.end_id != -1:
+        return ("ignore_eos with min_length: transformers has no ignore-EOS flag; eos_token_id=None also "
+                "drops the id MinNewTokensLengthLogitsProcessor would ban")
+    return None
