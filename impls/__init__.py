@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["get_impl", "IMPL_NAMES"]
 
-IMPL_NAMES = ("reference", "reference-hf", "transformers")
+IMPL_NAMES = ("reference", "reference-hf", "transformers", "fused")
 
 
 def get_impl(name: str):
@@ -32,4 +32,7 @@ def get_impl(name: str):
     if name == "transformers":
         from .transformers import TransformersImpl
         return TransformersImpl()
+    if name == "fused":
+        from .fused import FusedImpl
+        return FusedImpl()
     raise KeyError(f"unknown implementation {name!r}; known: {', '.join(IMPL_NAMES)}")

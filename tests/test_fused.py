@@ -1,0 +1,212 @@
+"""The fused kernel against the reference, token for token (issue: fused GPU sampler).
+
+On a machine without CUDA these run under Triton's interpreter (set by
+``conftest.py``) with the small interpreter constants of
+:data:`impls.fused.ops.INTERPRETER`, which send rows down every path (greedy,
+untruncated, fast, boundary, slow); vocabularies span several blocks.
+Expected tokens come from the reference (:mod:`impls.reference`), whose draw
+is pinned to Triton's ``tl.philox`` and to Random123's known answers in
+``test_philox_triton.py``; the few hand-checked rows below pin the kernel
+directly.
+"""
+
+import random
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton", reason="triton is not installed (the tox env installs it)")
+
+from impls.fused.kernel import PATHS, STATUS_KINDS  # noqa: E402
+from impls.fused.ops import fused_sample  # noqa: E402
+from impls.profiles import TRTLLM  # noqa: E402
+from impls.reference.draw import gumbel_argmax  # noqa: E402
+from impls.reference.filters import kept_set, processed_probs  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def reference_rows(logits, T, K, P, M, S, O):
+    """Reference tokens and distributions for parameter tensors (greedy rows: T == 0 etc.)."""
+    toks, dists = [], []
+    for i in range(logits.shape[0]):
+        x = logits[i].float().cpu()
+        greedy = T[i] == 0 or K[i] == 1 or P[i] == 0 or M[i] == 1
+        if greedy:
+            toks.append(int(torch.argmax(x)))
+            d = torch.zeros_like(x)
+            d[toks[-1]] = 1
+            dists.append(d)
+            continue
+        keep = kept_set(x, float(T[i]), int(K[i]), float(P[i]), float(M[i]), TRTLLM)
+        toks.append(int(gumbel_argmax(x[None], keep[None], T[i:i + 1].float(), S[i:i + 1], O[i:i + 1])[0]))
+        dists.append(processed_probs(x, keep, float(T[i])))
+    return toks, dists
+
+
+def t(v, dt):
+    return torch.tensor(v, dtype=dt, device=DEV)
+
+
+def test_hand_checked_rows():
+    # row 0: SEMANTICS §1.5 example: logits [2, 1.5, 1, 0, -1], min_p 0.3, top_p 0.8 keep {0, 1}
+    #        with probabilities 1/(1+e^-0.5) = 0.62245933 and 0.37754067.
+    # row 1: greedy through top_k = 1: argmax, ties -> lowest id (1 and 3 tie at 3.0).
+    # row 2: top_k = 2 with a tie at the 2nd value keeps {1, 2, 3} (all tied tokens).
+    logits = t([[2.0, 1.5, 1.0, 0.0, -1.0], [0.0, 3.0, 1.0, 3.0, 2.0], [0.0, 3.0, 2.0, 2.0, 1.0]], torch.float32)
+    tok, status, path, probs = fused_sample(
+        logits, t([1.0, 1.0, 1.0], torch.float32), t([0, 1, 2], torch.int64), t([0.8, 1.0, 1.0], torch.float32),
+        t([0.3, 0.0, 0.0], torch.float32), t([1, 2, 3], torch.int64), t([0, 0, 0], torch.int64), want_probs=True)
+    assert status.tolist() == [0, 0, 0]
+    assert [PATHS[p] for p in path.tolist()][1] == "greedy"
+    assert probs[0].tolist()[2:] == [0.0, 0.0, 0.0]
+    assert probs[0, 0].item() == pytest.approx(0.62245933, rel=1e-6)
+    assert probs[0, 1].item() == pytest.approx(0.37754067, rel=1e-6)
+    assert tok[1].item() == 1
+    assert (probs[2] > 0).nonzero().flatten().tolist() == [1, 2, 3]
+
+
+def test_errors_per_row():
+    # Each bad row gets the reference's error kind; the good row beside them is sampled.
+    nan = float("nan")
+    logits = t([[0.0, 1.0, 2.0]] * 7, torch.float32)
+    logits[1, 0] = nan
+    logits[2, 2] = float("inf")
+    logits[3] = float("-inf")
+    tok, status, _, _ = fused_sample(
+        logits, t([1.0, 1.0, 1.0, 1.0, -1.0, 1.0, nan], torch.float32), t([0, 0, 0, 0, 0, -3, 0], torch.int64),
+        t([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], torch.float32), t([0.0] * 7, torch.float32),
+        t([5] * 7, torch.int64), t([0] * 7, torch.int64))
+    kinds = [STATUS_KINDS[s] for s in status.tolist()]
+    assert kinds == [None, "nan_logits", "posinf_logits", "no_valid_token", "invalid_temperature", "invalid_top_k",
+                     "invalid_temperature"]
+    assert tok.tolist()[1:] == [-1] * 6 and 0 <= tok[0].item() < 3
+    _, status, _, _ = fused_sample(logits[:2], t([1.0, 1.0], torch.float32), t([0, 0], torch.int64),
+                                   t([1.5, nan], torch.float32), t([0.0, 2.0], torch.float32),
+                                   t([5, 5], torch.int64), t([0, 0], torch.int64))
+    assert [STATUS_KINDS[s] for s in status.tolist()] == ["invalid_top_p", "nan_logits"]
+
+
+def random_batch(seed, B, vocab_choices, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    V = rng.choice(vocab_choices)
+    sigma = rng.choice([0.1, 1.0, 3.0, 8.0])
+    logits = torch.randn(B, V, generator=g) * sigma
+    if rng.random() < 0.3:
+        logits = torch.round(logits * 2) / 2  # ties, including -0.0 against 0.0
+    logits = logits.to(dtype)
+    cols = {"T": [], "K": [], "P": [], "M": []}
+    for _ in range(B):
+        mix = rng.choice(["none", "k", "p", "kp", "m", "all", "greedy"])
+        temp, k, p, m = rng.choice([0.5, 1.0, 1.7]), 0, 1.0, 0.0
+        if mix in ("k", "kp", "all"):
+            k = rng.choice([2, 5, 20, 50, 300, V, V + 3])
+        if mix in ("p", "kp", "all"):
+            p = rng.choice([0.3, 0.5, 0.9, 0.99, 0.9999999])
+        if mix in ("m", "all"):
+            m = rng.choice([0.01, 0.05, 0.3])
+        if mix == "greedy":
+            temp = 0.0
+        for key, v in zip("TKPM", (temp, k, p, m)):
+            cols[key].append(v)
+    S = torch.tensor([rng.randrange(-2 ** 63, 2 ** 63) for _ in range(B)], dtype=torch.int64)
+    O = torch.tensor([rng.randrange(0, 2 ** 63) for _ in range(B)], dtype=torch.int64)
+    return (logits, torch.tensor(cols["T"]), torch.tensor(cols["K"]), torch.tensor(cols["P"]),
+            torch.tensor(cols["M"]), S, O)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_batches_match_the_reference(seed):
+    logits, T, K, P, M, S, O = random_batch(seed, 16, [2, 7, 33, 257, 600])
+    args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
+    tok, status, path, probs = fused_sample(*args, want_probs=True)
+    want, dists = reference_rows(logits, T, K, P, M, S, O)
+    assert status.tolist() == [0] * 16
+    assert tok.tolist() == want
+    for i in range(16):
+        assert torch.allclose(probs[i].cpu(), dists[i], rtol=1e-5, atol=1e-7), (i, PATHS[int(path[i])])
+
+
+def test_every_path_is_exercised():
+    seen = set()
+    for seed in range(6):
+        logits, T, K, P, M, S, O = random_batch(seed, 16, [2, 7, 33, 257, 600])
+        _, _, path, _ = fused_sample(*(a.to(DEV) for a in (logits, T, K, P, M, S, O)), block=128, nb=128, kmax=128)
+        seen |= {PATHS[p] for p in path.tolist()}
+    assert seen >= {"greedy", "untruncated", "fast", "slow"}
+
+
+def test_boundary_path_large_nucleus():
+    # A flat row (sigma 1, V 3000): the 0.9 nucleus holds ~2000 tokens, more than the
+    # workspace (256), so only the boundary bins are gathered and the draw makes one
+    # more pass over the row.
+    B, V = 4, 3000
+    logits = torch.randn(B, V, generator=torch.Generator().manual_seed(1))
+    T = torch.tensor([1.0, 0.8, 1.2, 1.0])
+    K = torch.zeros(B, dtype=torch.int64)
+    P = torch.tensor([0.9, 0.8, 0.95, 0.5])
+    M = torch.tensor([0.0, 0.0, 0.01, 0.0])
+    S = torch.tensor([3, 4, 5, 6])
+    O = torch.tensor([0, 1, 2, 3])
+    tok, status, path, probs = fused_sample(*(a.to(DEV) for a in (logits, T, K, P, M, S, O)), want_probs=True,
+                                            block=512, nb=1024, kmax=256)
+    assert [PATHS[p] for p in path.tolist()] == ["boundary"] * B
+    want, dists = reference_rows(logits, T, K, P, M, S, O)
+    assert tok.tolist() == want
+    for i in range(B):
+        assert torch.equal(probs[i].cpu() > 0, dists[i] > 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_inputs_equal_their_float32_upcast(dtype):
+    logits, T, K, P, M, S, O = random_batch(11, 8, [300], dtype=dtype)
+    a = fused_sample(*(x.to(DEV) for x in (logits, T, K, P, M, S, O)), want_probs=True)
+    b = fused_sample(*(x.to(DEV) for x in (logits.float(), T, K, P, M, S, O)), want_probs=True)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[3], b[3])
+
+
+def test_custom_op_traces_under_torch_compile():
+    from impls.fused.op import sample_tokens_and_probs
+
+    def f(logits, T, K, P, M, S, O):
+        tok, status, probs = sample_tokens_and_probs(logits, T, K, P, M, S, O)
+        return tok + 0, probs.sum(-1)
+
+    logits, T, K, P, M, S, O = random_batch(3, 4, [50])
+    args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    tok, total = compiled(*args)
+    want, _ = reference_rows(logits, T, K, P, M, S, O)
+    assert tok.tolist() == want
+    assert torch.allclose(total.cpu(), torch.ones(4), atol=1e-5)
+
+
+def test_fused_implementation_runs_corpus_cases(tmp_path):
+    from harness.runner import run
+    out = run(["fused"], ["filters/min-p-before-top-p", "filters/top-p-dyadic-boundary", "bad_input/nan-logit-row-rejected",
+                          "penalties/huge-values-clamped-to-finite"],
+              tmp_path, progress=False)
+    assert {r["case"]: r["status"] for r in out.doc["results"]} == {
+        "filters/min-p-before-top-p": "pass", "filters/top-p-dyadic-boundary": "pass",
+        "bad_input/nan-logit-row-rejected": "pass", "penalties/huge-values-clamped-to-finite": "pass"}
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_and_replay():
+    from impls.fused.op import sample_tokens_and_probs
+    logits, T, K, P, M, S, O = (a.cuda() for a in random_batch(5, 8, [4096]))
+    sample_tokens_and_probs(logits, T, K, P, M, S, O)  # compile before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tok, status, probs = sample_tokens_and_probs(logits, T, K, P, M, S, O)
+    for seed in (6, 7):
+        new = random_batch(seed, 8, [4096])
+        new = (torch.randn(8, 4096, generator=torch.Generator().manual_seed(seed)) * 3,) + new[1:]
+        for dst, src in zip((logits, T, K, P, M, S, O), new):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        want, _ = reference_rows(*(a.cpu() for a in (logits, T, K, P, M, S, O)))
+        assert tok.tolist() == want
