@@ -58,8 +58,8 @@ STATUS_KINDS = {0: None, 1: "nan_logits", 2: "posinf_logits", 3: "no_valid_token
                 5: "invalid_top_k", 6: "invalid_top_p", 7: "invalid_min_p"}
 PATHS = {-1: "rejected", 0: "greedy", 1: "untruncated", 2: "fast", 3: "boundary", 4: "slow"}
 
-_INT32_MAX = 2147483647
-_INT32_MIN = -2147483648
+_INT32_MAX = tl.constexpr(2147483647)
+_INT32_MIN = tl.constexpr(-2147483648)
 
 
 @triton.jit
@@ -274,9 +274,9 @@ def fused_sample_kernel(
     cur = tl.where(keep_k, tl.div_rn(ps, S_use), 0.0)
     excl = tl.cumsum(cur, 0) - cur + tl.div_rn(mass_above, S_use)
     ones = tl.full([KMAX], 1, tl.int32)
-    _, prev_key, _ = tl.associative_scan((ones, key, key), 0, _shift_combine)
+    _len, prev_key, _cur = tl.associative_scan((ones, key, key), 0, _shift_combine)
     start_flag = ((i == 0) | (prev_key != key)).to(tl.int32)
-    _, above = tl.associative_scan((start_flag, excl), 0, _latest_combine)
+    _flag, above = tl.associative_scan((start_flag, excl), 0, _latest_combine)
     top_group = (g_lo == 0) & (key == tl.max(tl.where(valid, key, _INT32_MIN), 0))
     keep = keep_k & ((p_on == 0) | (above < top_p) | top_group)
     # the top-p boundary must lie inside the gathered range: the survivors above it
@@ -302,7 +302,7 @@ def fused_sample_kernel(
         lo = tl.full([], _INT32_MIN, tl.int64)
         hi = tl.full([], _INT32_MAX, tl.int64)
         n_k = tl.where(k_act, n_bits, 0)
-        for _ in range(0, n_k):
+        for _it_k in range(0, n_k):
             mid = lo + (hi - lo) // 2
             cnt = 0
             for start in range(0, V, BLOCK):
@@ -330,7 +330,7 @@ def fused_sample_kernel(
         lo = tl.full([], _INT32_MIN, tl.int64)
         hi = tl.full([], _INT32_MAX, tl.int64)
         n_p = tl.where(p_on, n_bits, 0)
-        for _ in range(0, n_p):
+        for _it_p in range(0, n_p):
             mid = lo + (hi - lo) // 2
             mass = 0.0
             for start in range(0, V, BLOCK):
@@ -366,9 +366,9 @@ def fused_sample_kernel(
         b = tl.maximum(tl.minimum(tl.floor(-s * INV_W), NB - 1).to(tl.int32), 0)
         kept = tl.where(path == 3, A & ((b < g_lo) | ((b <= g_hi) & (kx >= theta_ws))),
                         tl.where(path == 4, A & (kx >= theta_slow), A))
-        sc = tl.where(kept, _gumbel(x, ms, T_eff, seed, offset, offs), NEG_INF)
-        bm = tl.max(sc, 0)
-        bi = tl.min(tl.where(kept & (sc == bm), offs, 2147483647), 0)
+        sc4 = tl.where(kept, _gumbel(x, ms, T_eff, seed, offset, offs), NEG_INF)
+        bm = tl.max(sc4, 0)
+        bi = tl.min(tl.where(kept & (sc4 == bm), offs, 2147483647), 0)
         take = bm > best4
         tok4 = tl.where(take, bi, tok4)
         best4 = tl.where(take, bm, best4)

@@ -101,5 +101,8 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
             tokens, status, path, probs, ws,
             WANT_PROBS=want_probs, BLOCK=cfg["block"], NB=cfg["nb"], R=cfg["r"], KMAX=cfg["kmax"],
             num_warps=cfg["num_warps"],
+            # no FMA contraction: the decisions must round like the reference's
+            # separate multiply and add (PyTorch)
+            enable_fp_fusion=False,
         )
     return tokens, status, path, (probs if want_probs else None)

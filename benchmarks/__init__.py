@@ -1,0 +1,1 @@
+"""GPU benchmarks and sweeps of the samplers (run on a CUDA machine; results under ``results/``)."""

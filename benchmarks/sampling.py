@@ -1,0 +1,174 @@
+"""Latency of samplers on one GPU, against the HBM floor measured in the same run.
+
+Implementations (all in this process, same inputs): the fused kernel
+(:mod:`impls.fused`), FlashInfer's ``top_k_top_p_sampling_from_logits`` with
+per-row tensors (and ``softmax`` + ``min_p_sampling_from_probs`` for the min-p
+mix), a PyTorch sort-based path (temperature, sort, top-k and top-p masks,
+softmax, exponential race — the shape of vLLM's native sampler), and
+``torch.argmax``. Grid: batch × vocab × parameter mix. Each point: warm-up,
+then the median of CUDA-event timings of single calls, the input rotating
+among copies that together exceed the 60 MB L2 (so HBM, not the cache, is
+measured). The floor is ``batch * vocab * 4 bytes`` over the device-to-device
+copy bandwidth (bytes read plus written) measured at the start.
+
+Usage: ``python -m benchmarks.sampling --out benchmarks/results/h200.json``
+(``--quick`` for a smaller grid). Writes the schema of DESIGN.md
+("Benchmark results") and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import time
+
+import torch
+
+MIXES = ("greedy", "k50_p09", "p09", "minp005", "mixed")
+
+
+def params(mix: str, B: int, dev):
+    """Per-row tensors ``(temperature, top_k, top_p, min_p)`` for a mix (mixed: rows cycle the others)."""
+    table = {"greedy": (0.0, 0, 1.0, 0.0), "k50_p09": (1.0, 50, 0.9, 0.0), "p09": (1.0, 0, 0.9, 0.0),
+             "minp005": (1.0, 0, 1.0, 0.05)}
+    rows = [table[mix]] * B if mix != "mixed" else [table[MIXES[i % 4]] for i in range(B)]
+    T, K, P, M = zip(*rows)
+    return (torch.tensor(T, device=dev), torch.tensor(K, dtype=torch.int64, device=dev),
+            torch.tensor(P, device=dev), torch.tensor(M, device=dev))
+
+
+def hbm_bandwidth(dev) -> float:
+    """Device-to-device copy bandwidth in GB/s (bytes read + written), median of 20."""
+    n = 1 << 29  # 2 GiB of float32
+    a = torch.empty(n, device=dev)
+    a.uniform_()
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    times = []
+    for _ in range(20):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        b.copy_(a)
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    times.sort()
+    return 2 * n * 4 / times[len(times) // 2] / 1e9
+
+
+def time_call(fn, inputs, reps: int) -> float:
+    """Median microseconds of ``fn(inputs[i % len(inputs)])`` over ``reps`` calls after warm-up."""
+    for i in range(3):
+        fn(inputs[i % len(inputs)])
+    torch.cuda.synchronize()
+    ts = []
+    for i in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        x = inputs[i % len(inputs)]
+        s.record()
+        fn(x)
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e) * 1e3)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def sort_based(logits, T, K, P, M):
+    """PyTorch sort-based sampling (vLLM native-path shape): per-row T, top-k, top-p, min-p."""
+    x = logits.float() / torch.where(T > 0, T, 1.0).unsqueeze(1)
+    probs = torch.softmax(x, -1)
+    keep_minp = probs >= (M.unsqueeze(1) * probs.max(-1, keepdim=True).values)
+    x = x.masked_fill(~keep_minp, float("-inf"))
+    xs, order = x.sort(-1, descending=True)
+    V = x.shape[1]
+    k = torch.where((K > 0) & (K < V), K, V)
+    kth = xs.gather(1, (k - 1).unsqueeze(1))
+    xs = xs.masked_fill(xs < kth, float("-inf"))
+    ps = torch.softmax(xs, -1)
+    cum = ps.cumsum(-1) - ps
+    xs = xs.masked_fill(cum >= P.unsqueeze(1), float("-inf"))
+    ps = torch.softmax(xs, -1)
+    q = torch.empty_like(ps).exponential_()
+    pick = (ps / q).argmax(-1)
+    tok = order.gather(1, pick.unsqueeze(1)).squeeze(1)
+    return torch.where(T > 0, tok, logits.argmax(-1))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="benchmarks/results/latency.json")
+    ap.add_argument("--quick", action="store_true", help="a small grid (smoke test)")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--no-flashinfer", action="store_true")
+    args = ap.parse_args(argv)
+    dev = torch.device("cuda")
+    from impls.fused.ops import fused_sample
+    batches = (1, 16, 64, 256, 1024) if not args.quick else (1, 256)
+    vocabs = (32000, 128256, 151936, 262144) if not args.quick else (32000, 128256)
+    fi = None
+    versions = {"torch": torch.__version__, "triton": __import__("triton").__version__,
+                "python": platform.python_version(), "cuda": torch.version.cuda}
+    if not args.no_flashinfer:
+        try:
+            import flashinfer
+            fi = flashinfer.sampling
+            versions["flashinfer"] = flashinfer.__version__
+        except Exception as e:  # reported, not fatal
+            versions["flashinfer"] = f"unavailable: {type(e).__name__}: {e}"
+    try:
+        versions["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,clocks.max.mem",
+                                             "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        versions["driver"] = "unknown"
+    bw = hbm_bandwidth(dev)
+    print(f"HBM copy bandwidth: {bw:.0f} GB/s", flush=True)
+    rows = []
+    gen = torch.Generator(device=dev).manual_seed(0)
+    for V in vocabs:
+        for B in batches:
+            nbytes = B * V * 4
+            copies = max(1, min(8, (256 << 20) // nbytes + 1))
+            inputs = [torch.randn(B, V, device=dev, generator=gen) * 3 for _ in range(copies)]
+            floor_us = nbytes / (bw * 1e9) * 1e6
+            seed = torch.arange(B, dtype=torch.int64, device=dev) + 7
+            off = torch.zeros(B, dtype=torch.int64, device=dev)
+            for mix in MIXES:
+                T, K, P, M = params(mix, B, dev)
+                impls = {
+                    "fused": lambda x: fused_sample(x, T, K, P, M, seed, off),
+                    "torch-sort": lambda x: sort_based(x, T, K, P, M),
+                }
+                if mix == "greedy":
+                    impls["argmax"] = lambda x: x.argmax(-1)
+                if fi is not None and mix in ("k50_p09", "p09"):
+                    Ki = torch.where(K > 0, K, V).to(torch.int32)
+                    impls["flashinfer"] = lambda x: fi.top_k_top_p_sampling_from_logits(x, Ki, P, deterministic=True)
+                if fi is not None and mix == "minp005":
+                    impls["flashinfer"] = lambda x: fi.min_p_sampling_from_probs(torch.softmax(x, -1), M,
+                                                                                 deterministic=True)
+                for name, fn in impls.items():
+                    try:
+                        us = time_call(fn, inputs, args.reps)
+                    except Exception as e:  # one failing implementation never stops the grid
+                        print(f"{name} B={B} V={V} {mix}: {type(e).__name__}: {e}", flush=True)
+                        continue
+                    rows.append({"impl": name, "batch": B, "vocab": V, "mix": mix, "median_us": round(us, 2),
+                                 "floor_us": round(floor_us, 3)})
+                    print(f"{name:>11} B={B:<5} V={V:<7} {mix:<8} {us:9.1f} us  floor {floor_us:7.2f} us", flush=True)
+            del inputs
+            torch.cuda.empty_cache()
+    doc = {"schema": 1, "device": torch.cuda.get_device_name(), "versions": versions,
+           "hbm_bandwidth_gbps": round(bw, 1), "timer": "CUDA events around single calls, median", "rows": rows,
+           "date": time.strftime("%Y-%m-%d")}
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
