@@ -104,13 +104,19 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a small grid (smoke test)")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--no-flashinfer", action="store_true")
+    ap.add_argument("--fused-config", default="", help="override impls.fused.ops.DEFAULTS, e.g. block=4096,nb=2048")
     args = ap.parse_args(argv)
+    from impls.fused import ops as fused_ops
+    for item in filter(None, args.fused_config.split(",")):
+        key, val = item.split("=")
+        fused_ops.DEFAULTS[key] = type(fused_ops.DEFAULTS[key])(val)
     dev = torch.device("cuda")
     from impls.fused.ops import fused_sample
     batches = (1, 16, 64, 256, 1024) if not args.quick else (1, 256)
     vocabs = (32000, 128256, 151936, 262144) if not args.quick else (32000, 128256)
     fi = None
-    versions = {"torch": torch.__version__, "triton": __import__("triton").__version__,
+    versions = {"fused_config": dict(fused_ops.DEFAULTS), "torch": torch.__version__,
+                "triton": __import__("triton").__version__,
                 "python": platform.python_version(), "cuda": torch.version.cuda}
     if not args.no_flashinfer:
         try:

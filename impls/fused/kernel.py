@@ -11,9 +11,11 @@ above" rule all keep a prefix of the tokens sorted by logit), so the kernel
 searches for that threshold instead of sorting the vocabulary. Passes over
 the row (each reads the logits once from memory):
 
-1. **stats** — row maximum ``m`` over finite logits, first argmax (greedy),
-   NaN / ``+inf`` flags, and ``Z = sum exp((x - m) / T)`` (online).
-   Greedy rows stop here.
+1. **stats** — greedy rows: first argmax and the NaN flag (nothing else);
+   other rows: maximum ``m`` over finite logits, NaN / ``+inf`` flags and
+   ``Z = sum exp((x - m) / T)`` (online, per lane). Accumulators live in
+   registers per lane and are reduced once after the loop. Greedy rows stop
+   here.
 2. **histogram** (rows with a filter) — the min-p survivors ``A`` are
    binned by ``s = (x - m) / T`` into ``NB`` bins of width ``R / NB`` (bin 0
    holds the maximum; the last bin collects ``s < -R`` and non-survivors),
@@ -136,39 +138,52 @@ def fused_sample_kernel(
     greedy = (T == 0) | (k == 1) | (top_p == 0) | (min_p == 1)
     T_eff = tl.where(greedy | (status != 0), 1.0, T)
 
-    # ---- pass 1: stats
-    m = NEG_INF
-    Z = 0.0
-    n_fin = 0
-    any_nan = 0
-    any_pinf = 0
-    g_best = NEG_INF
-    g_idx = 0
-    for start in range(0, V, BLOCK):
+    # ---- pass 1: stats, accumulated per lane and reduced once after the loop
+    nan_v = tl.zeros([BLOCK], dtype=tl.int32)
+    pinf_v = tl.zeros([BLOCK], dtype=tl.int32)
+    nfin_v = tl.zeros([BLOCK], dtype=tl.int32)
+    gbest_v = tl.full([BLOCK], NEG_INF, tl.float32)
+    gidx_v = tl.zeros([BLOCK], dtype=tl.int32)
+    m_v = tl.full([BLOCK], NEG_INF, tl.float32)
+    z_v = tl.zeros([BLOCK], dtype=tl.float32)
+    # greedy rows: argmax only (first index on ties, +inf included, NaN flagged)
+    n1g = tl.where(greedy, V, 0)
+    for start in range(0, n1g, BLOCK):
         offs = start + ar
         inb = offs < V
         x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
         isnan = x != x
-        any_nan = any_nan | tl.max(isnan.to(tl.int32), 0)
-        any_pinf = any_pinf | tl.max((x == POS_INF).to(tl.int32), 0)
-        fin = inb & (x > NEG_INF) & (x < POS_INF)
-        n_fin += tl.sum(fin.to(tl.int32), 0)
-        # greedy argmax over non-NaN values (+inf included), first index on ties
+        nan_v = nan_v | isnan.to(tl.int32)
         xg = tl.where(isnan | (inb == 0), NEG_INF, x)
-        bmax = tl.max(xg, 0)
-        bidx = tl.min(tl.where(xg == bmax, offs, 2147483647), 0)
-        take = bmax > g_best
-        g_idx = tl.where(take, bidx, g_idx)
-        g_best = tl.where(take, bmax, g_best)
-        # online softmax denominator over finite logits
+        take = xg > gbest_v
+        gidx_v = tl.where(take, offs, gidx_v)
+        gbest_v = tl.where(take, xg, gbest_v)
+    # other rows: maximum and softmax denominator over finite logits (online, per lane)
+    n1s = tl.where(greedy, 0, V)
+    for start in range(0, n1s, BLOCK):
+        offs = start + ar
+        inb = offs < V
+        x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
+        isnan = x != x
+        nan_v = nan_v | isnan.to(tl.int32)
+        pinf_v = pinf_v | (x == POS_INF).to(tl.int32)
+        fin = inb & (x > NEG_INF) & (x < POS_INF)
+        nfin_v += fin.to(tl.int32)
         xf = tl.where(fin, x, NEG_INF)
-        fmax = tl.max(xf, 0)
-        m_new = tl.maximum(m, fmax)
+        m_new = tl.maximum(m_v, xf)
         safe = m_new > NEG_INF
-        scale = tl.where(safe & (m > NEG_INF), tl.exp(tl.div_rn(m - m_new, T_eff)), 0.0)
-        e = tl.where(fin, tl.exp(tl.div_rn(xf - tl.where(safe, m_new, 0.0), T_eff)), 0.0)
-        Z = Z * scale + tl.sum(e, 0)
-        m = m_new
+        m_ref = tl.where(safe, m_new, 0.0)
+        e = tl.where(fin, tl.exp(tl.div_rn(xf - m_ref, T_eff)), 0.0)
+        z_v = tl.where(safe, z_v * tl.exp(tl.div_rn(m_v - m_ref, T_eff)) + e, 0.0)
+        m_v = m_new
+    any_nan = tl.max(nan_v, 0)
+    any_pinf = tl.max(pinf_v, 0)
+    n_fin = tl.sum(nfin_v, 0)
+    g_best = tl.max(gbest_v, 0)
+    g_idx = tl.min(tl.where(gbest_v == g_best, gidx_v, 2147483647), 0)
+    m = tl.max(m_v, 0)
+    m_safe = tl.where(m > NEG_INF, m, 0.0)
+    Z = tl.sum(tl.where(m_v > NEG_INF, z_v * tl.exp(tl.div_rn(m_v - m_safe, T_eff)), 0.0), 0)
 
     status = tl.where(any_nan != 0, 1, status)
     status = tl.where((status == 0) & greedy & (g_best == NEG_INF), 3, status)
@@ -188,8 +203,8 @@ def fused_sample_kernel(
     # ---- pass 2: histogram of the min-p survivors, their mass and count
     bins = tl.arange(0, NB)
     hist = tl.zeros([NB], dtype=tl.int32)
-    S_A = 0.0
-    n_A = 0
+    sa_v = tl.zeros([BLOCK], dtype=tl.float32)
+    na_v = tl.zeros([BLOCK], dtype=tl.int32)
     n2 = tl.where(filt, V, 0)
     for start in range(0, n2, BLOCK):
         offs = start + ar
@@ -202,8 +217,10 @@ def fused_sample_kernel(
         b = tl.minimum(tl.floor(-s * INV_W), NB - 1).to(tl.int32)
         b = tl.where(A, tl.maximum(b, 0), NB - 1)
         hist += tl.histogram(b, NB)
-        S_A += tl.sum(tl.where(A, p, 0.0), 0)
-        n_A += tl.sum(A.to(tl.int32), 0)
+        sa_v += tl.where(A, p, 0.0)
+        na_v += A.to(tl.int32)
+    S_A = tl.sum(sa_v, 0)
+    n_A = tl.sum(na_v, 0)
 
     # ---- choose the bins to gather
     cum = tl.cumsum(hist, 0)
@@ -236,7 +253,7 @@ def fused_sample_kernel(
     # ---- pass 3: gather the chosen survivors into the workspace
     ws = ws_ptr + row * KMAX
     n_g = 0
-    mass_above = 0.0
+    ma_v = tl.zeros([BLOCK], dtype=tl.float32)
     n3 = tl.where((path == 2) | (path == 3), V, 0)
     for start in range(0, n3, BLOCK):
         offs = start + ar
@@ -248,11 +265,12 @@ def fused_sample_kernel(
         A = fin & (p >= thr_minp)
         b = tl.maximum(tl.minimum(tl.floor(-s * INV_W), NB - 1).to(tl.int32), 0)
         sel = A & (b >= g_lo) & (b <= g_hi)
-        mass_above += tl.sum(tl.where(A & (b < g_lo), p, 0.0), 0)
+        ma_v += tl.where(A & (b < g_lo), p, 0.0)
         pos = n_g + tl.cumsum(sel.to(tl.int32), 0) - 1
         packed = (_key(x).to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64))
         tl.store(ws + pos, packed, mask=sel & (pos < KMAX))
         n_g += tl.sum(sel.to(tl.int32), 0)
+    mass_above = tl.sum(ma_v, 0)
     tl.debug_barrier()
 
     # ---- decide on the sorted workspace (exactly the reference's rules)
@@ -351,9 +369,9 @@ def fused_sample_kernel(
     # ---- pass 4: Gumbel-max over the row (untruncated, boundary and slow paths)
     full = (path == 1) | (path == 3) | (path == 4)
     n4 = tl.where(full, V, 0)
-    best4 = NEG_INF
-    tok4 = 2147483647
-    S_keep4 = 0.0
+    b4_v = tl.full([BLOCK], NEG_INF, tl.float32)
+    t4_v = tl.zeros([BLOCK], dtype=tl.int32)
+    sk_v = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, n4, BLOCK):
         offs = start + ar
         inb = offs < V
@@ -367,12 +385,13 @@ def fused_sample_kernel(
         kept = tl.where(path == 3, A & ((b < g_lo) | ((b <= g_hi) & (kx >= theta_ws))),
                         tl.where(path == 4, A & (kx >= theta_slow), A))
         sc4 = tl.where(kept, _gumbel(x, ms, T_eff, seed, offset, offs), NEG_INF)
-        bm = tl.max(sc4, 0)
-        bi = tl.min(tl.where(kept & (sc4 == bm), offs, 2147483647), 0)
-        take = bm > best4
-        tok4 = tl.where(take, bi, tok4)
-        best4 = tl.where(take, bm, best4)
-        S_keep4 += tl.sum(tl.where(kept, p, 0.0), 0)
+        take = sc4 > b4_v
+        t4_v = tl.where(take, offs, t4_v)
+        b4_v = tl.where(take, sc4, b4_v)
+        sk_v += tl.where(kept, p, 0.0)
+    best4 = tl.max(b4_v, 0)
+    tok4 = tl.min(tl.where(b4_v == best4, t4_v, 2147483647), 0)
+    S_keep4 = tl.sum(sk_v, 0)
 
     token = tl.where(path == 0, g_idx, tl.where(path == 2, tok_ws, tok4))
     token = tl.where(status != 0, -1, token)

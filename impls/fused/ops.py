@@ -18,11 +18,11 @@ __all__ = ["fused_sample", "DEFAULTS", "INTERPRETER"]
 #: Tuning constants: block of logits per loop step, histogram bins, histogram
 #: range in units of (x - max) / T, workspace entries per row. Results do not
 #: depend on them (only the path a row takes does).
-DEFAULTS = {"block": 1024, "nb": 2048, "r": 32.0, "kmax": 2048, "num_warps": 8}
+DEFAULTS = {"block": 2048, "nb": 4096, "r": 32.0, "kmax": 2048, "num_warps": 8, "margin": 1}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspace keep it fast, and send more rows down the boundary and
 #: slow paths, which is what a CPU test wants to exercise.
-INTERPRETER = {"block": 128, "nb": 128, "r": 32.0, "kmax": 128, "num_warps": 4}
+INTERPRETER = {"block": 128, "nb": 128, "r": 32.0, "kmax": 128, "num_warps": 4, "margin": 2}
 
 
 def _check(t: torch.Tensor, name: str, B: int, device) -> torch.Tensor:
@@ -99,7 +99,7 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         fused_sample_kernel[(B,)](
             logits, logits.stride(0), V, temperature, top_k, top_p, min_p, seed, offset,
             tokens, status, path, probs, ws,
-            WANT_PROBS=want_probs, BLOCK=cfg["block"], NB=cfg["nb"], R=cfg["r"], KMAX=cfg["kmax"],
+            WANT_PROBS=want_probs, BLOCK=cfg["block"], NB=cfg["nb"], R=cfg["r"], KMAX=cfg["kmax"], MARGIN=cfg["margin"],
             num_warps=cfg["num_warps"],
             # no FMA contraction: the decisions must round like the reference's
             # separate multiply and add (PyTorch)
