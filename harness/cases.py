@@ -11,6 +11,7 @@ inside the vocabulary of expectations). Every problem raises
 from __future__ import annotations
 
 import fnmatch
+import os
 import tomllib
 import zlib
 from dataclasses import dataclass, field
@@ -26,7 +27,23 @@ from impls.base import FEATURES, Row
 __all__ = ["CaseError", "Case", "Batch", "load_case", "discover", "select", "CASES_DIR", "make_logits"]
 
 SCHEMA_VERSION = 1
-CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
+def project_dir(name: str) -> Path:
+    """Where the project folder ``name`` (``cases``, ``golden``) is.
+
+    ``$SAMPCHECK_<NAME>`` if set; else ``./<name>`` when the working
+    directory holds it (the project root, as tox runs commands); else the
+    folder beside the source tree (a checkout used without installing).
+    """
+    env = os.environ.get(f"SAMPCHECK_{name.upper()}")
+    if env:
+        return Path(env).resolve()
+    here = Path.cwd() / name
+    if here.is_dir():
+        return here.resolve()
+    return Path(__file__).resolve().parent.parent / name
+
+
+CASES_DIR = project_dir("cases")
 CATEGORIES = ("greedy", "seeds", "penalties", "finish", "beam", "filters", "bans", "logprobs",
               "speculative", "invariants", "bad_input")
 ERROR_KINDS = (
@@ -34,6 +51,8 @@ ERROR_KINDS = (
     "invalid_top_p_decay", "invalid_top_p_min", "invalid_seed", "invalid_length", "invalid_end_id",
     "invalid_bad_words", "invalid_stop_words", "invalid_logit_bias", "invalid_token_id", "nan_logits",
     "posinf_logits", "no_valid_token", "duplicate_slot", "bad_logits",
+    # scenarios (harness/scenarios.py): beam width, draft-to-target table, draft tokens
+    "invalid_beam_width", "invalid_d2t", "invalid_draft",
 )
 
 
@@ -54,7 +73,7 @@ _WORDS = {"type": "array", "items": _INTS}
 _PAIRS = {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2, "items": _NUM}}
 _GEN = {
     "type": "object",
-    "required": ["dist", "vocab", "seed"],
+    "required": ["dist", "vocab"],
     "additionalProperties": False,
     "properties": {
         "dist": {"enum": ["normal", "uniform", "constant"]},
@@ -118,10 +137,13 @@ CASE_SCHEMA = {
         "category": {"enum": list(CATEGORIES)},
         "features": {"type": "array", "items": {"enum": list(FEATURES)}, "uniqueItems": True},
         "source": {"anyOf": [_SOURCE, {"type": "array", "minItems": 1, "items": _SOURCE}]},
-        "check": {"enum": ["exact", "statistical", "invariant"]},
+        "check": {"enum": ["exact", "statistical", "invariant", "scenario"]},
+        # validated in detail by harness/scenarios.py (SCENARIO_SCHEMA)
+        "scenario": {"type": "object"},
         "atol": {"type": "number", "minimum": 0}, "rtol": {"type": "number", "minimum": 0},
         "draws": {"type": "integer", "minimum": 1000, "maximum": 10_000_000},
         "draw_seed": _INT,
+        "epsilon": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
         "notes": {"type": "string"},
         "tags": {"type": "array", "items": {"type": "string"}},
         "defaults": _DEFAULTS,
@@ -140,8 +162,9 @@ CASE_SCHEMA = {
 _validate = fastjsonschema.compile(CASE_SCHEMA)
 _ANYOF_HINTS = {
     "seed": "must be an integer, or a string holding a decimal or 0x-prefixed hexadecimal integer (for seeds >= 2**63)",
-    "logits": "must be a non-empty array of numbers, or a generator table "
-              "{dist = 'normal'|'uniform'|'constant', vocab = N, seed = S, ...} with no other keys",
+    "logits": "must be a non-empty array of numbers, or a generator table {dist = 'normal'|'uniform'|'constant', "
+              "vocab = N (1 to 2**20), seed = S (optional), sigma/mean/low/high/value, set = [[id, value], ...]} "
+              "with no other keys",
 }
 
 # Row field -> feature it needs (cases/README.md).
@@ -181,7 +204,7 @@ def make_logits(spec) -> torch.Tensor:
     """
     if isinstance(spec, list):
         return torch.tensor([float(v) for v in spec], dtype=torch.float32)
-    rng = np.random.default_rng(spec["seed"])
+    rng = np.random.default_rng(spec.get("seed", 0))
     V = spec["vocab"]
     if spec["dist"] == "normal":
         x = rng.standard_normal(V) * spec.get("sigma", 1.0) + spec.get("mean", 0.0)
@@ -242,6 +265,9 @@ class Case:
     path : Path
     raw : dict
         The parsed TOML, for the report.
+    scenario : harness.scenarios.ScenarioCase or None
+        The decode of a ``check = "scenario"`` case (``batches`` is then
+        empty).
     """
 
     id: str
@@ -259,6 +285,7 @@ class Case:
     notes: str = ""
     path: Optional[Path] = None
     raw: dict = field(default_factory=dict)
+    scenario: Optional[Any] = None
 
     def batch(self, name: str) -> Batch:
         """Return the batch called ``name`` (KeyError if absent)."""
@@ -318,6 +345,9 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
                             "{url = 'https://github.com/<owner>/<repo>/issues/<N>' (or /pull/<N>)}") from None
         field_ = (e.name or "data").replace("data.", "", 1).replace("data", "<top>")
         reason = e.message.replace(e.name or "data", "value")
+        if " must not contain " in reason and reason.endswith(" properties"):
+            extra = reason.split(" must not contain ", 1)[1][: -len(" properties")]
+            reason = f"unknown field(s) {extra}; see cases/README.md for the fields this table takes"
         leaf = field_.rsplit(".", 1)[-1]
         if "cannot be validated by any definition" in reason and leaf in _ANYOF_HINTS:
             reason = _ANYOF_HINTS[leaf]
@@ -330,6 +360,8 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
         raise CaseError(shown, "id", f"is {data['id']!r} but the file's path says {rel!r}")
     if data["category"] != data["id"].split("/")[0]:
         raise CaseError(shown, "category", f"is {data['category']!r} but the id starts with {data['id'].split('/')[0]!r}")
+    if data["check"] == "scenario" or "scenario" in data:
+        return _load_scenario_case(data, shown, path)
     if ("rows" in data) == ("batches" in data):
         raise CaseError(shown, "rows", "give exactly one of 'rows' and 'batches'")
     defaults = data.get("defaults", {})
@@ -348,6 +380,11 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
                 raise CaseError(shown, f"{where}.logits", "missing (and no defaults.logits)")
             expect = r.get("expect", {})
             V = _vocab_of(merged["logits"])
+            if isinstance(merged["logits"], dict):
+                for j, pair in enumerate(merged["logits"].get("set", [])):
+                    tok = pair[0]
+                    if tok != int(tok) or not 0 <= tok < V:
+                        raise CaseError(shown, f"{where}.logits.set[{j}]", f"token id {tok} outside [0, {V})")
             for key in ("token",):
                 if key in expect and not 0 <= expect[key] < V:
                     raise CaseError(shown, f"{where}.expect.{key}", f"{expect[key]} outside [0, {V})")
@@ -401,10 +438,43 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
     )
 
 
+def _load_scenario_case(data: dict, shown: str, path: Path) -> Case:
+    """The ``check = "scenario"`` branch of :func:`load_case` (harness/scenarios.py does the work)."""
+    from .scenarios import load_scenario
+    if data["check"] != "scenario":
+        raise CaseError(shown, "scenario", f"only allowed when check = 'scenario' (check is {data['check']!r})")
+    if "scenario" not in data:
+        raise CaseError(shown, "scenario", "required when check = 'scenario'")
+    for key in ("rows", "batches", "defaults", "invariants", "draws"):
+        if key in data:
+            raise CaseError(shown, key, "not allowed when check = 'scenario' (requests, defaults, relations and "
+                            "draws live in the [scenario] table)")
+    sc, used = load_scenario(data, shown)
+    declared = set(data["features"])
+    for feat, where in sorted(used):
+        if feat not in declared:
+            raise CaseError(shown, "features", f"{where} needs feature {feat!r}, which is not declared")
+    src = data["source"]
+    return Case(
+        id=data["id"], description=data["description"], category=data["category"], check="scenario",
+        features=frozenset(declared), sources=src if isinstance(src, list) else [src], batches=[],
+        draw_seed=data.get("draw_seed", zlib.crc32(data["id"].encode())),
+        atol=float(data.get("atol", 1e-6)), rtol=float(data.get("rtol", 1e-6)), notes=data.get("notes", ""),
+        path=path, raw=data, scenario=sc,
+    )
+
+
 def discover(root: Path = CASES_DIR) -> list:
-    """All case files under ``root`` (sorted), excluding ``findings.toml``."""
+    """All case files under ``root`` (sorted), excluding ``findings.toml``.
+
+    Any file whose name ends in ``.toml`` in any letter case counts, and so
+    does one lying directly in ``root``: a misplaced file is then reported by
+    :func:`load_case` (its id or category cannot match) instead of being
+    silently ignored.
+    """
     root = Path(root)
-    return sorted(p for p in root.rglob("*.toml") if p.name != "findings.toml" and p.parent != root)
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() == ".toml"
+                  and not (p.name == "findings.toml" and p.parent == root))
 
 
 def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> list:

@@ -2,8 +2,10 @@
 
 Commands:
 
-* ``sampcheck run [--impl NAME]... [--cases PATTERN]... [--out DIR] [--device cpu|cuda]``
-  — run cases, write ``DIR/results.json`` and ``DIR/index.html``; exit 0
+* ``sampcheck run [--impl NAME]... [--cases PATTERN]... [--out DIR] [--device cpu|cuda]
+  [--timeout SECONDS] [--resume] [--no-isolation]``
+  — run cases (each implementation in its own worker process, with a time
+  limit per case), write ``DIR/results.json`` and ``DIR/index.html``; exit 0
   when nothing failed or errored, 1 otherwise, 2 for bad usage.
 * ``sampcheck list impls|cases`` — what can be run (cases are validated;
   a malformed file is listed with its error).
@@ -33,6 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="reports/latest", metavar="DIR", help="output directory (default: reports/latest)")
     r.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to run on (default: cpu)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="time limit of one case on one implementation (default: 600); past it the worker is "
+                        "killed, the case is an error and the worker restarts")
+    r.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run: reuse the results in DIR/results.partial.jsonl")
+    r.add_argument("--no-isolation", action="store_true",
+                   help="run the implementations in this process instead of one worker process each")
     ls = sub.add_parser("list", help="list implementations or cases")
     ls.add_argument("what", choices=["impls", "cases"])
     g = sub.add_parser("golden", help="write or check the golden predictions in golden/")
@@ -41,11 +50,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _usage_problem(args) -> str:
+    """A problem with ``run``'s arguments found before any case runs ('' if none)."""
+    from .cases import CASES_DIR, discover
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        return f"--out {args.out}: exists and is not a directory"
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            return f"--out {args.out}: {parent} is not a directory"
+    if args.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            return "--device cuda: no CUDA device is visible to this process"
+    if not discover(CASES_DIR):
+        return (f"no case files under {CASES_DIR}: run from the project root, or set SAMPCHECK_CASES "
+                "to the corpus folder")
+    if any(p == "" for p in (args.cases or [])):
+        return "--cases '': an empty pattern; give an id, a glob, a category or a path"
+    return ""
+
+
 def _cmd_run(args) -> int:
     from .runner import run
-    impls = args.impl or ["reference"]
+    impls = list(dict.fromkeys(args.impl or ["reference"]))  # a name given twice runs once
+    problem = _usage_problem(args)
+    if problem:
+        print(f"sampcheck run: {problem}", file=sys.stderr)
+        return 2
     try:
-        outcome = run(impls, args.cases, Path(args.out), args.device, progress=not args.no_progress)
+        from .isolation import DEFAULT_TIMEOUT
+        outcome = run(impls, args.cases, Path(args.out), args.device, progress=not args.no_progress,
+                      isolate=not args.no_isolation, resume=args.resume,
+                      timeout=args.timeout if args.timeout else DEFAULT_TIMEOUT)
     except (KeyError, ValueError) as e:
         print(f"sampcheck run: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2

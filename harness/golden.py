@@ -5,6 +5,9 @@ case, what the reference predicts under that profile: token, error, mode,
 finish reason, RAW/PROCESSED logprobs (rounded to 1e-6), rank and the
 support (listed up to 64 ids, otherwise its size and a CRC-32 of the ids).
 Each file names the case, the profile and :data:`REFERENCE_VERSION`.
+Scenario cases record, per request, the observations of
+:func:`harness.scenarios.golden_record` (for beam search the predecessor
+map of every step) instead of rows.
 
 ``sampcheck golden update`` writes them and prints what changed;
 ``sampcheck golden check`` fails on any difference (drift).
@@ -20,11 +23,11 @@ from pathlib import Path
 from impls.profiles import PROFILES
 from impls.reference import REFERENCE_VERSION
 
-from .cases import Case
+from .cases import Case, project_dir
 
 __all__ = ["GOLDEN_DIR", "golden_record", "golden_path", "update", "check"]
 
-GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
+GOLDEN_DIR = project_dir("golden")
 
 
 def _r(v):
@@ -84,6 +87,10 @@ def _compute(cases: list, judge, profiles) -> dict:
     out = {}
     for case in cases:
         for name in profiles:
+            if case.check == "scenario":
+                from .scenarios import golden_record as scenario_record
+                out[golden_path(case.id, name)] = _dump(scenario_record(case, name, judge))
+                continue
             out[golden_path(case.id, name)] = _dump(golden_record(case, name, judge.predict(case, PROFILES[name])))
     return out
 
@@ -118,6 +125,9 @@ def check(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR)
                     for k in sorted(set(ro) | set(rn)):
                         if ro.get(k) != rn.get(k):
                             diffs.append(f"{bn['name']}:{i}.{k}: golden {ro.get(k)!r}, now {rn.get(k)!r}")
+            if "scenario" in b:
+                from .scenarios import golden_diff
+                diffs.extend(golden_diff(a, b))
             if a.get("reference_version") != b["reference_version"]:
                 diffs.append(f"reference_version: golden {a.get('reference_version')!r}, now {b['reference_version']!r}")
             problems.append((path, "; ".join(diffs) or "content differs (row count or layout)"))

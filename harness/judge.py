@@ -46,7 +46,7 @@ from impls.base import RowError
 from .cases import Case
 from .compare import jsonable, mismatches, observe
 from .findings import match_finding
-from .stats import FAMILY_ALPHA, goodness_of_fit
+from .stats import DEFAULT_EPSILON, FAMILY_ALPHA, TARGET_POWER, check_draws, plan_draws
 
 __all__ = ["Result", "Judge", "STATUSES"]
 
@@ -169,6 +169,9 @@ class Judge:
             return Result(case.id, impl.name, "n/a", case.check, details={"message": why})
         if case.check == "statistical":
             return self._statistical(case, impl, version)
+        if case.check == "scenario":
+            from . import scenarios
+            return scenarios.evaluate(self, case, impl, version)
         default = self.predict(case, TRTLLM)
         # 1. the reference under the default profile against the hand-written expectations
         hand = []
@@ -288,36 +291,75 @@ class Judge:
         return Result(case.id, impl.name, "pass", case.check, details=details)
 
     # -- statistical ---------------------------------------------------------
-    def draw_counts(self, impl, row, seeds: list) -> np.ndarray:
-        """``(V,)`` counts of ``len(seeds)`` draws of ``row`` from ``impl``.
+    def draw_counts(self, impl, row, seeds) -> np.ndarray:
+        """Counts of ``len(seeds)`` draws of ``row`` from ``impl``, in a few batched calls.
 
-        Uses the session's ``sample_many(row, seeds)`` when it has one;
-        otherwise replicates the row into batches of 1024 with one seed per
-        copy and distinct slots.
+        Uses the session's ``sample_many(row, seeds)`` when it has one (one
+        call; the implementation batches internally). Otherwise replicates the
+        row into batches of ``max(1, min(8192, 2**24 // V))`` copies (so a
+        call holds at most ``2**24`` logits), copy ``j`` with its own seed
+        and slot ``j``, each batch on a fresh session (every slot at offset
+        0): ``ceil(N / batch)`` calls of ``step``, never one call per draw.
+
+        Parameters
+        ----------
+        impl : Implementation
+        row : impls.base.Row
+            The row to draw from; its ``seed`` and ``slot`` are replaced.
+        seeds : sequence of int
+            One seed per draw (a ``range`` is fine).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(V,)`` int64 counts, summing to ``len(seeds)``.
 
         Raises
         ------
         RowError
             If the implementation rejects the row.
+        ValueError
+            If it returns a token outside ``[0, V)``, or counts of the wrong
+            shape or total.
         """
+        n, V = len(seeds), row.vocab
         session = impl.open_session(self.device)
         if hasattr(session, "sample_many"):
-            return np.asarray(session.sample_many(row, seeds), dtype=np.int64)
-        counts = np.zeros(row.vocab, dtype=np.int64)
-        for start in range(0, len(seeds), 1024):
-            part = seeds[start:start + 1024]
-            outs = impl.open_session(self.device).step(
-                [row.replace(seed=s, slot=j) for j, s in enumerate(part)])
+            counts = np.asarray(session.sample_many(row, seeds), dtype=np.int64)
+            if counts.shape != (V,) or int(counts.sum()) != n or (counts < 0).any():
+                raise ValueError(f"sample_many returned counts of shape {counts.shape} summing to "
+                                 f"{int(counts.sum())}; expected ({V},) summing to {n}")
+            return counts
+        per_call = max(1, min(8192, (1 << 24) // max(V, 1)))  # rows per step call; bounds memory at 2**24 logits
+        counts = np.zeros(V, dtype=np.int64)
+        for start in range(0, n, per_call):
+            part = seeds[start:start + per_call]
+            outs = impl.open_session(self.device).step([row.replace(seed=int(s), slot=j) for j, s in enumerate(part)])
+            toks = []
             for o in outs:
                 if o.error:
                     raise RowError(o.error, o.message)
-                counts[o.token] += 1
+                toks.append(o.token)
+            toks = np.asarray(toks, dtype=np.int64)
+            if len(toks) and (toks.min() < 0 or toks.max() >= V):
+                raise ValueError(f"token ids outside [0, {V}) returned: {sorted(set(toks[(toks < 0) | (toks >= V)].tolist()))[:5]}")
+            counts += np.bincount(toks, minlength=V)
         return counts
 
     def _statistical(self, case, impl, version) -> Result:
+        """Statistical check of every row of ``case`` (``harness.stats``, DESIGN.md decision 3).
+
+        Per row: the float64 prediction under the implementation's profile,
+        a sample size from the power analysis (:func:`harness.stats.plan_draws`,
+        capped at the case's ``draws``), draws with seeds ``draw_seed + i``,
+        then :func:`harness.stats.check_draws` at the per-check level. A row
+        whose prediction is an error, or that the test refuses to judge, makes
+        the case an ``error``; any failed row a ``fail`` (or ``known-bug``).
+        """
         default32 = self.predict(case, TRTLLM)
         default64 = self.predict(case, TRTLLM, torch.float64)
         pred64 = self.predict(case, impl.profile, torch.float64)
+        epsilon = float(case.raw.get("epsilon", DEFAULT_EPSILON))
         rows, worst, errors, diffs, hand = [], [], [], [], []
         for b, d32b, d64b, p64b in zip(case.batches, default32, default64, pred64):
             for r, d32, d64, p64 in zip(b.rows, d32b, d64b, p64b):
@@ -329,28 +371,27 @@ class Judge:
                 if p64.error:
                     errors.append(f"{where}: the prediction is an error ({p64.error}); nothing to draw")
                     continue
-                seeds = [case.draw_seed + i for i in range(case.draws)]
+                probs = p64.probs.to(torch.float64).cpu().numpy()
+                plan = plan_draws(probs, self.alpha, epsilon, case.draws)
                 row = r.to_row()
                 try:
-                    counts = self.draw_counts(impl, row, seeds)
+                    counts = self.draw_counts(impl, row, range(case.draw_seed, case.draw_seed + plan.n))
                 except RowError as e:
                     worst.append(f"{where}: rejected the row ({e.kind}: {e.message})")
                     continue
-                probs = p64.probs.to(torch.float64).cpu().numpy()
-                gof = goodness_of_fit(counts, probs, self.alpha)
+                res = check_draws(counts, probs, self.alpha, FAMILY_ALPHA, plan)
                 diff = mismatches(observe(p64, ["support", "probs"]), observe(d64, ["support", "probs"]), 1e-9, 1e-9)
                 if diff:
                     diffs.append(where)
-                rows.append({"row": where, "verdict": gof.verdict, "reason": gof.reason, "n": gof.n,
-                             "alpha": gof.alpha, "p_value": gof.p_value, "statistic": gof.statistic,
-                             "bins": gof.bins[:40], "outside_support": gof.outside_support,
-                             "profile_differences": diff, "expected": r.expect})
-                if gof.verdict == "fail":
-                    worst.append(f"{where}: {gof.reason}")
-                elif gof.verdict == "error":
-                    errors.append(f"{where}: {gof.reason}")
-        details = {"rows": rows, "profile": impl.profile.name, "alpha": self.alpha,
-                   "test": "support check, then chi-square goodness of fit on bins with expected count >= 5"}
+                rows.append({"row": where, **res.to_json(), "profile_differences": diff, "expected": r.expect})
+                if res.verdict == "fail":
+                    worst.append(f"{where}: {res.reason}")
+                elif res.verdict == "error":
+                    errors.append(f"{where}: {res.reason}")
+        details = {"rows": rows, "profile": impl.profile.name, "alpha": self.alpha, "family_alpha": FAMILY_ALPHA,
+                   "epsilon": epsilon, "target_power": TARGET_POWER,
+                   "test": "support check, then an exact multinomial test (support of 2-3 tokens) or Pearson's "
+                           "chi-square on bins with expected count >= 5; N from a power analysis"}
         if hand:
             details["message"] = "the reference under the default profile disagrees with the case's hand-written " \
                                  "expectations: " + "; ".join(hand)
@@ -366,5 +407,5 @@ class Judge:
             details["message"] = (f"draws fit its profile {impl.profile.name!r}, whose distribution differs from the "
                                   f"default on {', '.join(diffs)}")
             return Result(case.id, impl.name, "known-diff", case.check, details=details)
-        details["message"] = "; ".join(r["reason"] for r in rows)
+        details["message"] = "; ".join(f"{r['row']}: {r['reason']}" for r in rows)
         return Result(case.id, impl.name, "pass", case.check, details=details)

@@ -22,6 +22,7 @@ import jinja2
 from impls.profiles import TRTLLM
 
 from .judge import STATUSES
+from .statreport import template_globals
 
 __all__ = ["write_html", "render_html"]
 
@@ -30,6 +31,7 @@ _ENV = jinja2.Environment(
     autoescape=jinja2.select_autoescape(["html", "j2"]),
     trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
 )
+_ENV.globals.update(template_globals())  # statistical charts and budget (harness.statreport)
 
 
 def _anchor(case_id: str) -> str:

@@ -6,19 +6,25 @@
 2. count the statistical checks of the **declared** corpus (all files, not
    the selection) for the per-check level (DESIGN.md decision 3);
 3. load registered findings (``cases/findings.toml``);
-4. build the implementations; one not available here gets ``skip`` on every
-   case, with the reason;
+4. start one worker process per implementation (:mod:`harness.isolation`,
+   DESIGN.md decision 5); each builds its implementation, which, when not
+   available here, gets ``skip`` on every case, with the reason;
 5. for each case file (with a progress bar): load and validate it — a
    malformed file is an ``error`` result for every implementation, naming
-   file, field and reason, and the run goes on — then judge it on each
-   implementation (:class:`harness.judge.Judge`);
-6. write ``results.json`` (schema 1, DESIGN.md) and ``index.html``.
+   file, field and reason, and the run goes on — then have each worker
+   judge it (:class:`harness.judge.Judge`) under a time limit: a crash or a
+   timeout is an ``error`` for that case and the worker is restarted. Each
+   result is appended at once to the journal ``results.partial.jsonl``, so
+   an interrupted run loses nothing and ``resume=True`` continues it;
+6. write ``results.json`` (schema 1, DESIGN.md; atomically) and
+   ``index.html``, and remove the journal.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import platform
 import socket
 import sys
@@ -33,7 +39,9 @@ from impls import get_impl
 
 from .cases import CASES_DIR, CaseError, discover, load_case, select
 from .findings import load_findings
-from .judge import Judge, Result
+from .isolation import DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, Journal, Worker, make_runner
+from .judge import Result
+from .stats import FAMILY_ALPHA
 
 __all__ = ["run", "RunOutcome", "count_statistical_checks", "RESULTS_SCHEMA"]
 
@@ -56,12 +64,21 @@ class RunOutcome:
 
 
 def count_statistical_checks(paths: list) -> int:
-    """Rows of statistical cases among ``paths`` (unparseable files count 0)."""
+    """Statistical checks among ``paths``: one per row of a ``statistical`` case, plus one per
+    ``scenario`` case with a ``[scenario.statistical]`` table (unparseable files count 0).
+
+    The per-check level is ``FAMILY_ALPHA`` divided by this count over the declared corpus
+    (DESIGN.md decision 3; ``harness.stats.per_check_alpha``).
+    """
     n = 0
     for p in paths:
         try:
             data = tomllib.loads(Path(p).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue
+        sc = data.get("scenario")
+        if data.get("check") == "scenario" and isinstance(sc, dict) and isinstance(sc.get("statistical"), dict):
+            n += 1
             continue
         if data.get("check") != "statistical":
             continue
@@ -84,23 +101,38 @@ def _case_id_of(path: Path, root: Path) -> str:
 
 
 def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path("reports/latest"),
-        device: str = "cpu", progress: bool = True, root: Path = CASES_DIR) -> RunOutcome:
+        device: str = "cpu", progress: bool = True, root: Path = CASES_DIR, *, isolate: bool = True,
+        timeout: float = DEFAULT_TIMEOUT, startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+        resume: bool = False) -> RunOutcome:
     """Run the selected cases on the named implementations.
 
     Parameters
     ----------
-    impl_names : list of str
-        Implementation names (``sampcheck list impls``).
+    impl_names : list of str or implementation objects
+        Implementation names (``sampcheck list impls``) or objects speaking
+        the :mod:`impls.base` protocol.
     patterns : list of str, optional
         Case ids, id globs or paths; all cases when empty.
     out_dir : Path
-        Where ``results.json`` and ``index.html`` go (created).
+        Where ``results.json`` and ``index.html`` go (created), and the
+        journal ``results.partial.jsonl`` and worker logs ``workers/`` while
+        the run lasts.
     device : str
         ``"cpu"`` or ``"cuda"``.
     progress : bool
         Show a progress bar on stderr.
     root : Path
         The corpus root.
+    isolate : bool
+        Run each implementation in its own worker process
+        (:mod:`harness.isolation`); False runs everything in this process.
+    timeout : float
+        Seconds one case may take on one implementation (isolated runs).
+    startup_timeout : float
+        Seconds a worker may take to build its implementation.
+    resume : bool
+        Reuse the results in ``out_dir``'s journal left by an interrupted
+        run with the same implementations; run only the missing pairs.
 
     Returns
     -------
@@ -111,7 +143,8 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
     KeyError
         Unknown implementation name.
     ValueError
-        A pattern that matches no case, or a malformed ``findings.toml``.
+        A pattern that matches no case, a malformed ``findings.toml``, or a
+        journal to resume that names other implementations.
     """
     from .report import write_html
 
@@ -119,53 +152,87 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
     all_paths = discover(root)
     paths = select(all_paths, patterns, root)
     n_stat = count_statistical_checks(all_paths)
-    findings = load_findings(Path(root) / "findings.toml")
-    impls = [get_impl(n) if isinstance(n, str) else n for n in impl_names]
-    judge = Judge(findings, n_stat, device)
-    meta, skip_reason, versions = {}, {}, {}
-    for impl in impls:
-        reason = impl.available(device)
-        try:
-            versions[impl.name] = impl.version() if reason is None else "unavailable"
-        except Exception as e:  # a broken install is a skip with its reason, not a crash
-            reason, versions[impl.name] = f"version() raised {type(e).__name__}: {e}", "unknown"
-        skip_reason[impl.name] = reason
-        meta[impl.name] = {"version": versions[impl.name], "device": device, "profile": impl.profile.name,
-                           **({"skip_reason": reason} if reason else {})}
-    results: list[Result] = []
-    cases = {}
-    bar = tqdm(paths, desc="sampcheck", unit="case", disable=not progress, file=sys.stderr)
-    for path in bar:
-        cid = _case_id_of(path, root)
-        bar.set_postfix_str(cid[-40:], refresh=False)
-        try:
-            case = load_case(path, root)
-        except CaseError as e:
-            for impl in impls:
-                results.append(Result(cid, impl.name, "error", "load",
-                                      details={"message": str(e), "file": e.path, "field": e.field, "reason": e.reason}))
-            cases[cid] = {"id": cid, "error": str(e), "path": str(path)}
-            continue
-        cases[case.id] = case
-        for impl in impls:
-            if skip_reason[impl.name]:
-                results.append(Result(case.id, impl.name, "skip", case.check,
-                                      details={"message": skip_reason[impl.name]}))
+    load_findings(Path(root) / "findings.toml")  # a malformed file is a usage error, before any worker starts
+    for n in impl_names:
+        if isinstance(n, str):
+            get_impl(n)  # unknown names fail here (KeyError), before any worker starts
+    out_dir = Path(out_dir)
+    journal = Journal(out_dir / Journal.NAME)
+    labels = [n if isinstance(n, str) else n.name for n in impl_names]
+    kept: dict = {}
+    if resume:
+        header, old = journal.read()
+        if header is not None:
+            if header.get("impls") != labels:
+                raise ValueError(f"{journal.path}: the interrupted run was for {header.get('impls')}, not {labels}")
+            started = header.get("started", started)
+            kept = {(r["case"], r["impl"]): r for r in old}
+    runners = [make_runner(n, device, root, n_stat, isolate, timeout=timeout, startup_timeout=startup_timeout,
+                           log_dir=out_dir / "workers") for n in impl_names]
+    try:
+        infos = [r.start() for r in runners]
+        meta, skip_reason = {}, {}
+        for r, info in zip(runners, infos):
+            name = info["name"]
+            skip_reason[name] = info["skip_reason"]
+            meta[name] = {"version": info["version"], "device": device, "profile": info["profile"].name,
+                          **({"skip_reason": info["skip_reason"]} if info["skip_reason"] else {}),
+                          **({"facts": info["facts"]} if info.get("facts") else {}),
+                          "isolation": "process" if isinstance(r, Worker) else "none",
+                          **({"not_isolated_because": r.why_not_isolated}
+                             if getattr(r, "why_not_isolated", None) else {})}
+        journal.open({"journal": 1, "impls": labels, "started": started}, list(kept.values()))
+        results: list = []
+        cases = {}
+        bar = tqdm(paths, desc="sampcheck", unit="case", disable=not progress, file=sys.stderr)
+        for path in bar:
+            cid = _case_id_of(path, root)
+            bar.set_postfix_str(cid[-40:], refresh=False)
+            try:
+                case = load_case(path, root)
+            except CaseError as e:
+                for info in infos:
+                    res = Result(cid, info["name"], "error", "load",
+                                 details={"message": str(e), "file": e.path, "field": e.field, "reason": e.reason})
+                    results.append(res.to_json())
+                cases[cid] = {"id": cid, "error": str(e), "path": str(path)}
                 continue
-            results.append(judge.evaluate(case, impl, versions[impl.name]))
-    bar.close()
+            cases[case.id] = case
+            for runner, info in zip(runners, infos):
+                name = info["name"]
+                if (case.id, name) in kept:
+                    results.append(kept[(case.id, name)])
+                    continue
+                if skip_reason[name]:
+                    res = Result(case.id, name, "skip", case.check, details={"message": skip_reason[name]})
+                else:
+                    res = runner.evaluate(path, case.id, case.check)
+                doc_r = res.to_json()
+                journal.append(doc_r)
+                results.append(doc_r)
+        bar.close()
+        for r, info in zip(runners, infos):
+            if getattr(r, "restarts", 0):
+                meta[info["name"]]["worker_restarts"] = r.restarts
+    finally:
+        for r in runners:
+            r.close()
+        journal.close()
     doc = {
         "schema": RESULTS_SCHEMA,
         "run": {"started": started, "finished": _now(), "host": socket.gethostname(),
                 "platform": platform.platform(), "python": platform.python_version(),
-                "impls": meta, "alpha_per_check": judge.alpha, "statistical_checks_in_corpus": n_stat,
+                "impls": meta, "alpha_per_check": FAMILY_ALPHA / max(n_stat, 1),
+                "statistical_checks_in_corpus": n_stat,
                 "cases_selected": len(paths), "cases_declared": len(all_paths)},
-        "results": [r.to_json() for r in results],
+        "results": results,
     }
-    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results_path = out_dir / "results.json"
-    results_path.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp = results_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, results_path)
+    journal.close(remove=True)
     html_path = out_dir / "index.html"
-    write_html(doc, cases, [i.profile for i in impls], html_path)
+    write_html(doc, cases, [i["profile"] for i in infos], html_path)
     return RunOutcome(doc, results_path, html_path, cases)

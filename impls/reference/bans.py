@@ -20,27 +20,38 @@ def min_length_bans(row: Row, profile: Profile) -> list:
     The count is ``len(generated)`` (plus ``len(prompt)`` when
     ``profile.min_length_counts_prompt``). With ``ignore_eos`` the original
     end id is still banned; an end id of ``None``/``-1`` bans nothing (a bug
-    once banned token ``V-1``).
+    once banned token ``V-1``). With ``profile.min_length_bans_stop_words``
+    (vLLM) every one-token stop word is banned too.
 
     Returns
     -------
     list of int
-        ``[end_id]`` or ``[]``.
+        ``[end_id]`` (and stop words) or ``[]``.
 
     Source: SEMANTICS §1.4; seed 000 § token_ban (min_length bans EOS from a
     length count, never from token values).
     """
-    if not row.min_length or row.end_id is None or not 0 <= row.end_id < row.vocab:
-        return []  # no end id, or one outside the vocabulary (a profile may accept it): nothing to ban
+    if not row.min_length:
+        return []
     n = len(row.generated) + (len(row.prompt) if profile.min_length_counts_prompt else 0)
-    return [row.end_id] if n < row.min_length else []
+    if n >= row.min_length:
+        return []
+    V = row.vocab
+    out = []
+    if row.end_id is not None and 0 <= row.end_id < V:
+        out.append(row.end_id)  # no end id, or one outside the vocabulary (a profile may accept it): nothing
+    if getattr(profile, "min_length_bans_stop_words", False):
+        out += [int(w[0]) for w in row.stop_words if len(w) == 1 and 0 <= w[0] < V]
+    return out
 
 
 def bad_word_bans(row: Row, profile: Profile = None) -> list:
     """Bad words: a one-token word is always banned; a word ``[t0..tk-1]``
     bans ``tk-1`` when ``prompt + generated`` ends with ``[t0..tk-2]`` (the
-    prefix may lie in the prompt). With ``profile.bad_words_skip_end_id``
-    a one-token word equal to the end id is dropped.
+    prefix may lie in the prompt, unless ``profile.bad_words_see_prompt`` is
+    False: then only ``generated`` is matched). With
+    ``profile.bad_words_skip_end_id`` a one-token word equal to the end id is
+    dropped.
 
     Returns
     -------
@@ -48,7 +59,8 @@ def bad_word_bans(row: Row, profile: Profile = None) -> list:
 
     Source: SEMANTICS §1.4; seed 000 § token_ban.
     """
-    hist = list(row.prompt) + list(row.generated)
+    see_prompt = profile is None or profile.bad_words_see_prompt
+    hist = (list(row.prompt) if see_prompt else []) + list(row.generated)
     eos = row.end_id if (row.end_id is not None and row.end_id >= 0 and not row.ignore_eos) else None
     skip_eos = profile is not None and profile.bad_words_skip_end_id
     out = []

@@ -103,7 +103,9 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
     filters_on = not lazy or sampling is not False
     t = row.temperature
     if t is not None and filters_on and not (lazy and t == 1.0):
-        _check_range("temperature", t, t >= 0, ">= 0")
+        t_max = profile.temperature_max
+        _check_range("temperature", t, t >= 0 and (t_max is None or t <= t_max),
+                     ">= 0" if t_max is None else f"in [0, {t_max:g}]")
     p = row.top_p
     if p is not None and filters_on and not (lazy and not p < 1.0):
         lo_ok = p >= 0 if profile.top_p_zero_valid else p > 0
@@ -124,6 +126,12 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         r = row.repetition_penalty
         if r is not None and not r > 0 and not (lazy and r == 1.0):
             raise RowError("invalid_penalty", f"repetition_penalty={r!r}: must be > 0")
+        bound = profile.penalty_abs_max
+        if bound is not None:
+            for name in ("presence_penalty", "frequency_penalty"):
+                v = getattr(row, name)
+                if v is not None and not -bound <= v <= bound:
+                    raise RowError("invalid_penalty", f"{name}={v!r}: must be in [-{bound:g}, {bound:g}]")
     d = row.top_p_decay
     if d is not None:
         _check_range("top_p_decay", d, 0 < d <= 1, "in (0, 1]")
@@ -160,6 +168,9 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
                                          f"{len(row.prompt)} tokens")
     if "negative_history_ids" in extras:
         _check_negative_history(row)
+    if ("min_length_above_max_new_tokens" in extras and row.min_length is not None
+            and row.max_new_tokens is not None and row.min_length > row.max_new_tokens):
+        raise RowError("invalid_length", f"min_length={row.min_length} exceeds max_new_tokens={row.max_new_tokens}")
     e = row.end_id
     if e is not None and not -1 <= e < V and "end_id_range" not in profile.validation_skips:
         raise RowError("invalid_end_id", f"end_id={e}: must be -1 (none) or in [0, {V})")
@@ -272,6 +283,8 @@ def resolve(row: Row, profile: Profile) -> Resolved:
         if profile.temperature_zero == "error":
             raise RowError("invalid_temperature", "temperature=0 with sampling: must be > 0")
         return Resolved(GREEDY)
+    if t is not None and 0 < t < profile.temperature_clamp_min:
+        t = profile.temperature_clamp_min  # vLLM raises 0 < T < 0.01 to 0.01
     top_p = p if p is not None and not _is_nan(p) else 1.0  # a NaN top_p reaching here is ignored
     if _decay_active(row):
         # SEMANTICS §2: the decayed top-p replaces the request's top-p (p0).
@@ -292,9 +305,12 @@ def resolve(row: Row, profile: Profile) -> Resolved:
     return res
 
 
-def effective_seed(row: Row) -> Optional[int]:
-    """Return the row's seed as a signed int64 value (uint64 reinterpretation), or None."""
-    if row.seed is None:
+def effective_seed(row: Row, profile: Optional[Profile] = None) -> Optional[int]:
+    """Return the row's seed as a signed int64 value (uint64 reinterpretation), or None.
+
+    With ``profile.seed_minus_one_unseeded`` (vLLM), a seed of ``-1`` is None.
+    """
+    if row.seed is None or (profile is not None and profile.seed_minus_one_unseeded and row.seed == -1):
         return None
     bits = seed_bits(operator.index(row.seed))
     return bits - (1 << 64) if bits >= (1 << 63) else bits

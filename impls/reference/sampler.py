@@ -200,7 +200,7 @@ class ReferenceSession:
                 used_slots.add(row.slot)
                 res, x0, x = self._prepare(row)
                 mode = res.mode
-                self.seeds.observe(row.slot, row.request_id, effective_seed(row))
+                self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile))
                 if res.mode == SAMPLING:
                     keep = self._kept(res, x)
                     staged[i] = (res, x0, x, keep)
@@ -330,3 +330,18 @@ class Reference:
     def open_session(self, device: str = "cpu") -> ReferenceSession:
         """A fresh :class:`ReferenceSession`."""
         return ReferenceSession(self.profile, device, self.dtype)
+
+    def run_scenario(self, spec, device: str = "cpu"):
+        """Decode a multi-step scenario on a fresh session (:func:`.scenario.run_scenario`).
+
+        Parameters
+        ----------
+        spec : impls.reference.scenario.ScenarioSpec
+        device : str
+
+        Returns
+        -------
+        impls.reference.scenario.ScenarioResult
+        """
+        from .scenario import run_scenario
+        return run_scenario(spec, self.profile, self.open_session(device))

@@ -50,6 +50,17 @@ class SeedManager:
             self._seed[slot] = seed
             self._offset[slot] = 0
 
+    def take_unseeded(self) -> tuple[int, int]:
+        """Return ``(global_seed, offset)`` for a row that owns no slot stream, and advance.
+
+        Used for draft-batch rows: they are treated as unseeded and never
+        read, reset or advance a slot's counter (SEMANTICS §1.6; seed 000 §
+        槽位换主与草稿批: the drafter's slot numbers collide with target slots).
+        """
+        off = self.unseeded_offset
+        self.unseeded_offset += 1
+        return self.global_seed, off
+
     def take(self, slot: int) -> tuple[int, int]:
         """Return ``(seed, offset)`` for one drawing row in ``slot`` and advance.
 

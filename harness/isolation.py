@@ -1,0 +1,482 @@
+"""Process isolation of implementations (DESIGN.md decision 5) and the incremental journal.
+
+Each implementation runs in its own **worker process**, which builds it,
+loads each case it is sent and judges it (:class:`harness.judge.Judge`: the
+reference predictions run there too, so the main process never touches an
+engine). The main process (:class:`Worker`) sends one case at a time and
+waits at most ``timeout`` seconds:
+
+* a result comes back: done;
+* the worker dies (a segfault, an abort, ``os._exit``, a kill from outside):
+  the case in flight is an ``error`` whose message names the exit code or
+  signal and ends with the tail of the worker's log (``faulthandler`` writes
+  the Python stack of a fatal signal there); the worker is restarted for the
+  next case;
+* the time limit passes: the worker is killed, the case is an ``error``
+  ("timed out after N s"), and the worker is restarted;
+* the case raised a CUDA error (an ``error`` whose message has one of
+  :data:`DEVICE_ERROR_MARKERS`): the result is kept and the worker is
+  replaced, since its device context may be unusable.
+
+A worker is started from a fork server (``forkserver``; ``spawn`` where
+that does not exist) when the implementation is given by name or as an
+object that pickles: a clean process that imports the engine itself, never
+a copy of a process that ran one. An object that does not pickle (tests
+define classes inside test functions) is forked while this process has a
+single thread, and otherwise runs in-process (:func:`start_method`).
+
+:class:`Journal` appends every result to ``results.partial.jsonl`` as soon
+as it exists (one JSON object a line, flushed and fsynced), so an
+interrupted run loses nothing; ``sampcheck run --resume`` reads it back and
+runs only the (case, implementation) pairs it lacks.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Optional
+
+__all__ = ["Worker", "InProcess", "Journal", "WorkerInfo", "DEFAULT_TIMEOUT", "DEFAULT_STARTUP_TIMEOUT",
+           "make_runner"]
+
+#: Seconds one case may take on one implementation (``sampcheck run --timeout``).
+DEFAULT_TIMEOUT = 600.0
+#: Seconds a worker may take to import and build its implementation.
+DEFAULT_STARTUP_TIMEOUT = 300.0
+#: How much of the worker's log an error message quotes.
+LOG_TAIL = 2000
+
+
+class WorkerInfo(dict):
+    """What a worker reports once its implementation is built.
+
+    Keys: ``name``, ``version``, ``profile`` (a :class:`impls.profiles.Profile`),
+    ``skip_reason`` (None when available), ``facts`` (what the
+    implementation's optional ``describe(device)`` says about itself, e.g.
+    the code path an engine chose; recorded in results.json).
+    """
+
+
+def _build(spec):
+    from impls import get_impl
+    return get_impl(spec) if isinstance(spec, str) else spec
+
+
+def _describe(impl, device: str) -> WorkerInfo:
+    reason = impl.available(device)
+    try:
+        version = impl.version() if reason is None else "unavailable"
+    except Exception as e:  # a broken install is a skip with its reason, not a crash
+        reason, version = f"version() raised {type(e).__name__}: {e}", "unknown"
+    facts = {}
+    if reason is None and hasattr(impl, "describe"):
+        try:
+            facts = dict(impl.describe(device))
+        except Exception as e:
+            facts = {"describe_error": f"{type(e).__name__}: {e}"}
+    return WorkerInfo(name=impl.name, version=version, profile=impl.profile, skip_reason=reason, facts=facts)
+
+
+def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, log_path: Optional[str]) -> None:
+    """Body of a worker process: build, report, then judge cases until told to stop."""
+    if log_path:
+        log = open(log_path, "a", buffering=1)
+        os.dup2(log.fileno(), 2)
+        sys.stderr = log
+        faulthandler.enable(file=log, all_threads=True)
+    from harness.cases import load_case
+    from harness.findings import load_findings
+    from harness.judge import Judge
+    try:
+        impl = _build(spec)
+        info = _describe(impl, device)
+    except Exception as e:
+        conn.send(("startup_error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
+        return
+    conn.send(("ready", info))
+    if info["skip_reason"]:
+        return
+    judge = Judge(load_findings(Path(findings_path)), n_stat, device)
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg[0] == "stop":
+            return
+        _, path = msg
+        if log_path:
+            # Engines install fatal-signal handlers of their own (lazily, e.g. on the first
+            # torch.compile); re-registering puts faulthandler's Python stack first again,
+            # and it chains to theirs.
+            faulthandler.enable(file=log, all_threads=True)
+        case = load_case(Path(path), Path(root))
+        res = judge.evaluate(case, impl, info["version"])
+        poisoned = res.status == "error" and _is_device_error(str(res.details.get("message", "")))
+        conn.send(("result", res.to_json(), poisoned))
+        if poisoned:
+            return  # the main process starts a fresh worker for the next case
+
+
+#: Modules the fork server imports once, so that each worker starts in well under a second.
+FORKSERVER_PRELOAD = ["harness.isolation", "harness.judge", "harness.cases", "impls.reference"]
+
+
+def _thread_count() -> int:
+    """Threads of this process, native ones included (torch's OpenMP pool, Triton's compilers)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+        return threading.active_count()
+
+
+def _picklable(obj) -> bool:
+    try:
+        pickle.dumps(obj)
+        return True
+    except Exception:
+        return False
+
+
+def _context(method: str):
+    """The multiprocessing context for a start ``method`` (``forkserver`` preloads the harness)."""
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
+    return ctx
+
+
+def start_method(spec) -> Optional[str]:
+    """How a worker for ``spec`` is started, or None when it must run in this process.
+
+    A name, or an object that pickles: ``forkserver`` (a clean, single-threaded
+    server process that has imported torch and the harness once and forks each
+    worker, which then imports the engine itself; ``spawn`` where forkserver
+    does not exist). An object that does not pickle (e.g. an instance of a
+    class defined inside a test function): ``fork``, but only while this
+    process has a single thread; forking a multi-threaded process can leave
+    the child waiting forever on a lock another thread held (seen with
+    torch's and Triton's threads), so such an object runs in-process.
+    """
+    methods = mp.get_all_start_methods()
+    clean = "forkserver" if "forkserver" in methods else "spawn"
+    if isinstance(spec, str) or _picklable(spec):
+        return clean
+    if "fork" in methods and _thread_count() == 1:
+        return "fork"
+    return None
+
+
+#: Messages of errors after which a process's accelerator context cannot be trusted.
+DEVICE_ERROR_MARKERS = ("CUDA error", "device-side assert", "cudaError", "CUBLAS_STATUS", "illegal memory access")
+
+
+def _is_device_error(message: str) -> bool:
+    return any(m in message for m in DEVICE_ERROR_MARKERS)
+
+
+def _signal_name(code: Optional[int]) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class Worker:
+    """One implementation behind a process boundary, with a time limit per case.
+
+    Parameters
+    ----------
+    spec : str or object
+        An implementation name (:func:`impls.get_impl`) or an implementation
+        object.
+    device : str
+        ``"cpu"`` or ``"cuda"``.
+    root : Path
+        The corpus root (cases are sent as paths).
+    n_stat : int
+        Statistical checks in the declared corpus (the judge's level).
+    timeout : float
+        Seconds per case.
+    startup_timeout : float
+        Seconds to import and build the implementation.
+    log_dir : Path or None
+        Where the worker's stderr goes (``<label>.log``); None: inherited.
+
+    Attributes
+    ----------
+    info : WorkerInfo
+        Set by :meth:`start`.
+    restarts : int
+        How many times the worker was started again after a crash or a
+        timeout.
+    """
+
+    def __init__(self, spec, device: str, root: Path, n_stat: int, timeout: float = DEFAULT_TIMEOUT,
+                 startup_timeout: float = DEFAULT_STARTUP_TIMEOUT, log_dir: Optional[Path] = None):
+        self.spec = spec
+        self.device = device
+        self.root = Path(root)
+        self.n_stat = n_stat
+        self.timeout = timeout
+        self.startup_timeout = startup_timeout
+        self.label = spec if isinstance(spec, str) else getattr(spec, "name", type(spec).__name__)
+        self.log_path = None
+        if log_dir is not None:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            self.log_path = Path(log_dir) / f"{self.label}.log"
+        self.method = start_method(spec) or "fork"
+        self.ctx = _context(self.method)
+        self.proc = None
+        self.conn = None
+        self.info: Optional[WorkerInfo] = None
+        self.restarts = 0
+        self.startup_error: Optional[str] = None
+
+    # -- lifecycle ------------------------------------------------------------
+    def _launch(self) -> None:
+        parent, child = self.ctx.Pipe()
+        args = (child, self.spec, self.device, str(self.root), str(self.root / "findings.toml"), self.n_stat,
+                str(self.log_path) if self.log_path else None)
+        self.proc = self.ctx.Process(target=_serve, args=args, daemon=True, name=f"sampcheck-{self.label}")
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        if not self.conn.poll(self.startup_timeout):
+            why = f"did not start within {self.startup_timeout:g} s"
+            self._kill()
+            raise RuntimeError(why)
+        try:
+            kind, payload = self.conn.recv()
+        except EOFError:
+            self.proc.join(5)
+            why = f"worker {_signal_name(self.proc.exitcode)} while starting{self._log_tail()}"
+            self._kill()
+            raise RuntimeError(why) from None
+        if kind != "ready":
+            self._kill()
+            raise RuntimeError(f"building the implementation failed: {payload}")
+        self.info = payload
+
+    def start(self) -> WorkerInfo:
+        """Start the worker and return what it reports about its implementation.
+
+        A worker that cannot start reports a ``skip_reason`` naming why
+        (and :attr:`startup_error` keeps it): a crash while importing an
+        engine is not a result of any case.
+        """
+        try:
+            self._launch()
+        except RuntimeError as e:
+            self.startup_error = str(e)
+            name = self.spec if isinstance(self.spec, str) else getattr(self.spec, "name", self.label)
+            profile = None if isinstance(self.spec, str) else getattr(self.spec, "profile", None)
+            if profile is None:
+                from impls import get_impl
+                try:
+                    profile = get_impl(self.spec).profile
+                except Exception:
+                    from impls.profiles import TRTLLM
+                    profile = TRTLLM
+            self.info = WorkerInfo(name=name, version="unknown", profile=profile,
+                                   skip_reason=f"worker failed to start: {e}")
+        return self.info
+
+    def _alive(self) -> bool:
+        return self.proc is not None and self.proc.is_alive()
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.join(10)
+        if self.conn is not None:
+            self.conn.close()
+        self.proc, self.conn = None, None
+
+    def close(self) -> None:
+        """Ask the worker to stop, and kill it if it does not within 10 s."""
+        if self._alive():
+            try:
+                self.conn.send(("stop",))
+            except (BrokenPipeError, OSError):
+                pass
+            self.proc.join(10)
+        self._kill()
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size if self.log_path else 0
+        except OSError:
+            return 0
+
+    def _log_tail(self, since: int = 0) -> str:
+        """What the worker wrote to its log since byte ``since``: the beginning (a fatal
+        error's report and stack) and the end, at most :data:`LOG_TAIL` characters."""
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as fh:
+            fh.seek(since)
+            text = fh.read().decode("utf-8", errors="replace").strip()
+        fatal = text.find("Fatal Python error")
+        if fatal > 0:
+            text = text[fatal:]  # faulthandler's report first, whatever was logged before it
+        if len(text) > LOG_TAIL:
+            head = 3 * LOG_TAIL // 4
+            text = text[:head] + "\n[...]\n" + text[-(LOG_TAIL - head):]
+        return f"; worker log ({self.log_path}):\n{text}" if text else ""
+
+    # -- one case ---------------------------------------------------------------
+    def evaluate(self, path: Path, case_id: str, check: str):
+        """Judge one case in the worker; a crash or a timeout is an ``error`` result.
+
+        Returns
+        -------
+        harness.judge.Result
+        """
+        from .judge import Result
+        t0 = time.perf_counter()
+        if not self._alive():
+            try:
+                self._launch()
+                self.restarts += 1
+            except RuntimeError as e:
+                return Result(case_id, self.info["name"], "error", check, time.perf_counter() - t0,
+                              {"message": f"the worker could not be restarted: {e}"})
+        pid = self.proc.pid
+        log_start = self._log_size()
+        self.conn.send(("case", str(path)))
+        if not self.conn.poll(self.timeout):
+            self._kill()
+            return Result(case_id, self.info["name"], "error", check, time.perf_counter() - t0,
+                          {"message": f"timed out after {self.timeout:g} s (worker {pid} killed and restarted)",
+                           "isolation": "timeout"})
+        try:
+            kind, payload, poisoned = self.conn.recv()
+        except (EOFError, ConnectionResetError, OSError):
+            self.proc.join(5)
+            code = self.proc.exitcode
+            msg = f"the worker (pid {pid}) {_signal_name(code)} while running this case{self._log_tail(log_start)}"
+            self._kill()
+            return Result(case_id, self.info["name"], "error", check, time.perf_counter() - t0,
+                          {"message": msg, "isolation": "crash", "exitcode": code})
+        d = payload
+        if poisoned:
+            # A CUDA error leaves the worker's device context unusable: start afresh.
+            self._kill()
+            d["details"]["worker_restarted"] = "after a device error"
+        return Result(d["case"], d["impl"], d["status"], d["check"], d["seconds"], d["details"])
+
+
+class InProcess:
+    """The same interface as :class:`Worker`, without a process (``--no-isolation``)."""
+
+    why_not_isolated: Optional[str] = None
+
+    def __init__(self, spec, device: str, root: Path, n_stat: int, **_):
+        from .findings import load_findings
+        from .judge import Judge
+        self.spec, self.device, self.root = spec, device, Path(root)
+        self.impl = _build(spec)
+        self.judge = Judge(load_findings(self.root / "findings.toml"), n_stat, device)
+        self.info: Optional[WorkerInfo] = None
+        self.restarts = 0
+
+    def start(self) -> WorkerInfo:
+        """Describe the implementation (available, version, profile)."""
+        self.info = _describe(self.impl, self.device)
+        return self.info
+
+    def evaluate(self, path: Path, case_id: str, check: str):
+        """Judge one case in this process (exceptions become ``error``, as in the judge)."""
+        from .cases import load_case
+        return self.judge.evaluate(load_case(Path(path), self.root), self.impl, self.info["version"])
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def make_runner(spec, device: str, root: Path, n_stat: int, isolate: bool = True, **kw):
+    """A :class:`Worker` when ``isolate`` and :func:`start_method` allows one, else an :class:`InProcess`."""
+    if isolate and start_method(spec) is not None:
+        return Worker(spec, device, root, n_stat, **kw)
+    runner = InProcess(spec, device, root, n_stat)
+    if isolate:
+        runner.why_not_isolated = ("the implementation object cannot be pickled and this process has "
+                                   f"{_thread_count()} threads: forking it could deadlock")
+    return runner
+
+
+class Journal:
+    """Append-only record of a run's results: ``DIR/results.partial.jsonl``.
+
+    The first line is ``{"journal": 1, "impls": [...], "started": ...}``;
+    each further line is one result in the results.json form. Lines are
+    flushed and fsynced as they are written. A torn last line (the process
+    died mid-write) is ignored when reading.
+
+    Parameters
+    ----------
+    path : Path
+    """
+
+    NAME = "results.partial.jsonl"
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._fh = None
+
+    def read(self) -> tuple[Optional[dict], list]:
+        """Return ``(header, results)`` of an existing journal, or ``(None, [])``."""
+        if not self.path.exists():
+            return None, []
+        header, results = None, []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "journal" in obj:
+                header = obj
+            elif {"case", "impl", "status"} <= set(obj):
+                results.append(obj)
+        return header, results
+
+    def open(self, header: dict, keep: list) -> None:
+        """Start the journal afresh with ``header`` and the results ``keep``."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "w", encoding="utf-8")
+        self._write(header)
+        for r in keep:
+            self._write(r)
+
+    def append(self, result: dict) -> None:
+        """Write one result (results.json form) and make it durable."""
+        self._write(result)
+
+    def _write(self, obj: dict) -> None:
+        self._fh.write(json.dumps(obj) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self, remove: bool = False) -> None:
+        """Close; with ``remove``, delete the file (the run completed)."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        if remove and self.path.exists():
+            self.path.unlink()

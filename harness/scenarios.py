@@ -1,0 +1,604 @@
+"""Scenario cases (``check = "scenario"``): loading, judging and golden records.
+
+A scenario case describes a whole decode (cases/README.md, "Scenarios"):
+requests arriving, finishing and reusing slots over several steps, logits
+from a scripted model, beam search, top-p decay, speculative decoding.
+This module
+
+1. validates the ``[scenario]`` table and builds an
+   :class:`~impls.reference.scenario.ScenarioSpec` (:func:`load_scenario`;
+   every problem is a :class:`~harness.cases.CaseError` naming the field,
+   e.g. ``scenario.requests[2].slot``);
+2. reduces a :class:`~impls.reference.scenario.RequestResult` to the
+   expectation keys (:func:`observe`) and compares (:func:`mismatches`);
+3. judges a case on an implementation (:func:`evaluate`, called by
+   :meth:`harness.judge.Judge._evaluate`): the reference under the default
+   profile against the hand-written expectations and relations, then the
+   implementation against the reference under its own profile, with the
+   statuses of DESIGN.md;
+4. writes golden records (:func:`golden_record`), which keep the
+   predecessor map of every beam step.
+
+An implementation runs scenarios through ``run_scenario(spec, device)``;
+one without it, or raising
+:class:`~impls.reference.scenario.ScenarioUnsupported`, is ``n/a``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional
+
+import fastjsonschema
+import numpy as np
+import torch
+
+from impls.profiles import TRTLLM, Profile, profile_diff
+from impls.reference import Reference
+from impls.reference.scenario import RequestSpec, ScenarioSpec, ScenarioUnsupported, replicate
+from impls.reference.scripted import ModelError, make_model
+
+from .cases import ERROR_KINDS, FIELD_FEATURES, ROW_PROPS, CaseError, _parse_seed
+from .stats import FAMILY_ALPHA, goodness_of_fit
+
+__all__ = ["ScenarioCase", "load_scenario", "observe", "mismatches", "evaluate", "predict", "golden_record",
+           "golden_diff", "count_statistical", "EXPECT_KEYS"]
+
+_INT = {"type": "integer"}
+_NUM = {"type": "number"}
+_INTS = {"type": "array", "items": _INT}
+_NUMS = {"type": "array", "items": _NUM}
+_INTSS = {"type": "array", "items": _INTS}
+_REASON = {"enum": ["end_id", "length", "stop_words", "none"]}
+_MODEL = {"type": "object", "required": ["kind"], "properties": {"kind": {"enum": ["table", "context", "toy"]}}}
+#: Request-level expectation keys and their types.
+_EXPECT_PROPS = {
+    "error": {"enum": list(ERROR_KINDS)}, "error_step": _INT, "tokens": _INTS, "finish_reason": _REASON,
+    "finish_step": _INT, "scheduled": _INTS, "offsets": _INTS, "top_p": _NUMS, "support": _INTSS,
+    "emitted": _INTSS, "drafts": _INTSS, "accepted": _INTS, "rewind": _INTS,
+    "beam_tokens": _INTSS, "predecessors": _INTSS, "beams": _INTSS, "cum_logprobs": _NUMS, "scores": _NUMS,
+    "beam_finish_reasons": {"type": "array", "items": _REASON}, "probs": _NUMS,
+}
+EXPECT_KEYS = tuple(_EXPECT_PROPS)
+_FLOAT_KEYS = {"top_p", "cum_logprobs", "scores", "probs"}
+_REQ_ROW_FIELDS = {k: v for k, v in ROW_PROPS.items()
+                   if k not in ("logits", "logits_dtype", "generated", "slot", "logprobs", "expect")}
+_REQ_EXTRA = {
+    "id": {"type": "string", "pattern": r"^[\w.-]+$"}, "slot": {"type": "integer", "minimum": 0},
+    "arrive": {"type": "integer", "minimum": 0}, "pause": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+    "beam_width": _INT, "length_penalty": _NUM, "early_stopping": {"anyOf": [{"type": "boolean"}, {"const": "never"}]},
+    "diversity_rate": _NUM, "draft_len": {"type": "integer", "minimum": 0, "maximum": 64}, "drafts": _INTSS,
+    "d2t": _INTS, "model": _MODEL,
+}
+_REQUEST = {"type": "object", "required": ["id", "slot"], "additionalProperties": False,
+            "properties": {**_REQ_ROW_FIELDS, **_REQ_EXTRA,
+                           "expect": {"type": "object", "additionalProperties": False, "properties": _EXPECT_PROPS}}}
+SCENARIO_SCHEMA = {
+    "type": "object", "required": ["model", "requests"], "additionalProperties": False,
+    "properties": {
+        "model": _MODEL, "draft_model": _MODEL,
+        "defaults": {"type": "object", "additionalProperties": False, "properties": {**_REQ_ROW_FIELDS, **{
+            k: v for k, v in _REQ_EXTRA.items() if k not in ("id", "slot", "model")}}},
+        "requests": {"type": "array", "minItems": 1, "items": _REQUEST},
+        "max_beam_width": {"type": "integer", "minimum": 1, "maximum": 64},
+        "max_steps": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "max_seq_len": {"type": "integer", "minimum": 1},
+        "schedule": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
+        "relations": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["kind", "a", "b"], "additionalProperties": False,
+            "properties": {"kind": {"enum": ["same_tokens", "different_tokens", "same_result"]},
+                           "a": {"type": "string"}, "b": {"type": "string"}}}},
+        "statistical": {"type": "object", "required": ["request", "draws"], "additionalProperties": False,
+                        "properties": {"request": {"type": "string"},
+                                       "draws": {"type": "integer", "minimum": 1000, "maximum": 1_000_000},
+                                       "position": {"type": "integer", "minimum": 0}}},
+    },
+}
+_validate = fastjsonschema.compile(SCENARIO_SCHEMA)
+#: Request fields that need a feature besides those of FIELD_FEATURES.
+_BEAM_FIELDS = ("beam_width", "length_penalty", "early_stopping", "diversity_rate")
+
+
+@dataclass
+class ScenarioCase:
+    """A validated ``[scenario]`` table.
+
+    Attributes
+    ----------
+    spec : ScenarioSpec
+        What implementations decode.
+    expect : dict
+        Request id -> hand-written expectations (cases/README.md).
+    relations : list of dict
+        ``{kind, a, b}`` between requests, checked on every implementation.
+    statistical : dict or None
+        ``{request, draws, position}`` for a statistical scenario check.
+    """
+
+    spec: ScenarioSpec
+    expect: dict = field(default_factory=dict)
+    relations: list = field(default_factory=list)
+    statistical: Optional[dict] = None
+
+
+def _model(spec: dict, shown: str, where: str):
+    try:
+        return make_model(spec)
+    except ModelError as e:
+        raise CaseError(shown, f"{where}.{e.field}", e.reason) from None
+    except TypeError as e:
+        raise CaseError(shown, where, f"invalid model definition: {e}") from None
+
+
+def load_scenario(data: dict, shown: str) -> tuple:
+    """Validate the ``[scenario]`` table of a case file.
+
+    Parameters
+    ----------
+    data : dict
+        The parsed case file (``data["scenario"]`` is read).
+    shown : str
+        The file name used in error messages.
+
+    Returns
+    -------
+    (ScenarioCase, set of (feature, where))
+        The scenario, and the features its fields need (the loader checks
+        that the case declares them).
+
+    Raises
+    ------
+    CaseError
+        Schema violation, bad model, duplicate request ids, a schedule or
+        relation naming an unknown request, an expectation outside the
+        vocabulary, ``d2t`` of the wrong length, literal drafts longer than
+        ``draft_len``, a draft request without a way to get drafts.
+    """
+    sc = data["scenario"]
+    try:
+        _validate(sc)
+    except fastjsonschema.JsonSchemaValueException as e:
+        name = (e.name or "data").replace("data", "scenario", 1)
+        raise CaseError(shown, name, e.message.replace(e.name or "data", "value")) from None
+    model = _model(sc["model"], shown, "scenario.model")
+    draft = _model(sc["draft_model"], shown, "scenario.draft_model") if "draft_model" in sc else None
+    defaults = sc.get("defaults", {})
+    used, reqs, expect, seen = set(), [], {}, {}
+    for i, raw in enumerate(sc["requests"]):
+        where = f"scenario.requests[{i}]"
+        r = {**defaults, **raw}
+        rid = r["id"]
+        if rid in seen:
+            raise CaseError(shown, f"{where}.id", f"{rid!r} is also the id of scenario.requests[{seen[rid]}]")
+        seen[rid] = i
+        rmodel = _model(r["model"], shown, f"{where}.model") if "model" in r else None
+        V = (rmodel or model).vocab
+        fields = {k: r[k] for k in _REQ_ROW_FIELDS if k in r}
+        if "seed" in fields:
+            try:
+                fields["seed"] = _parse_seed(fields["seed"])
+            except ValueError:
+                raise CaseError(shown, f"{where}.seed", f"not an integer: {fields['seed']!r}") from None
+        if "logit_bias" in fields:
+            fields["logit_bias"] = [(int(t), float(v)) for t, v in fields["logit_bias"]]
+        K = r.get("draft_len", 0)
+        drafts = r.get("drafts")
+        if drafts is not None:
+            if not K:
+                raise CaseError(shown, f"{where}.drafts", "needs draft_len > 0")
+            for j, d in enumerate(drafts):
+                if len(d) > K:
+                    raise CaseError(shown, f"{where}.drafts[{j}]", f"{len(d)} tokens, draft_len is {K}")
+        elif K and draft is None:
+            raise CaseError(shown, f"{where}.draft_len", "needs scenario.draft_model or literal drafts")
+        if "d2t" in r and draft is not None and len(r["d2t"]) != draft.vocab:
+            raise CaseError(shown, f"{where}.d2t", f"has {len(r['d2t'])} entries, the draft vocab is {draft.vocab}")
+        reqs.append(RequestSpec(id=rid, slot=r["slot"], fields=fields, arrive=r.get("arrive", 0),
+                                pause=frozenset(r.get("pause", [])), beam_width=r.get("beam_width", 1),
+                                length_penalty=r.get("length_penalty"), early_stopping=r.get("early_stopping"),
+                                diversity_rate=r.get("diversity_rate"), draft_len=K, drafts=drafts,
+                                d2t=r.get("d2t"), model=rmodel))
+        for k in r:
+            if k in FIELD_FEATURES:
+                used.add((FIELD_FEATURES[k], f"{where}.{k}"))
+            elif k in _BEAM_FIELDS:
+                used.add(("beam_search", f"{where}.{k}"))
+        e = raw.get("expect", {})
+        for key in ("tokens", "support", "beams", "emitted", "drafts", "beam_tokens"):
+            vals = e.get(key, [])
+            flat = [t for v in vals for t in (v if isinstance(v, list) else [v])]
+            bad = [t for t in flat if not (0 <= t < V or (key == "beam_tokens" and t == -1))]
+            if bad:
+                raise CaseError(shown, f"{where}.expect.{key}", f"ids {bad[:5]} outside [0, {V})")
+        if "probs" in e and len(e["probs"]) != V:
+            raise CaseError(shown, f"{where}.expect.probs", f"has {len(e['probs'])} values, vocab is {V}")
+        if "finish_reason" in e:
+            used.add(("finish_reason", f"{where}.expect.finish_reason"))
+        expect[rid] = e
+    for s, ids in enumerate(sc.get("schedule", [])):
+        for rid in ids:
+            if rid not in seen:
+                raise CaseError(shown, f"scenario.schedule[{s}]", f"names unknown request {rid!r}")
+        if len(set(ids)) != len(ids):
+            raise CaseError(shown, f"scenario.schedule[{s}]", f"lists a request twice: {ids}")
+    for j, rel in enumerate(sc.get("relations", [])):
+        for side in ("a", "b"):
+            if rel[side] not in seen:
+                raise CaseError(shown, f"scenario.relations[{j}].{side}", f"names unknown request {rel[side]!r}")
+    stat = sc.get("statistical")
+    if stat is not None and stat["request"] not in seen:
+        raise CaseError(shown, "scenario.statistical.request", f"names unknown request {stat['request']!r}")
+    spec = ScenarioSpec(model=model, requests=reqs, draft_model=draft, max_beam_width=sc.get("max_beam_width", 4),
+                        max_steps=sc.get("max_steps", 32), max_seq_len=sc.get("max_seq_len"),
+                        schedule=sc.get("schedule"))
+    return ScenarioCase(spec, expect, sc.get("relations", []), stat), used
+
+
+# -- observations and comparison -------------------------------------------------
+def observe(rr, keys=EXPECT_KEYS) -> dict:
+    """Reduce a :class:`~impls.reference.scenario.RequestResult` to expectation keys.
+
+    Per-step keys list one entry per scheduled step that has the value
+    (``offsets`` is flattened over steps; ``top_p``/``support`` skip steps
+    without them; ``emitted``/``drafts``/``accepted``/``rewind`` only
+    speculative steps; ``beam_tokens``/``predecessors`` only beam steps).
+
+    Returns
+    -------
+    dict
+    """
+    steps = rr.steps
+    spec = [s for s in steps if s.accepted is not None]
+    beam = [s for s in steps if s.predecessors is not None]
+    table = {
+        "error": lambda: rr.error, "error_step": lambda: rr.error_step,
+        "tokens": lambda: None if rr.error else list(rr.tokens),
+        "finish_reason": lambda: rr.finish_reason, "finish_step": lambda: rr.finish_step,
+        "scheduled": lambda: [s.step for s in steps],
+        "offsets": lambda: [o for s in steps for o in s.offsets],
+        "top_p": lambda: [s.top_p for s in steps if s.top_p is not None],
+        "support": lambda: [s.support for s in steps if s.support is not None],
+        "emitted": lambda: [s.tokens for s in spec], "drafts": lambda: [s.drafts for s in spec],
+        "accepted": lambda: [s.accepted for s in spec], "rewind": lambda: [s.rewind for s in spec],
+        "beam_tokens": lambda: [s.tokens for s in beam], "predecessors": lambda: [s.predecessors for s in beam],
+        "beams": lambda: rr.beams, "cum_logprobs": lambda: rr.cum_logprobs, "scores": lambda: rr.scores,
+        "beam_finish_reasons": lambda: rr.beam_finish_reasons,
+        "probs": lambda: None,
+    }
+    out = {k: table[k]() for k in keys}
+    if rr.error is not None:
+        out["message"] = rr.message
+    return out
+
+
+def _close(a, b, atol: float, rtol: float) -> bool:
+    a, b = float(a), float(b)
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= atol + rtol * abs(b)
+
+
+def mismatches(got: dict, want: dict, atol: float = 1e-6, rtol: float = 1e-6) -> list:
+    """Compare an observed request with wanted values (keys present and not None in ``want``).
+
+    An expected or observed error compares the error kind only (and
+    ``error_step`` when wanted). Float keys (``top_p``, ``cum_logprobs``,
+    ``scores``, ``probs``) compare element-wise within ``atol + rtol * |b|``;
+    everything else exactly.
+
+    Returns
+    -------
+    list of str
+        One line per mismatch.
+    """
+    out = []
+    if want.get("error") is not None or got.get("error") is not None:
+        if want.get("error") != got.get("error"):
+            out.append(f"error: got {got.get('error')!r} ({got.get('message', '')}), want {want.get('error')!r}")
+        elif want.get("error_step") is not None and want["error_step"] != got.get("error_step"):
+            out.append(f"error_step: got {got.get('error_step')!r}, want {want['error_step']!r}")
+        return out
+    for k, w in want.items():
+        if w is None or k in ("message", "error", "error_step"):
+            continue
+        g = got.get(k)
+        if g is None:
+            out.append(f"{k}: not returned, want {w!r}")
+        elif k in _FLOAT_KEYS:
+            if len(g) != len(w) or not all(_close(a, b, atol, rtol) for a, b in zip(g, w)):
+                out.append(f"{k}: got {[round(float(v), 7) for v in g]}, want {list(w)}")
+        elif g != w:
+            out.append(f"{k}: got {g!r}, want {w!r}")
+    return out
+
+
+def _relations(sc: ScenarioCase, res) -> list:
+    checks = []
+    for rel in sc.relations:
+        a, b = res.requests[rel["a"]], res.requests[rel["b"]]
+        keys = ["error", "tokens", "finish_reason"] if rel["kind"] == "same_result" else ["error", "tokens"]
+        oa, ob = observe(a, keys), observe(b, keys)
+        if rel["kind"] == "different_tokens":
+            ok = oa["error"] is None and ob["error"] is None and oa["tokens"] != ob["tokens"]
+            why = [] if ok else [f"both gave tokens {oa['tokens']!r} (errors {oa['error']!r}, {ob['error']!r})"]
+        else:
+            why = mismatches(oa, ob)
+            ok = not why
+        checks.append({"kind": rel["kind"], "a": rel["a"], "b": rel["b"], "a_out": oa, "b_out": ob, "holds": ok,
+                       "why": why})
+    return checks
+
+
+# -- predictions ---------------------------------------------------------------
+def predict(judge, case, profile: Profile, dtype: torch.dtype = torch.float32):
+    """The reference's decode of a scenario case under ``profile``.
+
+    Parameters
+    ----------
+    judge : harness.judge.Judge
+        Its prediction cache (``_pred``) is reused, keyed by
+        ``("scenario", case id, profile, dtype)``.
+    case : harness.cases.Case
+        A ``check = "scenario"`` case.
+    profile : Profile
+    dtype : torch.dtype
+        Working dtype of the reference (float32; float64 for an oracle).
+
+    Returns
+    -------
+    impls.reference.scenario.ScenarioResult
+    """
+    key = ("scenario", case.id, profile, dtype)
+    if key not in judge._pred:
+        judge._pred[key] = Reference(profile, dtype=dtype).run_scenario(case.scenario.spec)
+    return judge._pred[key]
+
+
+def _keys(e: dict) -> list:
+    return sorted(set(e) - {"probs"} | {"error", "tokens", "finish_reason"})
+
+
+def _explain(judge, case, profile: Profile, keys: dict) -> list:
+    default = predict(judge, case, TRTLLM)
+    found, diffs = [], profile_diff(TRTLLM, profile)
+    for f in diffs:
+        probe = dataclasses.replace(TRTLLM, name=f"trtllm+{f}", **{f: getattr(profile, f)})
+        try:
+            pred = predict(judge, case, probe)
+        except Exception:  # a field that only works together with others
+            continue
+        if any(mismatches(observe(pred.requests[r], k), observe(default.requests[r], k), case.atol, case.rtol)
+               for r, k in keys.items()):
+            found.append(f)
+    names = found or diffs
+    return [{"field": f, "default": repr(getattr(TRTLLM, f)), "profile": repr(getattr(profile, f)),
+             "citation": profile.citations.get(f, "(no citation)"), **({} if found else {"combination": True})}
+            for f in names]
+
+
+def _runner(impl):
+    run = getattr(impl, "run_scenario", None)
+    if run is None:
+        raise ScenarioUnsupported(f"{impl.name} has no run_scenario: it cannot run multi-step scenarios")
+    return run
+
+
+def _hand(case, default) -> list:
+    sc = case.scenario
+    bad = []
+    for rid, e in sc.expect.items():
+        want = {k: v for k, v in e.items() if k != "probs"}
+        if want:
+            m = mismatches(observe(default.requests[rid], _keys(e)), want, case.atol, case.rtol)
+            if m:
+                bad.append(f"{rid}: {'; '.join(m)}")
+    for c in _relations(sc, default):
+        if not c["holds"]:
+            bad.append(f"{c['kind']}({c['a']}, {c['b']}): {'; '.join(c['why'])}")
+    return bad
+
+
+def evaluate(judge, case, impl, version: str):
+    """Judge a scenario case on ``impl`` (see the module docstring).
+
+    Returns
+    -------
+    harness.judge.Result
+        ``n/a`` when the implementation cannot run scenarios; ``fail`` when
+        the reference under the default profile disagrees with the hand
+        expectations or relations; otherwise ``pass`` / ``known-diff`` /
+        ``known-bug`` / ``fail`` as for exact cases. Exceptions propagate to
+        :meth:`Judge.evaluate`, which makes them ``error`` results.
+    """
+    from .judge import Result
+    try:
+        run = _runner(impl)
+    except ScenarioUnsupported as e:
+        return Result(case.id, impl.name, "n/a", case.check, details={"message": str(e)})
+    if case.scenario.statistical is not None:
+        return _statistical(judge, case, impl, version, run)
+    default = predict(judge, case, TRTLLM)
+    hand = _hand(case, default)
+    try:
+        actual = run(case.scenario.spec, judge.device)
+    except ScenarioUnsupported as e:
+        return Result(case.id, impl.name, "n/a", case.check, details={"message": str(e)})
+    pred = predict(judge, case, impl.profile)
+    canonical = impl.profile.rng == "canonical"
+    rows, own, vs_default, keys = [], [], [], {}
+    for req in case.scenario.spec.requests:
+        rid = req.id
+        k = _keys(case.scenario.expect.get(rid, {}))
+        p = pred.requests[rid]
+        if not canonical and any(s.offsets for s in p.steps):
+            k = ["error"]  # drew random numbers: only comparable in distribution
+        if actual.keys is not None:
+            k = [x for x in k if x in actual.keys]  # what this implementation reports
+        keys[rid] = k
+        want, got, d = observe(p, k), observe(actual.requests[rid], k), observe(default.requests[rid], k)
+        bad = mismatches(got, want, case.atol, case.rtol)
+        diff = mismatches(want, d, case.atol, case.rtol)
+        rows.append({"row": rid, "expected": case.scenario.expect.get(rid, {}), "predicted": want, "actual": got,
+                     "default": d, "mismatches": bad, "profile_differences": diff})
+        if bad:
+            own.append(rid)
+        if diff:
+            vs_default.append(rid)
+    rel = _relations(case.scenario, actual)
+    details = {"rows": rows, "profile": impl.profile.name, "invariants": rel}
+    if hand:
+        details["message"] = ("the reference under the default profile disagrees with the case's hand-written "
+                              "expectations: " + " | ".join(hand))
+        details["hand_mismatches"] = hand
+        return Result(case.id, impl.name, "fail", case.check, details=details)
+    broken = [f"{c['kind']}({c['a']}, {c['b']})" for c in rel if not c["holds"]]
+    if own or broken:
+        msg = (f"{len(own)} request(s) differ from the {impl.profile.name} prediction: {', '.join(own)}" if own else "")
+        if broken:
+            msg = "; ".join(x for x in (msg, "relation(s) broken: " + ", ".join(broken)) if x)
+        return judge._mismatch(case, impl, version, details, msg)
+    if vs_default:
+        details["fields"] = _explain(judge, case, impl.profile, keys)
+        details["message"] = (f"matches its profile {impl.profile.name!r}, which differs from the default on "
+                              f"{', '.join(vs_default)} because of: {', '.join(f['field'] for f in details['fields'])}")
+        return Result(case.id, impl.name, "known-diff", case.check, details=details)
+    details["message"] = "matches the prediction, which equals the default profile's"
+    return Result(case.id, impl.name, "pass", case.check, details=details)
+
+
+# -- statistical scenarios ---------------------------------------------------------
+@lru_cache(maxsize=8)
+def count_statistical(root: str) -> int:
+    """Statistical scenario checks in the declared corpus under ``root`` (unparseable files count 0)."""
+    n = 0
+    for p in Path(root).rglob("*.toml"):
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue
+        sc = data.get("scenario")
+        if data.get("check") == "scenario" and isinstance(sc, dict) and isinstance(sc.get("statistical"), dict):
+            n += 1
+    return n
+
+
+def _alpha(judge, case) -> float:
+    # The judge's level counts the statistical cases; add the statistical scenarios of the same corpus.
+    n = round(FAMILY_ALPHA / judge.alpha)
+    root = Path(case.path).resolve().parents[len(case.id.split("/")) - 1] if case.path else None
+    return FAMILY_ALPHA / max(n + (count_statistical(str(root)) if root else 1), 1)
+
+
+def _statistical(judge, case, impl, version, run):
+    from impls.reference.speculative import target_distribution
+
+    from .judge import Result
+    st = case.scenario.statistical
+    rid, pos = st["request"], st.get("position", 0)
+    spec = case.scenario.spec
+    p64 = target_distribution(spec, rid, impl.profile, torch.float64)
+    d64 = target_distribution(spec, rid, TRTLLM, torch.float64)
+    hand = []
+    e = case.scenario.expect.get(rid, {})
+    if "probs" in e and not all(_close(a, b, case.atol, case.rtol) for a, b in zip(d64.tolist(), e["probs"])):
+        hand.append(f"{rid}: probs: predicted {[round(v, 7) for v in d64.tolist()]}, hand-written {e['probs']}")
+    if "support" in e and e["support"] and sorted(e["support"][0]) != torch.nonzero(d64 > 0).flatten().tolist():
+        hand.append(f"{rid}: support: predicted {torch.nonzero(d64 > 0).flatten().tolist()}, hand-written {e['support'][0]}")
+    seeds = [case.draw_seed + i for i in range(st["draws"])]
+    res = run(replicate(spec, rid, seeds), judge.device)
+    counts = np.zeros(p64.shape[-1], dtype=np.int64)
+    errors = []
+    for i in range(len(seeds)):
+        rr = res.requests[f"{rid}#{i}"]
+        if rr.error or len(rr.tokens) <= pos:
+            errors.append(f"{rid}#{i}: {rr.error or 'fewer than ' + str(pos + 1) + ' tokens'} {rr.message}")
+            continue
+        counts[rr.tokens[pos]] += 1
+    alpha = _alpha(judge, case)
+    gof = goodness_of_fit(counts, p64.numpy(), alpha)
+    diff = not torch.allclose(p64, d64, atol=1e-12, rtol=1e-9)
+    details = {"profile": impl.profile.name, "alpha": alpha,
+               "test": "support check, then chi-square goodness of fit on bins with expected count >= 5",
+               "rows": [{"row": f"{rid} (token {pos}, {len(seeds)} draws)", "verdict": gof.verdict,
+                         "actual": {"counts": counts.tolist()}, "predicted": {"probs": p64.tolist()},
+                         "mismatches": [] if gof.verdict == "pass" else [gof.reason], "reason": gof.reason,
+                         "p_value": gof.p_value, "bins": gof.bins[:40], "outside_support": gof.outside_support}]}
+    if hand:
+        details["message"] = "the reference under the default profile disagrees with the case's hand-written " \
+                             "expectations: " + " | ".join(hand)
+        return Result(case.id, impl.name, "fail", case.check, details=details)
+    if errors:
+        return judge._mismatch(case, impl, version, details, f"{len(errors)} draw(s) failed: {errors[0]}")
+    if gof.verdict == "fail":
+        return judge._mismatch(case, impl, version, details, gof.reason)
+    if gof.verdict == "error":
+        details["message"] = gof.reason
+        return Result(case.id, impl.name, "error", case.check, details=details)
+    if diff:
+        details["fields"] = [{"field": f, "default": repr(getattr(TRTLLM, f)), "profile": repr(getattr(impl.profile, f)),
+                              "citation": impl.profile.citations.get(f, "(no citation)")}
+                             for f in profile_diff(TRTLLM, impl.profile)]
+        details["message"] = f"draws fit its profile {impl.profile.name!r}, whose distribution differs from the default"
+        return Result(case.id, impl.name, "known-diff", case.check, details=details)
+    details["message"] = gof.reason
+    return Result(case.id, impl.name, "pass", case.check, details=details)
+
+
+# -- golden records ------------------------------------------------------------------
+def _round(v):
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        if math.isnan(v):
+            return "nan"
+        return round(v, 6)
+    if isinstance(v, list):
+        return [_round(x) for x in v]
+    return v
+
+
+def golden_record(case, profile_name: str, judge) -> dict:
+    """The golden content of a scenario case under one profile.
+
+    Per request: every observation of :func:`observe` that is set (for beam
+    requests this includes ``predecessors``, the predecessor map of every
+    step, and ``beam_tokens``), floats rounded to 1e-6. A statistical case
+    records the predicted distribution of the observed token instead of
+    draws.
+    """
+    from impls.profiles import PROFILES
+    from impls.reference import REFERENCE_VERSION
+    profile = PROFILES[profile_name]
+    rec = {"case": case.id, "profile": profile_name, "reference_version": REFERENCE_VERSION}
+    st = case.scenario.statistical
+    if st is not None:
+        from impls.reference.speculative import target_distribution
+        p = target_distribution(case.scenario.spec, st["request"], profile, torch.float64)
+        rec["scenario"] = {st["request"]: {"probs": _round([float(v) for v in p.tolist()])}}
+        return rec
+    res = predict(judge, case, profile)
+    out = {}
+    for rid, rr in res.requests.items():
+        o = {k: v for k, v in observe(rr).items() if v not in (None, [], "") and k != "message"}
+        out[rid] = {k: _round(v) for k, v in o.items()}
+    rec["scenario"] = out
+    return rec
+
+
+def golden_diff(old: dict, new: dict) -> list:
+    """Lines naming each request key whose golden value changed."""
+    diffs = []
+    a, b = old.get("scenario", {}), new.get("scenario", {})
+    for rid in sorted(set(a) | set(b)):
+        ra, rb = a.get(rid, {}), b.get(rid, {})
+        for k in sorted(set(ra) | set(rb)):
+            if ra.get(k) != rb.get(k):
+                diffs.append(f"{rid}.{k}: golden {ra.get(k)!r}, now {rb.get(k)!r}")
+    return diffs

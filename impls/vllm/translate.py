@@ -1,0 +1,207 @@
+"""Translation of a :class:`~impls.base.Row` into vLLM ``SamplingParams`` arguments.
+
+Pure Python: nothing here imports vLLM, so :mod:`impls.vllm` imports (and can
+report ``n/a`` / ``skip``) where vLLM is missing.
+
+Every mapping names the vLLM 0.32.0 code that consumes the argument (paths
+are relative to the ``vllm/`` package of vllm-project/vllm@v0.32.0):
+
+==========================  ==========================================================
+Row field                   vLLM spelling
+==========================  ==========================================================
+``temperature``             ``SamplingParams.temperature`` (unset: the class default
+                            1.0, so "nothing set" samples; ``0 < T < 0.01`` is raised
+                            to 0.01 by ``SamplingParams.__post_init__``)
+``top_k``                   ``top_k`` (unset: 0, "off"; -1 also means off)
+``top_p``, ``min_p``        ``top_p`` (unset 1.0), ``min_p`` (unset 0.0)
+``repetition_penalty``,     ``repetition_penalty``, ``presence_penalty``,
+``presence_penalty``,       ``frequency_penalty`` (unset: 1.0, 0.0, 0.0)
+``frequency_penalty``
+``logit_bias``              ``logit_bias``, a ``dict[int, float]``: a token listed
+                            twice keeps its last value (Python dict semantics, as a
+                            JSON object with a repeated key)
+``min_length``              ``min_tokens`` (``MinTokensLogitsProcessor``)
+``end_id``                  the model's EOS id, passed as
+                            ``SamplingParams.update_from_generation_config({}, eos)``
+                            as ``InputProcessor.process_inputs`` does (``-1``/None:
+                            no EOS)
+``ignore_eos``              ``ignore_eos``
+``bad_words``               ``bad_words`` (strings in vLLM): each word is given as a
+                            placeholder string that a stand-in tokenizer encodes to
+                            the word's ids, so ``SamplingParams.update_from_tokenizer``
+                            validates them and fills ``bad_words_token_ids``
+``stop_words`` (1 token)    ``stop_token_ids`` (multi-token stop words are strings in
+                            vLLM, matched by the detokenizer: ``n/a``)
+``max_new_tokens``          ``max_tokens``; unset with ``max_seq_len`` unset: the class
+                            default 16; unset with ``max_seq_len`` set: ``None``, which
+                            ``InputProcessor.process_inputs`` turns into "up to
+                            ``max_model_len``"
+``max_seq_len``             ``max_model_len`` of ``check_stop`` (prompt + output)
+``seed``                    ``seed`` (-1 means unseeded: ``SamplingParams.__post_init__``)
+``logprobs``                ``logprobs`` (the adapter always asks for at least 0, i.e.
+                            the sampled token's logprob; sampling does not depend on it)
+==========================  ==========================================================
+
+Fields vLLM cannot express make :func:`unsupported_reason` return a reason
+(the harness reports ``n/a``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..base import Row
+
+__all__ = ["SUPPORTED_FEATURES", "sampling_kwargs", "unsupported_reason", "classify_validation_error",
+           "bad_word_text", "eos_id", "bad_word_index"]
+
+#: Features (names from :data:`impls.base.FEATURES`) the adapter can express.
+SUPPORTED_FEATURES = frozenset({
+    "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+    "logit_bias", "min_length", "bad_words", "end_id", "ignore_eos", "stop_words", "max_new_tokens",
+    "max_seq_len", "seed", "logprobs", "processed_logits", "low_precision_logits", "finish_reason",
+})
+
+_BAD_WORD_PREFIX = "<sampcheck-bad-word-"
+
+
+def bad_word_text(index: int) -> str:
+    """The placeholder string standing for the row's ``index``-th bad word.
+
+    The stand-in tokenizer of :mod:`impls.vllm.engine` encodes it back to the
+    word's token ids (with or without the leading space that
+    ``SamplingParams.update_from_tokenizer`` tries).
+    """
+    return f"{_BAD_WORD_PREFIX}{index}>"
+
+
+def bad_word_index(text: str) -> Optional[int]:
+    """Inverse of :func:`bad_word_text` (leading spaces ignored); None for other text."""
+    t = text.lstrip()
+    if t.startswith(_BAD_WORD_PREFIX) and t.endswith(">"):
+        return int(t[len(_BAD_WORD_PREFIX):-1])
+    return None
+
+
+def eos_id(row: Row) -> Optional[int]:
+    """The EOS id the engine is told about: ``end_id`` unless None or ``-1``."""
+    if row.end_id is None or row.end_id == -1:
+        return None
+    return int(row.end_id)
+
+
+def sampling_kwargs(row: Row):
+    """The ``SamplingParams(**kwargs)`` arguments for ``row``.
+
+    Parameters
+    ----------
+    row : Row
+
+    Returns
+    -------
+    dict
+        Keys among ``temperature, top_k, top_p, min_p, repetition_penalty,
+        presence_penalty, frequency_penalty, logit_bias, min_tokens,
+        ignore_eos, bad_words, stop_token_ids, max_tokens, seed, logprobs``.
+        Unset row fields are left out so that the ``SamplingParams`` class
+        defaults apply (``max_tokens``: see the module docstring). Floats
+        are coerced with ``float`` and ints with ``int``.
+    """
+    kw: dict = {}
+    for name in ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"):
+        v = getattr(row, name)
+        if v is not None:
+            kw[name] = float(v)
+    if row.top_k is not None:
+        kw["top_k"] = int(row.top_k)
+    if row.logit_bias:
+        kw["logit_bias"] = {int(t): float(v) for t, v in row.logit_bias}
+    if row.min_length is not None:
+        kw["min_tokens"] = int(row.min_length)
+    if row.ignore_eos:
+        kw["ignore_eos"] = True
+    if row.bad_words:
+        kw["bad_words"] = [bad_word_text(i) for i in range(len(row.bad_words))]
+    if row.stop_words:
+        kw["stop_token_ids"] = [int(w[0]) for w in row.stop_words if len(w) == 1]
+    if row.max_new_tokens is not None:
+        kw["max_tokens"] = int(row.max_new_tokens)
+    elif row.max_seq_len is not None:
+        kw["max_tokens"] = None
+    if row.seed is not None:
+        kw["seed"] = int(row.seed)
+    kw["logprobs"] = int(row.logprobs) if row.logprobs is not None else 0
+    return kw
+
+
+def _set(v) -> bool:
+    return v is not None and (v != v or v != 0)
+
+
+def unsupported_reason(row: Row) -> Optional[str]:
+    """Why vLLM's sampler cannot express ``row``, or None.
+
+    Returns
+    -------
+    str or None
+        A reason for: beam search (``LLM.beam_search`` is a separate
+        search loop over ``logprobs``, not the ``Sampler``); top-p decay (no
+        such parameter in ``SamplingParams``); ``prompt_ignore_length`` and
+        no-repeat-ngram (no such parameters); a multi-token stop word given as
+        token ids (``SamplingParams.stop`` holds strings matched by the
+        detokenizer; only single tokens are ``stop_token_ids``); an empty stop
+        word (no spelling: ``stop_token_ids`` are single ids).
+    """
+    if row.use_beam_search:
+        return "beam search: vLLM's beam search (LLM.beam_search) is a loop outside the Sampler"
+    if row.top_p_decay is not None or row.top_p_min is not None or row.top_p_reset_ids:
+        return "top-p decay: SamplingParams has no such parameter"
+    if row.prompt_ignore_length is not None:
+        return "prompt_ignore_length: SamplingParams has no such parameter"
+    if _set(row.no_repeat_ngram_size):
+        return "no-repeat-ngram: SamplingParams has no such parameter"
+    if any(len(w) != 1 for w in row.stop_words):
+        return ("stop words of other than one token: vLLM matches stop strings in the detokenizer; only single "
+                "tokens are stop_token_ids")
+    return None
+
+
+# VLLMValidationError messages of vLLM 0.32.0 (sampling_params.py, renderers/base.py)
+# -> our error kinds (first match wins).
+_MESSAGE_KINDS = (
+    ("temperature", "invalid_temperature"),
+    ("top_p", "invalid_top_p"),
+    ("top_k", "invalid_top_k"),
+    ("min_p", "invalid_min_p"),
+    ("presence_penalty", "invalid_penalty"),
+    ("frequency_penalty", "invalid_penalty"),
+    ("repetition_penalty", "invalid_penalty"),
+    ("min_tokens", "invalid_length"),
+    ("max_tokens", "invalid_length"),
+    ("logit_bias", "invalid_logit_bias"),
+    ("stop_token_ids", "invalid_stop_words"),
+    ("bad_words", "invalid_bad_words"),
+    ("bad", "invalid_bad_words"),
+    ("Token id", "invalid_token_id"),
+    ("logprobs", "invalid_logprobs"),
+)
+
+
+def classify_validation_error(e: Exception) -> str:
+    """Map a vLLM validation error (``VLLMValidationError`` / ``ValueError``) to an error kind.
+
+    Uses the error's ``parameter`` attribute when vLLM sets it, else the
+    message (the parameter's name is in every message of
+    ``SamplingParams._verify_args``@v0.32.0).
+
+    Returns
+    -------
+    str
+        One of the kinds of ``cases/README.md``, or ``"invalid_request"``.
+    """
+    param = getattr(e, "parameter", None)
+    text = f"{param or ''} {e}"
+    for needle, kind in _MESSAGE_KINDS:
+        if needle in text:
+            return kind
+    return "invalid_request"

