@@ -45,8 +45,34 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="list implementations or cases")
     ls.add_argument("what", choices=["impls", "cases"])
     g = sub.add_parser("golden", help="write or check the golden predictions in golden/")
-    g.add_argument("action", choices=["update", "check"])
+    g.add_argument("action", choices=["update", "check", "add"])
     g.add_argument("--cases", action="append", metavar="PATTERN", help="restrict to these cases")
+    g.add_argument("ids", nargs="*", metavar="ID",
+                   help="'add': the case id(s) whose golden files to compute")
+    g.add_argument("--accept", action="store_true",
+                   help="'add'/'update': write the files shown (without it nothing is written)")
+    c = sub.add_parser("case", help="author cases: 'case new CATEGORY NAME' writes a commented template")
+    c.add_argument("action", choices=["new"])
+    c.add_argument("category", help="the case's category (first path component under cases/)")
+    c.add_argument("name", help="the file name without .toml (lowercase words joined by '-')")
+    c.add_argument("--check", default="exact", choices=["exact", "statistical"],
+                   help="the template's check (default: exact)")
+    c.add_argument("--force", action="store_true", help="overwrite an existing file")
+    rec = sub.add_parser("record", help="run the corpus on one implementation and write its run record "
+                                        "(golden/engines/<impl>-<version>.json)")
+    rec.add_argument("--impl", required=True, metavar="NAME", help="the implementation (see 'sampcheck list impls')")
+    rec.add_argument("--out", metavar="FILE", help="where to write (default: golden/engines/<impl>-<version>.json)")
+    rec.add_argument("--cases", action="append", metavar="PATTERN", help="restrict to these cases")
+    rec.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    rec.add_argument("--no-isolation", action="store_true", help="run in this process")
+    d = sub.add_parser("diff", help="compare two run records: per case unchanged / newly passing / newly failing / "
+                                    "changed output / added / removed; exit 1 when anything changed")
+    d.add_argument("a", metavar="A", help="the old run record (JSON)")
+    d.add_argument("b", metavar="B", help="the new run record (JSON)")
+    d.add_argument("--html", metavar="FILE", help="also write the report as one self-contained HTML file")
+    d.add_argument("--text", metavar="FILE", help="also write the printed report to FILE")
+    d.add_argument("--false-alarm", type=float, default=None, metavar="RATE",
+                   help="family-wise false-alarm rate of the two-sample tests (default: 1e-3)")
     return p
 
 
@@ -126,10 +152,28 @@ def _cmd_list(args) -> int:
 
 def _cmd_golden(args) -> int:
     from . import golden
-    from .cases import CaseError, discover, load_case, select
+    from .cases import CASES_DIR, CaseError, discover, load_case, select
     from .judge import Judge
+    if args.action == "add" and not args.ids:
+        print("sampcheck golden add: give the id of the case, e.g. 'sampcheck golden add filters/my-case'",
+              file=sys.stderr)
+        return 2
+    if args.action != "add" and args.ids:
+        print(f"sampcheck golden {args.action}: unexpected argument(s) {' '.join(args.ids)} "
+              "(select cases with --cases PATTERN)", file=sys.stderr)
+        return 2
     try:
-        paths = select(discover(), args.cases)
+        if args.action == "add":
+            paths = []
+            for cid in args.ids:
+                p = CASES_DIR / f"{cid.removesuffix('.toml')}.toml"
+                if not p.is_file():
+                    print(f"sampcheck golden add: no case file {p} for id {cid!r} "
+                          "(an id is the path under cases/ without .toml)", file=sys.stderr)
+                    return 2
+                paths.append(p)
+        else:
+            paths = select(discover(), args.cases)
     except ValueError as e:
         print(f"sampcheck golden: {e}", file=sys.stderr)
         return 2
@@ -140,12 +184,25 @@ def _cmd_golden(args) -> int:
         except CaseError as e:
             print(f"ERROR {e}", file=sys.stderr)
             broken += 1
+    if args.action == "add" and broken:
+        print("sampcheck golden add: fix the case file first ('sampcheck list cases' validates every case)",
+              file=sys.stderr)
+        return 2
     judge = Judge([], 1)
-    if args.action == "update":
-        changed = golden.update(cases, judge)
-        for path, what in changed:
+    if args.action in ("update", "add"):
+        changes = golden.plan(cases, judge)
+        for path, old, new in changes:
+            sys.stdout.write(golden.unified_diff(path, old, new))
+        if not changes:
+            print(f"golden {args.action}: {len(cases)} case(s), every golden file is up to date")
+            return 1 if broken else 0
+        if not args.accept:
+            print(f"golden {args.action}: {len(changes)} golden file(s) would change (shown above); nothing "
+                  f"written. Review, then re-run with --accept to write them.")
+            return 1
+        for path, what in golden.write(changes):
             print(f"{what:>7} {path}")
-        print(f"{len(changed)} golden file(s) written; review them with 'git diff golden/' before committing")
+        print(f"{len(changes)} golden file(s) written; review them with 'git diff golden/' before committing")
         return 1 if broken else 0
     problems = golden.check(cases, judge)
     for path, why in problems:

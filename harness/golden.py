@@ -9,8 +9,10 @@ Scenario cases record, per request, the observations of
 :func:`harness.scenarios.golden_record` (for beam search the predecessor
 map of every step) instead of rows.
 
-``sampcheck golden update`` writes them and prints what changed;
-``sampcheck golden check`` fails on any difference (drift).
+``sampcheck golden update`` shows a unified diff of every file it would
+change and writes them only with ``--accept``; ``sampcheck golden add ID``
+does the same for the files of one new case; ``sampcheck golden check``
+fails on any difference (drift).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from impls.reference import REFERENCE_VERSION
 
 from .cases import Case, project_dir
 
-__all__ = ["GOLDEN_DIR", "golden_record", "golden_path", "update", "check"]
+__all__ = ["GOLDEN_DIR", "golden_record", "golden_path", "plan", "unified_diff", "write", "update", "check"]
 
 GOLDEN_DIR = project_dir("golden")
 
@@ -95,17 +97,87 @@ def _compute(cases: list, judge, profiles) -> dict:
     return out
 
 
-def update(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR) -> list:
-    """Write golden files; return ``[(path, "added"|"changed")]`` for what changed."""
-    changed = []
+def plan(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR) -> list:
+    """The golden files that differ from what the reference computes now.
+
+    Parameters
+    ----------
+    cases : list of Case
+    judge : harness.judge.Judge
+        Its :meth:`~harness.judge.Judge.predict` gives the predictions.
+    profiles : sequence of str
+        Profile names (default: every profile of :data:`impls.profiles.PROFILES`).
+    root : Path
+        The golden directory (default ``golden/``).
+
+    Returns
+    -------
+    list of (Path, str or None, str)
+        ``(path, old text or None when the file does not exist, new text)``
+        for every file that would change, in case then profile order.
+        Nothing is written.
+    """
+    out = []
     for path, text in _compute(cases, judge, profiles).items():
         path = Path(root) / path.relative_to(GOLDEN_DIR)
         old = path.read_text() if path.exists() else None
         if old != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            changed.append((path, "added" if old is None else "changed"))
-    return changed
+            out.append((path, old, text))
+    return out
+
+
+def unified_diff(path: Path, old, new: str, base: Path = None) -> str:
+    """A unified diff (``git diff`` style) of one golden file, ``old`` -> ``new``.
+
+    Parameters
+    ----------
+    path : Path
+    old : str or None
+        The current text; ``None`` for a file that does not exist yet
+        (shown against ``/dev/null``).
+    new : str
+    base : Path, optional
+        Paths are shown relative to it (default: the project root).
+
+    Returns
+    -------
+    str
+        Ends with a newline; empty when ``old == new``.
+    """
+    import difflib
+    base = Path(base) if base else GOLDEN_DIR.parent
+    try:
+        shown = Path(path).resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        shown = str(path)
+    lines = difflib.unified_diff((old or "").splitlines(keepends=True), new.splitlines(keepends=True),
+                                 fromfile="/dev/null" if old is None else f"a/{shown}", tofile=f"b/{shown}")
+    return "".join(lines)
+
+
+def write(changes: list) -> list:
+    """Write the files of :func:`plan`; return ``[(path, "added"|"changed")]``."""
+    done = []
+    for path, old, text in changes:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        done.append((path, "added" if old is None else "changed"))
+    return done
+
+
+def update(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR, accept: bool = False) -> list:
+    """Golden files that change: written only when ``accept`` is true.
+
+    Returns
+    -------
+    list of (Path, str)
+        ``(path, "added"|"changed")`` for every file that differs from the
+        reference's output now (written when ``accept``, else untouched).
+    """
+    changes = plan(cases, judge, profiles, root)
+    if accept:
+        return write(changes)
+    return [(path, "added" if old is None else "changed") for path, old, _ in changes]
 
 
 def check(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR) -> list:
@@ -114,7 +186,7 @@ def check(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR)
     for path, text in _compute(cases, judge, profiles).items():
         path = Path(root) / path.relative_to(GOLDEN_DIR)
         if not path.exists():
-            problems.append((path, "missing (run 'sampcheck golden update' and review the new file)"))
+            problems.append((path, "missing (run 'sampcheck golden add <id>', review, then add --accept)"))
             continue
         old = path.read_text()
         if old != text:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["get_impl", "IMPL_NAMES"]
 
-IMPL_NAMES = ("reference", "reference-hf", "transformers", "reference-vllm", "vllm", "fused")
+IMPL_NAMES = ("reference", "reference-hf", "transformers", "transformers-beam", "reference-vllm", "vllm", "fused")
 
 
 def get_impl(name: str):
@@ -32,6 +32,9 @@ def get_impl(name: str):
     if name == "transformers":
         from .transformers import TransformersImpl
         return TransformersImpl()
+    if name == "transformers-beam":
+        from .transformers.beam import TransformersBeamImpl
+        return TransformersBeamImpl()
     if name == "vllm":
         from .vllm import VllmImpl
         return VllmImpl()

@@ -26,6 +26,7 @@ the processed scores and ``torch.multinomial(probs, 1)`` when sampling,
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 from dataclasses import dataclass, field
 from typing import Optional
@@ -45,10 +46,12 @@ __all__ = ["ModelFree", "Prepared", "prepare", "run_processors", "version", "WAR
 
 #: Processors ``_get_logits_processor`` appends only under ``do_sample``
 #: (the former "logits warpers"); everything before them is a rewrite.
-WARPER_TYPES = (
-    lp.TemperatureLogitsWarper, lp.TopHLogitsWarper, lp.TopKLogitsWarper, lp.TopPLogitsWarper,
-    lp.MinPLogitsWarper, lp.TypicalLogitsWarper, lp.EpsilonLogitsWarper, lp.EtaLogitsWarper,
-)
+#: Compatibility shim (transformers 4.57.6): ``TopHLogitsWarper`` is new in 5.x,
+#: so the tuple takes only the classes this version has.
+WARPER_TYPES = tuple(getattr(lp, _name) for _name in (
+    "TemperatureLogitsWarper", "TopHLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper",
+    "MinPLogitsWarper", "TypicalLogitsWarper", "EpsilonLogitsWarper", "EtaLogitsWarper",
+) if hasattr(lp, _name))
 
 # ValueError messages of transformers 5.24.0 -> our error kinds (first match wins).
 _MESSAGE_KINDS = (
@@ -187,6 +190,12 @@ class Prepared:
         return [type(p).__name__ for p in self.processors + self.warpers]
 
 
+#: Compatibility shim (transformers 4.57.6): ``_prepare_special_tokens`` gained
+#: its ``batch_size`` argument in 5.x; pass it only where the signature has it.
+_SPECIAL_TOKENS_EXTRA = ({"batch_size": 1} if "batch_size" in inspect.signature(
+    GenerationMixin._prepare_special_tokens).parameters else {})
+
+
 def _history(row: Row, device) -> torch.Tensor:
     ids = [int(t) for t in list(row.prompt) + list(row.generated)]
     return torch.tensor([ids], dtype=torch.long, device=device).reshape(1, len(ids))
@@ -221,7 +230,8 @@ def prepare(row: Row, model: ModelFree) -> Prepared:
             has_default_max_length = kw.get("max_length") is None
             has_default_min_length = kw.get("min_length") is None
             gc, _ = model._prepare_generation_config(None, **kw)
-            model._prepare_special_tokens(gc, kwargs_has_attention_mask=True, device=device, batch_size=1)
+            model._prepare_special_tokens(gc, kwargs_has_attention_mask=True, device=device,
+                                          **_SPECIAL_TOKENS_EXTRA)
             gc = model._prepare_generated_length(
                 generation_config=gc, has_default_max_length=has_default_max_length,
                 has_default_min_length=has_default_min_length, model_input_name="input_ids",

