@@ -9,9 +9,19 @@ Commands:
   when nothing failed or errored, 1 otherwise, 2 for bad usage.
 * ``sampcheck list impls|cases`` — what can be run (cases are validated;
   a malformed file is listed with its error).
-* ``sampcheck golden update|check [--cases PATTERN]...`` — write the
-  reference's predictions to ``golden/`` and print what changed, or fail
-  (exit 1) on drift.
+* ``sampcheck golden update|check [--cases PATTERN]... [--accept]`` —
+  ``update`` shows a unified diff of every golden file that would change and
+  writes them only with ``--accept`` (exit 1 when changes were refused);
+  ``check`` fails (exit 1) on drift.
+* ``sampcheck golden add ID... [--accept]`` — the golden files of new cases,
+  shown, written only with ``--accept``.
+* ``sampcheck case new CATEGORY NAME [--check exact|statistical]`` — a
+  commented template at ``cases/CATEGORY/NAME.toml``.
+* ``sampcheck record --impl NAME [--out FILE]`` — a run record
+  (:mod:`harness.records`).
+* ``sampcheck diff A B [--html FILE] [--text FILE]`` — compare two run
+  records (:mod:`harness.diff`); exit 0 when nothing changed, 1 when
+  something did, 2 for bad usage or an unreadable record.
 """
 
 from __future__ import annotations
@@ -211,11 +221,67 @@ def _cmd_golden(args) -> int:
     return 1 if problems or broken else 0
 
 
+def _cmd_record(args) -> int:
+    from . import records
+    try:
+        rec = records.record(args.impl, args.cases, args.device, isolate=not args.no_isolation)
+    except (KeyError, ValueError) as e:
+        print(f"sampcheck record: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2
+    if rec["engine"].get("skip_reason"):
+        print(f"sampcheck record: {args.impl} is not available here: {rec['engine']['skip_reason']}", file=sys.stderr)
+        return 1
+    path = records.write(rec, Path(args.out) if args.out else None)
+    from collections import Counter
+    c = Counter(e["status"] for e in rec["cases"].values())
+    print(f"{args.impl} {rec['engine']['version']}: {len(rec['cases'])} case(s): "
+          + ", ".join(f"{c[s]} {s}" for s in ("pass", "known-diff", "known-bug", "fail", "n/a", "skip", "error") if c[s]))
+    print(f"wrote {path} ({path.stat().st_size} bytes)")
+    return 0
+
+
+def _cmd_diff(args) -> int:
+    from . import diff as diffmod
+    from .records import RecordError, load
+    try:
+        a, b = load(args.a), load(args.b)
+    except RecordError as e:
+        print(f"sampcheck diff: {e}", file=sys.stderr)
+        return 2
+    kw = {} if args.false_alarm is None else {"false_alarm": args.false_alarm}
+    if args.false_alarm is not None and not 0 < args.false_alarm < 1:
+        print("sampcheck diff: --false-alarm must lie in (0, 1)", file=sys.stderr)
+        return 2
+    result = diffmod.diff(a, b, name_a=Path(args.a).name, name_b=Path(args.b).name, **kw)
+    text = diffmod.render_text(result)
+    sys.stdout.write(text)
+    if args.text:
+        Path(args.text).write_text(text, encoding="utf-8")
+    if args.html:
+        Path(args.html).write_text(diffmod.render_html(result), encoding="utf-8")
+    return 1 if result["changed"] else 0
+
+
+def _cmd_case(args) -> int:
+    from .authoring import new_case
+    try:
+        path = new_case(args.category, args.name, check=args.check, force=args.force)
+    except (ValueError, FileExistsError) as e:
+        print(f"sampcheck case new: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    print("next: fill in the places marked TODO, then 'sampcheck list cases' (validates it), "
+          f"'sampcheck run --cases {path.parent.name}/{path.stem}', and "
+          f"'sampcheck golden add {path.parent.name}/{path.stem} --accept'")
+    return 0
+
+
 def main(argv=None) -> int:
     """Entry point of the ``sampcheck`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    handlers = {"run": _cmd_run, "list": _cmd_list, "golden": _cmd_golden}
+    handlers = {"run": _cmd_run, "list": _cmd_list, "golden": _cmd_golden, "record": _cmd_record,
+                "diff": _cmd_diff, "case": _cmd_case}
     return handlers[args.command](args)
 
 

@@ -32,6 +32,12 @@ Per case (only the keys that apply):
   ``[tokens, observed]`` with ``tokens`` the list of ids of one bin of the
   goodness-of-fit test (draws are kept as counts, never as lists).
 * ``invariants``: ``{"kind", "a", "b", "a_out", "b_out", "holds"}``.
+* ``"stochastic": true`` on an exact row (``["a"]``/``["b"]`` on an
+  invariant: the sides) of an implementation whose RNG is not the canonical
+  one (profile field ``rng``), when the row gives no ``seed`` and did not
+  decode greedily or fail: its token comes from an unseeded stream that
+  differs from run to run, so :mod:`harness.diff` compares it only as
+  membership in the support.
 * ``fields``: names of the profile fields that explain a ``known-diff``.
 """
 
@@ -97,8 +103,20 @@ def _round(v):
     return str(v)
 
 
-def _case_entry(res: dict) -> dict:
+def _unseeded_rows(case_id: str) -> set:
+    """Labels ``"batch:index"`` of the rows of a case that give no ``seed`` (empty if it does not load)."""
+    from .cases import CASES_DIR, CaseError, load_case
+    try:
+        case = load_case(CASES_DIR / f"{case_id}.toml")
+    except (CaseError, OSError, ValueError):
+        return set()
+    return {f"{b.name}:{i}" for b in case.batches for i, r in enumerate(b.rows) if "seed" not in r.fields}
+
+
+def _case_entry(res: dict, rng_canonical: bool = True) -> dict:
     det = res.get("details") or {}
+    unseeded = set() if rng_canonical or not (det.get("rows") or det.get("invariants")) \
+        else _unseeded_rows(res["case"])
     entry = {"status": res["status"], "check": res["check"], "message": str(det.get("message", ""))[:300]}
     rows = []
     for row in det.get("rows") or []:
@@ -110,12 +128,20 @@ def _case_entry(res: dict) -> dict:
                                 "outside_support": row.get("outside_support"), "counts": counts}))
         elif isinstance(row.get("actual"), dict):
             act = {k: row["actual"][k] for k in _ACTUAL_KEYS if k in row["actual"]}
-            rows.append({"row": row.get("row"), "actual": _round(act)})
+            out = {"row": row.get("row"), "actual": _round(act)}
+            if row.get("row") in unseeded and act.get("error") is None and act.get("mode") != "greedy":
+                out["stochastic"] = True
+            rows.append(out)
     if rows:
         entry["rows"] = rows
     if det.get("invariants"):
-        entry["invariants"] = [_round({k: inv.get(k) for k in ("kind", "a", "b", "a_out", "b_out", "holds")})
-                               for inv in det["invariants"]]
+        entry["invariants"] = []
+        for inv in det["invariants"]:
+            out = _round({k: inv.get(k) for k in ("kind", "a", "b", "a_out", "b_out", "holds")})
+            sides = [side for side in ("a", "b") if inv.get(side) in unseeded]
+            if sides:
+                out["stochastic"] = sides
+            entry["invariants"].append(out)
     if det.get("fields"):
         entry["fields"] = sorted({str(f.get("field")) for f in det["fields"]})
     return entry
@@ -156,6 +182,11 @@ def from_results(doc: dict, impl: str, created: Optional[str] = None) -> dict:
         When ``impl`` did not run in ``doc``.
     """
     info = doc["run"]["impls"][impl]
+    try:
+        from impls import get_impl
+        canonical = get_impl(impl).profile.rng == "canonical"
+    except Exception:  # an implementation this checkout does not know: keep every output exact
+        canonical = True
     from impls.reference import REFERENCE_VERSION
     run = doc["run"]
     return {
@@ -168,7 +199,7 @@ def from_results(doc: dict, impl: str, created: Optional[str] = None) -> dict:
                         "created": created or run.get("finished")},
         "run": _round({k: run.get(k) for k in ("cases_selected", "cases_declared", "alpha_per_check",
                                                "statistical_checks_in_corpus")}),
-        "cases": {r["case"]: _case_entry(r) for r in sorted(doc["results"], key=lambda r: r["case"])
+        "cases": {r["case"]: _case_entry(r, canonical) for r in sorted(doc["results"], key=lambda r: r["case"])
                   if r["impl"] == impl},
     }
 

@@ -423,7 +423,10 @@ def evaluate(judge, case, impl, version: str):
     except ScenarioUnsupported as e:
         return Result(case.id, impl.name, "n/a", case.check, details={"message": str(e)})
     if case.scenario.statistical is not None:
-        return _statistical(judge, case, impl, version, run)
+        try:
+            return _statistical(judge, case, impl, version, run)
+        except ScenarioUnsupported as e:
+            return Result(case.id, impl.name, "n/a", case.check, details={"message": str(e)})
     default = predict(judge, case, TRTLLM)
     hand = _hand(case, default)
     try:

@@ -1,0 +1,338 @@
+"""``sampcheck diff A B``: what changed between two run records (:mod:`harness.records`).
+
+Every case id of either record gets one kind, in this order of precedence:
+
+``removed``
+    only in A.
+``added``
+    only in B.
+``newly failing``
+    A's status is ``pass`` or ``known-diff``; B's is ``fail``, ``error`` or
+    ``known-bug``.
+``newly passing``
+    the other way round.
+``status changed``
+    any other change of status (e.g. ``n/a`` -> ``pass``, ``pass`` ->
+    ``known-diff``).
+``changed output``
+    same status, different outputs: an exact row's outputs differ (token,
+    error kind, mode, finish reason, support, probabilities, logprobs, rank,
+    top logprobs, rewritten logits; floats beyond ``1e-6 + 1e-6 |b|``; the
+    free-text error message is not compared), an invariant's outcome differs,
+    the profile fields named for a ``known-diff`` differ, a statistical
+    row's verdict differs, or a statistical row's two samples differ by the
+    two-sample test below. The token (and its logprobs and rank) of a row
+    the record marks ``stochastic`` (drawn from an unseeded stream of an
+    implementation whose RNG is not canonical) is compared only as
+    membership in the support.
+``unchanged``
+    none of the above.
+
+**Two-sample test.** A statistical row's draws are kept as counts per bin
+of its goodness-of-fit test. The bins of A and B are merged into their
+finest common groups (tokens binned together in either record form one
+group; draws outside the support form a group of their own); groups with
+fewer than 10 draws in A and B together are pooled; then Pearson's
+chi-square test of homogeneity on the 2 x groups table
+(``scipy.stats.chi2_contingency``, no continuity correction). The
+**false-alarm rate** is family-wise: ``false_alarm`` (default
+:data:`FALSE_ALARM` = 1e-3) split evenly over the tests of the diff
+(Bonferroni), so two records of the same implementation drawing from the
+same distribution are reported "changed" with probability at most 1e-3.
+
+A drop in the number of cases (B has fewer than A, or B's
+``cases_declared`` is smaller) is flagged as a **setup regression**: a
+corpus that lost cases, or a run that lost an implementation's cases, is
+not "no change". The exit status of ``sampcheck diff`` is 1 when any case
+is not ``unchanged`` or the setup regressed, else 0.
+
+The text and the HTML are functions of the two records only (no time
+stamps, no paths beyond the names given), so re-running on committed records
+reproduces a committed report byte for byte.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+__all__ = ["FALSE_ALARM", "KINDS", "diff", "two_sample", "render_text", "render_html"]
+
+#: Default family-wise false-alarm rate of the two-sample tests of one diff.
+FALSE_ALARM = 1e-3
+#: The kinds, in report order.
+KINDS = ("newly failing", "newly passing", "status changed", "changed output", "added", "removed", "unchanged")
+_PASSING = {"pass", "known-diff"}
+_FAILING = {"fail", "error", "known-bug"}
+_MIN_GROUP = 10
+_ATOL = _RTOL = 1e-6
+
+
+def _close(x, y) -> bool:
+    if isinstance(x, bool) or isinstance(y, bool) or not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
+        if isinstance(x, list) and isinstance(y, list):
+            return len(x) == len(y) and all(_close(u, v) for u, v in zip(x, y))
+        if isinstance(x, dict) and isinstance(y, dict):
+            return x.keys() == y.keys() and all(_close(x[k], y[k]) for k in x)
+        return x == y
+    return abs(x - y) <= _ATOL + _RTOL * abs(y)
+
+
+def _short(v, limit: int = 80) -> str:
+    s = "null" if v is None else (repr(v) if isinstance(v, str) else str(v))
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _groups(counts_a: list, counts_b: list, out_a: int, out_b: int) -> list:
+    """Finest common groups of two binnings: ``[(label, count_a, count_b)]``, deterministic order."""
+    parent = {}
+
+    def find(t):
+        while parent.setdefault(t, t) != t:
+            parent[t] = parent[parent[t]]
+            t = parent[t]
+        return t
+
+    for counts in (counts_a, counts_b):
+        for tokens, _ in counts:
+            for t in tokens[1:]:
+                ra, rb = find(tokens[0]), find(t)
+                if ra != rb:
+                    parent[max(ra, rb)] = min(ra, rb)
+            if tokens:
+                find(tokens[0])
+    members = {}
+    for t in parent:
+        members.setdefault(find(t), []).append(t)
+    tot = {root: [0, 0] for root in members}
+    for side, counts in enumerate((counts_a, counts_b)):
+        for tokens, n in counts:
+            if tokens:
+                tot[find(tokens[0])][side] += int(n)
+    rows = [(",".join(str(t) for t in sorted(m)), tot[r][0], tot[r][1]) for r, m in
+            sorted(members.items(), key=lambda kv: min(kv[1]))]
+    if out_a or out_b:
+        rows.append(("outside support", int(out_a or 0), int(out_b or 0)))
+    return rows
+
+
+def two_sample(counts_a: list, counts_b: list, outside_a: int = 0, outside_b: int = 0) -> dict:
+    """Chi-square two-sample (homogeneity) test of two binned samples of one row.
+
+    Parameters
+    ----------
+    counts_a, counts_b : list of [list of int, int]
+        ``[[token ids of a bin], observed draws]`` of each record.
+    outside_a, outside_b : int
+        Draws outside the predicted support.
+
+    Returns
+    -------
+    dict
+        ``statistic`` (float), ``df`` (int), ``p_value`` (float; 1.0 when
+        fewer than two groups remain), ``groups`` (int), ``n_a``, ``n_b``.
+
+    Notes
+    -----
+    Groups: see the module docstring. ``scipy.stats.chi2_contingency`` with
+    ``correction=False`` (Pearson's statistic, chi-square reference
+    distribution on ``groups - 1`` degrees of freedom).
+    """
+    rows = _groups(counts_a, counts_b, outside_a, outside_b)
+    n_a, n_b = sum(r[1] for r in rows), sum(r[2] for r in rows)
+    big = [r for r in rows if r[1] + r[2] >= _MIN_GROUP]
+    small = [r for r in rows if r[1] + r[2] < _MIN_GROUP]
+    if small:
+        big.append(("pooled", sum(r[1] for r in small), sum(r[2] for r in small)))
+    big = [r for r in big if r[1] + r[2] > 0]
+    if len(big) < 2 or n_a == 0 or n_b == 0:
+        return {"statistic": 0.0, "df": 0, "p_value": 1.0, "groups": len(big), "n_a": n_a, "n_b": n_b}
+    from scipy.stats import chi2_contingency
+    res = chi2_contingency([[r[1] for r in big], [r[2] for r in big]], correction=False)
+    return {"statistic": float(res[0]), "df": int(res[2]), "p_value": float(res[1]), "groups": len(big),
+            "n_a": n_a, "n_b": n_b}
+
+
+def _row_key(row: dict, i: int) -> str:
+    return str(row.get("row") if row.get("row") is not None else f"#{i}")
+
+
+def _compare_exact(ra: dict, rb: dict) -> list:
+    out = []
+    a, b = ra.get("actual") or {}, rb.get("actual") or {}
+    skip = {"message"}
+    if ra.get("stochastic") or rb.get("stochastic"):
+        skip = {"message", "token", "logprob", "processed_logprob", "rank"}
+        for side, act in (("A", a), ("B", b)):
+            sup = act.get("support")
+            if isinstance(sup, list) and act.get("token") is not None and act["token"] not in sup:
+                out.append(f"token {act['token']} of {side} lies outside its support {_short(sup)}")
+    for k in sorted((set(a) | set(b)) - skip):
+        if not _close(a.get(k), b.get(k)):
+            out.append(f"{k}: {_short(a.get(k))} -> {_short(b.get(k))}")
+    return out
+
+
+def _stat_pairs(ea: dict, eb: dict) -> list:
+    if not ea or not eb:
+        return []
+    rb = {_row_key(r, i): r for i, r in enumerate(eb.get("rows", []))}
+    return [(k, r, rb[k]) for i, r in enumerate(ea.get("rows", []))
+            for k in [_row_key(r, i)] if k in rb and "counts" in r and "counts" in rb[k]]
+
+
+def _compare_case(ea: dict, eb: dict, alpha: float) -> list:
+    """Differences between two entries of one case (same status): list of one-line strings."""
+    out = []
+    rows_a = {_row_key(r, i): r for i, r in enumerate(ea.get("rows", []))}
+    rows_b = {_row_key(r, i): r for i, r in enumerate(eb.get("rows", []))}
+    for key in sorted(set(rows_a) | set(rows_b)):
+        ra, rb = rows_a.get(key), rows_b.get(key)
+        if ra is None or rb is None:
+            out.append(f"row {key}: only in {'B' if ra is None else 'A'}")
+            continue
+        if "counts" in ra or "counts" in rb:
+            if ra.get("verdict") != rb.get("verdict"):
+                out.append(f"row {key}: verdict {_short(ra.get('verdict'))} -> {_short(rb.get('verdict'))}")
+            t = two_sample(ra.get("counts", []), rb.get("counts", []), ra.get("outside_support") or 0,
+                           rb.get("outside_support") or 0)
+            if t["df"] and t["p_value"] < alpha:
+                out.append(f"row {key}: the draws differ: two-sample chi-square X^2 = {t['statistic']:.2f} on "
+                           f"{t['df']} d.o.f., p = {t['p_value']:.3g} < {alpha:.3g} "
+                           f"(N = {t['n_a']} vs {t['n_b']})")
+        else:
+            out.extend(f"row {key}: {d}" for d in _compare_exact(ra, rb))
+    inv_a, inv_b = ea.get("invariants", []), eb.get("invariants", [])
+    for i in range(max(len(inv_a), len(inv_b))):
+        ia = inv_a[i] if i < len(inv_a) else None
+        ib = inv_b[i] if i < len(inv_b) else None
+        if ia is None or ib is None:
+            out.append(f"invariant {i}: only in {'B' if ia is None else 'A'}")
+        elif not _close(ia, ib):
+            loose = set(ia.get("stochastic", [])) | set(ib.get("stochastic", []))
+            for k in ("holds", "a_out", "b_out"):
+                if k[0] in loose and isinstance(ia.get(k), dict) and isinstance(ib.get(k), dict):
+                    if ia[k].get("error") != ib[k].get("error"):
+                        out.append(f"invariant {i} ({ia.get('kind')} {ia.get('a')} ~ {ia.get('b')}): {k} error "
+                                   f"{_short(ia[k].get('error'))} -> {_short(ib[k].get('error'))}")
+                    continue
+                if not _close(ia.get(k), ib.get(k)):
+                    out.append(f"invariant {i} ({ia.get('kind')} {ia.get('a')} ~ {ia.get('b')}): {k} "
+                               f"{_short(ia.get(k))} -> {_short(ib.get(k))}")
+    if ea.get("fields", []) != eb.get("fields", []):
+        out.append(f"profile fields of the known-diff: {', '.join(ea.get('fields', [])) or '-'} -> "
+                   f"{', '.join(eb.get('fields', [])) or '-'}")
+    return out
+
+
+def _side(rec: dict, name: str) -> dict:
+    eng = rec["engine"]
+    return {"name": name, "impl": eng.get("impl"), "version": eng.get("version"), "profile": eng.get("profile"),
+            "cases": len(rec["cases"]), "cases_declared": rec["run"].get("cases_declared"),
+            "packages": rec["environment"].get("packages", {}),
+            "reference_version": rec["environment"].get("reference_version")}
+
+
+def diff(a: dict, b: dict, name_a: str = "A", name_b: str = "B", false_alarm: float = FALSE_ALARM) -> dict:
+    """Compare two run records.
+
+    Parameters
+    ----------
+    a, b : dict
+        Run records (:func:`harness.records.load`); A is the old one.
+    name_a, name_b : str
+        How the report names them (e.g. the file names).
+    false_alarm : float
+        Family-wise false-alarm rate of the two-sample tests, in (0, 1).
+
+    Returns
+    -------
+    dict
+        ``a``, ``b`` (engine, version, profile, case counts, packages),
+        ``false_alarm``, ``tests`` (two-sample tests run), ``alpha_per_test``,
+        ``setup_regression`` (a sentence or ``None``), ``environment``
+        (packages whose versions differ: ``[(name, a, b)]``), ``counts``
+        (kind -> cases), ``cases`` (one entry per case id, sorted: ``case``,
+        ``kind``, ``status_a``, ``status_b``, ``check``, ``details``) and
+        ``changed`` (bool). Deterministic.
+    """
+    ca, cb = a["cases"], b["cases"]
+    tests = sum(len(_stat_pairs(ca[c], cb[c])) for c in sorted(set(ca) & set(cb))
+                if ca[c]["status"] == cb[c]["status"])
+    alpha = false_alarm / max(tests, 1)
+    cases = []
+    for cid in sorted(set(ca) | set(cb)):
+        ea, eb = ca.get(cid), cb.get(cid)
+        details = []
+        if ea is None:
+            kind = "added"
+        elif eb is None:
+            kind = "removed"
+        elif ea["status"] != eb["status"]:
+            sa, sb = ea["status"], eb["status"]
+            kind = ("newly failing" if sa in _PASSING and sb in _FAILING
+                    else "newly passing" if sa in _FAILING and sb in _PASSING else "status changed")
+            details = _compare_case(ea, eb, alpha)
+            if ea.get("message") != eb.get("message"):
+                details.insert(0, f"B says: {eb.get('message')}")
+        else:
+            details = _compare_case(ea, eb, alpha)
+            kind = "changed output" if details else "unchanged"
+        cases.append({"case": cid, "kind": kind, "status_a": ea["status"] if ea else None,
+                      "status_b": eb["status"] if eb else None,
+                      "check": (eb or ea).get("check"), "details": details})
+    counts = {k: sum(1 for c in cases if c["kind"] == k) for k in KINDS}
+    setup = None
+    na, nb = len(ca), len(cb)
+    da, db = a["run"].get("cases_declared"), b["run"].get("cases_declared")
+    if nb < na:
+        setup = f"B has {nb} case(s), A has {na}: {na - nb} fewer (a corpus or a run that lost cases)"
+    elif isinstance(da, int) and isinstance(db, int) and db < da:
+        setup = f"B's corpus declares {db} case(s), A's {da}"
+    pa, pb = a["environment"].get("packages", {}), b["environment"].get("packages", {})
+    env = [(k, pa.get(k), pb.get(k)) for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)]
+    changed = setup is not None or any(c["kind"] != "unchanged" for c in cases)
+    return {"a": _side(a, name_a), "b": _side(b, name_b), "false_alarm": false_alarm, "tests": tests,
+            "alpha_per_test": alpha, "setup_regression": setup, "environment": env, "counts": counts,
+            "cases": cases, "changed": changed}
+
+
+def render_text(result: dict) -> str:
+    """The plain-text report of :func:`diff` (what ``sampcheck diff`` prints)."""
+    a, b = result["a"], result["b"]
+    lines = [f"sampcheck diff: A = {a['name']} ({a['impl']} {a['version']}, profile {a['profile']}, "
+             f"{a['cases']} cases)",
+             f"                B = {b['name']} ({b['impl']} {b['version']}, profile {b['profile']}, "
+             f"{b['cases']} cases)"]
+    for name, va, vb in result["environment"]:
+        lines.append(f"  package {name}: {va or '-'} -> {vb or '-'}")
+    lines.append(f"two-sample tests: {result['tests']}, family-wise false-alarm rate {result['false_alarm']:g} "
+                 f"(each at {result['alpha_per_test']:.3g}, Bonferroni)")
+    if result["setup_regression"]:
+        lines.append(f"SETUP REGRESSION: {result['setup_regression']}")
+    lines.append("summary: " + ", ".join(f"{result['counts'][k]} {k}" for k in KINDS))
+    for kind in KINDS[:-1]:
+        group = [c for c in result["cases"] if c["kind"] == kind]
+        if not group:
+            continue
+        lines.append("")
+        lines.append(f"{kind.upper()} ({len(group)})")
+        for c in group:
+            lines.append(f"  {c['case']}: {c['status_a'] or '-'} -> {c['status_b'] or '-'}")
+            lines.extend(f"      {d}" for d in c["details"])
+    lines.append("")
+    lines.append("result: " + ("CHANGED" if result["changed"] else "no change"))
+    return "\n".join(lines) + "\n"
+
+
+def render_html(result: dict) -> str:
+    """One self-contained HTML page (inline CSS, no scripts, no external links) of :func:`diff`.
+
+    Rendered with jinja2 from ``harness/templates/diff.html.j2`` (autoescaped).
+    """
+    import jinja2
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+                             autoescape=True, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    groups = [(k, [c for c in result["cases"] if c["kind"] == k]) for k in KINDS]
+    return env.get_template("diff.html.j2").render(r=result, kinds=KINDS, groups=groups,
+                                                   text=render_text(result))
