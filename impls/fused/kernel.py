@@ -111,6 +111,21 @@ def _latest_combine(a_flag, a_val, b_flag, b_val):
 
 
 @triton.jit
+def _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB: tl.constexpr):
+    # One block of a row and what every pass after the first derives from it:
+    # offsets, logits (float32), min-p survivors A, probabilities p and the bin.
+    offs = start + ar
+    inb = offs < V
+    x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+    fin = inb & (x > float("-inf")) & (x < float("inf"))
+    s = tl.div_rn(x - ms, T_eff)
+    p = tl.div_rn(tl.exp(s), Zs)
+    A = fin & (p >= thr_minp)
+    b = tl.maximum(tl.minimum(tl.floor(-s * INV_W), NB - 1).to(tl.int32), 0)
+    return offs, x, A, p, b
+
+
+@triton.jit
 def fused_sample_kernel(
     logits_ptr, stride_row, V,
     temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
@@ -207,15 +222,8 @@ def fused_sample_kernel(
     na_v = tl.zeros([BLOCK], dtype=tl.int32)
     n2 = tl.where(filt, V, 0)
     for start in range(0, n2, BLOCK):
-        offs = start + ar
-        inb = offs < V
-        x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
-        fin = inb & (x > NEG_INF) & (x < POS_INF)
-        s = tl.div_rn(x - ms, T_eff)
-        p = tl.div_rn(tl.exp(s), Zs)
-        A = fin & (p >= thr_minp)
-        b = tl.minimum(tl.floor(-s * INV_W), NB - 1).to(tl.int32)
-        b = tl.where(A, tl.maximum(b, 0), NB - 1)
+        offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
+        b = tl.where(A, b, NB - 1)
         hist += tl.histogram(b, NB)
         sa_v += tl.where(A, p, 0.0)
         na_v += A.to(tl.int32)
@@ -256,14 +264,7 @@ def fused_sample_kernel(
     ma_v = tl.zeros([BLOCK], dtype=tl.float32)
     n3 = tl.where((path == 2) | (path == 3), V, 0)
     for start in range(0, n3, BLOCK):
-        offs = start + ar
-        inb = offs < V
-        x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
-        fin = inb & (x > NEG_INF) & (x < POS_INF)
-        s = tl.div_rn(x - ms, T_eff)
-        p = tl.div_rn(tl.exp(s), Zs)
-        A = fin & (p >= thr_minp)
-        b = tl.maximum(tl.minimum(tl.floor(-s * INV_W), NB - 1).to(tl.int32), 0)
+        offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
         sel = A & (b >= g_lo) & (b <= g_hi)
         ma_v += tl.where(A & (b < g_lo), p, 0.0)
         pos = n_g + tl.cumsum(sel.to(tl.int32), 0) - 1
@@ -324,12 +325,7 @@ def fused_sample_kernel(
             mid = lo + (hi - lo) // 2
             cnt = 0
             for start in range(0, V, BLOCK):
-                offs = start + ar
-                inb = offs < V
-                x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
-                fin = inb & (x > NEG_INF) & (x < POS_INF)
-                p = tl.div_rn(tl.exp(tl.div_rn(x - ms, T_eff)), Zs)
-                A = fin & (p >= thr_minp)
+                offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
                 cnt += tl.sum((A & (_key(x).to(tl.int64) > mid)).to(tl.int32), 0)
             ok = cnt < k
             hi = tl.where(ok, mid, hi)
@@ -337,12 +333,8 @@ def fused_sample_kernel(
         theta_k = tl.where(k_act, hi, _INT32_MIN)
         S_k = 0.0
         for start in range(0, V, BLOCK):
-            offs = start + ar
-            inb = offs < V
-            x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
-            fin = inb & (x > NEG_INF) & (x < POS_INF)
-            p = tl.div_rn(tl.exp(tl.div_rn(x - ms, T_eff)), Zs)
-            A = fin & (p >= thr_minp) & (_key(x).to(tl.int64) >= theta_k)
+            offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
+            A = A & (_key(x).to(tl.int64) >= theta_k)
             S_k += tl.sum(tl.where(A, p, 0.0), 0)
         # top-p: smallest t with mass(kept with key > t) / S_k < top_p
         lo = tl.full([], _INT32_MIN, tl.int64)
@@ -352,13 +344,9 @@ def fused_sample_kernel(
             mid = lo + (hi - lo) // 2
             mass = 0.0
             for start in range(0, V, BLOCK):
-                offs = start + ar
-                inb = offs < V
-                x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
-                fin = inb & (x > NEG_INF) & (x < POS_INF)
-                p = tl.div_rn(tl.exp(tl.div_rn(x - ms, T_eff)), Zs)
+                offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
                 kx = _key(x).to(tl.int64)
-                A = fin & (p >= thr_minp) & (kx >= theta_k)
+                A = A & (kx >= theta_k)
                 mass += tl.sum(tl.where(A & (kx > mid), tl.div_rn(p, S_k), 0.0), 0)
             ok = mass < top_p
             hi = tl.where(ok, mid, hi)
@@ -373,15 +361,8 @@ def fused_sample_kernel(
     t4_v = tl.zeros([BLOCK], dtype=tl.int32)
     sk_v = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, n4, BLOCK):
-        offs = start + ar
-        inb = offs < V
-        x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
-        fin = inb & (x > NEG_INF) & (x < POS_INF)
-        s = tl.div_rn(x - ms, T_eff)
-        p = tl.div_rn(tl.exp(s), Zs)
+        offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
         kx = _key(x)
-        A = fin & (p >= thr_minp)
-        b = tl.maximum(tl.minimum(tl.floor(-s * INV_W), NB - 1).to(tl.int32), 0)
         kept = tl.where(path == 3, A & ((b < g_lo) | ((b <= g_hi) & (kx >= theta_ws))),
                         tl.where(path == 4, A & (kx >= theta_slow), A))
         sc4 = tl.where(kept, _gumbel(x, ms, T_eff, seed, offset, offs), NEG_INF)
@@ -405,15 +386,9 @@ def fused_sample_kernel(
         theta_final = tl.where(path == 2, theta_ws, tl.where(path == 4, theta_slow, _INT32_MIN))
         pbase = probs_ptr + row * V
         for start in range(0, V, BLOCK):
-            offs = start + ar
+            offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
             inb = offs < V
-            x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
-            fin = inb & (x > NEG_INF) & (x < POS_INF)
-            s = tl.div_rn(x - ms, T_eff)
-            p = tl.div_rn(tl.exp(s), Zs)
             kx = _key(x)
-            A = fin & (p >= thr_minp)
-            b = tl.maximum(tl.minimum(tl.floor(-s * INV_W), NB - 1).to(tl.int32), 0)
             kept = tl.where(path == 3, A & ((b < g_lo) | ((b <= g_hi) & (kx >= theta_ws))), A & (kx >= theta_final))
             out = tl.where(kept, tl.div_rn(p, S_keep), 0.0)
             out = tl.where(path == 0, tl.where(offs == g_idx, 1.0, 0.0), out)
