@@ -13,13 +13,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .cases import CASES_DIR
+from .cases import CASES_DIR, CATEGORIES
 
 __all__ = ["CATEGORIES", "template", "new_case"]
-
-#: The fixed categories of cases/README.md ("Files").
-CATEGORIES = ("greedy", "seeds", "penalties", "finish", "beam", "filters", "bans", "logprobs",
-              "speculative", "invariants", "bad_input")
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
@@ -35,7 +31,7 @@ category = "{category}"   # must equal the first path component
 # TODO one line: the rule checked, e.g. "logit_bias applies to token id 0".
 description = "TODO: the rule this case checks"
 # Every feature the rows use (cases/features.txt); the loader names any that is missing.
-features = ["temperature", "logit_bias", "processed_logits"]
+features = ["top_k", "logit_bias", "processed_logits"]
 # TODO where the rule comes from: the bug report, or the engine source at a version:
 #   {{ url = "https://github.com/<owner>/<repo>/issues/<N>" }}   (or /pull/<N>)
 #   {{ repo = "owner/name", path = "src/file.py", version = "v1.2.3" }}
@@ -52,7 +48,8 @@ it against this text, not against any implementation's output).
 [[rows]]
 logits = [1.0, 2.0, 3.0]    # TODO the logits of the report (a generator table works too)
 logit_bias = [[0, 5.0]]     # TODO the parameters of the report
-temperature = 0.0           # 0: greedy; set top_k/top_p/min_p/seed for a sampling row
+top_k = 1                   # greedy in every engine (transformers rejects temperature = 0);
+                            # set temperature/top_p/min_p/seed for a sampling row
 [rows.expect]
 # Expected values for the default profile (trtllm), written by hand. Only
 # what you list is checked; e.g. token, support, error, finish_reason, logprob.

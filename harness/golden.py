@@ -86,18 +86,19 @@ def _dump(rec: dict) -> str:
 
 
 def _compute(cases: list, judge, profiles) -> dict:
+    """``{path relative to the golden folder: text}`` of every case under every profile."""
     out = {}
     for case in cases:
         for name in profiles:
             if case.check == "scenario":
                 from .scenarios import golden_record as scenario_record
-                out[golden_path(case.id, name)] = _dump(scenario_record(case, name, judge))
+                out[golden_path(case.id, name, Path())] = _dump(scenario_record(case, name, judge))
                 continue
-            out[golden_path(case.id, name)] = _dump(golden_record(case, name, judge.predict(case, PROFILES[name])))
+            out[golden_path(case.id, name, Path())] = _dump(golden_record(case, name, judge.predict(case, PROFILES[name])))
     return out
 
 
-def plan(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR) -> list:
+def plan(cases: list, judge, profiles=tuple(PROFILES), root: Path = None) -> list:
     """The golden files that differ from what the reference computes now.
 
     Parameters
@@ -107,8 +108,8 @@ def plan(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR) 
         Its :meth:`~harness.judge.Judge.predict` gives the predictions.
     profiles : sequence of str
         Profile names (default: every profile of :data:`impls.profiles.PROFILES`).
-    root : Path
-        The golden directory (default ``golden/``).
+    root : Path, optional
+        The golden directory (default :data:`GOLDEN_DIR`, ``golden/``).
 
     Returns
     -------
@@ -119,7 +120,7 @@ def plan(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR) 
     """
     out = []
     for path, text in _compute(cases, judge, profiles).items():
-        path = Path(root) / path.relative_to(GOLDEN_DIR)
+        path = Path(root if root is not None else GOLDEN_DIR) / path
         old = path.read_text() if path.exists() else None
         if old != text:
             out.append((path, old, text))
@@ -145,7 +146,7 @@ def unified_diff(path: Path, old, new: str, base: Path = None) -> str:
         Ends with a newline; empty when ``old == new``.
     """
     import difflib
-    base = Path(base) if base else GOLDEN_DIR.parent
+    base = Path(base) if base else Path(GOLDEN_DIR).parent
     try:
         shown = Path(path).resolve().relative_to(base.resolve()).as_posix()
     except ValueError:
@@ -165,7 +166,7 @@ def write(changes: list) -> list:
     return done
 
 
-def update(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR, accept: bool = False) -> list:
+def update(cases: list, judge, profiles=tuple(PROFILES), root: Path = None, accept: bool = False) -> list:
     """Golden files that change: written only when ``accept`` is true.
 
     Returns
@@ -180,11 +181,11 @@ def update(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR
     return [(path, "added" if old is None else "changed") for path, old, _ in changes]
 
 
-def check(cases: list, judge, profiles=tuple(PROFILES), root: Path = GOLDEN_DIR) -> list:
+def check(cases: list, judge, profiles=tuple(PROFILES), root: Path = None) -> list:
     """Compare predictions with golden files; return ``[(path, problem)]`` (empty when clean)."""
     problems = []
     for path, text in _compute(cases, judge, profiles).items():
-        path = Path(root) / path.relative_to(GOLDEN_DIR)
+        path = Path(root if root is not None else GOLDEN_DIR) / path
         if not path.exists():
             problems.append((path, "missing (run 'sampcheck golden add <id>', review, then add --accept)"))
             continue

@@ -7,7 +7,7 @@ implementation (through :func:`harness.runner.run`) and condenses its
 ``golden/engines/<impl>-<version>.json``. ``sampcheck diff A B``
 (:mod:`harness.diff`) compares two of them.
 
-Layout (keys sorted, indent 1, floats rounded to 1e-6, non-finite floats as
+Layout (keys sorted, indent 1, floats rounded to 7 significant digits, non-finite floats as
 the strings ``"inf"``, ``"-inf"``, ``"nan"``)::
 
     {
@@ -87,7 +87,7 @@ class RecordError(Exception):
 
 
 def _round(v):
-    """Floats rounded to 1e-6 (non-finite as strings), recursively; other values unchanged."""
+    """Floats rounded to 7 significant digits (non-finite as strings), recursively; other values unchanged."""
     if isinstance(v, bool) or v is None or isinstance(v, (int, str)):
         return v
     if isinstance(v, float):
@@ -95,7 +95,7 @@ def _round(v):
             return "inf" if v > 0 else "-inf"
         if math.isnan(v):
             return "nan"
-        return round(v, 6)
+        return float(f"{v:.7g}")
     if isinstance(v, dict):
         return {k: _round(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -325,6 +325,7 @@ def load(path) -> dict:
     except json.JSONDecodeError as e:
         what = ("truncated" if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string")
                 else "not valid JSON")
-        raise RecordError(path, f"{what}: {e.msg} at line {e.lineno} column {e.colno}") from None
+        msg = e.msg[:-3] if e.msg.endswith(" at") else e.msg  # "Unterminated string starting at"
+        raise RecordError(path, f"{what}: {msg} at line {e.lineno} column {e.colno}") from None
     _check(rec, path)
     return rec

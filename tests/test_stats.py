@@ -122,6 +122,19 @@ def test_exact_test_rejects_bad_shapes():
 
 # ---------------------------------------------------------------- power
 
+def test_g_power_uses_the_kullback_leibler_noncentrality():
+    # lam = 2 n KL(q || p) / w: p = (.5, .5), q = (.55, .45), n = 1000:
+    # KL = .55 ln 1.1 + .45 ln .9 = 0.0524206 - 0.0474122 = 0.0050084, w = 1 + (2 + 2 - 1) / 6000 = 1.0005,
+    # lam = 2000 * 0.0050084 / 1.0005 = 10.0117.
+    kl = 0.55 * math.log(1.1) + 0.45 * math.log(0.9)
+    lam = 2 * 1000 * kl / 1.0005
+    assert lam == pytest.approx(10.0117, abs=1e-4)
+    z = sps.norm.isf(0.025)
+    want = sps.norm.cdf(math.sqrt(lam) - z) + sps.norm.cdf(-math.sqrt(lam) - z)
+    got = chisquare_power(np.array([0.5, 0.5]), np.array([0.55, 0.45]), 1000, 0.05, statistic="g")
+    assert got == pytest.approx(want, rel=1e-9)
+
+
 def test_power_with_one_degree_of_freedom_is_two_normal_tails():
     # df = 1: X^2 = Z^2 with Z ~ N(sqrt(lam), 1), so power = Phi(sqrt(lam) - z) + Phi(-sqrt(lam) - z),
     # z = Phi^-1(1 - alpha / 2). p = (.5, .5), q = (.55, .45), n = 1000: lam = 1000 * 2 * .05^2 / .5 = 10.
@@ -228,22 +241,34 @@ def test_too_few_draws_is_refused():
     assert r.verdict == "error" and "too few draws" in r.reason and "refused" in r.reason
 
 
-def test_chi_square_path_values_and_adjusted_p():
-    # 4 equally likely tokens, N = 400: obs (120, 100, 90, 90) -> X^2 = (400 + 0 + 100 + 100) / 100 = 6.0
-    # on 3 d.o.f. For 3 d.o.f. the chi-square tail is 2 Q(sqrt(x)) + sqrt(2x / pi) e^(-x/2)
-    # (Q the normal tail), i.e. erfc(sqrt(x / 2)) + sqrt(2x / pi) e^(-x/2) = 0.1116102 at x = 6.
+def test_g_test_path_values_and_adjusted_p():
+    # 4 equally likely tokens, N = 400, obs (120, 100, 90, 90), e = 100 each:
+    # G = 2 (120 ln 1.2 + 100 ln 1 + 2 * 90 ln 0.9) = 2 (21.878587 - 18.964893) = 5.827388; Williams' q = 1 + (4 * 4 - 1) / (6 * 400 * 3)
+    # = 1.0020833; statistic G / q on 3 d.o.f. For 3 d.o.f. the chi-square tail is
+    # erfc(sqrt(x / 2)) + sqrt(2x / pi) e^(-x/2).
     tail3 = lambda x: math.erfc(math.sqrt(x / 2)) + math.sqrt(2 * x / math.pi) * math.exp(-x / 2)  # noqa: E731
+    g = 2 * (120 * math.log(1.2) + 2 * 90 * math.log(0.9))
+    q = 1 + 15 / 7200
+    assert g == pytest.approx(5.827388, rel=1e-6)
     r = check_draws(np.array([120, 100, 90, 90]), np.full(4, 0.25), 1e-5)
-    assert r.test == "chi-square" and r.df == 3
-    assert r.statistic == pytest.approx(6.0, rel=1e-12)
-    assert r.p_value == pytest.approx(tail3(6.0), rel=1e-10) == pytest.approx(0.1116102, rel=1e-6)
+    assert r.test == "G-test" and r.df == 3
+    assert r.statistic == pytest.approx(g / q, rel=1e-12)
+    assert r.p_value == pytest.approx(tail3(g / q), rel=1e-10)
     # alpha = 1e-5 means 10 checks: adjusted p = min(1, 10 p) = 1
     assert r.p_adjusted == 1.0 and r.verdict == "pass"
-    # obs (130, 100, 90, 80): X^2 = (900 + 0 + 100 + 400) / 100 = 14, p = 0.0029068 < alpha = 0.01;
+    # obs (130, 100, 90, 80): G = 2 (130 ln 1.3 + 90 ln .9 + 80 ln .8) = 13.9015, p < alpha = 0.01;
     # alpha = 0.01 means 1e-4 / 0.01 = 0.01 checks, so the adjusted p is 0.01 p.
+    g = 2 * (130 * math.log(1.3) + 90 * math.log(0.9) + 80 * math.log(0.8))
     r = check_draws(np.array([130, 100, 90, 80]), np.full(4, 0.25), 0.01)
-    assert r.statistic == pytest.approx(14.0) and r.p_value == pytest.approx(tail3(14.0), rel=1e-10)
+    assert r.statistic == pytest.approx(g / q) and r.p_value == pytest.approx(tail3(g / q), rel=1e-10)
     assert r.verdict == "fail" and r.p_adjusted == pytest.approx(r.p_value * 0.01)
+
+
+def test_g_test_matches_scipy_power_divergence():
+    obs, p = np.array([30, 50, 20, 0, 7]), np.array([0.3, 0.4, 0.2, 0.05, 0.05])
+    g = sps.power_divergence(obs, p * obs.sum(), lambda_="log-likelihood").statistic
+    w = 1 + ((1 / p).sum() - 1) / (6 * obs.sum() * 4)
+    assert stats.g_test(obs, p)[0] == pytest.approx(g / w, rel=1e-12)
 
 
 def test_exact_path_in_check_draws():

@@ -39,6 +39,15 @@ from impls.profiles import TRTLLM
 from impls.reference import Reference
 
 
+def _g_stat(o: np.ndarray, e: np.ndarray, pb: np.ndarray) -> np.ndarray:
+    """Williams-corrected G of each row of ``o`` (``(m, k)`` counts), as :func:`harness.stats.g_test`."""
+    o = o.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = 2.0 * np.where(o > 0, o * np.log(o / e), 0.0).sum(axis=1)
+    n = e.sum()
+    return g / (1.0 + ((1.0 / pb).sum() - 1.0) / (6.0 * n * (len(pb) - 1)))
+
+
 def corpus_rows():
     """``(case, row id, CaseRow, float64 probs)`` for every statistical row, and the per-check level."""
     paths = discover(CASES_DIR)
@@ -78,7 +87,7 @@ def synthetic_false_alarms(replicates: int, seed: int = 2026, exact3_replicates:
     Parameters
     ----------
     replicates : int
-        Simulated count vectors per chi-square row.
+        Simulated count vectors per G-test row.
     seed : int
         Seed of ``numpy.random.default_rng``.
     exact3_replicates : int
@@ -117,7 +126,7 @@ def synthetic_false_alarms(replicates: int, seed: int = 2026, exact3_replicates:
         while done < replicates:
             m = min(200_000, replicates - done)
             o = rng.multinomial(n, pb, size=m)
-            pv = sps.chi2.sf((((o - e) ** 2) / e).sum(axis=1), len(pb) - 1)
+            pv = sps.chi2.sf(_g_stat(o, e, pb), len(pb) - 1)
             for lv in levels:
                 hits[lv] += int((pv < lv).sum())
             done += m
@@ -160,7 +169,7 @@ def simulated_power(replicates: int, exact_replicates: int, seed: int = 8) -> li
 
     Counts are ``Multinomial(N, q)`` with ``q`` = the prediction with
     ``min(epsilon, p_1)`` moved from the most likely token to the second, at
-    the planned ``N``. Chi-square rows are simulated vectorised on the test's
+    the planned ``N``. G-test rows are simulated vectorised on the test's
     bins; exact-test rows call :func:`harness.stats.check_draws` per
     replicate.
 
@@ -182,7 +191,7 @@ def simulated_power(replicates: int, exact_replicates: int, seed: int = 8) -> li
         q[order[0]] -= alt[0].tv
         q[order[1]] += alt[0].tv
         n = plan.n
-        if plan.test == "chi-square":
+        if plan.test == "G-test":
             bins = make_bins(p, n)
             pb, qb = bin_probs(p, bins), bin_probs(q, bins)
             e = n * pb
@@ -190,7 +199,7 @@ def simulated_power(replicates: int, exact_replicates: int, seed: int = 8) -> li
             while done < replicates:
                 m = min(100_000, replicates - done)
                 o = rng.multinomial(n, qb, size=m)
-                hits += int((sps.chi2.sf((((o - e) ** 2) / e).sum(axis=1), len(pb) - 1) < alpha).sum())
+                hits += int((sps.chi2.sf(_g_stat(o, e, pb), len(pb) - 1) < alpha).sum())
                 done += m
             reps = replicates
         else:
@@ -205,7 +214,7 @@ def simulated_power(replicates: int, exact_replicates: int, seed: int = 8) -> li
 def test_simulated_power_against_the_named_alternative():
     """The stated power (>= TARGET_POWER + margin) holds in simulation: every row's rejection rate
     under the top-two shift at epsilon is at least 0.99 minus 3 standard errors (20000 replicates
-    for chi-square rows, 1000 for exact-test rows). A row whose true power were exactly 0.99 would
+    for G-test rows, 1000 for exact-test rows). A row whose true power were exactly 0.99 would
     fail this with probability 1.3e-3."""
     for r in simulated_power(20_000, 1000):
         se = (TARGET_POWER * (1 - TARGET_POWER) / r["replicates"]) ** 0.5
@@ -214,14 +223,14 @@ def test_simulated_power_against_the_named_alternative():
 
 @pytest.mark.slow
 def test_empirical_false_alarm_rate_of_the_goodness_of_fit_tests():
-    """Chi-square rows: 5 * 10**5 replicates each; the pooled count of false alarms at the per-check
+    """G-test rows: 5 * 10**5 replicates each; the pooled count of false alarms at the per-check
     level must lie in the central 99.9% Poisson interval of its nominal mean (a correct engine
     fails this with probability 1e-3; the seed is fixed, so the outcome is the same every run).
     Two-token rows: the exact size is at most the level. Three-token rows: at most the central
     99.9% binomial bound at 1e-2."""
     res = synthetic_false_alarms(5 * 10**5, exact3_replicates=1000)
-    chi = [r for r in res if r["test"] == "chi-square"]
-    assert chi, "the corpus has no chi-square row"
+    chi = [r for r in res if r["test"] == "G-test"]
+    assert chi, "the corpus has no G-test row"
     alpha = chi[0]["alpha"]
     hits = sum(r["hits"][alpha] for r in chi)
     mean = sum(r["expected"][alpha] for r in chi)
@@ -242,12 +251,12 @@ def test_empirical_false_alarm_rate_of_the_goodness_of_fit_tests():
 @pytest.mark.slow
 def test_the_reference_passes_over_many_seed_ranges():
     """3 more disjoint seed ranges per corpus row (the corpus run covers the first): every verdict
-    is pass (each check's false-alarm rate is alpha ~ 1e-5, so about 3e-4 for the whole test), and the chi-square p-values pass a
+    is pass (each check's false-alarm rate is alpha ~ 1e-5, so about 3e-4 for the whole test), and the G-test p-values pass a
     Kolmogorov-Smirnov uniformity test at level 1e-3 (false-failure rate 1e-3)."""
     res = reference_over_seeds(3)
     for r in res:
         assert set(r["verdicts"]) == {"pass"}, r
-    pv = [p for r in res if r["test"] == "chi-square" for p in r["p_values"]]
+    pv = [p for r in res if r["test"] == "G-test" for p in r["p_values"]]
     assert sps.kstest(pv, "uniform").pvalue >= 1e-3, sorted(pv)
 
 
@@ -260,14 +269,14 @@ def _print_measurement(replicates: int = 10**7, seeds_per_row: int = 50) -> None
         print("power", r["case"], r["test"], "N", r["n"], "replicates", r["replicates"],
               f"stated {r['stated']:.4f} empirical {r['empirical']:.4f}")
     res = reference_over_seeds(seeds_per_row)
-    pv = [p for r in res if r["test"] == "chi-square" for p in r["p_values"]]
+    pv = [p for r in res if r["test"] == "G-test" for p in r["p_values"]]
     allp = [p for r in res for p in r["p_values"]]
     for r in res:
         print("reference", r["case"], r["row"], r["test"], "N", r["n"], "fails", r["verdicts"].count("fail"),
               "min p", f"{min(r['p_values']):.3g}")
     print("reference: checks", len(allp), "fails", sum(r["verdicts"].count("fail") for r in res),
           "p < 0.05:", sum(p < 0.05 for p in allp), "p < 0.01:", sum(p < 0.01 for p in allp),
-          "KS uniformity (chi-square rows) p =", f"{sps.kstest(pv, 'uniform').pvalue:.3g}")
+          "KS uniformity (G-test rows) p =", f"{sps.kstest(pv, 'uniform').pvalue:.3g}")
 
 
 if __name__ == "__main__":
