@@ -1026,7 +1026,8 @@ def check_draws(counts: np.ndarray, probs: np.ndarray, alpha: float, family_alph
     ok = p >= alpha
     tv = tv_interval(obs, pb)
     name = "X^2" if test == "exact multinomial" else "G/q"
-    reason = (f"{test} test: {name} = {stat:.4g} on {len(bins) - 1} d.o.f., p = {p:.3g} "
+    label = test if test.endswith("test") else f"{test} test"
+    reason = (f"{label}: {name} = {stat:.4g} on {len(bins) - 1} d.o.f., p = {p:.3g} "
               f"{'>=' if ok else '<'} alpha = {alpha:.3g} (adjusted p = {p_adj:.3g}, family-wise "
               f"{family_alpha:g}); TV = {tv['estimate']:.4f} [{tv['low']:.4f}, {tv['high']:.4f}]; N = {n}")
     return StatResult("pass" if ok else "fail", reason, statistic=stat, df=len(bins) - 1, p_value=p,

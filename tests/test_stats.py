@@ -9,7 +9,6 @@ the probability that they would fail by chance for a correct engine.
 import math
 import re
 import textwrap
-from pathlib import Path
 from xml.etree import ElementTree
 
 import numpy as np
@@ -388,3 +387,11 @@ def test_docstring_examples():
     import doctest
     res = doctest.testmod(stats, optionflags=doctest.ELLIPSIS)
     assert res.failed == 0 and res.attempted >= 10
+
+
+def test_statbench_runs_at_a_small_size():
+    # Not a timed test: the measurement script of docs/statistics.md keeps working.
+    from harness.statbench import measure
+    m = measure(vocab=1000, draws=20_000, top_p=0.9, repeat=1)
+    assert m["n"] == 20_000 and m["test"] == "G-test" and m["verdict"] in ("pass", "fail")
+    assert m["harness"] == pytest.approx(m["predict"] + m["plan"] + m["check"])

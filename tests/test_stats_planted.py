@@ -29,7 +29,6 @@ planned ``N``) confirms it.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
