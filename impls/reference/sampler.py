@@ -38,6 +38,7 @@ from .filters import kept_set, processed_probs
 from .finish import finish_reason
 from .logprobs import rank, raw_logprobs, top_logprobs
 from .modes import BEAM, GREEDY, SAMPLING, Resolved, effective_seed, resolve
+from .philox import seed_bits
 from .seeds import SeedManager
 
 __all__ = ["ReferenceSession", "Reference", "rewrite_logits", "token_outputs", "REFERENCE_VERSION"]
@@ -282,7 +283,8 @@ class ReferenceSession:
             counts[tok] = len(seeds)
             return counts
         keep = self._kept(res, x)
-        sv = [effective_seed(row.replace(seed=int(s))) for s in seeds]
+        # the signed 64-bit view of each seed (SEMANTICS §1.6), without building a Row per draw
+        sv = [b - (1 << 64) if b >= (1 << 63) else b for b in (seed_bits(int(s)) for s in seeds)]
         for start in range(0, len(sv), chunk):
             part = sv[start:start + chunk]
             n = len(part)
