@@ -16,9 +16,10 @@
      registered finding covers it, or ``fail``); when that prediction differs
      from the default one the status is ``known-diff`` and the details name
      the profile fields responsible, with their citations; else ``pass``;
-   * ``statistical``: support, then a binned chi-square test against the
-     float64 prediction under the implementation's profile
-     (:mod:`harness.stats`);
+   * ``statistical``: support, then an exact multinomial test (2-3 tokens)
+     or a binned G-test with Williams' correction against the float64
+     prediction under the implementation's profile, with N from a power
+     analysis (:mod:`harness.stats`);
    * ``invariant``: the relations between rows of different batches must hold
      on the implementation's own outputs (they need no agreement on
      semantics).
@@ -390,8 +391,8 @@ class Judge:
                     errors.append(f"{where}: {res.reason}")
         details = {"rows": rows, "profile": impl.profile.name, "alpha": self.alpha, "family_alpha": FAMILY_ALPHA,
                    "epsilon": epsilon, "target_power": TARGET_POWER,
-                   "test": "support check, then an exact multinomial test (support of 2-3 tokens) or Pearson's "
-                           "chi-square on bins with expected count >= 5; N from a power analysis"}
+                   "test": "support check, then an exact multinomial test (support of 2-3 tokens) or the G-test "
+                           "with Williams' correction on bins with expected count >= 5; N from a power analysis"}
         if hand:
             details["message"] = "the reference under the default profile disagrees with the case's hand-written " \
                                  "expectations: " + "; ".join(hand)
