@@ -263,6 +263,37 @@ class Judge:
                            "why": why})
         return checks
 
+    @staticmethod
+    def _by_chance(case: Case, pred: list, check: dict) -> bool:
+        """Whether a relation's outcome is chance under an RNG that is not the canonical one.
+
+        True when a row of the relation samples from more than one token under
+        the implementation's profile and the two rows do not share a seed and
+        a predicted distribution; a ``different_token`` relation between two
+        seeded rows is always judged (a collision of two seeded streams on a
+        wide distribution is evidence, as with seeds that differ only in their
+        high bits).
+        """
+        by_name = {b.name: (b, out) for b, out in zip(case.batches, pred)}
+        rows, outs = [], []
+        for side in ("a", "b"):
+            name, idx = check[side].split(":")
+            b, out = by_name[name]
+            rows.append(b.rows[int(idx)].to_row())
+            outs.append(out[int(idx)])
+        stochastic = any(o.error is None and o.probs is not None and int((o.probs > 0).sum()) > 1 for o in outs)
+        if not stochastic:
+            return False
+        both_seeded = rows[0].seed is not None and rows[1].seed is not None
+        if check["kind"] == "different_token" and both_seeded:
+            # two seeded streams that should differ: a collision is evidence (the
+            # cases choose wide distributions), not chance
+            return False
+        same_seed = both_seeded and rows[0].seed == rows[1].seed
+        same_dist = all(o.probs is not None for o in outs) and outs[0].probs.shape == outs[1].probs.shape and bool(
+            torch.equal(outs[0].probs > 0, outs[1].probs > 0))
+        return not (same_seed and same_dist)
+
     def _invariant(self, case, impl, version, actual, hand) -> Result:
         checks = self._relations(case, actual)
         predicted = self._relations(case, self.predict(case, impl.profile))
@@ -278,6 +309,24 @@ class Judge:
                                   "or the reference is wrong): " + " | ".join(
                                       f"{c['kind']}({c['a']}, {c['b']}): {'; '.join(c['why'])}" for c in default_broken))
             return Result(case.id, impl.name, "fail", case.check, details=details)
+        if impl.profile.rng != "canonical" and broken:
+            # Under another RNG a relation between rows the profile makes stochastic
+            # is a matter of chance unless both rows draw with the same seed from the
+            # same distribution (seed isolation, which every engine owes). Such
+            # relations are reported but not judged.
+            pred_out = self.predict(case, impl.profile)
+            chance = [self._by_chance(case, pred_out, c) for c in checks]
+            for c, by_chance in zip(checks, chance):
+                c["judged"] = not by_chance
+            checks_j = [c for c, ch in zip(checks, chance) if not ch]
+            predicted_j = [p for p, ch in zip(predicted, chance) if not ch]
+            broken = [f"{c['kind']}({c['a']}, {c['b']}): {'; '.join(c['why'])}" for c in checks_j if not c["holds"]]
+            unjudged = sum(chance)
+            if unjudged:
+                details["not_judged"] = (f"{unjudged} relation(s) between rows the {impl.profile.name!r} profile "
+                                         "makes stochastic, without a shared seed: their outcome under another RNG is "
+                                         "chance")
+            checks, predicted = checks_j, predicted_j
         if broken and all(p["holds"] == c["holds"] for p, c in zip(predicted, checks)):
             # The profile itself predicts the broken relation: a design difference
             # (e.g. a spelling that one engine rejects), not a defect.
@@ -288,7 +337,8 @@ class Judge:
             return Result(case.id, impl.name, "known-diff", case.check, details=details)
         if broken:
             return self._mismatch(case, impl, version, details, "invariant broken: " + " | ".join(broken))
-        details["message"] = f"{len(checks)} invariant(s) hold"
+        details["message"] = f"{len(checks)} invariant(s) hold" + (
+            f"; {details['not_judged']}" if details.get("not_judged") else "")
         return Result(case.id, impl.name, "pass", case.check, details=details)
 
     # -- statistical ---------------------------------------------------------
