@@ -154,9 +154,10 @@ CASE_SCHEMA = {
                            "rows": {"type": "array", "minItems": 1, "items": _ROW}}}},
         "invariants": {"type": "array", "minItems": 1, "items": {
             "type": "object", "required": ["kind", "a", "b"], "additionalProperties": False,
-            "properties": {"kind": {"enum": ["same_token", "same_result", "different_token"]},
+            "properties": {"kind": {"enum": ["same_token", "same_result", "different_token", "prob_not_greater"]},
                            "a": {"type": "string", "pattern": r"^[\w-]+:[0-9]+$"},
-                           "b": {"type": "string", "pattern": r"^[\w-]+:[0-9]+$"}}}},
+                           "b": {"type": "string", "pattern": r"^[\w-]+:[0-9]+$"},
+                           "tokens": {"type": "array", "minItems": 1, "items": _INT}}}},
     },
 }
 _validate = fastjsonschema.compile(CASE_SCHEMA)
@@ -425,6 +426,9 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
                 name, idx = inv[side].split(":")
                 if name not in by_name or int(idx) >= len(by_name[name].rows):
                     raise CaseError(shown, f"invariants[{i}].{side}", f"{inv[side]!r} names no row")
+            if (inv["kind"] == "prob_not_greater") != ("tokens" in inv):
+                raise CaseError(shown, f"invariants[{i}].tokens",
+                                "required with kind 'prob_not_greater', and only allowed there")
     elif "invariants" in data:
         raise CaseError(shown, "invariants", f"only allowed when check = 'invariant' (check is {check!r})")
     src = data["source"]

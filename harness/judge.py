@@ -256,6 +256,21 @@ class Judge:
             if inv["kind"] == "different_token":
                 ok = oa["error"] is None and ob["error"] is None and oa["token"] != ob["token"]
                 why = [] if ok else [f"both rows gave token {oa['token']!r} (errors {oa['error']!r}, {ob['error']!r})"]
+            elif inv["kind"] == "prob_not_greater":
+                # P_a(t) <= P_b(t) for each listed token, in the distribution each row
+                # samples from (e.g. a stronger repetition penalty never raises a seen
+                # token's probability); float32 rounding allowed for.
+                why = []
+                if ra.error or rb.error or ra.probs is None or rb.probs is None:
+                    why.append(f"no distributions to compare (errors {ra.error!r}, {rb.error!r})")
+                else:
+                    for t in inv["tokens"]:
+                        pa, pb = float(ra.probs[t]), float(rb.probs[t])
+                        if pa > pb + 1e-7 + 1e-6 * pb:
+                            why.append(f"token {t}: P_a = {pa:.9g} > P_b = {pb:.9g}")
+                ok = not why
+                oa["probs_at"] = {t: float(ra.probs[t]) for t in inv["tokens"]} if ra.probs is not None else None
+                ob["probs_at"] = {t: float(rb.probs[t]) for t in inv["tokens"]} if rb.probs is not None else None
             else:
                 why = mismatches(oa, ob)
                 ok = not why
@@ -284,6 +299,8 @@ class Judge:
         stochastic = any(o.error is None and o.probs is not None and int((o.probs > 0).sum()) > 1 for o in outs)
         if not stochastic:
             return False
+        if check["kind"] == "prob_not_greater":
+            return False  # a relation between distributions, not between draws
         both_seeded = rows[0].seed is not None and rows[1].seed is not None
         if check["kind"] == "different_token" and both_seeded:
             # two seeded streams that should differ: a collision is evidence (the

@@ -367,3 +367,26 @@ def test_statistical_case_end_to_end(tmp_path):
         assert r["status"] == "pass", r["details"]
         row = r["details"]["rows"][0]
         assert row["n"] == 4000 and row["alpha"] == pytest.approx(1e-4)
+
+
+def test_penalty_monotonicity_invariant_catches_the_sign_bug(tmp_path, monkeypatch):
+    # Mutation test: dividing a negative logit by r > 1 raises it (the classic
+    # sign bug); invariants/repetition-penalty-monotone-negative-logit must fail.
+    from impls.reference import rewrites
+
+    def buggy(x, row, profile):
+        r = row.repetition_penalty
+        if r is None or r == 1.0:
+            return x
+        y = x.clone()
+        for t in set(row.prompt) | set(row.generated):
+            y[t] = x[t] / r
+        return y
+
+    case = "invariants/repetition-penalty-monotone-negative-logit"
+    ok = run(["reference"], [case], tmp_path / "ok", progress=False, isolate=False)
+    assert ok.doc["results"][0]["status"] == "pass"
+    monkeypatch.setattr(rewrites, "apply_repetition", buggy)
+    bad = run(["reference"], [case], tmp_path / "bad", progress=False, isolate=False)
+    r = bad.doc["results"][0]
+    assert r["status"] == "fail" and "prob_not_greater(main:0, main:1)" in r["details"]["message"]
