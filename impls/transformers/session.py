@@ -52,28 +52,12 @@ import torch
 from ..base import Row, RowError, RowResult
 from ..profiles import Profile
 from . import hf
+from ..reference.logprobs import rank, top_logprobs  # ranking rules are profile fields, not engine code
 from .translate import unsupported_reason
 
 __all__ = ["TransformersSession"]
 
 GREEDY, SAMPLING = "greedy", "sampling"
-
-
-def _rank(lp: torch.Tensor, token: int, rule: str) -> int:
-    v = lp[token]
-    if rule == "strict_plus_one":
-        return 1 + int((lp > v).sum())
-    if rule == "greater_equal":
-        return int((lp >= v).sum())
-    raise ValueError(f"unknown rank rule {rule!r}")
-
-
-def _top(lp: torch.Tensor, k: int, token: int) -> list:
-    order = torch.sort(lp, descending=True, stable=True).indices[:max(k, 0)].tolist()
-    out = [(int(i), float(lp[i])) for i in order]
-    if token not in order:
-        out.append((int(token), float(lp[token])))
-    return out
 
 
 def _sampling_failure(raw: torch.Tensor, rewritten: torch.Tensor, err: Exception) -> RowError:
@@ -179,9 +163,9 @@ class TransformersSession:
         lps = torch.log_softmax(src, dim=-1)
         res.raw_logprobs = lps
         res.logprob = float(lps[tok])
-        res.rank = _rank(lps, tok, self.profile.rank_rule)
+        res.rank = rank(lps, tok, self.profile.rank_rule)
         if row.logprobs is not None:
-            res.top_logprobs = _top(lps, row.logprobs, tok)
+            res.top_logprobs = top_logprobs(lps, row.logprobs, tok)
         res.finish_reason = self._finish(prep, tok)
         res.extra["hf_processors"] = prep.names()
 
