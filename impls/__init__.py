@@ -8,7 +8,8 @@ from __future__ import annotations
 
 __all__ = ["get_impl", "IMPL_NAMES"]
 
-IMPL_NAMES = ("reference", "reference-hf", "transformers", "transformers-beam", "reference-vllm", "vllm", "fused")
+IMPL_NAMES = ("reference", "reference-hf", "transformers", "transformers-beam", "reference-vllm", "vllm", "fused", "flashinfer",
+              "flashinfer-joint")
 
 
 def get_impl(name: str):
@@ -41,4 +42,7 @@ def get_impl(name: str):
     if name == "fused":
         from .fused import FusedImpl
         return FusedImpl()
+    if name in ("flashinfer", "flashinfer-joint"):
+        from .flashinfer import FlashInferImpl
+        return FlashInferImpl("top_k_first" if name == "flashinfer" else "joint")
     raise KeyError(f"unknown implementation {name!r}; known: {', '.join(IMPL_NAMES)}")

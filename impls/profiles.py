@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "VLLM", "get_profile", "profile_diff"]
+__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "VLLM", "FLASHINFER", "FLASHINFER_JOINT", "get_profile", "profile_diff"]
 
 SEED_TRTLLM = "seed:000_fabad194daba9a8c.txt"
 
@@ -210,6 +210,19 @@ class Profile:
     min_length_bans_stop_words : bool
         While ``min_length`` is not reached, one-token stop words are banned
         as well as the end id. Read by: ``bans.py`` ``min_length_bans``.
+    greedy_as_top_k_1 : bool
+        A row that resolves to GREEDY samples instead with ``temperature = 1``
+        and ``top_k = 1`` (SGLang's normalisation before FlashInfer), so
+        tokens tied at the maximum are all kept and drawn at random rather
+        than the lowest id winning. Read by: ``impls/reference/modes.py``
+        ``resolve``.
+    seed_keyed_by_batch_row : bool
+        A seeded row's stream depends on its position in the batch as well
+        as on ``(seed, offset)`` (FlashInfer feeds the output row index into
+        the Philox subsequence), so seed isolation across batch positions
+        does not hold by design. The reference models the dependence (not
+        the engine's stream) by shifting the offset by the row's index.
+        Read by: ``impls/reference/sampler.py`` ``ReferenceSession._draw``.
     citations : dict
         Field name → where the value was read (seed section,
         ``repo:path@version`` or bug URL).
@@ -272,6 +285,9 @@ class Profile:
     bad_words_see_prompt: bool = True
     seed_minus_one_unseeded: bool = False
     min_length_bans_stop_words: bool = False
+    # Added for the flashinfer profiles; the defaults are trtllm's behaviour.
+    greedy_as_top_k_1: bool = False
+    seed_keyed_by_batch_row: bool = False
     citations: dict = field(default_factory=dict, compare=False, hash=False)
 
     def semantic_fields(self) -> dict:
@@ -584,7 +600,57 @@ VLLM = dataclasses.replace(
     },
 )
 
-PROFILES = {p.name: p for p in (TRTLLM, HF, VLLM)}
+_FI = "flashinfer-ai/flashinfer@v0.7.2.post1 (wheel flashinfer_python-0.7.2.post1)"
+_FI_PY = f"{_FI}: flashinfer/sampling.py"
+_FI_CUH = f"{_FI}: include/flashinfer/sampling.cuh"
+_SGL = "sgl-project/sglang:python/sglang/srt/sampling/sampling_params.py@00c17caf"
+
+#: FlashInfer 0.7.2's sampling functions as driven by :mod:`impls.flashinfer`:
+#: ``softmax`` with per-row temperature, then ``sampling_from_probs``,
+#: ``top_k_sampling_from_probs``, ``top_p_sampling_from_probs``,
+#: ``top_k_top_p_sampling_from_probs`` (``filter_apply_order="top_k_first"``)
+#: or ``min_p_sampling_from_probs``, per row by which filters are active, with
+#: per-row seed and offset tensors. Greedy rows follow SGLang's normalisation
+#: (temperature 1, top_k 1). Logits rewrites, validation, logprobs and finish
+#: rules are not FlashInfer's: the adapter declares those features absent.
+FLASHINFER = dataclasses.replace(
+    TRTLLM,
+    name="flashinfer",
+    description="FlashInfer 0.7.2 sampling functions (top_k_first), greedy as top_k=1 (SGLang's convention)",
+    rng="other",
+    greedy_as_top_k_1=True,
+    seed_keyed_by_batch_row=True,
+    citations={
+        "rng": f"{_FI_PY} get_seed_and_offset / _validate_and_convert_seed_offset (curand Philox keyed by a "
+               "per-row seed and offset; not the canonical Gumbel draw of DESIGN.md decision 1)",
+        "greedy_as_top_k_1": f"{_SGL} SamplingParams.__post_init__ (0 <= temperature < 1e-6 becomes "
+                             "temperature 1.0, top_k 1) and " + f"{_FI_CUH} TopKSamplingFromProbKernel (a draw is "
+                             "accepted while fewer than k probabilities are strictly greater than it: every token "
+                             "tied at the maximum survives top_k = 1)",
+        "seed_keyed_by_batch_row": f"{_FI_PY} top_k_top_p_sampling_from_logits, docstring of ``seed`` (\"The "
+                                   "output row index also feeds the Philox subsequence\")",
+        "top_k_ties": f"{_FI_CUH} TopKSamplingFromProbKernel (count of probs > pivot < k: ties at the k-th value "
+                      "kept)",
+        "top_p_rule": f"{_FI_CUH} TopPSamplingFromProbKernel (accepted while the mass strictly above the drawn "
+                      "token's probability is < top_p)",
+        "filters_renormalise": f"{_FI_PY} top_k_top_p_sampling_from_probs (filter_apply_order='top_k_first': "
+                               "top-k renormalised, then top-p on the survivors)",
+    },
+)
+
+#: The same functions with ``filter_apply_order="joint"``: top-k and top-p
+#: both judged on the distribution before either filter.
+FLASHINFER_JOINT = dataclasses.replace(
+    FLASHINFER,
+    name="flashinfer-joint",
+    description="FlashInfer 0.7.2 sampling functions, top-k and top-p applied jointly (filter_apply_order='joint')",
+    filters_renormalise=False,
+    citations={**FLASHINFER.citations,
+               "filters_renormalise": f"{_FI_PY} top_k_top_p_sampling_from_probs (filter_apply_order='joint': "
+                                      "both thresholds on the original probabilities in each round)"},
+)
+
+PROFILES = {p.name: p for p in (TRTLLM, HF, VLLM, FLASHINFER, FLASHINFER_JOINT)}
 
 
 def get_profile(name: str) -> Profile:

@@ -233,6 +233,19 @@ def runtime_top_p(row: Row, p0: float) -> float:
     return p
 
 
+def _greedy(profile: Profile) -> "Resolved":
+    """GREEDY, or under ``profile.greedy_as_top_k_1`` sampling with T = 1 and top_k = 1.
+
+    The second form is SGLang's normalisation before FlashInfer
+    (``sglang/srt/sampling/sampling_params.py@00c17caf``,
+    ``SamplingParams.__post_init__``): tokens tied at the maximum stay in the
+    support, so a tie is drawn at random instead of going to the lowest id.
+    """
+    if profile.greedy_as_top_k_1:
+        return Resolved(SAMPLING, temperature=1.0, top_k=1, top_p=1.0, min_p=0.0)
+    return Resolved(GREEDY)
+
+
 def resolve(row: Row, profile: Profile) -> Resolved:
     """Validate ``row`` and resolve its mode and effective filter values.
 
@@ -264,7 +277,7 @@ def resolve(row: Row, profile: Profile) -> Resolved:
             do_sample = any(v is not None for v in (t, k, p, m))
         validate(row, profile, sampling=do_sample)
         if not do_sample:
-            return Resolved(GREEDY)
+            return _greedy(profile)
     else:
         validate(row, profile)
     if row.use_beam_search:
@@ -273,16 +286,16 @@ def resolve(row: Row, profile: Profile) -> Resolved:
         g = profile.explicit_greedy
         if (("top_k_1" in g and k == 1) or ("top_p_0" in g and p == 0.0)
                 or ("min_p_1" in g and m == 1.0) or ("temperature_0" in g and t == 0)):
-            return Resolved(GREEDY)
+            return _greedy(profile)
         if t is None and p is None and k is None and profile.greedy_when_unset:
             forced = ((profile.min_p_forces_sampling and m is not None and m > 0)
                       or (profile.top_p_decay_forces_sampling and _decay_active(row)))
             if not forced:
-                return Resolved(GREEDY)
+                return _greedy(profile)
     if t == 0:
         if profile.temperature_zero == "error":
             raise RowError("invalid_temperature", "temperature=0 with sampling: must be > 0")
-        return Resolved(GREEDY)
+        return _greedy(profile)
     if t is not None and 0 < t < profile.temperature_clamp_min:
         t = profile.temperature_clamp_min  # vLLM raises 0 < T < 0.01 to 0.01
     top_p = p if p is not None and not _is_nan(p) else 1.0  # a NaN top_p reaching here is ignored

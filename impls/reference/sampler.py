@@ -224,6 +224,10 @@ class ReferenceSession:
         for i in draw_idx:
             by_vocab.setdefault(rows[i].vocab, []).append(i)
         seeds_offsets = {i: self.seeds.take(rows[i].slot) for i in draw_idx}
+        if self.profile.seed_keyed_by_batch_row:
+            # The stream depends on the row's batch position (FlashInfer): model the
+            # dependence by moving each row's offset 2**40 counters per position.
+            seeds_offsets = {i: (s, o + (i << 40)) for i, (s, o) in seeds_offsets.items()}
         for V, idx in by_vocab.items():
             x = torch.stack([staged[i][2] for i in idx])
             keep = torch.stack([staged[i][3] for i in idx])

@@ -1,0 +1,352 @@
+"""FlashInfer's sampling functions as an implementation under test (GPU only).
+
+FlashInfer is a kernel library, not an engine: it has no request
+validation, logits processors (bias, penalties, bans), logprobs or stop
+rules. This adapter drives exactly its sampling functions and declares
+everything else absent (those cases are ``n/a``), so every token it reports
+came out of a FlashInfer kernel. Pipeline of :meth:`FlashInferSession.step`,
+in order:
+
+1. per row on the host, as an engine does at admission: the slot check and
+   the reference's validation and mode resolution under the ``flashinfer``
+   profile (:func:`impls.reference.modes.resolve`); a GREEDY row becomes
+   ``temperature = 1, top_k = 1`` (SGLang's normalisation, profile field
+   ``greedy_as_top_k_1``), so FlashInfer decides greedy rows too;
+2. ``(seed, offset)`` per row from per-slot bookkeeping
+   (:class:`impls.reference.seeds.SeedManager`), passed as int64 tensors;
+3. rows grouped by vocabulary and by the filters they activate; per group,
+   ``flashinfer.sampling.softmax`` with the per-row temperature tensor, then
+   one call of ``sampling_from_probs`` (no filter), ``top_k_sampling_from_probs``,
+   ``top_p_sampling_from_probs``, ``top_k_top_p_sampling_from_probs``
+   (``filter_apply_order`` from the implementation: ``top_k_first`` or
+   ``joint``) or ``min_p_sampling_from_probs``, all with per-row parameter
+   tensors, ``deterministic=True`` and ``return_valid=True``;
+4. a row FlashInfer marks invalid becomes a per-row error, its kind read from
+   the row's logits (``nan_logits``, ``posinf_logits``, ``no_valid_token``;
+   ``invalid_distribution`` when none applies);
+5. the distribution sampled from, for the report and ``support``
+   expectations: ``top_k_renorm_probs`` / ``top_p_renorm_probs`` of the same
+   softmax (for min-p, which has no renorm function, the kernel's rule
+   ``p >= min_p * max p`` of ``MinPSamplingFromProbKernel`` applied with
+   PyTorch).
+
+Rows asking for min-p together with top-k or top-p are ``n/a``: FlashInfer
+0.7.2 has no function that applies both.
+
+Source of every rule: the installed ``flashinfer-python`` 0.7.2.post1
+(``flashinfer/sampling.py``, ``include/flashinfer/sampling.cuh``), cited
+field by field in :data:`impls.profiles.FLASHINFER`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from ..base import Row, RowError, RowResult
+from ..profiles import FLASHINFER, FLASHINFER_JOINT, Profile
+
+__all__ = ["FlashInferImpl", "FlashInferSession", "SUPPORTED_FEATURES", "FUNCTIONS", "row_function"]
+
+#: Features FlashInfer's sampling functions express (the others are ``n/a``).
+SUPPORTED_FEATURES = frozenset({"temperature", "top_k", "top_p", "min_p", "seed", "low_precision_logits"})
+
+#: Row kind → the FlashInfer function that samples it.
+FUNCTIONS = {
+    "plain": "sampling_from_probs",
+    "top_k": "top_k_sampling_from_probs",
+    "top_p": "top_p_sampling_from_probs",
+    "top_k_top_p": "top_k_top_p_sampling_from_probs",
+    "min_p": "min_p_sampling_from_probs",
+}
+
+#: Row fields that ask for a logits processor FlashInfer does not have.
+_PROCESSOR_FIELDS = ("repetition_penalty", "presence_penalty", "frequency_penalty", "min_length",
+                     "no_repeat_ngram_size", "top_p_decay")
+
+
+def row_function(top_k: int, top_p: float, min_p: float, vocab: int) -> str:
+    """The key of :data:`FUNCTIONS` for resolved filter values.
+
+    Parameters
+    ----------
+    top_k : int
+        Resolved top-k (0 or ``>= vocab``: off).
+    top_p : float
+        Resolved top-p (1.0: off).
+    min_p : float
+        Resolved min-p (0.0: off).
+    vocab : int
+
+    Raises
+    ------
+    ValueError
+        When min-p is active together with top-k or top-p (no FlashInfer
+        function applies both; :meth:`FlashInferImpl.unsupported` reports
+        such rows as ``n/a`` before this is reached).
+    """
+    k_on = 0 < top_k < vocab
+    p_on = top_p < 1.0
+    if min_p > 0:
+        if k_on or p_on:
+            raise ValueError("min_p with top_k or top_p: no FlashInfer 0.7.2 function applies both")
+        return "min_p"
+    if k_on and p_on:
+        return "top_k_top_p"
+    return "top_k" if k_on else "top_p" if p_on else "plain"
+
+
+def _error_kind(x: torch.Tensor) -> RowError:
+    if bool(torch.isnan(x).any()):
+        return RowError("nan_logits", "FlashInfer marked the row invalid (return_valid): NaN logit")
+    if bool(torch.isposinf(x).any()):
+        return RowError("posinf_logits", "FlashInfer marked the row invalid (return_valid): +inf logit")
+    if not bool((x > float("-inf")).any()):
+        return RowError("no_valid_token", "FlashInfer marked the row invalid (return_valid): every logit is -inf")
+    return RowError("invalid_distribution", "FlashInfer marked the row invalid (return_valid)")
+
+
+class FlashInferSession:
+    """Per-slot seed bookkeeping and the calls of FlashInfer's sampling functions.
+
+    Parameters
+    ----------
+    profile : Profile
+        ``flashinfer`` or ``flashinfer-joint``.
+    order : {"top_k_first", "joint"}
+        ``filter_apply_order`` of ``top_k_top_p_sampling_from_probs``.
+    device : str
+        A CUDA device.
+    """
+
+    def __init__(self, profile: Profile, order: str, device: str = "cuda"):
+        import flashinfer.sampling as fs
+
+        from ..reference.seeds import SeedManager
+        self.fs = fs
+        self.profile = profile
+        self.order = order
+        self.device = torch.device(device)
+        self.seeds = SeedManager(profile)
+
+    # -- one group: same vocabulary, same function ---------------------------
+    def _call(self, kind: str, probs, K, P, M, seeds, offs):
+        fs = self.fs
+        common = dict(deterministic=True, seed=seeds, offset=offs, return_valid=True)
+        if kind == "plain":
+            return fs.sampling_from_probs(probs, **common)
+        if kind == "top_k":
+            return fs.top_k_sampling_from_probs(probs, K, **common)
+        if kind == "top_p":
+            return fs.top_p_sampling_from_probs(probs, P, **common)
+        if kind == "top_k_top_p":
+            return fs.top_k_top_p_sampling_from_probs(probs, K, P, filter_apply_order=self.order, **common)
+        return fs.min_p_sampling_from_probs(probs, M, **common)
+
+    def _distribution(self, kind: str, probs, K, P, M) -> torch.Tensor:
+        fs = self.fs
+        if kind == "plain":
+            return probs
+        if kind == "top_k":
+            return fs.top_k_renorm_probs(probs, K)
+        if kind == "top_p":
+            return fs.top_p_renorm_probs(probs, P)
+        if kind == "top_k_top_p":
+            if self.order == "top_k_first":
+                return fs.top_p_renorm_probs(fs.top_k_renorm_probs(probs, K), P)
+            keep = (fs.top_k_renorm_probs(probs, K) > 0) & (fs.top_p_renorm_probs(probs, P) > 0)
+            q = torch.where(keep, probs, 0.0)
+            return q / q.sum(-1, keepdim=True)
+        keep = probs >= M.unsqueeze(1) * probs.max(-1, keepdim=True).values
+        q = torch.where(keep, probs, 0.0)
+        return q / q.sum(-1, keepdim=True)
+
+    def _tensors(self, res_list, seeds_offsets):
+        dev = self.device
+        T = torch.tensor([r.temperature for r in res_list], dtype=torch.float32, device=dev)
+        K = torch.tensor([r.top_k for r in res_list], dtype=torch.int32, device=dev)
+        P = torch.tensor([r.top_p for r in res_list], dtype=torch.float32, device=dev)
+        M = torch.tensor([r.min_p for r in res_list], dtype=torch.float32, device=dev)
+        S = torch.tensor([s for s, _ in seeds_offsets], dtype=torch.int64, device=dev)
+        O = torch.tensor([o for _, o in seeds_offsets], dtype=torch.int64, device=dev)
+        return T, K, P, M, S, O
+
+    def step(self, rows: Sequence[Row]) -> list:
+        """Sample one step; see the module docstring for the pipeline.
+
+        Parameters
+        ----------
+        rows : sequence of Row
+            ``logits`` ``(V,)`` in float32, bfloat16 or float16 (upcast to
+            float32: FlashInfer's sampling functions take float32).
+
+        Returns
+        -------
+        list of RowResult
+            One per row; ``extra`` names the FlashInfer function, the seed and
+            the offset.
+        """
+        from ..reference.modes import effective_seed, resolve
+
+        out: list = [None] * len(rows)
+        staged = {}
+        used = set()
+        for i, row in enumerate(rows):
+            try:
+                if row.slot in used:
+                    raise RowError("duplicate_slot", f"slot {row.slot} is used by an earlier row of this step")
+                used.add(row.slot)
+                if row.logits.dim() != 1:
+                    raise RowError("bad_logits", f"logits must be 1-D, got shape {tuple(row.logits.shape)}")
+                res = resolve(row, self.profile)
+                kind = row_function(res.top_k, res.top_p, res.min_p, row.vocab)
+                self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile))
+                staged[i] = (res, kind, row.logits.to(self.device).to(torch.float32), self.seeds.take(row.slot))
+            except RowError as e:
+                out[i] = RowResult.failed(e)
+        groups: dict = {}
+        for i, (res, kind, x, so) in staged.items():
+            groups.setdefault((rows[i].vocab, kind), []).append(i)
+        for (V, kind), idx in groups.items():
+            X = torch.stack([staged[i][2] for i in idx])
+            T, K, P, M, S, O = self._tensors([staged[i][0] for i in idx], [staged[i][3] for i in idx])
+            probs = self.fs.softmax(X, temperature=T)
+            tok, valid = self._call(kind, probs, K, P, M, S, O)
+            dist = self._distribution(kind, probs, K, P, M)
+            for j, i in enumerate(idx):
+                res, _, x, (seed, off) = staged[i]
+                if not bool(valid[j]):
+                    out[i] = RowResult.failed(_error_kind(x), res.mode)
+                    continue
+                out[i] = RowResult(token=int(tok[j]), mode=res.mode, probs=dist[j],
+                                   extra={"function": FUNCTIONS[kind], "seed": seed, "offset": off,
+                                          "batch_row": j})
+        return out
+
+    def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 8192) -> torch.Tensor:
+        """``(V,)`` int64 counts of one draw per seed (offset 0), in batched calls.
+
+        The row is replicated ``min(chunk, 2**26 // V)`` times per call, copy
+        ``j`` with its own seed; the same function as :meth:`step` draws.
+
+        Raises
+        ------
+        RowError
+            If the row is rejected or FlashInfer marks it invalid.
+        """
+        from ..reference.modes import effective_seed, resolve
+
+        res = resolve(row, self.profile)
+        kind = row_function(res.top_k, res.top_p, res.min_p, row.vocab)
+        x = row.logits.to(self.device).to(torch.float32)
+        V = x.shape[-1]
+        counts = torch.zeros(V, dtype=torch.int64)
+        n_max = max(1, min(chunk, (1 << 26) // V))
+        for start in range(0, len(seeds), n_max):
+            part = [effective_seed(row.replace(seed=int(s)), self.profile) for s in seeds[start:start + n_max]]
+            n = len(part)
+            T, K, P, M, _, _ = self._tensors([res] * n, [(0, 0)] * n)
+            S = torch.tensor(part, dtype=torch.int64, device=self.device)
+            O = torch.zeros(n, dtype=torch.int64, device=self.device)
+            probs = self.fs.softmax(x.expand(n, V).contiguous(), temperature=T)
+            tok, valid = self._call(kind, probs, K, P, M, S, O)
+            if not bool(valid.all()):
+                raise _error_kind(x)
+            counts += torch.bincount(tok.long().cpu(), minlength=V)
+        return counts
+
+
+class FlashInferImpl:
+    """FlashInfer's sampling functions behind the implementation protocol.
+
+    Parameters
+    ----------
+    order : {"top_k_first", "joint"}
+        ``filter_apply_order`` for rows with both top-k and top-p; selects the
+        profile ``flashinfer`` or ``flashinfer-joint``.
+    """
+
+    features = SUPPORTED_FEATURES
+
+    def __init__(self, order: str = "top_k_first"):
+        if order not in ("top_k_first", "joint"):
+            raise ValueError(f"filter_apply_order must be 'top_k_first' or 'joint', got {order!r}")
+        self.order = order
+        self.profile = FLASHINFER if order == "top_k_first" else FLASHINFER_JOINT
+        self.name = self.profile.name
+
+    def version(self) -> str:
+        """The installed ``flashinfer-python`` distribution's version.
+
+        Raises
+        ------
+        importlib.metadata.PackageNotFoundError
+            When FlashInfer is not installed (call :meth:`available` first).
+        """
+        from importlib import metadata
+        return metadata.version("flashinfer-python")
+
+    def available(self, device: str) -> Optional[str]:
+        """``None`` on a CUDA device with FlashInfer importable, else the reason."""
+        if not str(device).startswith("cuda"):
+            return "FlashInfer's sampling kernels run only on CUDA devices (use --device cuda)"
+        if not torch.cuda.is_available():
+            return "no CUDA device"
+        try:
+            import flashinfer.sampling  # noqa: F401
+        except BaseException as e:  # ImportError, or a broken install
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            return f"flashinfer is not importable: {type(e).__name__}: {e}"
+        return None
+
+    def describe(self, device: str = "cuda") -> dict:
+        """Facts recorded with the run: which parts came from FlashInfer.
+
+        Returns
+        -------
+        dict
+            ``from_engine`` (softmax with temperature, the five sampling
+            functions, the renorm functions), ``from_harness`` (validation
+            and mode resolution, seed bookkeeping, the min-p support of the
+            reported distribution), ``filter_apply_order``.
+        """
+        return {"from_engine": "flashinfer.sampling: softmax(temperature), " + ", ".join(FUNCTIONS.values())
+                + ", top_k_renorm_probs, top_p_renorm_probs",
+                "from_harness": "validation and mode resolution (reference, flashinfer profile), per-slot seeds and "
+                                "offsets, the min-p support of the reported distribution",
+                "filter_apply_order": self.order}
+
+    def unsupported(self, row: Row) -> Optional[str]:
+        """Why FlashInfer cannot express ``row`` (``n/a``), or ``None``."""
+        from ..reference.modes import resolve
+
+        for f in _PROCESSOR_FIELDS:
+            v = getattr(row, f)
+            if v is not None and v not in (1.0, 0.0, 0):
+                return f"FlashInfer has no logits processors ({f}): engines apply them before sampling"
+        if row.logit_bias or row.bad_words:
+            return "FlashInfer has no logits processors (logit_bias, bad_words): engines apply them before sampling"
+        if row.logprobs is not None:
+            return "FlashInfer's sampling functions return no logprobs"
+        if row.use_beam_search:
+            return "FlashInfer has no beam search"
+        try:
+            res = resolve(row, self.profile)
+            row_function(res.top_k, res.top_p, res.min_p, row.vocab)
+        except RowError:
+            return None  # the step reports the rejection
+        except ValueError as e:
+            return str(e)
+        return None
+
+    def open_session(self, device: str = "cuda") -> FlashInferSession:
+        """A fresh :class:`FlashInferSession`.
+
+        Raises
+        ------
+        ImportError
+            When FlashInfer is not installed.
+        """
+        return FlashInferSession(self.profile, self.order, device)
