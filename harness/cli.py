@@ -83,7 +83,27 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--text", metavar="FILE", help="also write the printed report to FILE")
     d.add_argument("--false-alarm", type=float, default=None, metavar="RATE",
                    help="family-wise false-alarm rate of the two-sample tests (default: 1e-3)")
+    lat = sub.add_parser("report", help="render a report from results already on disk: '--bench FILE' (the latency "
+                                        "suite's results) writes DIR/latency.html")
+    lat.add_argument("--bench", required=True, metavar="FILE",
+                     help="results file of the latency suite (benchmarks/test_latency.py --latency-out, or "
+                          "benchmarks/results/*.json)")
+    lat.add_argument("--out", default="reports/latency", metavar="DIR", help="output directory (default: reports/latency)")
     return p
+
+
+def _cmd_report(args) -> int:
+    from .latency import LatencyError, write_report
+    try:
+        path = write_report(args.bench, args.out)
+    except LatencyError as e:
+        print(f"sampcheck report: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"sampcheck report: --out {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
 
 
 def _usage_problem(args) -> str:
@@ -281,7 +301,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handlers = {"run": _cmd_run, "list": _cmd_list, "golden": _cmd_golden, "record": _cmd_record,
-                "diff": _cmd_diff, "case": _cmd_case}
+                "diff": _cmd_diff, "case": _cmd_case, "report": _cmd_report}
     return handlers[args.command](args)
 
 

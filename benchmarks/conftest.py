@@ -1,0 +1,87 @@
+"""Options and the results file of the latency suite (``benchmarks/test_latency.py``).
+
+Options (``pytest benchmarks/test_latency.py ...``):
+
+``--latency-out PATH``
+    The project's results file (schema of :mod:`benchmarks.latency`),
+    written at the end of the session with every timed point; default
+    ``reports/latency.json``.
+``--latency-quick``
+    The small grid (:data:`benchmarks.latency.QUICK`).
+``--latency-impls a,b``
+    Only these implementations (default: all of
+    :data:`benchmarks.latency.IMPLS`).
+``--latency-reps N``
+    Timed calls per point (default 30).
+
+pytest-benchmark's own JSON comes from its option ``--benchmark-json PATH``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("latency", "sampcheck latency suite")
+    g.addoption("--latency-out", default="reports/latency.json", help="the project's results file")
+    g.addoption("--latency-quick", action="store_true", help="the small grid")
+    g.addoption("--latency-impls", default="", help="comma-separated implementations (default: all)")
+    g.addoption("--latency-reps", type=int, default=30, help="timed calls per point")
+
+
+class Recorder:
+    """Collects the rows of one session and writes the results file."""
+
+    def __init__(self, config):
+        from benchmarks.latency import environment, hbm_bandwidth
+        self.config = config
+        self.rows: list = []
+        self.env = environment()
+        self.on_gpu = torch.cuda.is_available()
+        self.bandwidth = round(hbm_bandwidth(torch.device("cuda")), 1) if self.on_gpu else None
+        self.started = time.time()
+
+    def floor_us(self, batch: int, vocab: int):
+        """Reading ``batch * vocab`` fp32 logits once at the measured bandwidth, in µs (None on a CPU)."""
+        if self.bandwidth is None:
+            return None
+        return round(batch * vocab * 4 / (self.bandwidth * 1e9) * 1e6, 3)
+
+    def write(self) -> Path:
+        path = Path(self.config.getoption("--latency-out"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"schema": 1, **self.env, "hbm_bandwidth_gbps": self.bandwidth,
+               "timer": ("CUDA events around single calls (graph replays where 'graph' is true), median; "
+                         "pytest-benchmark wall-clock statistics in its own JSON") if self.on_gpu else
+                        "time.perf_counter around single calls, median",
+               "date": time.strftime("%Y-%m-%d"), "duration_s": round(time.time() - self.started, 1),
+               "rows": self.rows}
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        return path
+
+
+@pytest.fixture(scope="session")
+def latency_recorder(request):
+    rec = Recorder(request.config)
+    request.config._latency_recorder = rec
+    return rec
+
+
+def pytest_sessionfinish(session, exitstatus):
+    rec = getattr(session.config, "_latency_recorder", None)
+    if rec is not None and rec.rows:
+        path = rec.write()
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"latency results: {len(rec.rows)} point(s) written to {path}; "
+                          f"report: python -m harness.cli report --bench {path}")

@@ -1,0 +1,354 @@
+"""The latency suite's building blocks: grid, implementations, timers, floor, environment.
+
+Used by ``benchmarks/test_latency.py`` (the pytest-benchmark suite, run by
+``tox -e gpu``) and read back by the latency report
+(:mod:`harness.latency`). One grid point is ``(impl, mix, batch, vocab)``;
+its time is the median of CUDA-event timings of single calls on a GPU
+(``time.perf_counter`` around each call on a CPU), after warm-up, with the
+input rotating among copies that together exceed the 60 MB L2 of an H200,
+so HBM, not the cache, is measured. Where an implementation can be captured
+in a CUDA graph (the fused kernel; FlashInfer with per-row seed/offset
+tensors) and the batch is at most :data:`GRAPH_MAX_BATCH`, the timed call is
+a graph replay, one graph per input copy (launch overhead would otherwise
+dominate small batches); the row says which.
+
+The floor of a point is ``batch * vocab * 4`` bytes (reading fp32 logits
+once) over the device-to-device copy bandwidth measured in the same run
+(bytes read plus written; :func:`hbm_bandwidth`).
+
+Results file (schema 1, the format of ``benchmarks/results/*.json``, also
+read by :func:`harness.latency.load_bench`): ``device``, ``versions``
+(torch, triton, flashinfer, python, cuda, driver, clocks),
+``hbm_bandwidth_gbps``, ``timer``, ``date`` and ``rows`` of
+``{impl, batch, vocab, mix, median_us, floor_us}`` plus optional ``graph``,
+``reps``, ``p10_us``, ``p90_us``, ``device``.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+__all__ = ["MIXES", "BATCHES", "VOCABS", "QUICK", "IMPLS", "GRAPH_MAX_BATCH", "Point", "mix_params",
+           "hbm_bandwidth", "make_inputs", "build", "time_point", "environment", "sort_based"]
+
+#: Parameter mixes: all greedy; top_k=50 with top_p=0.9; top_p=0.9 alone;
+#: min_p=0.05; a batch whose rows cycle through the four.
+MIXES = ("greedy", "k50_p09", "p09", "minp005", "mixed")
+BATCHES = (1, 16, 64, 256, 1024)
+VOCABS = (32000, 128256, 151936, 262144)
+#: A small grid for smoke runs (``--latency-quick``).
+QUICK = {"batches": (1, 256), "vocabs": (32000, 128256)}
+#: Implementations, in the report's order.
+#: vLLM is absent: its wheel cannot be brought to the project's GPU machine
+#: (benchmarks/README.md), and its CPU build's timings would not be comparable.
+IMPLS = ("fused", "flashinfer", "torch-sort", "argmax", "reference-cuda", "reference-cpu")
+#: Largest batch timed as a CUDA-graph replay.
+GRAPH_MAX_BATCH = 64
+#: The reference is a per-row Python pipeline: timed only at these batches and vocabularies.
+REFERENCE_GRID = {"batches": (1, 16), "vocabs": (32000, 128256)}
+
+_TABLE = {"greedy": (0.0, 0, 1.0, 0.0), "k50_p09": (1.0, 50, 0.9, 0.0), "p09": (1.0, 0, 0.9, 0.0),
+          "minp005": (1.0, 0, 1.0, 0.05)}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One grid point."""
+
+    impl: str
+    mix: str
+    batch: int
+    vocab: int
+
+    @property
+    def id(self) -> str:
+        """pytest id, e.g. ``fused-k50_p09-B1024-V128256``."""
+        return f"{self.impl}-{self.mix}-B{self.batch}-V{self.vocab}"
+
+
+def mix_params(mix: str, batch: int) -> list:
+    """Per-row ``(temperature, top_k, top_p, min_p)`` of a mix (``mixed``: rows cycle the other four).
+
+    Raises
+    ------
+    KeyError
+        For an unknown mix.
+    """
+    if mix == "mixed":
+        return [_TABLE[MIXES[i % 4]] for i in range(batch)]
+    return [_TABLE[mix]] * batch
+
+
+def hbm_bandwidth(dev) -> float:
+    """Device-to-device copy bandwidth in GB/s (bytes read + written), median of 20 copies of 2 GiB."""
+    n = 1 << 29
+    a = torch.empty(n, device=dev)
+    a.uniform_()
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    times = []
+    for _ in range(20):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        b.copy_(a)
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    times.sort()
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * n * 4 / times[len(times) // 2] / 1e9
+
+
+def make_inputs(batch: int, vocab: int, dev, seed: int = 0) -> list:
+    """Copies of ``randn(batch, vocab) * 3`` (fp32) that together exceed 256 MB (at most 8, at least 1)."""
+    nbytes = batch * vocab * 4
+    copies = max(1, min(8, (256 << 20) // nbytes + 1))
+    g = torch.Generator(device=dev).manual_seed(seed)
+    return [torch.randn(batch, vocab, device=dev, generator=g) * 3 for _ in range(copies)]
+
+
+def sort_based(logits, T, K, P, M):
+    """PyTorch sort-based sampling (the shape of vLLM's native path): temperature, min-p, top-k, top-p, race.
+
+    Parameters
+    ----------
+    logits : torch.Tensor
+        ``(B, V)`` float32.
+    T, P, M : torch.Tensor
+        ``(B,)`` float32 temperature (0: greedy), top-p, min-p.
+    K : torch.Tensor
+        ``(B,)`` int64 top-k (0: off).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B,)`` int64 tokens.
+    """
+    x = logits.float() / torch.where(T > 0, T, 1.0).unsqueeze(1)
+    probs = torch.softmax(x, -1)
+    keep_minp = probs >= (M.unsqueeze(1) * probs.max(-1, keepdim=True).values)
+    x = x.masked_fill(~keep_minp, float("-inf"))
+    xs, order = x.sort(-1, descending=True)
+    V = x.shape[1]
+    k = torch.where((K > 0) & (K < V), K, V)
+    kth = xs.gather(1, (k - 1).unsqueeze(1))
+    xs = xs.masked_fill(xs < kth, float("-inf"))
+    ps = torch.softmax(xs, -1)
+    cum = ps.cumsum(-1) - ps
+    xs = xs.masked_fill(cum >= P.unsqueeze(1), float("-inf"))
+    ps = torch.softmax(xs, -1)
+    q = torch.empty_like(ps).exponential_()
+    pick = (ps / q).argmax(-1)
+    tok = order.gather(1, pick.unsqueeze(1)).squeeze(1)
+    return torch.where(T > 0, tok, logits.argmax(-1))
+
+
+def _flashinfer_call(mix: str, batch: int, vocab: int, dev) -> Callable:
+    """FlashInfer for a mix, with per-row tensors (greedy rows as top_k = 1, SGLang's convention).
+
+    ``minp005`` is ``softmax`` + ``min_p_sampling_from_probs``; ``mixed``
+    splits the batch into a ``top_k_top_p_sampling_from_logits`` call and a
+    min-p call (no FlashInfer function applies min-p with top-k/top-p).
+    """
+    import flashinfer.sampling as fs
+    rows = mix_params(mix, batch)
+    seed = torch.arange(batch, dtype=torch.int64, device=dev) + 7
+    off = torch.zeros(batch, dtype=torch.int64, device=dev)
+    kp = [i for i, r in enumerate(rows) if r[3] == 0.0]
+    mp = [i for i, r in enumerate(rows) if r[3] > 0.0]
+    K = torch.tensor([(1 if r[0] == 0 else (r[1] or vocab)) for r in rows], dtype=torch.int32, device=dev)
+    P = torch.tensor([r[2] for r in rows], dtype=torch.float32, device=dev)
+    M = torch.tensor([r[3] for r in rows], dtype=torch.float32, device=dev)
+    if not mp:
+        return lambda x: fs.top_k_top_p_sampling_from_logits(x, K, P, deterministic=True, seed=seed, offset=off)
+    if not kp:
+        return lambda x: fs.min_p_sampling_from_probs(torch.softmax(x, -1), M, deterministic=True, seed=seed,
+                                                      offset=off)
+    ikp = torch.tensor(kp, device=dev)
+    imp = torch.tensor(mp, device=dev)
+    Kk, Pk, Mm = K[ikp], P[ikp], M[imp]
+    sk, ok, sm, om = seed[ikp], off[ikp], seed[imp], off[imp]
+
+    def call(x):
+        out = torch.empty(batch, dtype=torch.int32, device=dev)
+        out[ikp] = fs.top_k_top_p_sampling_from_logits(x[ikp], Kk, Pk, deterministic=True, seed=sk, offset=ok)
+        out[imp] = fs.min_p_sampling_from_probs(torch.softmax(x[imp], -1), Mm, deterministic=True, seed=sm,
+                                                offset=om)
+        return out
+    return call
+
+
+def _reference_call(mix: str, batch: int, device: str) -> Callable:
+    from impls.base import Row
+    from impls.reference import Reference
+    impl = Reference()
+    rows = mix_params(mix, batch)
+
+    def call(x):
+        xs = x.to(device)
+        batch_rows = [Row(xs[i], temperature=t, top_k=k, top_p=p, min_p=m, seed=7 + i, slot=i)
+                      for i, (t, k, p, m) in enumerate(rows)]
+        return impl.open_session(device).step(batch_rows)
+    return call
+
+
+def build(point: Point, dev) -> tuple:
+    """The callable for a grid point and whether it may be graph-captured.
+
+    Returns
+    -------
+    (callable or None, bool, str)
+        ``(fn, graphable, reason)``; ``fn`` is None when the implementation
+        cannot run here, ``reason`` says why.
+    """
+    impl, mix, B, V = point.impl, point.mix, point.batch, point.vocab
+    rows = mix_params(mix, B)
+    T = torch.tensor([r[0] for r in rows], dtype=torch.float32, device=dev)
+    K = torch.tensor([r[1] for r in rows], dtype=torch.int64, device=dev)
+    P = torch.tensor([r[2] for r in rows], dtype=torch.float32, device=dev)
+    M = torch.tensor([r[3] for r in rows], dtype=torch.float32, device=dev)
+    seed = torch.arange(B, dtype=torch.int64, device=dev) + 7
+    off = torch.zeros(B, dtype=torch.int64, device=dev)
+    if impl == "fused":
+        from impls.fused.ops import fused_sample
+        return (lambda x: fused_sample(x, T, K, P, M, seed, off)), True, ""
+    if impl == "torch-sort":
+        return (lambda x: sort_based(x, T, K, P, M)), False, ""
+    if impl == "argmax":
+        if mix != "greedy":
+            return None, False, "argmax is timed on all-greedy batches only"
+        return (lambda x: x.argmax(-1)), True, ""
+    if impl == "flashinfer":
+        try:
+            import flashinfer.sampling  # noqa: F401
+        except Exception as e:  # reported as the skip reason
+            return None, False, f"flashinfer is not importable: {type(e).__name__}: {e}"
+        return _flashinfer_call(mix, B, V, dev), mix != "mixed", ""
+    if impl in ("reference-cuda", "reference-cpu"):
+        if B not in REFERENCE_GRID["batches"] or V not in REFERENCE_GRID["vocabs"]:
+            return None, False, (f"the reference (a per-row Python pipeline) is timed at batch "
+                                 f"{REFERENCE_GRID['batches']} and vocab {REFERENCE_GRID['vocabs']} only")
+        return _reference_call(mix, B, "cuda" if impl == "reference-cuda" else "cpu"), False, ""
+    raise KeyError(f"unknown implementation {impl!r}; known: {', '.join(IMPLS)}")
+
+
+def _percentile(sorted_vals: list, q: float) -> float:
+    i = min(len(sorted_vals) - 1, max(0, int(round(q * (len(sorted_vals) - 1)))))
+    return sorted_vals[i]
+
+
+def time_point(fn: Callable, inputs: list, reps: int, graph: bool, on_gpu: bool,
+               bench: Optional[Callable] = None) -> dict:
+    """Median and spread of single calls, in microseconds.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(x)`` for one input ``(B, V)``.
+    inputs : list of torch.Tensor
+        Rotated per call (index ``i % len(inputs)``).
+    reps : int
+        Timed calls after 3 warm-up calls.
+    graph : bool
+        Capture one CUDA graph per input and time replays (falls back to
+        eager calls when capture fails; the result's ``graph`` says which).
+    on_gpu : bool
+        CUDA events (GPU) or ``perf_counter`` (CPU).
+    bench : callable, optional
+        ``pytest-benchmark``'s ``benchmark.pedantic``: when given, the timed
+        calls run under it (its statistics are wall-clock with a
+        synchronise per call) and the CUDA-event times are taken from the
+        same calls.
+
+    Returns
+    -------
+    dict
+        ``median_us``, ``p10_us``, ``p90_us``, ``reps``, ``graph``.
+    """
+    calls = [lambda x=x: fn(x) for x in inputs]
+    used_graph = False
+    if graph and on_gpu:
+        try:
+            graphs = []
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for x in inputs:
+                    fn(x)  # warm-up / compile outside capture
+            torch.cuda.current_stream().wait_stream(s)
+            torch.cuda.synchronize()
+            for x in inputs:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    fn(x)
+                graphs.append(g)
+            calls = [g.replay for g in graphs]
+            used_graph = True
+        except Exception:  # not capturable: time eager calls
+            torch.cuda.synchronize()
+            calls = [lambda x=x: fn(x) for x in inputs]
+    for i in range(3):
+        calls[i % len(calls)]()
+    if on_gpu:
+        torch.cuda.synchronize()
+    times: list = []
+    state = {"i": 0}
+
+    def one():
+        c = calls[state["i"] % len(calls)]
+        state["i"] += 1
+        if on_gpu:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            c()
+            e.record()
+            torch.cuda.synchronize()
+            times.append(s.elapsed_time(e) * 1e3)
+        else:
+            t0 = time.perf_counter()
+            c()
+            times.append((time.perf_counter() - t0) * 1e6)
+
+    if bench is not None:
+        bench(one, rounds=reps, iterations=1, warmup_rounds=0)
+    else:
+        for _ in range(reps):
+            one()
+    times.sort()
+    return {"median_us": round(_percentile(times, 0.5), 2), "p10_us": round(_percentile(times, 0.1), 2),
+            "p90_us": round(_percentile(times, 0.9), 2), "reps": len(times), "graph": used_graph}
+
+
+def environment() -> dict:
+    """Device, driver, clocks and versions of this process's stack."""
+    versions = {"torch": torch.__version__, "python": platform.python_version(), "cuda": torch.version.cuda}
+    for mod in ("triton", "flashinfer", "vllm"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except Exception as e:
+            versions[mod] = f"unavailable ({type(e).__name__})"
+    try:
+        from impls.fused.ops import DEFAULTS
+        versions["fused_config"] = dict(DEFAULTS)
+    except Exception:
+        pass
+    try:
+        q = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,power.limit"
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout.strip().splitlines()
+        if out:
+            f = [v.strip() for v in out[0].split(",")]
+            versions.update(driver=f[1], clocks={"sm": f[2], "max_sm": f[3], "mem": f[4], "max_mem": f[5],
+                                                  "power_limit": f[6]})
+    except (OSError, subprocess.SubprocessError, IndexError):
+        versions["driver"] = "unknown (nvidia-smi not found)"
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.processor() or platform.machine()})"
+    return {"device": device, "versions": versions}

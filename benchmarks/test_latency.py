@@ -1,0 +1,83 @@
+"""The latency suite (pytest-benchmark): every implementation that runs here, on the grid of issue 5.
+
+Run on a GPU machine as part of ``tox -e gpu``::
+
+    pytest benchmarks/test_latency.py --benchmark-json reports/benchmark.json \\
+        --latency-out reports/latency.json
+
+Each test is one grid point (:class:`benchmarks.latency.Point`): it builds
+the inputs (rotated beyond L2), times single calls under
+``benchmark.pedantic`` with CUDA events taken from the same calls
+(:func:`benchmarks.latency.time_point`) and records the row for the
+project's results file; ``benchmark.extra_info`` carries the same numbers.
+A point an implementation cannot run is skipped with the reason. Without a
+CUDA device only ``reference-cpu`` and ``torch-sort``/``argmax`` on the CPU run
+(a smoke test of the suite, not a measurement to compare).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.latency import BATCHES, IMPLS, MIXES, QUICK, VOCABS, GRAPH_MAX_BATCH, Point, build, make_inputs, \
+    time_point
+
+pytest.importorskip("pytest_benchmark")
+
+
+def _points(config) -> list:
+    quick = config.getoption("--latency-quick")
+    batches = QUICK["batches"] if quick else BATCHES
+    vocabs = QUICK["vocabs"] if quick else VOCABS
+    wanted = [s for s in config.getoption("--latency-impls").split(",") if s] or list(IMPLS)
+    unknown = sorted(set(wanted) - set(IMPLS))
+    if unknown:
+        raise pytest.UsageError(f"--latency-impls: unknown {', '.join(unknown)}; known: {', '.join(IMPLS)}")
+    return [Point(i, m, b, v) for v in vocabs for b in batches for m in MIXES for i in IMPLS if i in wanted]
+
+
+def pytest_generate_tests(metafunc):
+    if "point" in metafunc.fixturenames:
+        pts = _points(metafunc.config)
+        metafunc.parametrize("point", pts, ids=[p.id for p in pts])
+
+
+_INPUTS: dict = {}
+
+
+def _inputs(batch: int, vocab: int, dev):
+    key = (batch, vocab, str(dev))
+    if key not in _INPUTS:
+        _INPUTS.clear()  # one shape at a time: the grid is ordered by shape
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+        _INPUTS[key] = make_inputs(batch, vocab, dev)
+    return _INPUTS[key]
+
+
+def test_latency(point, benchmark, latency_recorder, request):
+    on_gpu = torch.cuda.is_available()
+    if point.impl == "reference-cpu" or not on_gpu:
+        dev = torch.device("cpu")
+        if point.impl in ("fused", "flashinfer", "reference-cuda"):
+            pytest.skip(f"{point.impl} is timed on a CUDA device only")
+        if point.batch * point.vocab > 16 * 128256:
+            pytest.skip("CPU timing is limited to batch * vocab <= 16 * 128256")
+    else:
+        dev = torch.device("cuda")
+    fn, graphable, reason = build(point, dev)
+    if fn is None:
+        pytest.skip(reason)
+    inputs = _inputs(point.batch, point.vocab, dev)
+    reps = request.config.getoption("--latency-reps")
+    if point.impl.startswith("reference"):
+        reps = min(reps, 5)
+    res = time_point(fn, inputs, reps, graph=graphable and point.batch <= GRAPH_MAX_BATCH, on_gpu=dev.type == "cuda",
+                     bench=benchmark.pedantic)
+    floor = latency_recorder.floor_us(point.batch, point.vocab) if dev.type == "cuda" else None
+    row = {"impl": point.impl, "batch": point.batch, "vocab": point.vocab, "mix": point.mix, **res,
+           "floor_us": floor, "device": dev.type}
+    benchmark.extra_info.update(row)
+    latency_recorder.rows.append(row)
+    assert res["median_us"] > 0

@@ -1,0 +1,253 @@
+"""The latency report: one self-contained HTML page from a results file of the latency suite.
+
+Pipeline of :func:`write_report`, in order:
+
+1. :func:`load_bench` reads and validates the results file (schema of
+   :mod:`benchmarks.latency`; also the older files under
+   ``benchmarks/results/``), naming the file and the problem on any error;
+2. :func:`summarise` derives, per point, the ratio to the HBM floor and to
+   FlashInfer at the same point, and checks the fused sampler's targets
+   (issue 5): ``<= 0.5x`` FlashInfer where FlashInfer expresses the mix,
+   ``<= 3x`` the floor at batch ``>= 256``, all-greedy ``<= 1.2x``
+   ``torch.argmax``, batch 1 / vocab 128256 / ``k50_p09`` ``<= 30 us``;
+3. :func:`latency_chart_svg` draws, per vocabulary, latency against batch
+   per implementation (log-log, one panel per parameter mix, the floor
+   dashed) with matplotlib as inline SVG;
+4. ``templates/latency.html.j2`` renders the environment, the targets,
+   the charts and the tables (jinja2, autoescaped; no script, no external
+   reference: the page works offline).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+__all__ = ["LatencyError", "load_bench", "summarise", "latency_chart_svg", "render_html", "write_report",
+           "TARGETS"]
+
+#: The fused sampler's targets (issue 5), as (name, description).
+TARGETS = (
+    ("vs_flashinfer", "latency <= 0.5x FlashInfer's at every point where FlashInfer expresses the mix"),
+    ("vs_floor", "latency <= 3x the HBM floor at batch >= 256"),
+    ("vs_argmax", "all-greedy batches <= 1.2x torch.argmax"),
+    ("batch1", "batch 1, vocab 128256, top_k=50 top_p=0.9: <= 30 us"),
+)
+_IMPL_ORDER = ("fused", "flashinfer", "torch-sort", "argmax", "reference-cuda", "reference-cpu")
+_MIX_ORDER = ("greedy", "k50_p09", "p09", "minp005", "mixed")
+_MIX_LABEL = {"greedy": "all greedy", "k50_p09": "top_k=50, top_p=0.9", "p09": "top_p=0.9", "minp005": "min_p=0.05",
+              "mixed": "mixed batch"}
+_COLORS = {"fused": "#0969da", "flashinfer": "#cf222e", "torch-sort": "#8250df", "argmax": "#1a7f37",
+           "reference-cuda": "#9a6700", "reference-cpu": "#6e7781"}
+
+
+class LatencyError(ValueError):
+    """A results file that cannot be read: the message names the file and the problem."""
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def load_bench(path) -> dict:
+    """Read and validate a latency results file.
+
+    Parameters
+    ----------
+    path : str or Path
+        JSON written by the latency suite (``--latency-out``) or
+        ``benchmarks/sampling.py`` (schema 1).
+
+    Returns
+    -------
+    dict
+        The document; every row has ``impl`` (str), ``batch``, ``vocab``
+        (int > 0), ``mix`` (str), ``median_us`` (float > 0) and ``floor_us``
+        (float or None).
+
+    Raises
+    ------
+    LatencyError
+        Missing file, invalid JSON (with line and column), wrong schema, or
+        a malformed row (with its index and field).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise LatencyError(f"{p}: cannot read: {e.strerror or e}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise LatencyError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+                           "is the file truncated?") from None
+    if not isinstance(doc, dict):
+        raise LatencyError(f"{p}: expected a JSON object at the top level, got {type(doc).__name__}")
+    if doc.get("schema") != 1:
+        raise LatencyError(f"{p}: schema {doc.get('schema')!r} is not supported (expected 1)")
+    rows = doc.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise LatencyError(f"{p}: 'rows' must be a non-empty list of timed points")
+    for i, r in enumerate(rows):
+        where = f"{p}: rows[{i}]"
+        if not isinstance(r, dict):
+            raise LatencyError(f"{where}: expected an object")
+        for k in ("impl", "mix"):
+            if not isinstance(r.get(k), str) or not r.get(k):
+                raise LatencyError(f"{where}.{k}: expected a non-empty string, got {r.get(k)!r}")
+        for k in ("batch", "vocab"):
+            if not isinstance(r.get(k), int) or isinstance(r.get(k), bool) or r[k] <= 0:
+                raise LatencyError(f"{where}.{k}: expected a positive integer, got {r.get(k)!r}")
+        if not _num(r.get("median_us")) or r["median_us"] <= 0:
+            raise LatencyError(f"{where}.median_us: expected a positive number, got {r.get('median_us')!r}")
+        if r.get("floor_us") is not None and not _num(r["floor_us"]):
+            raise LatencyError(f"{where}.floor_us: expected a number or null, got {r.get('floor_us')!r}")
+    return doc
+
+
+def _order(values, preferred) -> list:
+    return [v for v in preferred if v in values] + sorted(v for v in values if v not in preferred)
+
+
+def summarise(doc: dict) -> dict:
+    """Ratios per point and the fused sampler's targets.
+
+    Returns
+    -------
+    dict
+        ``impls``, ``mixes``, ``vocabs``, ``batches`` (sorted), ``table``:
+        ``{vocab: [ {mix, batch, floor_us, cells: {impl: {us, x_floor,
+        x_flashinfer, graph}}} ]}``, and ``targets``: ``[{name, text,
+        checked, met, worst}]`` (``checked`` 0 when the file has no point the
+        target applies to).
+    """
+    rows = doc["rows"]
+    at = {(r["impl"], r["mix"], r["batch"], r["vocab"]): r for r in rows}
+    impls = _order({r["impl"] for r in rows}, _IMPL_ORDER)
+    mixes = _order({r["mix"] for r in rows}, _MIX_ORDER)
+    vocabs = sorted({r["vocab"] for r in rows})
+    batches = sorted({r["batch"] for r in rows})
+    table = {}
+    for V in vocabs:
+        lines = []
+        for m in mixes:
+            for B in batches:
+                cells = {}
+                floor = None
+                fi = at.get(("flashinfer", m, B, V))
+                for impl in impls:
+                    r = at.get((impl, m, B, V))
+                    if r is None:
+                        continue
+                    if r.get("floor_us") and r.get("device", "cuda") == "cuda":
+                        floor = r["floor_us"]
+                    cells[impl] = {"us": r["median_us"], "graph": bool(r.get("graph")),
+                                   "x_flashinfer": (r["median_us"] / fi["median_us"]) if fi else None}
+                if not cells:
+                    continue
+                for c in cells.values():
+                    c["x_floor"] = c["us"] / floor if floor else None
+                lines.append({"mix": m, "batch": B, "floor_us": floor, "cells": cells})
+        table[V] = lines
+    targets = []
+    fused = [r for r in rows if r["impl"] == "fused"]
+
+    def target(name, pairs, limit):
+        ratios = [(a / b, where) for a, b, where in pairs]
+        worst = max(ratios, default=None)
+        targets.append({"name": name, "text": dict(TARGETS)[name], "checked": len(ratios),
+                        "met": None if not ratios else all(x <= limit for x, _ in ratios),
+                        "worst": None if worst is None else f"{worst[0]:.2f}x at {worst[1]}"})
+
+    def where(r):
+        return f"{r['mix']} B={r['batch']} V={r['vocab']}"
+    target("vs_flashinfer", [(r["median_us"], at[("flashinfer", r["mix"], r["batch"], r["vocab"])]["median_us"],
+                              where(r)) for r in fused if ("flashinfer", r["mix"], r["batch"], r["vocab"]) in at], 0.5)
+    target("vs_floor", [(r["median_us"], r["floor_us"], where(r)) for r in fused
+                        if r["batch"] >= 256 and r.get("floor_us")], 3.0)
+    target("vs_argmax", [(r["median_us"], at[("argmax", "greedy", r["batch"], r["vocab"])]["median_us"], where(r))
+                         for r in fused if r["mix"] == "greedy" and ("argmax", "greedy", r["batch"], r["vocab"]) in at],
+           1.2)
+    b1 = [r for r in fused if r["batch"] == 1 and r["vocab"] == 128256 and r["mix"] == "k50_p09"]
+    targets.append({"name": "batch1", "text": dict(TARGETS)["batch1"], "checked": len(b1),
+                    "met": None if not b1 else b1[0]["median_us"] <= 30.0,
+                    "worst": None if not b1 else f"{b1[0]['median_us']:.1f} us"})
+    return {"impls": impls, "mixes": mixes, "vocabs": vocabs, "batches": batches, "table": table,
+            "targets": targets}
+
+
+def latency_chart_svg(doc: dict, vocab: int, summary: Optional[dict] = None) -> str:
+    """Latency (µs) against batch for one vocabulary: one log-log panel per mix, one line per implementation.
+
+    The HBM floor of each batch is drawn dashed. Returns an inline ``<svg>``
+    string (no external reference; ids unique per chart).
+    """
+    from matplotlib.figure import Figure
+
+    from .charts import _clean
+    s = summary or summarise(doc)
+    mixes = s["mixes"]
+    fig = Figure(figsize=(2.6 * len(mixes) + 0.6, 3.0))
+    axes = fig.subplots(1, len(mixes), sharey=True, squeeze=False)[0]
+    for ax, m in zip(axes, mixes):
+        lines = [ln for ln in s["table"][vocab] if ln["mix"] == m]
+        for impl in s["impls"]:
+            pts = [(ln["batch"], ln["cells"][impl]["us"]) for ln in lines if impl in ln["cells"]]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ms=3, lw=1.4, label=impl, color=_COLORS.get(impl, "#57606a"))
+        fl = [(ln["batch"], ln["floor_us"]) for ln in lines if ln["floor_us"]]
+        if fl:
+            ax.plot(*zip(*fl), ls="--", lw=1.0, color="#000000", label="HBM floor")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(_MIX_LABEL.get(m, m), fontsize=9)
+        ax.set_xlabel("batch", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, which="major", lw=0.3, color="#d0d7de")
+    axes[0].set_ylabel("median latency (µs)", fontsize=8)
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
+    fig.suptitle(f"vocab {vocab}", fontsize=10)
+    fig.subplots_adjust(left=0.06, right=0.99, top=0.84, bottom=0.3, wspace=0.08)
+    import io
+    buf = io.StringIO()
+    import matplotlib
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"latency-{vocab}"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    return _clean(buf.getvalue(), f"latency-{vocab}")
+
+
+def render_html(doc: dict, source: str) -> str:
+    """The latency report for ``doc`` as one HTML string (``source`` names the results file)."""
+    import jinja2
+    s = summarise(doc)
+    charts = {V: latency_chart_svg(doc, V, s) for V in s["vocabs"]}
+    env = jinja2.Environment(loader=jinja2.PackageLoader("harness", "templates"), autoescape=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    versions = doc.get("versions", {})
+    return env.get_template("latency.html.j2").render(
+        doc=doc, s=s, charts=charts, source=source, versions=versions, mix_label=_MIX_LABEL,
+        bandwidth=doc.get("hbm_bandwidth_gbps"))
+
+
+def write_report(bench: str, out_dir: str) -> Path:
+    """Write ``OUT_DIR/latency.html`` from the results file ``bench``; returns the path.
+
+    Raises
+    ------
+    LatencyError
+        From :func:`load_bench`.
+    """
+    doc = load_bench(bench)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "latency.html"
+    path.write_text(render_html(doc, Path(bench).name), encoding="utf-8")
+    return path
