@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The project's GPU session on a machine without network (the H200 of GPU.md):
+# carried wheels, then `tox -e gpu` itself, then the extras that produce committed files.
+#   STAGES="tox"            tox -e gpu (TOX_ARGS after --, e.g. "--latency-quick")
+#   STAGES="records"        FlashInfer run records for golden/engines/
+#   STAGES="latency"        the full latency grid (same suite as tox -e gpu) and its report
+#   STAGES="sweep"          the fused kernel's token-for-token sweep (SWEEP_DRAWS) and compute-sanitizer
+# Results go to $OUT (default ./out); several stages: STAGES="tox records".
+set -uo pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$HOME/site" .whl/*.whl
+  export PYTHONPATH=$HOME/site:${PYTHONPATH:-}
+fi
+if ls .whl/tox/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/toxsite .whl/tox/*.whl
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/device.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/device.txt"
+for stage in ${STAGES:-tox}; do
+  case $stage in
+  tox)
+    echo "== tox -e gpu"
+    PYTHONPATH=$PYTHONPATH:/tmp/toxsite python3 -m tox -e gpu -- ${TOX_ARGS:-} 2>&1 | tee "$OUT/tox-gpu.log" | grep -v "^test_latency\[" | tail -60
+    echo "tox rc=${PIPESTATUS[0]}" | tee -a "$OUT/tox-gpu.log"
+    cp reports/gpu/results.json "$OUT/gpu-results.json" 2>/dev/null
+    cp reports/gpu/index.html "$OUT/gpu-report.html" 2>/dev/null
+    cp reports/latency.json "$OUT/latency-quick.json" 2>/dev/null
+    ;;
+  records)
+    echo "== run records"
+    for impl in flashinfer flashinfer-joint; do
+      python3 -m harness.cli record --impl $impl --device cuda --out "$OUT/$impl-record.json" 2>&1 | tail -3
+    done
+    ;;
+  latency)
+    echo "== full latency grid"
+    python3 -m pytest -q -p no:cacheprovider benchmarks/test_latency.py --benchmark-json "$OUT/benchmark.json" \
+      --latency-out "$OUT/latency.json" ${LATENCY_ARGS:-} 2>&1 | grep -v "^test_latency\[" | tail -15
+    python3 -m harness.cli report --bench "$OUT/latency.json" --out "$OUT"
+    ;;
+  sweep)
+    echo "== sweep"
+    python3 -m benchmarks.gpu_sweep --draws "${SWEEP_DRAWS:-1000000}" --out "$OUT/gpu_sweep.json" 2>&1 | tail -3
+    if command -v compute-sanitizer >/dev/null; then
+      compute-sanitizer --tool memcheck python3 -m benchmarks.gpu_sweep --draws 2000 --per-config 500 --max-vocab 5000 \
+        --out "$OUT/sanitized_sweep.json" 2>&1 | tail -4 | tee "$OUT/sanitizer.txt"
+    fi
+    ;;
+  *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
