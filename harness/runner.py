@@ -36,6 +36,7 @@ from typing import Optional
 from tqdm import tqdm
 
 from impls import get_impl
+from impls.profiles import version_verified
 
 from .cases import CASES_DIR, CaseError, discover, load_case, select
 from .findings import load_findings
@@ -176,6 +177,10 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
             name = info["name"]
             skip_reason[name] = info["skip_reason"]
             meta[name] = {"version": info["version"], "device": device, "profile": info["profile"].name,
+                          "profile_versions": info["profile"].versions,
+                          # the reference under a profile is the prediction, not the engine release
+                          "profile_verified": (None if name == "reference" or name.startswith("reference-")
+                                               else version_verified(info["profile"], info["version"] or "")),
                           **({"skip_reason": info["skip_reason"]} if info["skip_reason"] else {}),
                           **({"facts": info["facts"]} if info.get("facts") else {}),
                           "isolation": "process" if isinstance(r, Worker) else "none",

@@ -18,7 +18,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "VLLM", "FLASHINFER", "FLASHINFER_JOINT", "get_profile", "profile_diff"]
+__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "VLLM", "FLASHINFER", "FLASHINFER_JOINT", "get_profile", "profile_diff",
+           "version_verified"]
 
 SEED_TRTLLM = "seed:000_fabad194daba9a8c.txt"
 
@@ -223,6 +224,13 @@ class Profile:
         does not hold by design. The reference models the dependence (not
         the engine's stream) by shifting the offset by the row's index.
         Read by: ``impls/reference/sampler.py`` ``ReferenceSession._draw``.
+    versions : str
+        The engine releases whose sources this profile was read from and
+        checked against, as a PEP 440 specifier (``"==0.32.0"``); empty for
+        a profile that is not an engine release (``trtllm``: source read at
+        the commits its citations name). A run records whether the
+        implementation's version lies inside (``harness/runner.py``); outside
+        it, ``known-diff`` verdicts are extrapolations.
     citations : dict
         Field name → where the value was read (seed section,
         ``repo:path@version`` or bug URL).
@@ -288,15 +296,16 @@ class Profile:
     # Added for the flashinfer profiles; the defaults are trtllm's behaviour.
     greedy_as_top_k_1: bool = False
     seed_keyed_by_batch_row: bool = False
+    versions: str = field(default="", compare=False)
     citations: dict = field(default_factory=dict, compare=False, hash=False)
 
     def semantic_fields(self) -> dict:
         """Return ``{field: value}`` for every semantic field.
 
-        Excludes ``name``, ``description`` and ``citations``. Used by
+        Excludes ``name``, ``description``, ``versions`` and ``citations``. Used by
         :func:`profile_diff` and the report's profile table.
         """
-        skip = {"name", "description", "citations"}
+        skip = {"name", "description", "citations", "versions"}
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
 
 
@@ -339,6 +348,7 @@ _HF_STOP = f"{_HF_REPO}/stopping_criteria.py{_HF_V}"
 HF = dataclasses.replace(
     TRTLLM,
     name="hf",
+    versions="==5.24.0",
     description="Hugging Face transformers 5.24 generate(): logits processors, warpers, multinomial sampling",
     mode_source="do_sample",
     explicit_greedy=frozenset(),
@@ -507,6 +517,7 @@ _V_BUILTIN = "v1/sample/logits_processor/builtin.py"
 VLLM = dataclasses.replace(
     TRTLLM,
     name="vllm",
+    versions="==0.32.0",
     description="vLLM 0.32 V1 Sampler (CPU build: forward_cpu), SamplingParams validation, check_stop",
     greedy_when_unset=False,
     explicit_greedy=frozenset({"temperature_0"}),
@@ -616,6 +627,7 @@ _SGL = "sgl-project/sglang:python/sglang/srt/sampling/sampling_params.py@00c17ca
 FLASHINFER = dataclasses.replace(
     TRTLLM,
     name="flashinfer",
+    versions="==0.7.2.post1",
     description="FlashInfer 0.7.2 sampling functions (top_k_first), greedy as top_k=1 (SGLang's convention)",
     rng="other",
     greedy_as_top_k_1=True,
@@ -665,6 +677,26 @@ def get_profile(name: str) -> Profile:
         return PROFILES[name]
     except KeyError:
         raise KeyError(f"unknown profile {name!r}; known: {', '.join(sorted(PROFILES))}") from None
+
+
+def version_verified(profile: Profile, version: str) -> Optional[bool]:
+    """Whether ``version`` lies in ``profile.versions`` (None: the profile names no release, or unparsable).
+
+    Parameters
+    ----------
+    profile : Profile
+    version : str
+        The implementation's version string; only its first word is read
+        (``"1 (triton 3.6.0)"`` -> ``"1"``).
+    """
+    if not profile.versions or not version:
+        return None
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+    try:
+        return Version(version.split()[0]) in SpecifierSet(profile.versions)
+    except (InvalidSpecifier, InvalidVersion):
+        return None
 
 
 def profile_diff(a: Profile, b: Profile) -> list[str]:
