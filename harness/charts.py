@@ -77,7 +77,7 @@ def frequency_chart_svg(labels: list, expected: list, observed: list, n: int, sa
     if not len(labels) == len(expected) == len(observed):
         raise ValueError("labels, expected and observed differ in length")
     k = len(labels)
-    width = min(9.0, 1.6 + 0.42 * max(k, 1))
+    width = max(3.4, min(9.0, 1.6 + 0.42 * max(k, 1)))  # the two-column legend needs 3.4 in
     with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none", "font.size": 8,
                                 "font.family": "sans-serif"}):
         fig = Figure(figsize=(width, 2.3))

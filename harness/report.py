@@ -1,19 +1,29 @@
 """The HTML conformance report: one self-contained page rendered with Jinja2.
 
 Sections, in order: the run (when, where, implementations and versions); the
-summary (counts by status per implementation, and by category); the case ×
-implementation matrix (each cell links to the case); the profile table (every
+summary (counts by status per implementation, and by category); the
+statistical checks; the case × implementation matrix (each cell links to that
+implementation's result in the case); one section per case with its
+description, sources, inputs, and per implementation the status, message and
+the expected / predicted / actual values row by row; the profile table (every
 semantic field of each profile in the run, differences from the default
-highlighted, with citations); one section per case with its description,
-sources, inputs, and per implementation the status, message and the
-expected / predicted / actual values row by row.
+highlighted, with citations).
 
-The page needs no network: styles are inline, there is no script.
+Each result that is not a plain pass (``fail``, ``error``, ``known-bug``,
+``known-diff``) is shown open: the inputs, expected vs predicted vs actual row
+by row, the rule's source and a one-line command that reproduces it
+(``sampcheck run --cases ID --impl NAME``). Every case and every result has a
+permalink (``#case-<category>--<name>`` and ``#case-<category>--<name>.<impl>``).
+
+The page needs no network: styles and one small script are inline. The script
+only adds the filters (status, category, implementation); without it every
+case is shown.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -24,7 +34,11 @@ from impls.profiles import TRTLLM
 from .judge import STATUSES
 from .statreport import template_globals
 
-__all__ = ["write_html", "render_html"]
+__all__ = ["write_html", "render_html", "repro_command", "OPEN_STATUSES"]
+
+#: Statuses whose result is shown open with inputs, expected vs actual, the
+#: rule's source and the command that reproduces it.
+OPEN_STATUSES = ("fail", "error", "known-bug", "known-diff")
 
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(Path(__file__).with_name("templates"))),
@@ -36,6 +50,25 @@ _ENV.globals.update(template_globals())  # statistical charts and budget (harnes
 
 def _anchor(case_id: str) -> str:
     return "case-" + case_id.replace("/", "--")
+
+
+def _result_anchor(case_id: str, impl: str) -> str:
+    return f"{_anchor(case_id)}.{impl}"
+
+
+def repro_command(case_id: str, impl: str, device: str = "cpu") -> str:
+    """The one-line command that reruns one case on one implementation.
+
+    It writes to ``reports/repro`` so that it never overwrites the report the
+    user is reading (``reports/latest`` by default).
+
+    >>> repro_command("filters/top-k-two", "transformers")
+    'sampcheck run --cases filters/top-k-two --impl transformers --out reports/repro'
+    >>> repro_command("filters/top-k-two", "fused", "cuda")
+    'sampcheck run --cases filters/top-k-two --impl fused --device cuda --out reports/repro'
+    """
+    cmd = f"sampcheck run --cases {shlex.quote(case_id)} --impl {shlex.quote(impl)}"
+    return cmd + (" --device cuda" if device == "cuda" else "") + " --out reports/repro"
 
 
 def _short(v, limit: int = 12) -> str:
@@ -50,18 +83,61 @@ def _source_link(src: dict) -> tuple:
     if "url" in src:
         return src["url"], src.get("title", src["url"])
     if "repo" in src:
-        return None, f"{src['repo']}: {src['path']} @ {src['version']}" + (f" ({src['symbol']})" if src.get("symbol") else "")
+        href = f"https://github.com/{src['repo']}/blob/{src['version']}/{src['path']}"
+        return href, f"{src['repo']}: {src['path']} @ {src['version']}" + (f" ({src['symbol']})" if src.get("symbol") else "")
     return None, f"seed {src['seed']} § {src['section']}"
 
 
 def _inputs(case) -> list:
+    """One entry per row (``where`` = ``batch:index``, as the judge names rows), or per request of a scenario."""
     rows = []
     for b in case.batches:
         for r in b.rows:
             fields = {k: _short(v) for k, v in r.fields.items()}
             rows.append({"where": f"{b.name}:{r.index}", "fields": fields,
                          "expect": {k: _short(v) for k, v in r.expect.items()}})
+    scen = (case.raw or {}).get("scenario") if case.check == "scenario" else None
+    if isinstance(scen, dict):
+        for req in scen.get("requests", []):
+            rows.append({"where": str(req.get("id", "")),
+                         "fields": {k: _short(v) for k, v in req.items() if k not in ("id", "expect")},
+                         "expect": {k: _short(v) for k, v in (req.get("expect") or {}).items()}})
     return rows
+
+
+def _setup(case) -> dict:
+    """A scenario's shared set-up (model, defaults, ...): what its requests run against."""
+    scen = (case.raw or {}).get("scenario") if case.check == "scenario" else None
+    if not isinstance(scen, dict):
+        return {}
+    return {k: _short(v) for k, v in scen.items() if k != "requests"}
+
+
+def _bad_keys(lines) -> set:
+    """Output keys named by mismatch lines (``"token: got 3, want 1"`` -> ``token``)."""
+    return {str(m).split(":", 1)[0].strip() for m in lines or []}
+
+
+def _result_view(case_id: str, r: dict, inputs: dict, device: str) -> dict:
+    """What the template shows of one result: anchors, the command, rows with their inputs."""
+    details = r.get("details") or {}
+    rows = []
+    if r.get("check") != "statistical":
+        for row in details.get("rows") or []:
+            if not isinstance(row, dict) or "actual" not in row:
+                continue
+            rows.append({**row, "inputs": inputs.get(row.get("row"), {}),
+                         "bad": _bad_keys(row.get("mismatches")),
+                         "kd": _bad_keys(row.get("profile_differences"))})
+    named = []
+    for inv in details.get("invariants") or []:
+        named += [w for w in (inv.get("a"), inv.get("b")) if w in inputs and w not in named]
+    if r.get("check") == "statistical":
+        named += [row.get("row") for row in details.get("rows") or []
+                  if isinstance(row, dict) and row.get("row") in inputs and row.get("row") not in named]
+    return {"r": r, "anchor": _result_anchor(case_id, r["impl"]), "problem": r["status"] in OPEN_STATUSES,
+            "repro": repro_command(case_id, r["impl"], device), "rows": rows,
+            "named_inputs": [(w, inputs[w]) for w in named]}
 
 
 def render_html(doc: dict, cases: dict, profiles: list) -> str:
@@ -91,10 +167,14 @@ def render_html(doc: dict, cases: dict, profiles: list) -> str:
     for r in doc["results"]:
         per_impl[r["impl"]][r["status"]] += 1
         per_cat[r["case"].split("/")[0]][r["status"]] += 1
+    devices = {i: (doc["run"]["impls"].get(i) or {}).get("device", "cpu") for i in impls}
     case_list = []
     for cid in sorted(by_case):
         c = cases.get(cid)
         broken = c is None or isinstance(c, dict)
+        inputs = [] if broken else _inputs(c)
+        by_where = {row["where"]: row["fields"] for row in inputs}
+        results = [by_case[cid].get(i) for i in impls]
         case_list.append({
             "id": cid, "anchor": _anchor(cid), "category": cid.split("/")[0],
             "broken": broken,
@@ -102,10 +182,15 @@ def render_html(doc: dict, cases: dict, profiles: list) -> str:
             "check": "load" if broken else c.check,
             "sources": [] if broken else [_source_link(s) for s in c.sources],
             "notes": "" if broken else c.notes,
-            "inputs": [] if broken else _inputs(c),
+            "inputs": inputs,
+            "setup": {} if broken else _setup(c),
             "invariants": [] if broken else c.invariants,
-            "results": [by_case[cid].get(i) for i in impls],
+            "results": results,
+            "views": [_result_view(cid, r, by_where, devices[i]) if r else None for i, r in zip(impls, results)],
+            "problem": any(r and r["status"] in OPEN_STATUSES for r in results),
         })
+    n_cases_per_cat = Counter(c["category"] for c in case_list)
+    attention = [(c, v) for c in case_list for v in c["views"] if v and v["r"]["status"] in ("fail", "error", "known-bug")]
     seen, plist = set(), []
     for p in [TRTLLM] + list(profiles):
         if p.name not in seen:
@@ -119,7 +204,7 @@ def render_html(doc: dict, cases: dict, profiles: list) -> str:
     return _ENV.get_template("report.html.j2").render(
         run=doc["run"], impls=impls, statuses=STATUSES, per_impl=per_impl, per_cat=dict(sorted(per_cat.items())),
         cases=case_list, profiles=plist, prof_rows=prof_rows, total=total, n_results=len(doc["results"]),
-        fmt=_short,
+        fmt=_short, n_cases_per_cat=n_cases_per_cat, attention=attention, open_statuses=OPEN_STATUSES,
     )
 
 

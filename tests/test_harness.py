@@ -311,7 +311,7 @@ def test_report_content(tmp_path):
     assert 'href="#case-greedy--ok"' in html and 'id="case-greedy--ok"' in html
     assert "https://github.com/NVIDIA/TensorRT-LLM/issues/1" in html
     assert "temperature_zero" in html  # the profile table
-    assert "<script" not in html and "http://" not in html  # self-contained
+    assert "<script src" not in html and "http://" not in html  # self-contained
 
 
 def test_cli_exit_codes(tmp_path, capsys):

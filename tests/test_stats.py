@@ -380,7 +380,7 @@ def test_report_shows_statistical_verdicts(tmp_path):
     assert html.count("<svg") == 1
     for word in ("p-value", "adjusted", "TV distance", "power vs top-two-shift", "cap binds: achieved ε"):
         assert word in html, word
-    assert "<script" not in html and "http://" not in html
+    assert "<script src" not in html and "http://" not in html
 
 
 def test_docstring_examples():
