@@ -27,10 +27,21 @@ Commands:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 __all__ = ["main", "build_parser"]
+
+
+#: Environment variable naming the TensorRT-LLM source checkout of impl ``trtllm`` (``--trtllm-src`` sets it).
+TRTLLM_SRC_ENV = "SAMPCHECK_TRTLLM_SRC"
+
+
+def _add_trtllm_src(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trtllm-src", metavar="PATH",
+                   help=f"a TensorRT-LLM source checkout for --impl trtllm (default: ${TRTLLM_SRC_ENV}); its "
+                        "pure-PyTorch sampler functions are loaded from it by file path")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,8 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an interrupted run: reuse the results in DIR/results.partial.jsonl")
     r.add_argument("--no-isolation", action="store_true",
                    help="run the implementations in this process instead of one worker process each")
+    _add_trtllm_src(r)
     ls = sub.add_parser("list", help="list implementations or cases")
     ls.add_argument("what", choices=["impls", "cases"])
+    _add_trtllm_src(ls)
     g = sub.add_parser("golden", help="write or check the golden predictions in golden/")
     g.add_argument("action", choices=["update", "check", "add"])
     g.add_argument("--cases", action="append", metavar="PATTERN", help="restrict to these cases")
@@ -75,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--cases", action="append", metavar="PATTERN", help="restrict to these cases")
     rec.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     rec.add_argument("--no-isolation", action="store_true", help="run in this process")
+    _add_trtllm_src(rec)
     d = sub.add_parser("diff", help="compare two run records: per case unchanged / newly passing / newly failing / "
                                     "changed output / added / removed; exit 1 when anything changed")
     d.add_argument("a", metavar="A", help="the old run record (JSON)")
@@ -300,6 +314,9 @@ def main(argv=None) -> int:
     """Entry point of the ``sampcheck`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "trtllm_src", None):
+        # Read by impls.trtllm in the worker processes, which inherit the environment.
+        os.environ[TRTLLM_SRC_ENV] = str(Path(args.trtllm_src).expanduser().resolve())
     handlers = {"run": _cmd_run, "list": _cmd_list, "golden": _cmd_golden, "record": _cmd_record,
                 "diff": _cmd_diff, "case": _cmd_case, "report": _cmd_report}
     return handlers[args.command](args)

@@ -28,10 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Optional
 
 import fastjsonschema
@@ -44,10 +41,10 @@ from impls.reference.scenario import RequestSpec, ScenarioSpec, ScenarioUnsuppor
 from impls.reference.scripted import ModelError, make_model
 
 from .cases import ERROR_KINDS, FIELD_FEATURES, ROW_PROPS, CaseError, _parse_seed
-from .stats import FAMILY_ALPHA, goodness_of_fit
+from .stats import FAMILY_ALPHA, check_draws
 
 __all__ = ["ScenarioCase", "load_scenario", "observe", "mismatches", "evaluate", "predict", "golden_record",
-           "golden_diff", "count_statistical", "EXPECT_KEYS"]
+           "golden_diff", "EXPECT_KEYS"]
 
 _INT = {"type": "integer"}
 _NUM = {"type": "number"}
@@ -477,26 +474,10 @@ def evaluate(judge, case, impl, version: str):
 
 
 # -- statistical scenarios ---------------------------------------------------------
-@lru_cache(maxsize=8)
-def count_statistical(root: str) -> int:
-    """Statistical scenario checks in the declared corpus under ``root`` (unparseable files count 0)."""
-    n = 0
-    for p in Path(root).rglob("*.toml"):
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            continue
-        sc = data.get("scenario")
-        if data.get("check") == "scenario" and isinstance(sc, dict) and isinstance(sc.get("statistical"), dict):
-            n += 1
-    return n
-
-
 def _alpha(judge, case) -> float:
-    # The judge's level counts the statistical cases; add the statistical scenarios of the same corpus.
-    n = round(FAMILY_ALPHA / judge.alpha)
-    root = Path(case.path).resolve().parents[len(case.id.split("/")) - 1] if case.path else None
-    return FAMILY_ALPHA / max(n + (count_statistical(str(root)) if root else 1), 1)
+    # The judge's per-check level already counts every statistical check of the declared
+    # corpus, statistical scenarios included (harness/runner.py count_statistical_checks).
+    return judge.alpha
 
 
 def _statistical(judge, case, impl, version, run):
@@ -525,14 +506,17 @@ def _statistical(judge, case, impl, version, run):
             continue
         counts[rr.tokens[pos]] += 1
     alpha = _alpha(judge, case)
-    gof = goodness_of_fit(counts, p64.numpy(), alpha)
+    # The same test as single-step statistical cases (harness/stats.py check_draws: support,
+    # then an exact multinomial test or Williams' G-test); N is the case's fixed ``draws``.
+    gof = check_draws(counts, p64.numpy(), alpha, FAMILY_ALPHA)
     diff = not torch.allclose(p64, d64, atol=1e-12, rtol=1e-9)
     details = {"profile": impl.profile.name, "alpha": alpha,
-               "test": "support check, then chi-square goodness of fit on bins with expected count >= 5",
+               "test": f"support check, then {gof.test} (N = {len(seeds)} fixed by the case)",
                "rows": [{"row": f"{rid} (token {pos}, {len(seeds)} draws)", "verdict": gof.verdict,
                          "actual": {"counts": counts.tolist()}, "predicted": {"probs": p64.tolist()},
                          "mismatches": [] if gof.verdict == "pass" else [gof.reason], "reason": gof.reason,
-                         "p_value": gof.p_value, "bins": gof.bins[:40], "outside_support": gof.outside_support}]}
+                         "p_value": gof.p_value, "p_adjusted": gof.p_adjusted, "tv": gof.tv,
+                         "bins": gof.bins[:40], "outside_support": gof.outside_support}]}
     if hand:
         details["message"] = "the reference under the default profile disagrees with the case's hand-written " \
                              "expectations: " + " | ".join(hand)

@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = ["get_impl", "IMPL_NAMES"]
 
 IMPL_NAMES = ("reference", "reference-hf", "transformers", "transformers-beam", "reference-vllm", "vllm", "fused", "flashinfer",
-              "flashinfer-joint")
+              "flashinfer-joint", "trtllm")
 
 
 def get_impl(name: str):
@@ -42,6 +42,9 @@ def get_impl(name: str):
     if name == "fused":
         from .fused import FusedImpl
         return FusedImpl()
+    if name == "trtllm":
+        from .trtllm import TrtllmImpl
+        return TrtllmImpl()  # the checkout comes from $SAMPCHECK_TRTLLM_SRC (sampcheck --trtllm-src sets it)
     if name in ("flashinfer", "flashinfer-joint"):
         from .flashinfer import FlashInferImpl
         return FlashInferImpl("top_k_first" if name == "flashinfer" else "joint")

@@ -320,9 +320,15 @@ TRTLLM = Profile(
         "top_p_decay_forces_sampling": "SEMANTICS §1.1 rule 3",
         "rewrite_order": f"{SEED_TRTLLM} § 三处 logits 改写,顺序不能错",
         "presence_counts_prompt": "SEMANTICS §1.3 (prompt tokens count, after prompt_ignore_length)",
-        "penalty_clamp_finite": f"{SEED_TRTLLM} § 罚项 (occurrence_penalized_logits clamp)",
-        "filter_order": "SEMANTICS §1.5 (fused op: min_p first)",
-        "top_k_ties": "SEMANTICS §1.5",
+        "penalty_clamp_finite": f"{SEED_TRTLLM} § 罚项 (occurrence_penalized_logits clamp); verified in "
+                                "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/sampler/ops/vanilla.py@770709ac "
+                                "occurrence_penalized_logits (clamp to +-finfo.max, non-finite inputs returned as "
+                                "they were; impls/trtllm runs it)",
+        "filter_order": "SEMANTICS §1.5 (fused op: min_p first); the vanilla op is min_p first too at "
+                        "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/sampler/ops/vanilla.py@770709ac "
+                        "top_k_top_p_sampling_batch (logits < max + log(min_p) dropped, then top-k, then top-p)",
+        "top_k_ties": "SEMANTICS §1.5; NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/sampler/ops/vanilla.py"
+                      "@770709ac top_k_top_p_sampling_batch (logits < the k-th value removed: ties kept)",
         "top_p_rule": "SEMANTICS §1.5 (FlashInfer's rule, adopted by the reference)",
         "rng": "DESIGN.md decision 1",
         "raw_logprobs_stage": f"{SEED_TRTLLM} § 概率输出的两种口径 (RAW gathered from the in-place rewritten logits)",

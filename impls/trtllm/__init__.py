@@ -1,0 +1,203 @@
+"""Adapter for TensorRT-LLM's PyTorch sampler, loaded from a source checkout (profile ``trtllm``).
+
+TensorRT-LLM's wheels cannot be installed on these machines, but the
+arithmetic of its ``TorchSampler`` is largely plain PyTorch. This adapter
+imports those functions **from a TensorRT-LLM source checkout the user points
+to** (``sampcheck run --impl trtllm --trtllm-src PATH``, or the environment
+variable ``SAMPCHECK_TRTLLM_SRC``) by file path, with the smallest stand-ins
+for what they import (:mod:`.loader`), and runs the corpus through them under
+profile ``trtllm`` (:mod:`.session` says, stage by stage, which part of the
+pipeline is the engine's and which the reference's). Without a checkout the
+adapter is ``skip``, with that reason. Nothing of TensorRT-LLM is vendored.
+
+**Unverified here:** the full ``TorchSampler`` (``sampler.py``: request
+grouping, strategy dispatch, the overlap scheduler), its production sampling
+kernels (FlashInfer's fused top-k/top-p sampling from probabilities, with the
+per-row seed and offset of ``_SeedManager``), the embedding-bias Triton
+kernel, the finish-reason kernels (``finish_reasons.py``), the logprob
+kernels (``logprobs.py``, ``ops/logprobs_triton.py``), beam search
+(``beam_search.py``) and speculative decoding (``two_model_spec_dec.py``).
+Cases needing beam search or speculative decoding are ``n/a``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..base import FEATURES, Row
+from ..profiles import TRTLLM, Profile
+from . import loader
+
+__all__ = ["TrtllmImpl", "PIPELINE", "UNVERIFIED", "SUPPORTED_FEATURES"]
+
+_S = loader.SAMPLER_DIR
+
+#: Where each stage of the step comes from (``describe()["pipeline"]``); ``{v}``, ``{tb}``, ``{sm}`` are the
+#: commits of ops/vanilla.py, token_ban.py and seed_manager.py.
+PIPELINE = (
+    ("validation and mode resolution", "reference",
+     "impls/reference/modes.py resolve (SamplingParams._validate and params_imply_greedy_decoding need "
+     "tensorrt_llm.bindings; not loaded)"),
+    ("top-p decay runtime value", "engine",
+     "ops/vanilla.py@{v} Fusions.top_p_decay_update (eager body of _top_p_decay_update_impl), replayed over the "
+     "row's generated tokens from the request's top_p; defaults as top_p_decay.py@5c470e44 TopPDecayHandler "
+     "(top_p_min 1e-6, reset id -1)"),
+    ("logit bias", "adapter",
+     "dense add of impls/reference/rewrites.py apply_logit_bias (embedding_bias.py@1aa09db7 is a Triton kernel "
+     "on CUDA fp32 logits only)"),
+    ("occurrence penalties", "engine",
+     "ops/vanilla.py@{v} Fusions.update_occurrence_workspace + Fusions._apply_occurrence_penalties_impl "
+     "(eager) -> occurrence_penalized_logits; the counted tokens (prompt[prompt_ignore_length:] + generated, "
+     "the ignored prefix as a repetition-only mask, ids outside [0, V) dropped) follow the PenaltyStore "
+     "docstring of penalties.py@0a0ceb0c, which is not loaded"),
+    ("bans: min_length end id, bad words, no-repeat-ngram", "engine",
+     "token_ban.py@{tb} SynchronousTokenBanHandler.generate_ban_list + apply_ban_list on a stand-in request"),
+    ("greedy argmax", "engine", "ops/vanilla.py@{v} greedy_search_sampling_batch"),
+    ("temperature, min-p, top-k, top-p: kept set and distribution", "engine",
+     "ops/vanilla.py@{v} top_k_top_p_sampling_batch (the vanilla op; its multinomial token must lie in the "
+     "support)"),
+    ("the draw", "reference",
+     "canonical Philox Gumbel-max (DESIGN.md decision 1) over the engine's kept set, seeds and offsets of "
+     "impls/reference/seeds.py; TensorRT-LLM's draw is FlashInfer's CUDA sampling kernel"),
+    ("seed bookkeeping", "engine (observed only)",
+     "seed_manager.py@{sm} _SeedManager driven alongside; its (seed, offset) per row is in "
+     "extra['engine_seed_offset'], not used for the draw"),
+    ("RAW/PROCESSED logprobs, rank, top logprobs", "reference",
+     "impls/reference/logprobs.py on the engine's rewritten logits and distribution (logprobs.py needs Triton "
+     "kernels)"),
+    ("finish reasons", "reference",
+     "impls/reference/finish.py (finish_reasons.py allocates CUDA buffers and a Triton kernel)"),
+    ("beam search", "n/a", "beam_search.py not loaded: cases with beam search are n/a"),
+    ("speculative decoding", "n/a", "two_model_spec_dec.py not loaded: scenarios with draft tokens are n/a"),
+)
+
+#: What stays unverified whatever the checkout (``describe()["unverified"]``).
+UNVERIFIED = (
+    "the full TorchSampler (sampler.py: request grouping, strategy dispatch, overlap scheduler)",
+    "its production sampling kernels: FlashInfer's fused top-k/top-p sampling with per-row seed/offset (CUDA)",
+    "the compiled (Inductor) kernels of the torch.compile'd ops: their eager Python bodies run here",
+    "embedding_bias.py, finish_reasons.py, logprobs.py, beam_search.py, two_model_spec_dec.py",
+)
+
+#: Every feature but beam search (beam_search.py is not loaded).
+SUPPORTED_FEATURES = frozenset(FEATURES) - {"beam_search"}
+
+
+class TrtllmImpl:
+    """TensorRT-LLM's sampler functions, from a source checkout, as an implementation under test.
+
+    Parameters
+    ----------
+    src : str, optional
+        The checkout (default: ``$SAMPCHECK_TRTLLM_SRC``).
+    profile : Profile
+        Default :data:`impls.profiles.TRTLLM`.
+    """
+
+    name = "trtllm"
+    features = SUPPORTED_FEATURES
+
+    def __init__(self, src: Optional[str] = None, profile: Profile = TRTLLM):
+        self.profile = profile
+        self.src = loader.find_checkout(src)
+        self._engine = None
+        self._error: Optional[str] = None
+
+    def engine(self) -> loader.Engine:
+        """The loaded checkout.
+
+        Raises
+        ------
+        loader.CheckoutError
+            No checkout given, or it cannot be loaded (the message says why).
+        """
+        if self._engine is None:
+            if self.src is None:
+                raise loader.CheckoutError(f"no TensorRT-LLM source checkout: pass --trtllm-src PATH or set "
+                                           f"{loader.ENV_VAR}")
+            self._engine = loader.load(self.src)
+        return self._engine
+
+    def available(self, device: str) -> Optional[str]:
+        """``None`` when the checkout loads (CPU only), else the reason."""
+        if str(device).startswith("cuda"):
+            return "the source-loaded TensorRT-LLM adapter runs on CPU only"
+        try:
+            self.engine()
+        except loader.CheckoutError as e:
+            return str(e)
+        return None
+
+    def version(self) -> str:
+        """``<tensorrt_llm/version.py or 0>+src.<commit of ops/vanilla.py> (source checkout …)``.
+
+        The first word is a PEP 440 version, so ``findings.toml`` ranges can
+        match it; the rest lists every commit the loaded files were read at.
+        """
+        eng = self.engine()
+        commits = eng.commits()
+        head = commits[0][:8] if commits else "unknown"
+        base = eng.version or "0"
+        at = ", ".join(c[:8] for c in commits) or "unknown commits"
+        return f"{base}+src.{head} (TensorRT-LLM source, files at {at})"
+
+    def describe(self, device: str = "cpu") -> dict:
+        """Facts recorded with the run: the checkout, the files and their commits, and whose each stage is."""
+        eng = self.engine()
+        c = {rel.rsplit("/", 1)[-1]: (f.get("commit") or "unknown")[:8] for rel, f in eng.files.items()}
+        fmt = {"v": c.get("vanilla.py", "?"), "tb": c.get("token_ban.py", "?"), "sm": c.get("seed_manager.py", "?")}
+        files = {rel: {"commit": f.get("commit"), "sha256": f["sha256"],
+                       **({"modified_since_recorded": True}
+                          if f.get("recorded_sha256") and f["recorded_sha256"] != f["sha256"] else {})}
+                 for rel, f in eng.files.items()}
+        return {
+            "source": "NVIDIA/TensorRT-LLM source checkout, loaded by file path (impls/trtllm/loader.py)",
+            "checkout": str(eng.root),
+            "tensorrt_llm_version": eng.version or "unknown (no tensorrt_llm/version.py in the checkout)",
+            "files": files,
+            "pipeline": [{"stage": s, "from": who, "what": what.format(**fmt)} for s, who, what in PIPELINE],
+            "unverified": list(UNVERIFIED),
+            "stand_ins": ["tensorrt_llm._utils.prefer_pinned -> False", "tensorrt_llm.logger (records warnings)",
+                          "llm_request.LlmRequest (empty class)",
+                          "sampler_common.RequestSeeds / request_random_seed",
+                          "ops.logprobs_triton (raises if called)"],
+            "engine_warnings": eng.warnings(),
+        }
+
+    def unsupported(self, row: Row) -> Optional[str]:
+        """Why TensorRT-LLM (as loaded) cannot express ``row``, or ``None``."""
+        if row.use_beam_search:
+            return "beam search: beam_search.py is not loaded from the checkout"
+        if row.top_p_reset_ids is not None and len(row.top_p_reset_ids) > 1:
+            return ("TensorRT-LLM keeps one top-p reset id per request (SamplingParams.top_p_reset_ids is an int; "
+                    "top_p_decay.py@5c470e44 TopPDecayStore.top_p_decay_reset_ids_cuda)")
+        return None
+
+    def open_session(self, device: str = "cpu"):
+        """A fresh :class:`~impls.trtllm.session.TrtllmSession`.
+
+        Raises
+        ------
+        loader.CheckoutError
+            When the checkout cannot be loaded.
+        """
+        from .session import TrtllmSession
+        return TrtllmSession(self.engine(), self.profile, device)
+
+    def run_scenario(self, spec, device: str = "cpu"):
+        """Decode a multi-step scenario on a fresh session (the reference's scenario runner).
+
+        Raises
+        ------
+        impls.reference.scenario.ScenarioUnsupported
+            For beam search or draft tokens (not loaded from the checkout).
+        """
+        from ..reference.scenario import ScenarioUnsupported, run_scenario
+        for r in spec.requests:
+            if r.use_beam_search:
+                raise ScenarioUnsupported(f"request {r.id}: beam search (beam_search.py is not loaded from the "
+                                          "checkout)")
+            if r.draft_len or r.drafts:
+                raise ScenarioUnsupported(f"request {r.id}: speculative decoding (the acceptance step of "
+                                          "TensorRT-LLM is not loaded from the checkout)")
+        return run_scenario(spec, self.profile, self.open_session(device))

@@ -1,0 +1,309 @@
+"""Load TensorRT-LLM's pure-PyTorch sampler functions from a source checkout.
+
+TensorRT-LLM's wheels cannot be installed here, but much of its PyTorch
+sampler (``tensorrt_llm/_torch/pyexecutor/sampler/``) is plain PyTorch. This
+module imports the files the adapter needs **by file path** from a checkout
+the user points to (``--trtllm-src PATH`` or ``SAMPCHECK_TRTLLM_SRC``), with
+the smallest stand-ins (stub modules) for what those files import and this
+machine cannot provide. Nothing of TensorRT-LLM is vendored in this project.
+
+Files loaded (paths under ``tensorrt_llm/_torch/pyexecutor/sampler/``):
+
+* ``ops/vanilla.py`` — ``occurrence_penalized_logits`` (the penalty formula),
+  ``Fusions.update_occurrence_workspace`` and
+  ``Fusions.apply_batched_occurrence_penalties`` (the penalty op around it),
+  ``top_k_top_p_sampling_batch`` (the vanilla min-p / top-k / top-p op),
+  ``greedy_search_sampling_batch`` and ``Fusions.top_p_decay_update``;
+* ``token_ban.py`` — ``SynchronousTokenBanHandler`` (min-length end-id ban,
+  bad words, no-repeat-ngram);
+* ``seed_manager.py`` — ``_SeedManager`` (per-slot Philox seed and offset).
+
+Stand-ins (installed in ``sys.modules``; each is the least the files need):
+
+* ``tensorrt_llm._utils`` with ``prefer_pinned() -> False`` (no pinned host
+  memory on a CPU-only machine) — imported by ``token_ban.py``;
+* ``tensorrt_llm.logger`` with a ``logger.warning_once`` that records the
+  message (read back by :func:`Engine.warnings`) — imported by
+  ``seed_manager.py``;
+* ``<pkg>.llm_request`` with an empty ``LlmRequest`` class (the bound C++
+  request type; used only in annotations and as a weak-dict key type) —
+  imported by ``token_ban.py`` and ``seed_manager.py``;
+* ``<pkg>.sampler.sampler_common`` with ``RequestSeeds(seed, offset)`` and
+  ``request_random_seed(request) -> request.py_random_seed`` — imported by
+  ``seed_manager.py``;
+* ``<pkg>.sampler.ops.logprobs_triton`` (Triton logprob kernels; never
+  called here, its functions raise) — imported by ``ops/vanilla.py``.
+
+The relative imports of the loaded files resolve inside a private package
+(``_sampcheck_trtllm_<n>.tensorrt_llm...``), one per loaded checkout, so two
+checkouts can be loaded in one process (the tests do); the absolute
+``tensorrt_llm._utils`` and ``tensorrt_llm.logger`` stand-ins are shared and
+installed only where no real ``tensorrt_llm`` is importable.
+
+``torch.compile``-decorated ops run their **eager** Python bodies here
+(``_torchdynamo_orig_callable``): same arithmetic, no Inductor kernel; the
+compiled kernels are not what is verified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import itertools
+import os
+import re
+import subprocess
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+__all__ = ["CheckoutError", "Engine", "SAMPLER_DIR", "REQUIRED", "ENV_VAR", "find_checkout", "load", "eager"]
+
+#: Environment variable naming the checkout (``sampcheck --trtllm-src`` sets it).
+ENV_VAR = "SAMPCHECK_TRTLLM_SRC"
+#: The sampler package inside a checkout.
+SAMPLER_DIR = "tensorrt_llm/_torch/pyexecutor/sampler"
+#: Files loaded, relative to :data:`SAMPLER_DIR`, with the names each must define.
+REQUIRED = {
+    "ops/vanilla.py": ("occurrence_penalized_logits", "top_k_top_p_sampling_batch", "greedy_search_sampling_batch",
+                       "Fusions.update_occurrence_workspace", "Fusions.apply_batched_occurrence_penalties",
+                       "Fusions._apply_occurrence_penalties_impl", "Fusions._top_p_decay_update_impl"),
+    "token_ban.py": ("SynchronousTokenBanHandler",),
+    "seed_manager.py": ("_SeedManager",),
+}
+#: The commit whose layout this adapter was written against (ops/vanilla.py).
+LAYOUT_COMMIT = "770709ac1c693877b2aa257ee004f366c11c3333"
+
+_counter = itertools.count()
+_cache: dict = {}
+
+
+class CheckoutError(Exception):
+    """A path that is not a usable TensorRT-LLM source checkout; the message says why."""
+
+
+@dataclass
+class Engine:
+    """The loaded modules of one checkout and what is known about them.
+
+    Attributes
+    ----------
+    root : Path
+    vanilla, token_ban, seed_manager : module
+        ``ops/vanilla.py``, ``token_ban.py`` and ``seed_manager.py`` as loaded.
+    files : dict
+        Relative path (from the checkout root) -> ``{"sha256", "commit",
+        "recorded_sha256"}`` (commit and recorded hash from ``COMMIT.txt`` or
+        ``git rev-parse HEAD``, None when unknown).
+    version : str or None
+        ``__version__`` of ``tensorrt_llm/version.py`` when the checkout has it.
+    """
+
+    root: Path
+    vanilla: types.ModuleType
+    token_ban: types.ModuleType
+    seed_manager: types.ModuleType
+    files: dict = field(default_factory=dict)
+    version: Optional[str] = None
+
+    def warnings(self) -> list:
+        """Messages the loaded code logged through ``logger.warning_once`` (the stand-in keeps them)."""
+        return list(_LOGGER.messages)
+
+    def commits(self) -> list:
+        """The distinct commits the loaded files were read at (unknown ones left out), in file order."""
+        return list(dict.fromkeys(f["commit"] for f in self.files.values() if f.get("commit")))
+
+
+def find_checkout(path: Optional[str] = None) -> Optional[Path]:
+    """The checkout to use: ``path``, else ``$SAMPCHECK_TRTLLM_SRC``, else None."""
+    p = path or os.environ.get(ENV_VAR) or None
+    return Path(p).expanduser() if p else None
+
+
+def eager(fn):
+    """The Python function under a ``torch.compile`` wrapper (the function itself when not wrapped)."""
+    return getattr(fn, "_torchdynamo_orig_callable", fn)
+
+
+# -- stand-ins ------------------------------------------------------------------
+class _Logger:
+    """Stand-in for ``tensorrt_llm.logger.logger``: records, never prints."""
+
+    def __init__(self):
+        self.messages: list = []
+        self._keys: set = set()
+
+    def warning_once(self, msg, *args, key=None, **kw):
+        k = key if key is not None else msg
+        if k not in self._keys:
+            self._keys.add(k)
+            self.messages.append(str(msg))
+
+    def _record(self, msg, *args, **kw):
+        self.messages.append(str(msg))
+
+    warning = info = debug = error = _record
+
+
+_LOGGER = _Logger()
+
+
+class RequestSeeds(NamedTuple):
+    """Stand-in for ``sampler_common.RequestSeeds``: per-row seed and offset tensors."""
+
+    seed: object
+    offset: object
+
+
+def _request_random_seed(request):
+    # Stand-in for sampler_common.request_random_seed: the fake request carries the
+    # seed the adapter resolved (signed 64-bit view, or None).
+    return getattr(request, "py_random_seed", None)
+
+
+def _module(name: str, package: bool = False, **attrs) -> types.ModuleType:
+    m = types.ModuleType(name)
+    if package:
+        m.__path__ = []
+    m.__dict__.update(attrs)
+    return m
+
+
+def _triton_stub(*_a, **_k):
+    raise NotImplementedError("logprobs_triton (Triton kernels) is a stand-in under sampcheck; it is not run")
+
+
+def _install_absolute_stubs() -> None:
+    """``tensorrt_llm``, ``tensorrt_llm._utils`` and ``tensorrt_llm.logger``, unless a real package exists."""
+    if "tensorrt_llm" not in sys.modules:
+        if importlib.util.find_spec("tensorrt_llm") is not None:
+            return  # a real installation answers the absolute imports
+        sys.modules["tensorrt_llm"] = _module("tensorrt_llm", package=True, __sampcheck_stub__=True)
+    if not getattr(sys.modules["tensorrt_llm"], "__sampcheck_stub__", False):
+        return
+    sys.modules.setdefault("tensorrt_llm._utils", _module("tensorrt_llm._utils", prefer_pinned=lambda: False))
+    sys.modules.setdefault("tensorrt_llm.logger", _module("tensorrt_llm.logger", logger=_LOGGER))
+
+
+# -- facts about the files ------------------------------------------------------
+def _sha256(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _recorded(root: Path) -> dict:
+    """``COMMIT.txt`` lines ``<path> <commit> [sha256:<hex>]`` -> {path: (commit, sha)}."""
+    out = {}
+    f = root / "COMMIT.txt"
+    if not f.is_file():
+        return out
+    for line in f.read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and not line.startswith("#") and re.fullmatch(r"[0-9a-f]{7,40}", parts[1]):
+            sha = parts[2][len("sha256:"):] if len(parts) > 2 and parts[2].startswith("sha256:") else None
+            out[parts[0]] = (parts[1], sha)
+    return out
+
+
+def _git_head(root: Path) -> Optional[str]:
+    if not (root / ".git").exists():
+        return None
+    try:
+        r = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    head = r.stdout.strip()
+    return head if r.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", head) else None
+
+
+def _version(root: Path) -> Optional[str]:
+    f = root / "tensorrt_llm" / "version.py"
+    if not f.is_file():
+        return None
+    m = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", f.read_text(encoding="utf-8", errors="replace"))
+    return m.group(1) if m else None
+
+
+# -- loading --------------------------------------------------------------------
+def _load_file(name: str, path: Path, rel: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except ModuleNotFoundError as e:
+        del sys.modules[name]
+        raise CheckoutError(f"loading {rel} failed: it imports {e.name!r}, which sampcheck has no stand-in for "
+                            f"(this adapter was written against the layout of NVIDIA/TensorRT-LLM@"
+                            f"{LAYOUT_COMMIT[:8]})") from e
+    except Exception as e:
+        del sys.modules[name]
+        raise CheckoutError(f"loading {rel} failed: {type(e).__name__}: {e}") from e
+    return mod
+
+
+def _check_names(mod: types.ModuleType, rel: str, names) -> None:
+    for dotted in names:
+        obj = mod
+        for part in dotted.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                raise CheckoutError(f"{SAMPLER_DIR}/{rel} defines no {dotted} (this adapter was written against the "
+                                    f"layout of NVIDIA/TensorRT-LLM@{LAYOUT_COMMIT[:8]})")
+
+
+def load(root) -> Engine:
+    """Load the sampler functions of the checkout at ``root`` (cached per resolved path).
+
+    Raises
+    ------
+    CheckoutError
+        ``root`` does not exist, is not a directory, lacks one of the files of
+        :data:`REQUIRED` (the message names it), or a file fails to import or
+        lacks a function the adapter calls.
+    """
+    root = Path(root).expanduser()
+    if not root.exists():
+        raise CheckoutError(f"{root}: no such directory (the TensorRT-LLM source checkout)")
+    if not root.is_dir():
+        raise CheckoutError(f"{root}: not a directory (the TensorRT-LLM source checkout)")
+    root = root.resolve()
+    if root in _cache:
+        return _cache[root]
+    missing = [rel for rel in REQUIRED if not (root / SAMPLER_DIR / rel).is_file()]
+    if missing:
+        raise CheckoutError(f"{root} is not a usable TensorRT-LLM source checkout: missing "
+                            + ", ".join(f"{SAMPLER_DIR}/{m}" for m in missing)
+                            + f" (sampcheck loads {', '.join(REQUIRED)} from {SAMPLER_DIR}/)")
+    _install_absolute_stubs()
+    pkg = f"_sampcheck_trtllm_{next(_counter)}"
+    base = f"{pkg}.tensorrt_llm._torch.pyexecutor"
+    for name in (pkg, f"{pkg}.tensorrt_llm", f"{pkg}.tensorrt_llm._torch", base, f"{base}.sampler",
+                 f"{base}.sampler.ops"):
+        sys.modules[name] = _module(name, package=True)
+
+    class LlmRequest:  # stand-in for the bound C++ request type (annotations, weak-dict keys)
+        pass
+
+    sys.modules[f"{base}.llm_request"] = _module(f"{base}.llm_request", LlmRequest=LlmRequest)
+    sys.modules[f"{base}.sampler.sampler_common"] = _module(
+        f"{base}.sampler.sampler_common", RequestSeeds=RequestSeeds, request_random_seed=_request_random_seed)
+    sys.modules[f"{base}.sampler.ops.logprobs_triton"] = _module(
+        f"{base}.sampler.ops.logprobs_triton", determine_sampled_rank=_triton_stub, gather_log_softmax=_triton_stub)
+    mods = {}
+    for rel, names in REQUIRED.items():
+        modname = f"{base}.sampler." + rel[:-3].replace("/", ".")
+        mods[rel] = _load_file(modname, root / SAMPLER_DIR / rel, f"{SAMPLER_DIR}/{rel}")
+        _check_names(mods[rel], rel, names)
+    recorded, head = _recorded(root), _git_head(root)
+    files = {}
+    for rel in REQUIRED:
+        path = f"{SAMPLER_DIR}/{rel}"
+        commit, sha = recorded.get(path, (head, None))
+        files[path] = {"commit": commit, "sha256": _sha256(root / path), "recorded_sha256": sha}
+    eng = Engine(root=root, vanilla=mods["ops/vanilla.py"], token_ban=mods["token_ban.py"],
+                 seed_manager=mods["seed_manager.py"], files=files, version=_version(root))
+    _cache[root] = eng
+    return eng
