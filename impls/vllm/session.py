@@ -180,8 +180,10 @@ class VllmSession:
 
         The row is replicated into batches of at most ``chunk`` unseeded
         requests (``Sampler.forward`` without logprobs); torch's global
-        generator, which draws the per-row noise seeds of ``forward_cpu``
-        (``torch.randint``) for unseeded requests, is seeded once with
+        generator, which draws the noise of ``forward_cpu`` for unseeded
+        requests (0.32.0: per-row seeds of ``fused_gumbel_argmax`` by
+        ``torch.randint``; 0.29.0: the exponential noise itself, through
+        ``torch.compile``'s RNG), is seeded once with
         ``seeds[0]``, so the counts are reproducible for a given ``seeds``
         list. Seeded requests take the same kernel with seeds drawn from
         their own generators; the exact and invariant cases exercise that
