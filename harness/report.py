@@ -200,6 +200,8 @@ def render_html(doc: dict, cases: dict, profiles: list) -> str:
     prof_rows = [{"field": f, "values": [repr(getattr(p, f)) for p in plist],
                   "differs": [getattr(p, f) != getattr(TRTLLM, f) for p in plist],
                   "citations": [p.citations.get(f, "") for p in plist]} for f in fields]
+    for row in prof_rows:
+        row["any_differs"] = any(row["differs"])
     total = Counter(r["status"] for r in doc["results"])
     return _ENV.get_template("report.html.j2").render(
         run=doc["run"], impls=impls, statuses=STATUSES, per_impl=per_impl, per_cat=dict(sorted(per_cat.items())),
