@@ -16,9 +16,11 @@ from harness.cases import CaseError, load_case
 from harness.cli import main
 from harness.runner import run
 from harness.stats import goodness_of_fit, make_bins
-from impls.base import RowResult
-from impls.profiles import HF, TRTLLM
+from impls.profiles import TRTLLM
 from impls.reference import Reference
+
+import _doubles
+from _doubles import Crashes, WrongArgmax
 
 HEADER = """schema = 1
 id = "{id}"
@@ -40,10 +42,7 @@ mode = "greedy"
 
 
 def write_case(root: Path, cid: str, body: str, features='["temperature"]', check="exact") -> Path:
-    path = root / f"{cid}.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(HEADER.format(id=cid, cat=cid.split("/")[0], features=features, check=check) + textwrap.dedent(body))
-    return path
+    return _doubles.write_case(root, cid, HEADER, body, features=features, check=check)
 
 
 # ---------------------------------------------------------------- loader errors
@@ -113,36 +112,6 @@ def test_generated_logits_are_reproducible_and_seed_strings_parse(tmp_path):
 
 
 # ---------------------------------------------------------------- statuses
-
-class WrongArgmax(Reference):
-    """The reference with one deliberate defect: greedy returns the lowest-scoring token."""
-
-    def __init__(self, name="wrong"):
-        super().__init__(TRTLLM, name=name)
-
-    def version(self):
-        return "1.2.0"
-
-    def open_session(self, device="cpu"):
-        inner = super().open_session(device)
-
-        class S:
-            def step(self, rows):
-                out = inner.step(rows)
-                for r, o in zip(rows, out):
-                    if o.mode == "greedy":
-                        o.token = int(torch.argmin(r.logits))
-                return out
-        return S()
-
-
-class Crashes(Reference):
-    def __init__(self):
-        super().__init__(TRTLLM, name="crashes")
-
-    def open_session(self, device="cpu"):
-        raise RuntimeError("engine exploded")
-
 
 class NoTemperature(Reference):
     features = frozenset({"top_k"})

@@ -11,14 +11,13 @@ import textwrap
 from html.parser import HTMLParser
 from pathlib import Path
 
-import torch
 
 from harness import report
 from harness.cases import discover, select
 from harness.cli import build_parser
 from harness.runner import run
-from impls.profiles import TRTLLM
-from impls.reference import Reference
+
+from _doubles import Crashes, WrongArgmax
 
 HEADER = """schema = 1
 id = "{id}"
@@ -38,33 +37,6 @@ temperature = 0.0
 token = 1
 mode = "greedy"
 """
-
-
-class WrongArgmax(Reference):
-    """Greedy returns the lowest-scoring token: every greedy case fails."""
-
-    def __init__(self):
-        super().__init__(TRTLLM, name="wrong")
-
-    def open_session(self, device="cpu"):
-        inner = super().open_session(device)
-
-        class S:
-            def step(self, rows):
-                out = inner.step(rows)
-                for r, o in zip(rows, out):
-                    if o.mode == "greedy":
-                        o.token = int(torch.argmin(r.logits))
-                return out
-        return S()
-
-
-class Crashes(Reference):
-    def __init__(self):
-        super().__init__(TRTLLM, name="crashes")
-
-    def open_session(self, device="cpu"):
-        raise RuntimeError("engine exploded")
 
 
 class _Ids(HTMLParser):

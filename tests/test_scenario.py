@@ -4,8 +4,6 @@ Case files are written to a temporary corpus; expected values are derived by
 hand from the rules (SEMANTICS §2-§4), never from the reference's output.
 """
 
-import math
-import textwrap
 import time
 from pathlib import Path
 
@@ -21,6 +19,8 @@ from impls.profiles import TRTLLM
 from impls.reference import Reference
 from impls.reference.scenario import RequestSpec, ScenarioSpec, SlotState
 from impls.reference.scripted import ContextModel, ModelError, TableModel, ToyModel, make_model
+
+import _doubles
 
 HEADER = """schema = 1
 id = "{id}"
@@ -47,13 +47,8 @@ tokens = [1, 2]
 finish_reason = "length"
 """
 
-
 def write_case(root: Path, cid: str, body: str, features='["max_new_tokens", "finish_reason"]') -> Path:
-    path = root / f"{cid}.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(HEADER.format(id=cid, cat=cid.split("/")[0], features=features) + textwrap.dedent(body))
-    return path
-
+    return _doubles.write_case(root, cid, HEADER, body, features=features)
 
 # ------------------------------------------------------------------ scripted models
 
@@ -68,7 +63,6 @@ def test_toy_model_is_the_documented_numpy_function():
     assert torch.allclose(m.logits([2], []), torch.from_numpy(short.astype(np.float32)).masked_fill(
         torch.arange(5) == 4, 9.0))
 
-
 def test_context_model_longest_suffix_and_table_end():
     m = ContextModel([0.0, 0.0], [{"after": [1], "logits": [1.0, 0.0]}, {"after": [2, 1], "logits": [2.0, 0.0]}])
     assert m.logits([2, 1], [])[0] == 2.0 and m.logits([3, 1], [])[0] == 1.0 and m.logits([1, 3], [])[0] == 0.0
@@ -78,7 +72,6 @@ def test_context_model_longest_suffix_and_table_end():
     with pytest.raises(ModelError) as e:
         make_model({"kind": "table", "steps": [[1.0, 2.0], [1.0]]})
     assert e.value.field == "steps[1]"
-
 
 # ------------------------------------------------------------------ loader
 
@@ -100,7 +93,6 @@ def test_loader_locates_scenario_errors(tmp_path, body, field, reason):
     if field != "<toml>":
         assert e.value.field == field and reason in e.value.reason, (e.value.field, e.value.reason)
 
-
 def test_loader_impossible_schedule_and_relations(tmp_path):
     p = write_case(tmp_path, "finish/x", '[scenario]\nschedule = [["a"], ["a", "ghost"]]\n' + GOOD)
     with pytest.raises(CaseError) as e:
@@ -111,7 +103,6 @@ def test_loader_impossible_schedule_and_relations(tmp_path):
         load_case(p, tmp_path)
     assert e.value.field == "scenario.relations[0].b"
 
-
 def test_loader_derives_features_and_rejects_rows(tmp_path):
     p = write_case(tmp_path, "beam/x", GOOD.replace("max_new_tokens = 2", "max_new_tokens = 2\nbeam_width = 2"))
     with pytest.raises(CaseError, match="needs feature 'beam_search'"):
@@ -121,12 +112,10 @@ def test_loader_derives_features_and_rejects_rows(tmp_path):
         load_case(p, tmp_path)
     assert e.value.field == "rows"
 
-
 # ------------------------------------------------------------------ the stateful reference
 
 def _spec(requests, model=None, **kw):
     return ScenarioSpec(model or TableModel([[0.0, 3.0, 0.0], [0.0, 0.0, 3.0]]), requests, **kw)
-
 
 def test_bad_input_is_per_request_and_the_run_completes():
     spec = _spec([
@@ -145,7 +134,6 @@ def test_bad_input_is_per_request_and_the_run_completes():
     assert out["a"].tokens == [1, 2] and out["after"].tokens == [1, 2]
     assert [s.step for s in out["after"].steps] == [2, 3]
 
-
 def test_seed_offsets_restart_on_slot_reuse_and_skip_paused_steps():
     toy = ToyModel(vocab=8, seed=3, n=2)
     f = {"prompt": [1], "temperature": 1.0, "seed": 99, "max_new_tokens": 2}
@@ -157,7 +145,6 @@ def test_seed_offsets_restart_on_slot_reuse_and_skip_paused_steps():
     assert out["a"].tokens == out["b"].tokens == out["c"].tokens
     assert [s.step for s in out["c"].steps] == [2, 3]
 
-
 def test_slot_state_folds_finalised_tokens_and_decays_top_p():
     st = SlotState(RequestSpec("a", 0, {"top_p": 0.8, "top_p_decay": 0.5, "top_p_min": 0.3,
                                         "top_p_reset_ids": [7]}))
@@ -168,7 +155,6 @@ def test_slot_state_folds_finalised_tokens_and_decays_top_p():
     st.fold([7])
     assert st.top_p == 0.8
 
-
 def test_explicit_schedule_is_the_batch_order():
     spec = _spec([RequestSpec("u", 0, {"prompt": [0], "temperature": 1.0, "max_new_tokens": 2}),
                   RequestSpec("v", 1, {"prompt": [0], "temperature": 1.0, "max_new_tokens": 2})],
@@ -177,7 +163,6 @@ def test_explicit_schedule_is_the_batch_order():
     base = 1 << 62
     assert [s.offsets[0] for s in out["u"].steps] == [base + 1, base + 2]
     assert [s.offsets[0] for s in out["v"].steps] == [base, base + 3]
-
 
 # ------------------------------------------------------------------ judging
 
@@ -195,7 +180,6 @@ class NoScenarios:
     def unsupported(self, row):
         return None
 
-
 class WrongScenario(NoScenarios):
     name = "wrong"
 
@@ -204,7 +188,6 @@ class WrongScenario(NoScenarios):
         for r in res.requests.values():
             r.tokens = list(reversed(r.tokens))
         return res
-
 
 def test_statuses_for_scenarios(tmp_path):
     root = tmp_path / "cases"
@@ -222,13 +205,11 @@ def test_statuses_for_scenarios(tmp_path):
     assert "hand-written" in st[("finish/handwrong", "reference")]["details"]["message"]
     assert out.exit_code == 1
 
-
 def test_known_diff_names_beam_profile_fields():
     case = load_case(CASES_DIR / "beam/diversity-rate-boosts-later-beams.toml")
     res = Judge([], 1).evaluate(case, get_impl("reference-hf"), "x")
     assert res.status == "known-diff"
     assert "beam_diversity" in [f["field"] for f in res.details["fields"]]
-
 
 def _scenario_paths():
     out = []
@@ -236,7 +217,6 @@ def _scenario_paths():
         if 'check = "scenario"' in p.read_text(encoding="utf-8"):
             out.append(p)
     return out
-
 
 def test_corpus_has_enough_scenarios_and_all_pass_fast():
     paths = _scenario_paths()

@@ -1,0 +1,51 @@
+"""Test doubles and case-file writers shared by the harness, scenario and report tests."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import torch
+
+from impls.profiles import TRTLLM
+from impls.reference import Reference
+
+
+def write_case(root: Path, cid: str, header: str, body: str, **fields) -> Path:
+    """Write ``root/<cid>.toml``: ``header`` formatted with ``id``, ``cat`` and ``fields``, then ``body`` dedented."""
+    path = root / f"{cid}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header.format(id=cid, cat=cid.split("/")[0], **fields) + textwrap.dedent(body))
+    return path
+
+
+class WrongArgmax(Reference):
+    """The reference with one deliberate defect: greedy returns the lowest-scoring token."""
+
+    def __init__(self, name="wrong"):
+        super().__init__(TRTLLM, name=name)
+
+    def version(self):
+        return "1.2.0"
+
+    def open_session(self, device="cpu"):
+        inner = super().open_session(device)
+
+        class S:
+            def step(self, rows):
+                out = inner.step(rows)
+                for r, o in zip(rows, out):
+                    if o.mode == "greedy":
+                        o.token = int(torch.argmin(r.logits))
+                return out
+        return S()
+
+
+class Crashes(Reference):
+    """An implementation whose session cannot even open."""
+
+    def __init__(self):
+        super().__init__(TRTLLM, name="crashes")
+
+    def open_session(self, device="cpu"):
+        raise RuntimeError("engine exploded")
