@@ -13,7 +13,7 @@ Every case id of either record gets one kind, in this order of precedence:
     the other way round.
 ``status changed``
     any other change of status (e.g. ``n/a`` -> ``pass``, ``pass`` ->
-    ``known-diff``).
+    ``known-diff``), except one that follows the draw (below).
 ``changed output``
     same status, different outputs: an exact row's outputs differ (token,
     error kind, mode, finish reason, support, probabilities, logprobs, rank,
@@ -21,12 +21,52 @@ Every case id of either record gets one kind, in this order of precedence:
     free-text error message is not compared), an invariant's outcome differs,
     the profile fields named for a ``known-diff`` differ, a statistical
     row's verdict differs, or a statistical row's two samples differ by the
-    two-sample test below. The token (and its logprobs and rank) of a row
-    the record marks ``stochastic`` (drawn from an unseeded stream of an
-    implementation whose RNG is not canonical) is compared only as
-    membership in the support.
+    two-sample test below; stochastic rows by the rule below.
 ``unchanged``
     none of the above.
+
+**Stochastic rows.** A row the record marks ``stochastic`` (an exact row,
+or a side of an invariant, drawn from an unseeded stream of an
+implementation whose RNG is not canonical: :mod:`harness.records`) has a
+token that differs from run to run, and so does everything that follows
+from the token it drew: its **finish reason** (the end id, a stop word),
+the RAW and PROCESSED **logprob** of the sampled token, its **rank**, the
+sampled token's entry in the **top logprobs** (an engine may append it
+there), and the ``holds`` of an invariant with a stochastic side. Such a
+row (stochastic in A or in B) is compared as follows:
+
+* When both records drew a token and the tokens differ, the token is
+  compared only as membership in the support (a token outside its own
+  record's support is a change), the outputs above that follow from it are
+  not compared, and the top logprobs are compared with the entries of the
+  two drawn tokens left out of both lists. Everything else is compared
+  exactly: error kind, mode, support, probabilities, rewritten logits (they
+  do not depend on the draw).
+* When both drew the same token, everything is compared exactly (the
+  outputs that follow from the token must then agree too).
+* When only one drew a token (the other failed), the error kind and the
+  token are compared exactly (that is the change) and the outputs that
+  follow from the token are not.
+
+An invariant's side marked stochastic is compared the same way (its
+``a_out``/``b_out``); the invariant's ``holds`` is compared only when every
+stochastic side drew the same token in A and B.
+
+**A status that follows the draw.** The judge predicts a stochastic row's
+outputs at the token it drew, so whether a case is ``pass`` (its prediction
+equals the default profile's) or ``known-diff`` can depend on the draw
+(e.g. an unseeded row that happens to draw the end id finishes with
+``end_id``, which the default profile, decoding greedily, does not
+predict). A change between ``pass`` and ``known-diff`` is therefore counted
+as ``unchanged`` when all of these hold: both records name the same profile
+and the same reference version; the case has no difference by the rules
+above other than the profile fields of the ``known-diff`` (which exist on one
+side only); and at least one stochastic row or invariant side drew another
+token. The text report lists the case under "STATUS FOLLOWS THE DRAW, NOT
+COUNTED" with the draws that differ (the HTML page lists it among the
+unchanged cases). Any other status change, including a stochastic draw
+that turns ``pass`` into ``fail`` or ``known-bug``, is counted as above: a
+failure is evidence whatever drew it.
 
 **Two-sample test.** A statistical row's draws are kept as counts per bin
 of its goodness-of-fit test. The bins of A and B are merged into their
@@ -157,24 +197,58 @@ def _row_key(row: dict, i: int) -> str:
     return str(row.get("row") if row.get("row") is not None else f"#{i}")
 
 
-def _compare_exact(ra: dict, rb: dict) -> list:
-    out = []
-    a, b = ra.get("actual") or {}, rb.get("actual") or {}
+#: outputs of an exact row that follow from the token it drew (module docstring, *Stochastic rows*)
+_DRAWN = ("finish_reason", "logprob", "processed_logprob", "rank")
+
+
+def _without(top, ids: set):
+    """Top logprobs ``[[id, logprob], ...]`` without the entries of ``ids`` (anything else unchanged)."""
+    if not isinstance(top, list):
+        return top
+    return [e for e in top if not (isinstance(e, list) and e and e[0] in ids)]
+
+
+def _compare_outputs(a: dict, b: dict, stochastic: bool, label: str = "") -> tuple:
+    """Differences between two outputs of one row: ``(changes, draws)``, lists of one-line strings.
+
+    ``changes`` are counted; ``draws`` (only for a stochastic row) are the
+    differences that follow the draw and are not counted. ``label`` prefixes
+    each key (e.g. ``"a_out "``).
+    """
+    out, drawn = [], []
     skip = {"message"}
-    if ra.get("stochastic") or rb.get("stochastic"):
-        skip = {"message", "logprob", "processed_logprob", "rank"}
-        if a.get("token") is not None and b.get("token") is not None:
-            skip.add("token")
+    if stochastic:
+        ta, tb = a.get("token"), b.get("token")
         for side, act in (("A", a), ("B", b)):
             sup = act.get("support")
             if isinstance(sup, list) and act.get("token") is not None and act["token"] not in sup:
-                out.append(f"token {act['token']} of {side} lies outside its support {_short(sup)}")
+                out.append(f"{label}token {act['token']} of {side} lies outside its support {_short(sup)}")
+        if ta is not None and tb is not None and ta != tb:
+            skip |= {"token", "top_logprobs", *_DRAWN}
+            drawn.append(f"{label}token: {_short(ta)} -> {_short(tb)}")
+            drawn.extend(f"{label}{k}: {_short(a.get(k))} -> {_short(b.get(k))}" for k in _DRAWN
+                         if not _close(a.get(k), b.get(k)))
+            top_a, top_b = _without(a.get("top_logprobs"), {ta, tb}), _without(b.get("top_logprobs"), {ta, tb})
+            if not _close(top_a, top_b):
+                out.append(f"{label}top_logprobs (without the drawn tokens {ta}, {tb}): {_short(top_a)} -> "
+                           f"{_short(top_b)}")
+            elif not _close(a.get("top_logprobs"), b.get("top_logprobs")):
+                drawn.append(f"{label}top_logprobs: {_short(a.get('top_logprobs'))} -> "
+                             f"{_short(b.get('top_logprobs'))}")
+        elif (ta is None) != (tb is None):
+            skip |= set(_DRAWN)
     for k in sorted((set(a) | set(b)) - skip):
         if not _close(a.get(k), b.get(k)):
-            out.append(f"{k}: {_short(a.get(k))} -> {_short(b.get(k))}")
+            out.append(f"{label}{k}: {_short(a.get(k))} -> {_short(b.get(k))}")
     if a.get("error") != b.get("error") and (a.get("message") or b.get("message")):
-        out.append(f"message: {_short(a.get('message'), 160)} -> {_short(b.get('message'), 160)}")
-    return out
+        out.append(f"{label}message: {_short(a.get('message'), 160)} -> {_short(b.get('message'), 160)}")
+    return out, drawn
+
+
+def _compare_exact(ra: dict, rb: dict) -> tuple:
+    """``(changes, draws)`` of two records' entries of one exact row (see :func:`_compare_outputs`)."""
+    return _compare_outputs(ra.get("actual") or {}, rb.get("actual") or {},
+                            bool(ra.get("stochastic") or rb.get("stochastic")))
 
 
 def _stat_pairs(ea: dict, eb: dict) -> list:
@@ -185,9 +259,35 @@ def _stat_pairs(ea: dict, eb: dict) -> list:
             for k in [_row_key(r, i)] if k in rb and "counts" in r and "counts" in rb[k]]
 
 
-def _compare_case(ea: dict, eb: dict, alpha: float) -> list:
-    """Differences between two entries of one case (same status): list of one-line strings."""
-    out = []
+def _compare_invariant(i: int, ia: dict, ib: dict) -> tuple:
+    """``(changes, draws)`` of two records' entries of one invariant (module docstring)."""
+    out, drawn = [], []
+    head = f"invariant {i} ({ia.get('kind')} {ia.get('a')} ~ {ia.get('b')}): "
+    loose = set(ia.get("stochastic", [])) | set(ib.get("stochastic", []))
+    same_draws, sides = True, []
+    for k in ("a_out", "b_out"):
+        oa, ob = ia.get(k), ib.get(k)
+        if k[0] in loose and isinstance(oa, dict) and isinstance(ob, dict):
+            ch, dr = _compare_outputs(oa, ob, True, f"{k} ")
+            sides.append((ch, dr))
+            same_draws = same_draws and oa.get("token") == ob.get("token")
+        elif not _close(oa, ob):
+            sides.append(([f"{k} {_short(oa)} -> {_short(ob)}"], []))
+    if ia.get("holds") != ib.get("holds"):
+        (out if same_draws else drawn).append(f"holds {_short(ia.get('holds'))} -> {_short(ib.get('holds'))}")
+    for ch, dr in sides:
+        out.extend(ch)
+        drawn.extend(dr)
+    return [head + d for d in out], [head + d for d in drawn]
+
+
+def _compare_case(ea: dict, eb: dict, alpha: float) -> tuple:
+    """Differences between two entries of one case: ``(changes, draws)``, lists of one-line strings.
+
+    ``draws`` are the differences of stochastic rows that follow the draw
+    and are not counted (module docstring, *Stochastic rows*).
+    """
+    out, drawn = [], []
     rows_a = {_row_key(r, i): r for i, r in enumerate(ea.get("rows", []))}
     rows_b = {_row_key(r, i): r for i, r in enumerate(eb.get("rows", []))}
     for key in sorted(set(rows_a) | set(rows_b)):
@@ -205,7 +305,9 @@ def _compare_case(ea: dict, eb: dict, alpha: float) -> list:
                            f"{t['df']} d.o.f., p = {t['p_value']:.3g} < {alpha:.3g} "
                            f"(N = {t['n_a']} vs {t['n_b']})")
         else:
-            out.extend(f"row {key}: {d}" for d in _compare_exact(ra, rb))
+            ch, dr = _compare_exact(ra, rb)
+            out.extend(f"row {key}: {d}" for d in ch)
+            drawn.extend(f"row {key}: {d}" for d in dr)
     inv_a, inv_b = ea.get("invariants", []), eb.get("invariants", [])
     for i in range(max(len(inv_a), len(inv_b))):
         ia = inv_a[i] if i < len(inv_a) else None
@@ -213,20 +315,13 @@ def _compare_case(ea: dict, eb: dict, alpha: float) -> list:
         if ia is None or ib is None:
             out.append(f"invariant {i}: only in {'B' if ia is None else 'A'}")
         elif not _close(ia, ib):
-            loose = set(ia.get("stochastic", [])) | set(ib.get("stochastic", []))
-            for k in ("holds", "a_out", "b_out"):
-                if k[0] in loose and isinstance(ia.get(k), dict) and isinstance(ib.get(k), dict):
-                    if ia[k].get("error") != ib[k].get("error"):
-                        out.append(f"invariant {i} ({ia.get('kind')} {ia.get('a')} ~ {ia.get('b')}): {k} error "
-                                   f"{_short(ia[k].get('error'))} -> {_short(ib[k].get('error'))}")
-                    continue
-                if not _close(ia.get(k), ib.get(k)):
-                    out.append(f"invariant {i} ({ia.get('kind')} {ia.get('a')} ~ {ia.get('b')}): {k} "
-                               f"{_short(ia.get(k))} -> {_short(ib.get(k))}")
+            ch, dr = _compare_invariant(i, ia, ib)
+            out.extend(ch)
+            drawn.extend(dr)
     if ea.get("fields", []) != eb.get("fields", []):
         out.append(f"profile fields of the known-diff: {', '.join(ea.get('fields', [])) or '-'} -> "
                    f"{', '.join(eb.get('fields', [])) or '-'}")
-    return out
+    return out, drawn
 
 
 def _side(rec: dict, name: str) -> dict:
@@ -257,17 +352,20 @@ def diff(a: dict, b: dict, name_a: str = "A", name_b: str = "B", false_alarm: fl
         ``setup_regression`` (a sentence or ``None``), ``environment``
         (packages whose versions differ: ``[(name, a, b)]``), ``counts``
         (kind -> cases), ``cases`` (one entry per case id, sorted: ``case``,
-        ``kind``, ``status_a``, ``status_b``, ``check``, ``details``) and
-        ``changed`` (bool). Deterministic.
+        ``kind``, ``status_a``, ``status_b``, ``check``, ``details``, and
+        ``follows_draw``, the draws that differ, on an ``unchanged`` case
+        whose status follows the draw) and ``changed`` (bool). Deterministic.
     """
     ca, cb = a["cases"], b["cases"]
     tests = sum(len(_stat_pairs(ca[c], cb[c])) for c in sorted(set(ca) & set(cb))
                 if ca[c]["status"] == cb[c]["status"])
     alpha = false_alarm / max(tests, 1)
+    same_reference = (a["engine"].get("profile") == b["engine"].get("profile")
+                      and a["environment"].get("reference_version") == b["environment"].get("reference_version"))
     cases = []
     for cid in sorted(set(ca) | set(cb)):
         ea, eb = ca.get(cid), cb.get(cid)
-        details = []
+        details, follows = [], False
         if ea is None:
             kind = "added"
         elif eb is None:
@@ -276,15 +374,21 @@ def diff(a: dict, b: dict, name_a: str = "A", name_b: str = "B", false_alarm: fl
             sa, sb = ea["status"], eb["status"]
             kind = ("newly failing" if sa in _PASSING and sb in _FAILING
                     else "newly passing" if sa in _FAILING and sb in _PASSING else "status changed")
-            details = _compare_case(ea, eb, alpha)
+            details, drawn = _compare_case(ea, eb, alpha)
+            fields_only = [d for d in details if not d.startswith("profile fields of the known-diff: ")] == []
+            if {sa, sb} == _PASSING and same_reference and fields_only and drawn:
+                kind, follows = "unchanged", True
             if ea.get("message") != eb.get("message"):
                 details[:0] = [f"A says: {ea.get('message')}", f"B says: {eb.get('message')}"]
         else:
-            details = _compare_case(ea, eb, alpha)
+            details, drawn = _compare_case(ea, eb, alpha)
             kind = "changed output" if details else "unchanged"
-        cases.append({"case": cid, "kind": kind, "status_a": ea["status"] if ea else None,
-                      "status_b": eb["status"] if eb else None,
-                      "check": (eb or ea).get("check"), "details": details})
+        entry = {"case": cid, "kind": kind, "status_a": ea["status"] if ea else None,
+                 "status_b": eb["status"] if eb else None,
+                 "check": (eb or ea).get("check"), "details": details}
+        if follows:
+            entry["follows_draw"] = drawn
+        cases.append(entry)
     counts = {k: sum(1 for c in cases if c["kind"] == k) for k in KINDS}
     setup = None
     na, nb = len(ca), len(cb)
@@ -324,6 +428,14 @@ def render_text(result: dict) -> str:
         for c in group:
             lines.append(f"  {c['case']}: {c['status_a'] or '-'} -> {c['status_b'] or '-'}")
             lines.extend(f"      {d}" for d in c["details"])
+    follows = [c for c in result["cases"] if c.get("follows_draw")]
+    if follows:
+        lines.append("")
+        lines.append(f"STATUS FOLLOWS THE DRAW, NOT COUNTED ({len(follows)}; counted as unchanged)")
+        for c in follows:
+            lines.append(f"  {c['case']}: {c['status_a']} -> {c['status_b']}")
+            lines.extend(f"      {d}" for d in c["details"])
+            lines.extend(f"      drawn: {d}" for d in c["follows_draw"])
     lines.append("")
     lines.append("result: " + ("CHANGED" if result["changed"] else "no change"))
     return "\n".join(lines) + "\n"

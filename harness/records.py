@@ -37,7 +37,9 @@ Per case (only the keys that apply):
   one (profile field ``rng``), when the row gives no ``seed`` and did not
   decode greedily or fail: its token comes from an unseeded stream that
   differs from run to run, so :mod:`harness.diff` compares it only as
-  membership in the support.
+  membership in the support, and the outputs that follow from it (finish
+  reason, logprobs, rank, its top-logprobs entry, an invariant's ``holds``)
+  only when both records drew the same token.
 * ``fields``: names of the profile fields that explain a ``known-diff``.
 """
 

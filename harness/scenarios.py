@@ -35,6 +35,7 @@ import fastjsonschema
 import numpy as np
 import torch
 
+from impls.base import RowError
 from impls.profiles import TRTLLM, Profile, profile_diff
 from impls.reference import Reference
 from impls.reference.scenario import RequestSpec, ScenarioSpec, ScenarioUnsupported, replicate
@@ -402,6 +403,34 @@ def _hand(case, default) -> list:
     return bad
 
 
+def _outside_support(spec, req, got, profile) -> list:
+    """Tokens of a request drawn under another RNG that its profile's target distribution forbids.
+
+    Each emitted token is checked against the target's filtered distribution
+    at its position (:func:`impls.reference.speculative.target_distribution`
+    with the step's finalised history for the rewrites and the tokens emitted
+    before it for the model), so a stochastic request is compared in support
+    even where its tokens cannot be compared one for one. Beam requests and
+    failed requests are not checked here (their error is compared).
+    """
+    from impls.reference.speculative import target_distribution
+    if got.error or req.use_beam_search:
+        return []
+    out, base = [], []
+    for step in got.steps:
+        for i, t in enumerate(step.tokens):
+            try:
+                p = target_distribution(spec, req.id, profile, torch.float64,
+                                        history=tuple(base + list(step.tokens[:i])), base=tuple(base))
+            except (RowError, ModelError):
+                return out  # the request's own error is compared instead
+            if not 0 <= t < p.shape[-1] or not float(p[t]) > 0:
+                out.append(f"token {t} at generated position {len(base) + i} (step {step.step}) is outside the "
+                           f"{profile.name} target's support")
+        base += list(step.tokens)
+    return out
+
+
 def evaluate(judge, case, impl, version: str):
     """Judge a scenario case on ``impl`` (see the module docstring).
 
@@ -437,13 +466,16 @@ def evaluate(judge, case, impl, version: str):
         rid = req.id
         k = _keys(case.scenario.expect.get(rid, {}))
         p = pred.requests[rid]
-        if not canonical and any(s.offsets for s in p.steps):
-            k = ["error"]  # drew random numbers: only comparable in distribution
+        stochastic = not canonical and any(s.offsets for s in p.steps)
+        if stochastic:
+            k = ["error"]  # drew random numbers: comparable in support and distribution only
         if actual.keys is not None:
             k = [x for x in k if x in actual.keys]  # what this implementation reports
         keys[rid] = k
         want, got, d = observe(p, k), observe(actual.requests[rid], k), observe(default.requests[rid], k)
         bad = mismatches(got, want, case.atol, case.rtol)
+        if stochastic:
+            bad += _outside_support(case.scenario.spec, req, actual.requests[rid], impl.profile)
         diff = mismatches(want, d, case.atol, case.rtol)
         rows.append({"row": rid, "expected": case.scenario.expect.get(rid, {}), "predicted": want, "actual": got,
                      "default": d, "mismatches": bad, "profile_differences": diff})

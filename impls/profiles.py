@@ -156,8 +156,10 @@ class Profile:
         ``"negative_history_ids"`` (a negative id in the history is
         ``invalid_token_id`` when the repetition penalty is active, or when
         no-repeat-ngram would ban it), ``"min_length_above_max_new_tokens"``
-        (``min_length > max_new_tokens`` is ``invalid_length``). Read by:
-        ``validate``.
+        (``min_length > max_new_tokens`` is ``invalid_length``),
+        ``"min_length_above_max_seq_len_room"`` (without ``max_new_tokens``,
+        ``min_length > max_seq_len - len(prompt)`` is ``invalid_length``).
+        Read by: ``validate``.
     beam_logprob_stage : {"after_rewrites", "processors_on_logprobs"}
         Beam search (SEMANTICS §3): ``log_softmax(x / T)`` of the logits
         after bias, penalties and bans (trtllm), or ``log_softmax`` of the
@@ -543,7 +545,8 @@ VLLM = dataclasses.replace(
     logit_bias_duplicates="last",
     greedy_degenerate="argmax",
     validation_skips=frozenset({"logit_bias_nan", "end_id_range"}),
-    validation_extras=frozenset({"max_new_tokens_zero", "min_length_above_max_new_tokens"}),
+    validation_extras=frozenset({"max_new_tokens_zero", "min_length_above_max_new_tokens",
+                                 "min_length_above_max_seq_len_room"}),
     temperature_max=2.0,
     temperature_clamp_min=0.01,
     penalty_abs_max=2.0,
@@ -601,7 +604,11 @@ VLLM = dataclasses.replace(
                             "added); " + _v(_V_SP, "SamplingParams.update_from_generation_config") + " (the EOS id "
                             "comes from the model and is never checked against the vocabulary)",
         "validation_extras": _v(_V_SP, "SamplingParams._verify_args") + " (max_tokens must be at least 1; "
-                             "min_tokens must not exceed max_tokens)",
+                             "min_tokens must not exceed max_tokens) and "
+                             + _v("v1/engine/input_processor.py", "InputProcessor.process_inputs") + " (with "
+                             "max_tokens unset, max_model_len - prompt_len becomes max_tokens and min_tokens above "
+                             "it is rejected; absent before 0.31.0, finding "
+                             "vllm-min-tokens-above-derived-max-tokens-accepted)",
         "temperature_max": _v(_V_SP, "SamplingParams._verify_args") + " (temperature must be in [0, 2])",
         "temperature_clamp_min": _v(_V_SP, "SamplingParams.__post_init__") + " (0 < temperature < _MAX_TEMP = "
                                  "0.01 is raised to 0.01 with a warning)",

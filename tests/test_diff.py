@@ -162,3 +162,114 @@ def test_committed_records_load_and_hold_counts_not_lists():
                              for r in stats)
         assert (records.ENGINES_DIR / name).stat().st_size < 200_000
         json.dumps(rec)
+
+
+def _row(token, finish, stochastic, **actual):
+    row = {"row": "main:0", "actual": {"token": token, "error": None, "support": [0, 1, 2],
+                                       "finish_reason": finish, **actual}}
+    if stochastic:
+        row["stochastic"] = True
+    return row
+
+
+def _case(status, *rows, **kw):
+    return {"status": status, "check": "exact", "message": f"{status} says", "rows": list(rows), **kw}
+
+
+def test_finish_reason_of_a_stochastic_row_follows_its_draw():
+    # Row 0 is unseeded under a non-canonical RNG: A drew the end id 2 and finished ("end_id"), B drew 1 ("none").
+    # The finish reason follows the draw, like the token: not a change. The same on a deterministic row is.
+    a = {"s/draw": _case("pass", _row(2, "end_id", True, logprob=-1.5, rank=3)),
+         "d/fixed": _case("pass", _row(2, "end_id", False)),
+         "t/same-token": _case("pass", _row(1, "end_id", True))}
+    b = {"s/draw": _case("pass", _row(1, "none", True, logprob=-0.5, rank=1)),
+         "d/fixed": _case("pass", _row(2, "none", False)),
+         "t/same-token": _case("pass", _row(1, "none", True))}
+    r = D.diff(_rec(a), _rec(b))
+    got = {c["case"]: (c["kind"], c["details"]) for c in r["cases"]}
+    assert got["s/draw"] == ("unchanged", [])
+    assert got["d/fixed"] == ("changed output", ["row main:0: finish_reason: 'end_id' -> 'none'"])
+    # the same token drawn by both: what follows from it must agree
+    assert got["t/same-token"] == ("changed output", ["row main:0: finish_reason: 'end_id' -> 'none'"])
+    # the outputs that do not depend on the draw are still compared exactly
+    b["s/draw"]["rows"][0]["actual"]["support"] = [1, 2]
+    (c,) = [c for c in D.diff(_rec(a), _rec(b))["cases"] if c["case"] == "s/draw"]
+    assert c["kind"] == "changed output" and c["details"] == [
+        "row main:0: support: [0, 1, 2] -> [1, 2]"]
+
+
+def test_top_logprobs_of_a_stochastic_row_leave_out_the_drawn_tokens():
+    # vLLM appends the sampled token to the top logprobs when it is not among them
+    a = {"c": _case("pass", _row(2, "none", True, top_logprobs=[[0, -0.5], [2, -2.0]]))}
+    b = {"c": _case("pass", _row(1, "none", True, top_logprobs=[[0, -0.5], [1, -1.0]]))}
+    assert D.diff(_rec(a), _rec(b))["cases"][0]["kind"] == "unchanged"
+    b["c"]["rows"][0]["actual"]["top_logprobs"] = [[0, -0.6], [1, -1.0]]
+    (c,) = D.diff(_rec(a), _rec(b))["cases"]
+    assert c["kind"] == "changed output" and c["details"] == [
+        "row main:0: top_logprobs (without the drawn tokens 2, 1): [[0, -0.5]] -> [[0, -0.6]]"]
+
+
+def test_status_that_follows_the_draw_is_not_counted():
+    # A drew the end id: its profile's prediction at that token differs from the default's (known-diff);
+    # B drew another token: pass. Nothing else differs, so the status change follows the draw.
+    a = {"f/draw": _case("known-diff", _row(2, "end_id", True), fields=["finish_order"]),
+         "f/fixed": _case("known-diff", _row(2, "end_id", False), fields=["finish_order"]),
+         "f/fails": _case("pass", _row(2, "end_id", True))}
+    b = {"f/draw": _case("pass", _row(1, "none", True)),
+         "f/fixed": _case("pass", _row(1, "none", False)),
+         "f/fails": _case("fail", _row(1, "none", True))}
+    r = D.diff(_rec(a), _rec(b), "a.json", "b.json")
+    got = {c["case"]: c for c in r["cases"]}
+    assert got["f/draw"]["kind"] == "unchanged"
+    assert got["f/draw"]["follows_draw"] == ["row main:0: token: 2 -> 1",
+                                             "row main:0: finish_reason: 'end_id' -> 'none'"]
+    # a deterministic row: a real status change, with what changed
+    assert got["f/fixed"]["kind"] == "status changed"
+    assert got["f/fixed"]["details"] == ["A says: known-diff says", "B says: pass says",
+                                         "row main:0: finish_reason: 'end_id' -> 'none'", "row main:0: token: 2 -> 1",
+                                         "profile fields of the known-diff: finish_order -> -"]
+    # a draw that fails is evidence
+    assert got["f/fails"]["kind"] == "newly failing"
+    assert r["counts"]["unchanged"] == 1 and r["changed"] is True
+    text = D.render_text(r)
+    assert ("STATUS FOLLOWS THE DRAW, NOT COUNTED (1; counted as unchanged)\n"
+            "  f/draw: known-diff -> pass\n"
+            "      A says: known-diff says\n"
+            "      B says: pass says\n"
+            "      profile fields of the known-diff: finish_order -> -\n"
+            "      drawn: row main:0: token: 2 -> 1\n"
+            "      drawn: row main:0: finish_reason: 'end_id' -> 'none'\n") in text
+    # alone, it is "no change" (exit 0)
+    only = D.diff(_rec({"f/draw": a["f/draw"]}), _rec({"f/draw": b["f/draw"]}))
+    assert only["changed"] is False and only["counts"]["unchanged"] == 1
+    # not when the profile or the reference differ (the prediction may have moved), nor without another draw
+    rb = _rec({"f/draw": b["f/draw"]})
+    rb["engine"]["profile"] = "other"
+    assert D.diff(_rec({"f/draw": a["f/draw"]}), rb)["cases"][0]["kind"] == "status changed"
+    rb = _rec({"f/draw": b["f/draw"]})
+    rb["environment"]["reference_version"] = "3"
+    assert D.diff(_rec({"f/draw": a["f/draw"]}), rb)["cases"][0]["kind"] == "status changed"
+    same = copy.deepcopy(a["f/draw"])
+    same["status"] = "pass"
+    assert D.diff(_rec({"f/draw": a["f/draw"]}), _rec({"f/draw": same}))["cases"][0]["kind"] == "status changed"
+
+
+def test_invariant_holds_follows_the_draw_of_its_stochastic_side():
+    def inv(ta, tb, holds, stochastic):
+        out = {"kind": "different_token", "a": "x:0", "b": "y:0", "a_out": {"error": None, "token": ta},
+               "b_out": {"error": None, "token": tb}, "holds": holds}
+        if stochastic:
+            out["stochastic"] = stochastic
+        return {"status": "pass", "check": "invariant", "message": "m", "invariants": [out]}
+
+    # side b unseeded: drew 7 then 5; the relation flips by the draw alone
+    r = D.diff(_rec({"i": inv(7, 7, False, ["b"])}), _rec({"i": inv(7, 5, True, ["b"])}))
+    assert r["cases"][0]["kind"] == "unchanged"
+    # side a unseeded and unchanged, side b seeded and changed: the flip follows b, counted
+    r = D.diff(_rec({"i": inv(7, 7, False, ["a"])}), _rec({"i": inv(7, 5, True, ["a"])}))
+    assert r["cases"][0]["details"] == [
+        "invariant 0 (different_token x:0 ~ y:0): holds False -> True",
+        "invariant 0 (different_token x:0 ~ y:0): b_out {'error': None, 'token': 7} -> {'error': None, 'token': 5}"]
+    # no stochastic side: counted
+    r = D.diff(_rec({"i": inv(7, 7, False, None)}), _rec({"i": inv(7, 5, True, None)}))
+    assert r["cases"][0]["kind"] == "changed output"

@@ -36,6 +36,38 @@ Rows asking for min-p together with top-k or top-p are ``n/a``: FlashInfer
 Source of every rule: the installed ``flashinfer-python`` 0.7.2.post1
 (``flashinfer/sampling.py``, ``include/flashinfer/sampling.cuh``), cited
 field by field in :data:`impls.profiles.FLASHINFER`.
+
+**Scenarios** (:meth:`FlashInferImpl.run_scenario`): speculative decoding
+only. The reference's scenario runner (:mod:`impls.reference.scenario`)
+decodes under the implementation's profile with a
+:class:`FlashInferScenarioSession`: scripted models, drafting, the target
+rows and their processed distributions, plain rows, offsets, emission and
+finish rules stay the reference's; the verification of every speculative
+request (all of them sample under this profile: a greedy request is
+``top_k = 1``) is one call of ``chain_speculative_sampling`` per request
+and step (:meth:`FlashInferScenarioSession.verify_chain`). What that
+function does (``ChainSpeculativeSampling`` in ``sampling.cuh``): with
+``u = curand_uniform`` in ``(0, 1]`` from ``curand_init(seed, batch row,
+offset)``, draft ``i`` is accepted iff ``u * q_i(d) < p_i(d)`` (probability
+``min(1, p/q)``); at the first rejection the token is drawn from
+``relu(p_i - q_i)``; after ``K`` acceptances the bonus token is drawn from
+``p_K``. It returns the ``(K + 1)`` tokens padded with ``-1``, an
+"independent" acceptance count (every draft tested, not only the prefix:
+not the accepted count) and ``emitted_draft_token_num``, the accepted
+prefix, which is what the scenario records as ``accepted``. With a one-hot
+target (greedy as ``top_k = 1``, no tie) and a one-hot draft the rule is
+greedy verification: ``d = argmax p`` gives ``u * 1 < 1``, accepted unless
+``u`` rounds to exactly 1.0 (``curand_uniform`` does for about ``2**-25``
+of its outputs); ``d != argmax p`` gives ``u * 1 < 0``, rejected, and
+``relu(p - q)`` is the one-hot of ``argmax p``, so the correction token is
+the argmax, as is the bonus. Two edges of the kernel: a draft with
+``q(d) = 0`` is accepted whenever ``p(d) > 0`` (the runner reports
+``invalid_draft`` first, as the reference does); a rejection with
+``relu(p - q)`` all zero (``p = q`` and ``u`` exactly 1.0) returns
+``temp_storage.last_valid_id``, which this kernel never initialises
+(the adapter turns a token outside ``[0, V)`` into ``invalid_distribution``).
+Scenarios whose verdict would not involve this function are ``n/a``
+(:func:`scenario_unsupported`).
 """
 
 from __future__ import annotations
@@ -46,11 +78,19 @@ import torch
 
 from ..base import Row, RowError, RowResult
 from ..profiles import FLASHINFER, FLASHINFER_JOINT, Profile
+from ..reference.sampler import ReferenceSession
 
-__all__ = ["FlashInferImpl", "FlashInferSession", "SUPPORTED_FEATURES", "FUNCTIONS", "row_function"]
+__all__ = ["FlashInferImpl", "FlashInferSession", "FlashInferScenarioSession", "SUPPORTED_FEATURES",
+           "SCENARIO_FEATURES", "FUNCTIONS", "row_function", "scenario_unsupported"]
 
 #: Features FlashInfer's sampling functions express (the others are ``n/a``).
 SUPPORTED_FEATURES = frozenset({"temperature", "top_k", "top_p", "min_p", "seed", "low_precision_logits"})
+
+#: Features of a speculative scenario this adapter can run: the finish rules
+#: are the reference runner's there. Not read by the judge yet (its feature
+#: gate uses :attr:`FlashInferImpl.features` for every case).
+SCENARIO_FEATURES = SUPPORTED_FEATURES | frozenset({"end_id", "ignore_eos", "stop_words", "max_new_tokens",
+                                                     "max_seq_len", "finish_reason"})
 
 #: Row kind → the FlashInfer function that samples it.
 FUNCTIONS = {
@@ -257,6 +297,134 @@ class FlashInferSession:
         return counts
 
 
+#: The value of each :data:`_PROCESSOR_FIELDS` entry that leaves the logits alone.
+_NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_length": 0,
+            "no_repeat_ngram_size": 0, "top_p_decay": 1.0}
+
+
+def scenario_unsupported(spec) -> Optional[str]:
+    """Why a scenario's verdict would not involve FlashInfer (``n/a``), or ``None``.
+
+    Every reason found is listed (``; ``-separated), each naming its request:
+
+    * beam search (FlashInfer has none);
+    * a logits processor (penalties, ``min_length``, ``no_repeat_ngram_size``,
+      top-p decay, ``logit_bias``, ``bad_words``): FlashInfer has none, and
+      a case about one would judge the reference's code;
+    * no request with ``draft_len > 0``: ``chain_speculative_sampling`` is
+      FlashInfer's only multi-step function, plain rows are the reference's;
+    * ``d2t``: the reference admits it for greedy requests only, and the
+      profile has no greedy mode (``greedy_as_top_k_1``), so the request
+      would end in ``invalid_d2t`` at admission, before any FlashInfer call;
+    * literal drafts without a ``draft_model``: no draft probabilities to
+      pass (the reference fails such a sampling request with
+      ``invalid_draft``, again before any FlashInfer call).
+
+    Parameters
+    ----------
+    spec : impls.reference.scenario.ScenarioSpec
+    """
+    why = []
+    for r in spec.requests:
+        f = r.fields
+        if r.use_beam_search:
+            why.append(f"request {r.id}: FlashInfer has no beam search")
+        used = [k for k in _PROCESSOR_FIELDS if f.get(k) is not None and f.get(k) != _NEUTRAL[k]]
+        used += [k for k in ("logit_bias", "bad_words") if f.get(k)]
+        if used:
+            why.append(f"request {r.id}: FlashInfer has no logits processors ({', '.join(used)})")
+        if r.draft_len > 0 and r.d2t is not None:
+            why.append(f"request {r.id}: d2t is admitted for greedy requests only and this profile samples greedy "
+                       "requests with top_k = 1 (invalid_d2t at admission; no FlashInfer call)")
+        if r.draft_len > 0 and spec.draft_model is None:
+            why.append(f"request {r.id}: literal drafts without a draft_model: no draft probabilities for "
+                       "chain_speculative_sampling")
+    if not any(r.draft_len > 0 for r in spec.requests):
+        why.append("no speculative request: chain_speculative_sampling is FlashInfer's only multi-step function "
+                   "(plain multi-step rows would run on the reference)")
+    return "; ".join(why) or None
+
+
+class FlashInferScenarioSession(ReferenceSession):
+    """The reference's scenario session plus ``verify_chain``, FlashInfer's speculative verification.
+
+    Everything but the verification runs on the reference (CPU, float32,
+    the implementation's profile); see :mod:`impls.reference.speculative`.
+
+    Parameters
+    ----------
+    profile : Profile
+    device : str
+        The CUDA device FlashInfer runs on.
+    """
+
+    def __init__(self, profile: Profile, device: str = "cuda"):
+        import flashinfer.sampling as fs
+        super().__init__(profile, "cpu", torch.float32)
+        self.fs = fs
+        self.fi_device = torch.device(device)
+
+    def verify_chain(self, draft_probs: torch.Tensor, draft_ids: torch.Tensor, target_probs: torch.Tensor,
+                     seed: int, offset: int) -> tuple:
+        """One request's verification: ``chain_speculative_sampling`` with batch 1.
+
+        Parameters
+        ----------
+        draft_probs : torch.Tensor
+            ``(K, V)``, the draft distributions ``q``.
+        draft_ids : torch.Tensor
+            ``(K,)``, the draft tokens.
+        target_probs : torch.Tensor
+            ``(K + 1, V)``, the target's processed distributions ``p``.
+        seed, offset : int
+            The request's Philox seed (signed 64-bit view) and the first of
+            the ``K + 1`` offsets the runner took from its slot, passed as
+            one-element int64 tensors: batch row 0, so the stream depends on
+            the request's seed and offset only.
+
+        Returns
+        -------
+        (list of int, int)
+            The emitted tokens (accepted drafts, then the correction or bonus
+            token) and the accepted count (``emitted_draft_token_num``). With
+            ``K = 0`` (no draft this step) the token comes from
+            ``sampling_from_probs`` on ``p_0``, what the chain kernel draws
+            after full acceptance.
+
+        Raises
+        ------
+        RowError
+            ``invalid_distribution`` when FlashInfer returns a token outside
+            ``[0, V)`` or an inconsistent count (its residual draw reads an
+            uninitialised index when ``relu(p - q)`` is all zero).
+        """
+        fs, dev = self.fs, self.fi_device
+        K, V = int(draft_ids.shape[0]), int(target_probs.shape[-1])
+        S = torch.tensor([int(seed)], dtype=torch.int64, device=dev)
+        O = torch.tensor([int(offset)], dtype=torch.int64, device=dev)
+        tp = target_probs.to(device=dev, dtype=torch.float32).reshape(1, K + 1, V).contiguous()
+        if K == 0:
+            tok, valid = fs.sampling_from_probs(tp[:, 0].contiguous(), deterministic=True, seed=S, offset=O,
+                                                return_valid=True)
+            if not bool(valid[0]):
+                raise RowError("invalid_distribution", "FlashInfer marked the target row invalid (return_valid)")
+            toks, n = [int(tok[0])], 0
+        else:
+            dp = draft_probs.to(device=dev, dtype=torch.float32).reshape(1, K, V).contiguous()
+            ids = draft_ids.to(device=dev, dtype=torch.int32).reshape(1, K).contiguous()
+            out, _independent, emitted = fs.chain_speculative_sampling(dp, ids, tp, deterministic=True,
+                                                                       seed=S, offset=O)
+            n = int(emitted[0])
+            row = [int(t) for t in out[0].tolist()]
+            toks = row[:n + 1] if 0 <= n <= K else row
+            if not 0 <= n <= K or toks[:n] != [int(t) for t in draft_ids[:n].tolist()]:
+                raise RowError("invalid_distribution", f"chain_speculative_sampling returned {row} with "
+                               f"emitted_draft_token_num {n} for drafts {draft_ids.tolist()}")
+        if not 0 <= toks[-1] < V:
+            raise RowError("invalid_distribution", f"FlashInfer returned token {toks[-1]} outside [0, {V})")
+        return toks, n
+
+
 class FlashInferImpl:
     """FlashInfer's sampling functions behind the implementation protocol.
 
@@ -313,7 +481,8 @@ class FlashInferImpl:
             reported distribution), ``filter_apply_order``.
         """
         return {"from_engine": "flashinfer.sampling: softmax(temperature), " + ", ".join(FUNCTIONS.values())
-                + ", top_k_renorm_probs, top_p_renorm_probs",
+                + ", top_k_renorm_probs, top_p_renorm_probs; in scenarios chain_speculative_sampling (the "
+                "verification of speculative requests; everything else of a scenario is the reference's)",
                 "from_harness": "validation and mode resolution (reference, flashinfer profile), per-slot seeds and "
                                 "offsets, the min-p support of the reported distribution",
                 "filter_apply_order": self.order}
@@ -324,7 +493,7 @@ class FlashInferImpl:
 
         for f in _PROCESSOR_FIELDS:
             v = getattr(row, f)
-            if v is not None and v not in (1.0, 0.0, 0):
+            if v is not None and v != _NEUTRAL[f]:
                 return f"FlashInfer has no logits processors ({f}): engines apply them before sampling"
         if row.logit_bias or row.bad_words:
             return "FlashInfer has no logits processors (logit_bias, bad_words): engines apply them before sampling"
@@ -350,3 +519,23 @@ class FlashInferImpl:
             When FlashInfer is not installed.
         """
         return FlashInferSession(self.profile, self.order, device)
+
+    #: Features of the scenarios :meth:`run_scenario` can run (see :data:`SCENARIO_FEATURES`).
+    scenario_features = SCENARIO_FEATURES
+
+    def run_scenario(self, spec, device: str = "cuda"):
+        """Decode a speculative scenario on the reference runner with FlashInfer's verification.
+
+        See the module docstring, "Scenarios".
+
+        Raises
+        ------
+        impls.reference.scenario.ScenarioUnsupported
+            With :func:`scenario_unsupported`'s reasons.
+        """
+        from ..reference.scenario import ScenarioUnsupported, run_scenario
+
+        why = scenario_unsupported(spec)
+        if why:
+            raise ScenarioUnsupported(why)
+        return run_scenario(spec, self.profile, FlashInferScenarioSession(self.profile, device))

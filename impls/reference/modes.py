@@ -171,6 +171,11 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
     if ("min_length_above_max_new_tokens" in extras and row.min_length is not None
             and row.max_new_tokens is not None and row.min_length > row.max_new_tokens):
         raise RowError("invalid_length", f"min_length={row.min_length} exceeds max_new_tokens={row.max_new_tokens}")
+    if ("min_length_above_max_seq_len_room" in extras and row.min_length is not None
+            and row.max_new_tokens is None and row.max_seq_len is not None
+            and row.min_length > row.max_seq_len - len(row.prompt)):
+        raise RowError("invalid_length", f"min_length={row.min_length} exceeds the room max_seq_len - len(prompt) = "
+                                         f"{row.max_seq_len - len(row.prompt)} left for new tokens")
     e = row.end_id
     if e is not None and not -1 <= e < V and "end_id_range" not in profile.validation_skips:
         raise RowError("invalid_end_id", f"end_id={e}: must be -1 (none) or in [0, {V})")

@@ -464,7 +464,9 @@ def run_scenario(spec: ScenarioSpec, profile: Profile, session) -> ScenarioResul
         Beam-search and speculative rules are its ``beam_*`` fields.
     session : impls.reference.sampler.ReferenceSession
         A fresh session (its :class:`~.seeds.SeedManager` holds the
-        per-slot Philox state).
+        per-slot Philox state). A subclass may define ``verify_chain`` to
+        verify speculative sampling requests with its own kernel
+        (:func:`.speculative._verify_chain`); the reference's does not.
 
     Returns
     -------

@@ -47,6 +47,15 @@ all such requests of a scenario step:
 The acceptance uniform and the residual draw are this project's canonical
 choices: TensorRT-LLM draws them from one shared ``torch.Generator``
 (``TorchSampler.get_generator``), so they are not seed-isolated there.
+
+**Verification hook.** A session that defines ``verify_chain`` (the
+reference's does not) verifies the *sampling* requests itself, everything
+else staying as above (drafting, the target rows and their distributions,
+the ``K + 1`` offsets taken from the slot, emission and finish rules, the
+accounting): :func:`_verify_chain` hands it ``q`` ``(K, V)``, the drafts,
+``p`` ``(K + 1, V)``, the seed and the first offset, and emits what it
+returns. :mod:`impls.flashinfer` uses it to run FlashInfer's
+``chain_speculative_sampling``. Greedy requests keep the canonical path.
 """
 
 from __future__ import annotations
@@ -194,6 +203,41 @@ def _q_for_literal(cache, st, toks: list) -> list:
     return qs
 
 
+def _verify_chain(hook, rows: list, toks: list, qs: list, V: int, seed, offsets: list, emit) -> int:
+    """Verification by the session's ``verify_chain`` hook (an implementation's own kernel).
+
+    ``hook(draft_probs, draft_ids, target_probs, seed, offset)`` gets the
+    draft distributions ``(K, V)``, the draft ids ``(K,)`` int64, the target
+    distributions ``(K + 1, V)`` (the same processed rows the canonical path
+    reads), the request's Philox seed and the first of its ``K + 1`` offsets;
+    it returns the tokens it emits (accepted drafts, then the correction or
+    bonus token) and the number of accepted drafts ``n``. The contract
+    checks of the canonical path stay here: a draft distribution over another
+    vocabulary, or a draft with ``q(d) = 0`` at a position the verification
+    examined (``0..n``), is ``invalid_draft``. Emission stops at the first
+    finishing token, as on the canonical path; returns the accepted count.
+    """
+    K = len(toks)
+    for q in qs[:K]:
+        if q.shape[-1] != V:
+            raise RowError("invalid_draft", f"draft distribution over {q.shape[-1]} tokens, target vocabulary {V}")
+    dtype = rows[0][3].dtype
+    draft_probs = torch.stack([q.to(dtype) for q in qs[:K]]) if K else torch.zeros((0, V), dtype=dtype)
+    target_probs = torch.stack([r[3] for r in rows])
+    out, n = hook(draft_probs, torch.tensor(toks, dtype=torch.int64), target_probs, seed, offsets[0])
+    out, n = [int(t) for t in out], int(n)
+    for i in range(min(n + 1, K)):
+        if float(qs[i][toks[i]]) <= 0:
+            raise RowError("invalid_draft", f"draft token {toks[i]} has probability 0 under the draft distribution")
+    accepted = 0
+    for j, t in enumerate(out):
+        if j < n:
+            accepted += 1
+        if emit(t):
+            break
+    return accepted
+
+
 def _verify(runner, cache: _Cache, st, step: int, toks: list, qs: list, u_rows: Optional[torch.Tensor],
             offsets: list, seed) -> None:
     req, profile = st.request, runner.profile
@@ -214,7 +258,11 @@ def _verify(runner, cache: _Cache, st, step: int, toks: list, qs: list, u_rows: 
         reason = r
         return r != "none"
 
-    for i in range(K):
+    hook = getattr(runner.session, "verify_chain", None)
+    if hook is not None and res.mode == SAMPLING:
+        # The session's own verification decides this step's emission: the canonical one is skipped.
+        accepted, stopped = _verify_chain(hook, rows, toks, qs, V, seed, offsets, emit), True
+    for i in range(0 if stopped else K):
         d = toks[i]
         if res.mode == GREEDY:
             ok = d == int(torch.argmax(rows[i][3]))
@@ -302,7 +350,8 @@ def speculative_step(runner, states: list, step: int, plain: list) -> None:
             _fail(st, e if isinstance(e, RowError) else RowError("bad_logits", f"scripted model: {e}"), step)
 
 
-def target_distribution(spec, rid: str, profile, dtype=torch.float64) -> torch.Tensor:
+def target_distribution(spec, rid: str, profile, dtype=torch.float64, history: tuple = (),
+                        base: Optional[tuple] = None) -> torch.Tensor:
     """The distribution of request ``rid``'s first emitted token without speculation.
 
     The target's processed distribution at generated position 0 (one-hot for
@@ -316,6 +365,14 @@ def target_distribution(spec, rid: str, profile, dtype=torch.float64) -> torch.T
     profile : Profile
     dtype : torch.dtype
         float64 for a statistical prediction.
+    history : tuple of int
+        The generated tokens the target model sees (default: none, the first
+        position); within a speculative step, the finalised tokens plus the
+        tokens already emitted in that step.
+    base : tuple of int, optional
+        The finalised tokens the rewrites (penalties, bans) see (default:
+        ``history``); the verification rows of one step share the counts of
+        the step's start (module docstring, item 3).
 
     Returns
     -------
@@ -331,7 +388,8 @@ def target_distribution(spec, rid: str, profile, dtype=torch.float64) -> torch.T
     req = spec.request(rid)
     session = ReferenceSession(profile, "cpu", dtype)
     model = req.model or spec.model
-    row = req.row(model.logits(req.fields.get("prompt", []), []), [])
+    row = req.row(model.logits(req.fields.get("prompt", []), list(history)),
+                  list(history if base is None else base))
     res, _x0, y = session._prepare(row)
     if res.mode != SAMPLING:
         p = torch.zeros_like(y)
