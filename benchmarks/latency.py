@@ -246,7 +246,7 @@ def _percentile(sorted_vals: list, q: float) -> float:
 
 
 def time_point(fn: Callable, inputs: list, reps: int, graph: bool, on_gpu: bool,
-               bench: Optional[Callable] = None) -> dict:
+               bench: Optional[Callable] = None, warmup: int = 3) -> dict:
     """Median and spread of single calls, in microseconds.
 
     Parameters
@@ -256,12 +256,14 @@ def time_point(fn: Callable, inputs: list, reps: int, graph: bool, on_gpu: bool,
     inputs : list of torch.Tensor
         Rotated per call (index ``i % len(inputs)``).
     reps : int
-        Timed calls after 3 warm-up calls.
+        Timed calls after ``warmup`` warm-up calls.
     graph : bool
         Capture one CUDA graph per input and time replays (falls back to
         eager calls when capture fails; the result's ``graph`` says which).
     on_gpu : bool
         CUDA events (GPU) or ``perf_counter`` (CPU).
+    warmup : int
+        Untimed calls first (3; the reference, a slow Python pipeline, uses 1).
     bench : callable, optional
         ``pytest-benchmark``'s ``benchmark.pedantic``: when given, the timed
         calls run under it (its statistics are wall-clock with a
@@ -295,7 +297,7 @@ def time_point(fn: Callable, inputs: list, reps: int, graph: bool, on_gpu: bool,
         except Exception:  # not capturable: time eager calls
             torch.cuda.synchronize()
             calls = [lambda x=x: fn(x) for x in inputs]
-    for i in range(3):
+    for i in range(warmup):
         calls[i % len(calls)]()
     if on_gpu:
         torch.cuda.synchronize()

@@ -70,11 +70,11 @@ def test_latency(point, benchmark, latency_recorder, request):
     if fn is None:
         pytest.skip(reason)
     inputs = _inputs(point.batch, point.vocab, dev)
-    reps = request.config.getoption("--latency-reps")
+    reps, warmup = request.config.getoption("--latency-reps"), 3
     if point.impl.startswith("reference"):
-        reps = min(reps, 5)
+        reps, warmup = min(reps, 5), 1  # a per-row Python pipeline: seconds per call at batch 16
     res = time_point(fn, inputs, reps, graph=graphable and point.batch <= GRAPH_MAX_BATCH, on_gpu=dev.type == "cuda",
-                     bench=benchmark.pedantic)
+                     bench=benchmark.pedantic, warmup=warmup)
     floor = latency_recorder.floor_us(point.batch, point.vocab) if dev.type == "cuda" else None
     row = {"impl": point.impl, "batch": point.batch, "vocab": point.vocab, "mix": point.mix, **res,
            "floor_us": floor, "device": dev.type}
