@@ -1,52 +1,86 @@
-"""Which part of the fused kernel costs what: time variants of its constants on one GPU.
+"""Latency of the fused kernel on one GPU: the grid of benchmarks/sampling.py for the fused kernel,
+``torch.argmax`` and the HBM floor (no FlashInfer, no sort-based path: their committed numbers are
+in ``results/h200-latency.json``), plus variants of its constants at two points, to place the cost.
 
-Each variant changes one constant of :data:`impls.fused.ops.DEFAULTS` (histogram
-bins ``nb``, workspace ``kmax``, ``block``, ``num_warps``) for a few grid points
-and mixes; the differences place the time (METHOD: "time variants that leave
-one stage out"). Usage: ``python -m benchmarks.fused_diag --out FILE.json``.
+Usage: ``python -m benchmarks.fused_diag --out FILE.json [--quick] [--variants]``.
+Writes the schema of DESIGN.md ("Benchmark results"), with ``paths`` per row.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
+import time
 
 import torch
 
-from benchmarks.sampling import params, time_call
+from benchmarks.sampling import MIXES, hbm_bandwidth, params, time_call
 from impls.fused import ops
+
+VARIANTS = [("block=1024", {"block": 1024}), ("programs=1024", {"programs": 1024}),
+            ("programs=256", {"programs": 256})]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/results/fused-diag.json")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--variants", action="store_true")
+    ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args(argv)
     dev = torch.device("cuda")
     base = dict(ops.DEFAULTS)
-    variants = [("default", {}), ("nb=256", {"nb": 256}), ("kmax=256", {"kmax": 256}),
-                ("nb=256,kmax=256", {"nb": 256, "kmax": 256}), ("block=1024", {"block": 1024}),
-                ("num_warps=4", {"num_warps": 4})]
+    bw = hbm_bandwidth(dev)
+    print(f"HBM copy bandwidth: {bw:.0f} GB/s", flush=True)
+    batches = (1, 16, 64, 256, 1024) if not args.quick else (1, 1024)
+    vocabs = (32000, 128256, 151936, 262144) if not args.quick else (128256,)
     rows = []
-    for B, V in ((1024, 128256), (1, 128256)):
-        x = torch.randn(B, V, device=dev) * 3
-        inputs = [x, x.clone()]
-        seed = torch.arange(B, dtype=torch.int64, device=dev)
-        off = torch.zeros(B, dtype=torch.int64, device=dev)
-        for mix in ("greedy", "k50_p09", "p09", "minp005"):
-            T, K, P, M = params(mix, B, dev)
-            _, _, path, _ = ops.fused_sample(x, T, K, P, M, seed, off)
-            paths = sorted(set(path.tolist()))
-            for name, change in variants:
-                ops.DEFAULTS.clear()
-                ops.DEFAULTS.update(base, **change)
-                us = time_call(lambda y: ops.fused_sample(y, T, K, P, M, seed, off), inputs, 10)
-                rows.append({"batch": B, "vocab": V, "mix": mix, "variant": name, "median_us": round(us, 1),
-                             "paths": paths})
-                print(f"B={B:<5} V={V} {mix:<8} {name:<18} {us:10.1f} us  paths {paths}", flush=True)
-    ops.DEFAULTS.clear()
-    ops.DEFAULTS.update(base)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    for V in vocabs:
+        for B in batches:
+            nbytes = B * V * 4
+            copies = max(1, min(8, (256 << 20) // nbytes + 1))
+            inputs = [torch.randn(B, V, device=dev, generator=gen) * 3 for _ in range(copies)]
+            floor_us = nbytes / (bw * 1e9) * 1e6
+            seed = torch.arange(B, dtype=torch.int64, device=dev) + 7
+            off = torch.zeros(B, dtype=torch.int64, device=dev)
+            variants = [("default", {})]
+            if args.variants and (B, V) in ((1, 128256), (1024, 128256)):
+                variants += VARIANTS
+            for mix in MIXES:
+                T, K, P, M = params(mix, B, dev)
+                impls = {}
+                for name, change in variants:
+                    impls["fused" if name == "default" else f"fused[{name}]"] = (change, lambda x: ops.fused_sample(
+                        x, T, K, P, M, seed, off))
+                if mix == "greedy":
+                    impls["argmax"] = ({}, lambda x: x.argmax(-1))
+                for name, (change, fn) in impls.items():
+                    ops.DEFAULTS.clear()
+                    ops.DEFAULTS.update(base, **change)
+                    try:
+                        us = time_call(fn, inputs, args.reps)
+                        paths = sorted(set(fn(inputs[0])[2].tolist())) if name.startswith("fused") else None
+                    except Exception as e:  # one failing variant never stops the grid
+                        print(f"{name} B={B} V={V} {mix}: {type(e).__name__}: {e}", flush=True)
+                        continue
+                    rows.append({"impl": name, "batch": B, "vocab": V, "mix": mix, "median_us": round(us, 2),
+                                 "floor_us": round(floor_us, 3), "paths": paths})
+                    print(f"{name:>22} B={B:<5} V={V:<7} {mix:<8} {us:9.1f} us  floor {floor_us:7.2f}  paths {paths}",
+                          flush=True)
+            ops.DEFAULTS.clear()
+            ops.DEFAULTS.update(base)
+            del inputs
+            torch.cuda.empty_cache()
+    doc = {"schema": 1, "device": torch.cuda.get_device_name(), "versions": {
+        "fused_config": base, "torch": torch.__version__, "triton": __import__("triton").__version__,
+        "python": platform.python_version(), "cuda": torch.version.cuda},
+        "hbm_bandwidth_gbps": round(bw, 1), "timer": "CUDA events around single calls, median", "rows": rows,
+        "date": time.strftime("%Y-%m-%d")}
     with open(args.out, "w") as f:
-        json.dump({"schema": 1, "device": torch.cuda.get_device_name(), "defaults": base, "rows": rows}, f, indent=1)
+        json.dump(doc, f, indent=1)
+    print(f"wrote {args.out}")
     return 0
 
 

@@ -10,9 +10,10 @@ Pipeline of :meth:`FusedSession.step`, in order:
    device), NaN left for the kernel to report;
 3. ``(seed, offset)`` per sampling row from the same per-slot bookkeeping as
    the reference (:class:`impls.reference.seeds.SeedManager`);
-4. one launch of :func:`impls.fused.ops.fused_sample` per vocabulary size
+4. one call of :func:`impls.fused.ops.fused_sample` per vocabulary size
    (temperature, min-p, top-k, top-p, greedy and the canonical draw, all on
-   the device), with the probabilities of the same filtering;
+   the device; a few kernel launches, see :mod:`impls.fused.kernel`), with
+   the probabilities of the same filtering;
 5. logprobs and finish reasons from the reference's functions at the token
    the kernel drew.
 
@@ -33,7 +34,7 @@ from ..profiles import TRTLLM
 __all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION"]
 
 #: Bumped whenever the kernel's decisions change.
-FUSED_VERSION = "1"
+FUSED_VERSION = "2"
 
 
 def _triton_state(device: str) -> Optional[str]:

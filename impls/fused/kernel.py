@@ -1,52 +1,75 @@
-"""The fused sampling kernel: temperature, min-p, top-k, top-p, greedy and the canonical draw.
+"""The fused sampling kernels: temperature, min-p, top-k, top-p, greedy and the canonical draw.
 
-One Triton program per row, one launch per batch. Every parameter is a
-per-row tensor; which filters apply, and which path a row takes, is decided
-on the device from the values (SEMANTICS §1.1 sentinels), so there is no host
-branching per row and no kernel per parameter combination.
+Version 3: a few light streaming launches over a batch, each row split over
+``S`` programs when the batch is small, then one small launch that decides.
+Every parameter is a per-row tensor; which filters apply, and which path a row
+takes, is decided on the device from the values (SEMANTICS §1.1 sentinels):
+no host branching per row and no kernel per parameter combination.
 
-The kept set of a sampling row is always ``{j : x_j >= theta}`` for one
-threshold ``theta`` (min-p, top-k with ties kept and the top-p "mass strictly
-above" rule all keep a prefix of the tokens sorted by logit), so the kernel
-searches for that threshold instead of sorting the vocabulary. Passes over
-the row (each reads the logits once from memory):
+The kept set of a sampling row is ``{j : x_j >= theta}`` (min-p, top-k with
+ties kept and the top-p "mass strictly above" rule each keep a prefix of the
+tokens sorted by logit), so the kernels search for ``theta`` with a two-level
+radix select instead of sorting the vocabulary. Notation: ``m`` is the largest
+finite logit, ``s = (x - m) / T`` (IEEE division, as the reference), ``e =
+exp(s)`` the unnormalised probability (``e = 1`` at the maximum; every
+normalisation the reference does with ``softmax`` is a ratio of ``e`` sums,
+so the softmax denominator is never needed). Min-p keeps ``A = {x finite, e
+>= min_p}``, as the threshold ``x >= x_A`` found once per row by bisection
+on the float order, so every pass decides ``A`` the same way. The *fine bin*
+of a survivor is ``f = floor((m - x) * C)`` (monotone in ``x``; ``C`` spreads
+``(NB1 - 1) * 256`` fine bins over the survivors' range, at most ``RMAX``
+units of ``s``); its level-1 bin is ``f >> 8``.
 
-1. **stats** — greedy rows: first argmax and the NaN flag (nothing else);
-   other rows: maximum ``m`` over finite logits, NaN / ``+inf`` flags and
-   ``Z = sum exp((x - m) / T)`` (online, per lane). Accumulators live in
-   registers per lane and are reduced once after the loop. Greedy rows stop
-   here.
-2. **histogram** (rows with a filter) — the min-p survivors ``A`` are
-   binned by ``s = (x - m) / T`` into ``NB`` bins of width ``R / NB`` (bin 0
-   holds the maximum; the last bin collects ``s < -R`` and non-survivors),
-   and ``S_A = sum p`` over ``A``. From the counts (exact for top-k) and
-   the estimated mass of each bin (``count * exp(s_mid)``, for top-p), the
-   bins that hold the boundary are chosen, with a margin of ``MARGIN`` bins.
-3. **gather** — survivors in those bins go to a per-row workspace of at
-   most ``KMAX`` entries (its size is fixed, independent of the vocabulary),
-   with the exact mass of the survivors above them.
-4. **decide** — the workspace is sorted (``tl.sort`` on packed
-   ``(logit key, -id)``), and min-p, top-k (ties kept) and top-p (keep a
-   token iff the mass strictly above it is ``< top_p``; the most likely
-   tokens always kept) are decided exactly as the reference does, on the
-   renormalised probabilities, yielding ``theta``. For top-p the gathered
-   range is verified with the exact masses (the survivors above it kept, the
-   first one below it not); a miss sends the row to the slow path.
-5. **draw** — Gumbel-max with the canonical Philox draw (DESIGN.md decision
-   1) over the kept tokens: inside the workspace when every kept token is
-   there ("fast" path), otherwise in one more pass over the row
-   ("boundary" and "untruncated" paths).
+Launches (each streaming one reads its part of the row once; rows a launch
+has nothing to do for exit at once):
 
-Rows whose boundary cannot be isolated in ``KMAX`` entries (``top_k >
-KMAX``, huge tie groups, a boundary among the ``s < -R`` tail) take the
-"slow" path: bisection on the 32-bit logit key, one pass per bit. It is
-correct and rare, and the path each row took is returned.
+1. ``_stats_kernel`` (``B x S`` programs) — per part of a row: NaN/+inf flags,
+   finite count, largest and smallest finite logit; greedy rows: first
+   argmax only.
+2. ``_hist_kernel`` (``B x S``) — combines the stats (status, ``m``, ``x_A``,
+   ``C``). Rows without filters: Gumbel-max over the part (the draw is done).
+   Min-p-only rows: the survivors are packed into the row's workspace
+   (``KMAX`` entries). Top-k/top-p rows: a ``NB1``-bin histogram of the
+   survivors' level-1 bins, their count and exact mass; the last program of
+   the row to finish (atomic ticket) adds the parts and chooses the *window*
+   of fine bins that holds the boundary: exact counts for top-k, estimated
+   bin masses with one bin of margin for top-p. When the window would not fit
+   the workspace, the row is *refined*.
+3. ``_refine_kernel`` (``B x S``, refined rows only) — a 256-bin histogram
+   of the fine bins of about four level-1 bins around the boundary, and the
+   exact mass above them; the last program chooses the window in these.
+4. ``_gather_kernel`` (``B x S``) — the survivors in the window go to the
+   workspace (packed ``(logit key, -id)``), the survivors above it (all kept)
+   to a second workspace of ``KBIG`` entries; when there are more of those,
+   their Gumbel-max and mass are taken in this pass instead. Min-p-only rows
+   whose survivors overflowed the workspace take their draw here.
+5. ``_decide_kernel`` (``B`` programs) — the window is sorted (``tl.sort`` on
+   ``(key, -id)``) and min-p, top-k (ties kept) and top-p (keep a token iff
+   the mass strictly above it is ``< top_p``; the most likely tokens always
+   kept) are decided exactly as the reference does on the renormalised
+   survivors; the boundary is verified to lie inside the window. Gumbel-max
+   with the canonical Philox draw (DESIGN.md decision 1) over the kept tokens
+   of the window, combined with the best of the tokens above it. A row whose
+   window cannot be isolated (huge tie groups, a boundary in the clamped tail,
+   a failed verification) takes the *slow* path in this launch: bisection on
+   the 32-bit logit key, one pass over the row per bit. It is correct and
+   rare, and the path each row took is returned.
+6. ``_probs_kernel`` (``B x S``, only when the distribution is asked for).
 
-Outcome codes per row (``status``): 0 ok, 1 ``nan_logits``, 2
+Why several launches: each streaming pass needs a row-wide result of the one
+before (the maximum, then the boundary bin), and splitting a row over
+programs is what lets a small batch use the whole GPU; the decide step's
+large arrays live only in the small decide launch, so the streaming launches
+stay light (measured in ``benchmarks/README.md``).
+
+Masses are summed in 40-bit fixed point (int64), so every sum is exact in
+any order: results do not depend on how a row was split, nor on the batch it
+is in. Outcome codes per row (``status``): 0 ok, 1 ``nan_logits``, 2
 ``posinf_logits``, 3 ``no_valid_token``, 4 ``invalid_temperature``, 5
 ``invalid_top_k``, 6 ``invalid_top_p``, 7 ``invalid_min_p``; the token of a
-rejected row is -1. Path codes: 0 greedy, 1 untruncated, 2 fast, 3
-boundary, 4 slow, -1 rejected.
+rejected row is -1. Path codes: 0 greedy, 1 untruncated (the draw scanned the
+row), 2 fast (every kept token was in the workspace), 3 boundary (only the
+window was), 4 slow, -1 rejected.
 """
 
 from __future__ import annotations
@@ -54,7 +77,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["fused_sample_kernel", "STATUS_KINDS", "PATHS"]
+__all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "launch_all"]
 
 STATUS_KINDS = {0: None, 1: "nan_logits", 2: "posinf_logits", 3: "no_valid_token", 4: "invalid_temperature",
                 5: "invalid_top_k", 6: "invalid_top_p", 7: "invalid_min_p"}
@@ -62,7 +85,45 @@ PATHS = {-1: "rejected", 0: "greedy", 1: "untruncated", 2: "fast", 3: "boundary"
 
 _INT32_MAX = tl.constexpr(2147483647)
 _INT32_MIN = tl.constexpr(-2147483648)
+_FIX = tl.constexpr(1099511627776.0)  # 2**40: masses in fixed point, exact sums in any order
+_UNFIX = tl.constexpr(1.0 / 1099511627776.0)
+_NB2 = tl.constexpr(256)  # fine bins per level-1 bin
+_SB = tl.constexpr(32)  # parts combined per step
+# per-row workspace layout: int32 [S*_PI partials | S*NB1 histograms | S*NBS histograms | _RI record | 4 counters],
+# float32 [S*_PF partials | _RF record], int64 [S*_P64 partials | _R64 record | KMAX window | KBIG above]
+_PI = tl.constexpr(8)
+_PF = tl.constexpr(8)
+_P64 = tl.constexpr(4)
+_RI = tl.constexpr(16)
+_RF = tl.constexpr(8)
+_R64 = tl.constexpr(4)
+#: Sizes of the per-row records (the host allocates ``LAYOUT``-shaped workspaces).
+LAYOUT = {"PI": 8, "PF": 8, "P64": 4, "RI": 16, "RF": 8, "R64": 4, "CNT": 4}
 
+# row record fields
+_I_STATUS = tl.constexpr(0)
+_I_KIND = tl.constexpr(1)  # -1 rejected, 0 greedy, 1 no filter, 2 min-p only, 3 top-k/top-p
+_I_GIDX = tl.constexpr(2)
+_I_MODE = tl.constexpr(3)  # kind 3: 0 gather, 1 refine, 2 slow
+_I_FLO = tl.constexpr(4)
+_I_FHI = tl.constexpr(5)
+_I_NA = tl.constexpr(6)
+_I_NABOVE = tl.constexpr(7)
+_I_F0 = tl.constexpr(8)  # first fine bin of the refined range
+_I_NABOVE0 = tl.constexpr(9)  # survivors above the refined range
+_I_KACT = tl.constexpr(10)
+_I_THETA = tl.constexpr(11)
+_I_ABOVE = tl.constexpr(12)  # survivors above the window: 0 none, 1 packed in the second workspace, 2 drawn in the pass
+_F_M = tl.constexpr(0)
+_F_T = tl.constexpr(1)
+_F_XA = tl.constexpr(2)
+_F_C = tl.constexpr(3)
+_F_EKEEP = tl.constexpr(4)
+_Q_EA = tl.constexpr(0)
+_Q_MASS0 = tl.constexpr(1)  # exact mass above the refined range
+
+
+# ----------------------------------------------------------------------------- helpers
 
 @triton.jit
 def _key(x):
@@ -76,6 +137,12 @@ def _key(x):
 def _unkey(k):
     b = tl.where(k < 0, k ^ 0x7FFFFFFF, k)
     return b.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _fix(e):
+    # probability mass -> 40-bit fixed point (round to nearest); e in [0, 1]
+    return (e * _FIX + 0.5).to(tl.int64)
 
 
 @triton.jit
@@ -111,286 +178,776 @@ def _latest_combine(a_flag, a_val, b_flag, b_val):
 
 
 @triton.jit
-def _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB: tl.constexpr):
-    # One block of a row and what every pass after the first derives from it:
-    # offsets, logits (float32), min-p survivors A, probabilities p and the bin.
-    offs = start + ar
-    inb = offs < V
-    x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-    fin = inb & (x > float("-inf")) & (x < float("inf"))
-    s = tl.div_rn(x - ms, T_eff)
-    p = tl.div_rn(tl.exp(s), Zs)
-    A = fin & (p >= thr_minp)
-    b = tl.maximum(tl.minimum(tl.floor(-s * INV_W), NB - 1).to(tl.int32), 0)
-    return offs, x, A, p, b
-
-
-@triton.jit
-def fused_sample_kernel(
-    logits_ptr, stride_row, V,
-    temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
-    token_ptr, status_ptr, path_ptr, probs_ptr, ws_ptr,
-    WANT_PROBS: tl.constexpr, BLOCK: tl.constexpr, NB: tl.constexpr, R: tl.constexpr,
-    KMAX: tl.constexpr, MARGIN: tl.constexpr = 2,
-):
-    """Sample one token per row (one program per row). See the module docstring."""
-    row = tl.program_id(0).to(tl.int64)
-    base = logits_ptr + row * stride_row
+def _params(row, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V):
     T = tl.load(temp_ptr + row).to(tl.float32)
     k = tl.load(top_k_ptr + row).to(tl.int64)
     top_p = tl.load(top_p_ptr + row).to(tl.float32)
     min_p = tl.load(min_p_ptr + row).to(tl.float32)
-    seed = tl.load(seed_ptr + row)
-    offset = tl.load(offset_ptr + row)
-    ar = tl.arange(0, BLOCK)
-    NEG_INF = float("-inf")
-    POS_INF = float("inf")
-
-    # ---- validation (SEMANTICS §1.1 rule 5; reference order: temperature, top_p, top_k, min_p)
+    # validation (SEMANTICS §1.1 rule 5; reference order: temperature, top_p, top_k, min_p)
     status = tl.where((T != T) | (T < 0), 4,
                       tl.where((top_p != top_p) | (top_p < 0) | (top_p > 1), 6,
                                tl.where(k < 0, 5, tl.where((min_p != min_p) | (min_p < 0) | (min_p > 1), 7, 0))))
     greedy = (T == 0) | (k == 1) | (top_p == 0) | (min_p == 1)
     T_eff = tl.where(greedy | (status != 0), 1.0, T)
+    k_on = (k > 0) & (k < V)
+    p_on = top_p < 1.0
+    mp_on = min_p > 0
+    return T_eff, k, top_p, min_p, status, greedy, k_on, p_on, mp_on
 
-    # ---- pass 1: stats, accumulated per lane and reduced once after the loop
+
+@triton.jit
+def _ws(row, wsi, wsf, ws64, S, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr):
+    bi = wsi + row * (S * (_PI + NB1 + NBS) + _RI + 4)
+    hist1 = bi + S * _PI
+    hist2 = hist1 + S * NB1
+    ri = hist2 + S * NBS
+    cnt = ri + _RI
+    bf = wsf + row * (S * _PF + _RF)
+    rf = bf + S * _PF
+    b64 = ws64 + row * (S * _P64 + _R64 + KMAX + KBIG)
+    r64 = b64 + S * _P64
+    cand = r64 + _R64
+    abv = cand + KMAX
+    return bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv
+
+
+@triton.jit
+def _tile(base, st, V, R4: tl.constexpr):
+    # one block of a row as a [BLOCK // 4, 4] tile: each row of the tile is one Philox counter
+    r4 = tl.arange(0, R4)
+    c4 = tl.arange(0, 4)
+    offs = st + r4[:, None] * 4 + c4[None, :]
+    inb = offs < V
+    x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+    fin = inb & (x > float("-inf")) & (x < float("inf"))
+    return offs, x, fin
+
+
+@triton.jit
+def _tile1(base, st, V, BLOCK: tl.constexpr):
+    offs = st + tl.arange(0, BLOCK)
+    inb = offs < V
+    x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+    fin = inb & (x > float("-inf")) & (x < float("inf"))
+    return offs, x, fin
+
+
+@triton.jit
+def _fine(x, m, C, NBF: tl.constexpr):
+    # fine bin of a survivor: 0 at the maximum, non-decreasing as x decreases
+    return tl.minimum((m - x) * C, NBF - 1.0).to(tl.int32)
+
+
+@triton.jit
+def _compact(dst, cnt_ptr, cap, sel, packed):
+    # append the selected entries of a tile to a per-row list (slots reserved with one atomic)
+    si = sel.to(tl.int32)
+    rs = tl.sum(si, 1)
+    n = tl.sum(rs, 0)
+    if n > 0:
+        base = tl.atomic_add(cnt_ptr, n)
+        pos = base + (tl.cumsum(rs, 0) - rs)[:, None] + tl.cumsum(si, 1) - 1
+        tl.store(dst + pos, packed, mask=sel & (pos < cap))
+
+
+@triton.jit
+def _pack(x, offs):
+    return (_key(x).to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64))
+
+
+@triton.jit
+def _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, theta, seed, offset, BLOCK: tl.constexpr, NBF: tl.constexpr):
+    """Gumbel-max and fixed-point mass over ``A & (f < f_lo) & (key >= theta)`` in ``[lo, hi)``.
+
+    Philox is evaluated once per counter (4 tokens) on ``[BLOCK // 4, 4]`` tiles.
+    """
+    R4: tl.constexpr = BLOCK // 4
+    r4 = tl.arange(0, R4)
+    c4 = tl.arange(0, 4)[None, :]
+    b_v = tl.full([R4, 4], float("-inf"), tl.float32)
+    t_v = tl.zeros([R4, 4], dtype=tl.int32)
+    e_v = tl.zeros([R4, 4], dtype=tl.int64)
+    o_lo = (offset & 0xFFFFFFFF).to(tl.uint32)
+    o_hi = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    for st in range(lo, hi, BLOCK):
+        offs, x, fin = _tile(base, st, V, R4)
+        kept = fin & (x >= xA) & (_fine(x, m, C, NBF) < f_lo) & (_key(x) >= theta)
+        s = tl.div_rn(x - m, T)
+        g = (st // 4 + r4).to(tl.uint32)
+        z = g * 0
+        w0, w1, w2, w3 = tl.philox(seed, g, z, z + o_lo, z + o_hi)
+        w = tl.where(c4 == 0, w0[:, None], tl.where(c4 == 1, w1[:, None], tl.where(c4 == 2, w2[:, None], w3[:, None])))
+        u = tl.uint_to_uniform_float(w)
+        sc = tl.where(kept, s - tl.log(-tl.log(u)), float("-inf"))
+        take = sc > b_v
+        t_v = tl.where(take, offs, t_v)
+        b_v = tl.where(take, sc, b_v)
+        e_v += tl.where(kept, _fix(tl.exp(s)), 0)
+    best = tl.max(tl.max(b_v, 1), 0)
+    tok = tl.min(tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 1), 0)
+    mass = tl.sum(tl.sum(e_v, 1), 0)
+    return best, tok, mass
+
+
+@triton.jit
+def _sum_parts_i(ptr, S, stride, N: tl.constexpr):
+    # sum over the S parts of a row of an int32 [S, stride] array, first N columns
+    cols = tl.arange(0, N)
+    acc = tl.zeros([N], dtype=tl.int32)
+    sr = tl.arange(0, _SB)
+    for s0 in range(0, S, _SB):
+        ss = s0 + sr
+        v = tl.load(ptr + ss[:, None] * stride + cols[None, :], mask=(ss < S)[:, None], other=0, cache_modifier=".cg")
+        acc += tl.sum(v, 0)
+    return acc
+
+
+@triton.jit
+def _sum_col_i(ptr, S, stride, col):
+    # sum over the S parts of one int32 partial
+    sr = tl.arange(0, _SB)
+    acc = tl.zeros([_SB], dtype=tl.int32)
+    for s0 in range(0, S, _SB):
+        ss = s0 + sr
+        acc += tl.load(ptr + ss * stride + col, mask=ss < S, other=0, cache_modifier=".cg")
+    return tl.sum(acc, 0)
+
+
+@triton.jit
+def _sum_parts_q(ptr, S, col):
+    # sum over the S parts of one int64 partial
+    sr = tl.arange(0, _SB)
+    acc = tl.zeros([_SB], dtype=tl.int64)
+    for s0 in range(0, S, _SB):
+        ss = s0 + sr
+        acc += tl.load(ptr + ss * _P64 + col, mask=ss < S, other=0, cache_modifier=".cg")
+    return tl.sum(acc, 0)
+
+
+@triton.jit
+def _best_parts(pf, pi, S, col):
+    # combine per-part (score, token) maxima: largest score, lowest token on ties
+    sr = tl.arange(0, _SB)
+    b = tl.full([_SB], float("-inf"), tl.float32)
+    t = tl.full([_SB], _INT32_MAX, tl.int32)
+    for s0 in range(0, S, _SB):
+        ss = s0 + sr
+        bs = tl.load(pf + ss * _PF + col, mask=ss < S, other=float("-inf"), cache_modifier=".cg")
+        ts = tl.load(pi + ss * _PI + col, mask=ss < S, other=_INT32_MAX, cache_modifier=".cg")
+        take = (bs > b) | ((bs == b) & (ts < t))
+        b = tl.where(take, bs, b)
+        t = tl.where(take, ts, t)
+    best = tl.max(b, 0)
+    tok = tl.min(tl.where(b == best, t, _INT32_MAX), 0)
+    return best, tok
+
+
+# ----------------------------------------------------------------------------- 1: stats
+
+@triton.jit(do_not_specialize=["V", "S", "CH"])
+def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
+                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    base = logits_ptr + row * stride_row
+    T, k, top_p, min_p, status, greedy, k_on, p_on, mp_on = _params(row, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V)
+    bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
+    NEG_INF = float("-inf")
+    POS_INF = float("inf")
+    ar = tl.arange(0, BLOCK)
+    lo = part * CH
+    hi = tl.minimum(lo + CH, V)
     nan_v = tl.zeros([BLOCK], dtype=tl.int32)
     pinf_v = tl.zeros([BLOCK], dtype=tl.int32)
     nfin_v = tl.zeros([BLOCK], dtype=tl.int32)
-    gbest_v = tl.full([BLOCK], NEG_INF, tl.float32)
-    gidx_v = tl.zeros([BLOCK], dtype=tl.int32)
     m_v = tl.full([BLOCK], NEG_INF, tl.float32)
-    z_v = tl.zeros([BLOCK], dtype=tl.float32)
-    # greedy rows: argmax only (first index on ties, +inf included, NaN flagged)
-    n1g = tl.where(greedy, V, 0)
-    for start in range(0, n1g, BLOCK):
-        offs = start + ar
-        inb = offs < V
-        x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
-        isnan = x != x
-        nan_v = nan_v | isnan.to(tl.int32)
-        xg = tl.where(isnan | (inb == 0), NEG_INF, x)
-        take = xg > gbest_v
-        gidx_v = tl.where(take, offs, gidx_v)
-        gbest_v = tl.where(take, xg, gbest_v)
-    # other rows: maximum and softmax denominator over finite logits (online, per lane)
-    n1s = tl.where(greedy, 0, V)
-    for start in range(0, n1s, BLOCK):
-        offs = start + ar
-        inb = offs < V
-        x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
-        isnan = x != x
-        nan_v = nan_v | isnan.to(tl.int32)
-        pinf_v = pinf_v | (x == POS_INF).to(tl.int32)
-        fin = inb & (x > NEG_INF) & (x < POS_INF)
-        nfin_v += fin.to(tl.int32)
-        xf = tl.where(fin, x, NEG_INF)
-        m_new = tl.maximum(m_v, xf)
-        safe = m_new > NEG_INF
-        m_ref = tl.where(safe, m_new, 0.0)
-        e = tl.where(fin, tl.exp(tl.div_rn(xf - m_ref, T_eff)), 0.0)
-        z_v = tl.where(safe, z_v * tl.exp(tl.div_rn(m_v - m_ref, T_eff)) + e, 0.0)
-        m_v = m_new
-    any_nan = tl.max(nan_v, 0)
-    any_pinf = tl.max(pinf_v, 0)
-    n_fin = tl.sum(nfin_v, 0)
-    g_best = tl.max(gbest_v, 0)
-    g_idx = tl.min(tl.where(gbest_v == g_best, gidx_v, 2147483647), 0)
-    m = tl.max(m_v, 0)
-    m_safe = tl.where(m > NEG_INF, m, 0.0)
-    Z = tl.sum(tl.where(m_v > NEG_INF, z_v * tl.exp(tl.div_rn(m_v - m_safe, T_eff)), 0.0), 0)
+    mn_v = tl.full([BLOCK], POS_INF, tl.float32)
+    gidx_v = tl.zeros([BLOCK], dtype=tl.int32)
+    if greedy:
+        # argmax only (first index on ties, +inf included, NaN flagged)
+        for st in range(lo, hi, BLOCK):
+            offs = st + ar
+            inb = offs < V
+            x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
+            isnan = x != x
+            nan_v = nan_v | isnan.to(tl.int32)
+            xg = tl.where(isnan, NEG_INF, x)
+            take = xg > m_v
+            gidx_v = tl.where(take, offs, gidx_v)
+            m_v = tl.where(take, xg, m_v)
+    else:
+        for st in range(lo, hi, BLOCK):
+            offs = st + ar
+            inb = offs < V
+            x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
+            nan_v = nan_v | (x != x).to(tl.int32)
+            pinf_v = pinf_v | (x == POS_INF).to(tl.int32)
+            fin = inb & (x > NEG_INF) & (x < POS_INF)
+            nfin_v += fin.to(tl.int32)
+            m_v = tl.maximum(m_v, tl.where(fin, x, NEG_INF))
+            mn_v = tl.minimum(mn_v, tl.where(fin, x, POS_INF))
+    mx = tl.max(m_v, 0)
+    gi = tl.min(tl.where(m_v == mx, gidx_v, _INT32_MAX), 0)
+    pf = bf + part * _PF
+    pi = bi + part * _PI
+    tl.store(pf + 0, mx)
+    tl.store(pf + 1, tl.min(mn_v, 0))
+    tl.store(pi + 0, tl.max(nan_v, 0) | (tl.max(pinf_v, 0) * 2))
+    tl.store(pi + 1, tl.sum(nfin_v, 0))
+    tl.store(pi + 2, gi)
+    if part == 0:
+        # counters of the later launches (tickets and workspace slots) start at zero
+        tl.store(cnt + tl.arange(0, 4), tl.zeros([4], dtype=tl.int32))
 
-    status = tl.where(any_nan != 0, 1, status)
-    status = tl.where((status == 0) & greedy & (g_best == NEG_INF), 3, status)
-    status = tl.where((status == 0) & (greedy == 0) & (any_pinf != 0), 2, status)
+
+# ----------------------------------------------------------------------------- 2: row stats, histogram
+
+@triton.jit
+def _row_stats(bi, bf, S, V, T, min_p, status, greedy, k_on, p_on, mp_on, RMAX: tl.constexpr, NBF: tl.constexpr):
+    """Combine the parts' stats: final status, kind, greedy token, m, x_A, C (identical in every program)."""
+    sr = tl.arange(0, _SB)
+    flags = tl.zeros([_SB], dtype=tl.int32)
+    nfin = tl.zeros([_SB], dtype=tl.int32)
+    mxs = tl.full([_SB], float("-inf"), tl.float32)
+    mns = tl.full([_SB], float("inf"), tl.float32)
+    gis = tl.full([_SB], _INT32_MAX, tl.int32)
+    for s0 in range(0, S, _SB):
+        ss = s0 + sr
+        ok = ss < S
+        f_s = tl.load(bi + ss * _PI + 0, mask=ok, other=0)
+        n_s = tl.load(bi + ss * _PI + 1, mask=ok, other=0)
+        g_s = tl.load(bi + ss * _PI + 2, mask=ok, other=_INT32_MAX)
+        m_s = tl.load(bf + ss * _PF + 0, mask=ok, other=float("-inf"))
+        mn_s = tl.load(bf + ss * _PF + 1, mask=ok, other=float("inf"))
+        flags = flags | f_s
+        nfin += n_s
+        take = (m_s > mxs) | ((m_s == mxs) & (g_s < gis))
+        gis = tl.where(take, g_s, gis)
+        mxs = tl.where(take, m_s, mxs)
+        mns = tl.minimum(mns, mn_s)
+    fl = tl.max(flags, 0)
+    n_fin = tl.sum(nfin, 0)
+    m = tl.max(mxs, 0)
+    g_idx = tl.min(tl.where(mxs == m, gis, _INT32_MAX), 0)
+    xmin = tl.min(mns, 0)
+    status = tl.where((fl & 1) != 0, 1, status)
+    status = tl.where((status == 0) & greedy & (m == float("-inf")), 3, status)
+    status = tl.where((status == 0) & (greedy == 0) & ((fl & 2) != 0), 2, status)
     status = tl.where((status == 0) & (greedy == 0) & (n_fin == 0), 3, status)
-    sampling = (status == 0) & (greedy == 0)
+    kind = tl.where(status != 0, -1, tl.where(greedy, 0, tl.where(k_on | p_on, 3, tl.where(mp_on, 2, 1))))
+    sampling = kind > 0
+    m = tl.where(sampling, m, 0.0)
+    # min-p: A = {x finite, exp((x - m) / T) >= min_p} = {x >= x_A}; bisection on the float order
+    # (key(m) always qualifies: exp(0) = 1 >= min_p)
+    kA = tl.full([], _INT32_MIN, tl.int64)
+    if sampling & mp_on:
+        lo = tl.full([], _INT32_MIN, tl.int64)
+        hi = _key(m).to(tl.int64)
+        for _it in range(0, 32):
+            mid = lo + (hi - lo) // 2
+            ok = tl.exp(tl.div_rn(_unkey(mid.to(tl.int32)) - m, T)) >= min_p
+            hi = tl.where(ok, mid, hi)
+            lo = tl.where(ok, lo, mid)
+        kA = hi
+    xA = tl.where(kA == _INT32_MIN, float("-inf"), _unkey(kA.to(tl.int32)))
+    # fine bins span the survivors' range, at most RMAX units of s
+    x_lo = tl.maximum(xmin, xA)
+    Rx = tl.minimum(m - x_lo, RMAX * T)
+    Rx = tl.maximum(Rx, 1e-30)
+    C = tl.where(sampling, NBF / Rx, 0.0)
+    return status, kind, g_idx, m, xA, C
 
-    Zs = tl.where(sampling, Z, 1.0)
-    ms = tl.where(sampling, m, 0.0)
-    pmax = tl.div_rn(1.0, Zs)
-    thr_minp = tl.where(min_p > 0, min_p * pmax, 0.0)
-    k_on = (k > 0) & (k < V)
-    p_on = top_p < 1.0
-    filt = sampling & (k_on | p_on | (min_p > 0))
-    INV_W = NB / R
 
-    # ---- pass 2: histogram of the min-p survivors, their mass and count
-    bins = tl.arange(0, NB)
-    hist = tl.zeros([NB], dtype=tl.int32)
-    sa_v = tl.zeros([BLOCK], dtype=tl.float32)
-    na_v = tl.zeros([BLOCK], dtype=tl.int32)
-    n2 = tl.where(filt, V, 0)
-    for start in range(0, n2, BLOCK):
-        offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
-        b = tl.where(A, b, NB - 1)
-        hist += tl.histogram(b, NB)
-        sa_v += tl.where(A, p, 0.0)
-        na_v += A.to(tl.int32)
-    S_A = tl.sum(sa_v, 0)
-    n_A = tl.sum(na_v, 0)
-
-    # ---- choose the bins to gather
-    cum = tl.cumsum(hist, 0)
-    k_act = k_on & (k < n_A)
-    # top-k boundary bin: first bin whose cumulative count reaches k (counts are exact)
+@triton.jit
+def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1: tl.constexpr, KMAX: tl.constexpr,
+                   KBIG: tl.constexpr, NBF: tl.constexpr):
+    """Last program of a top-k/top-p row: choose the window of fine bins (or refine, or the slow path)."""
+    bins = tl.arange(0, NB1)
+    H = _sum_parts_i(hist1, S, NB1, NB1)
+    H = tl.where(bins == NB1 - 1, 0, H)  # the last bin collects the non-survivors
+    cum = tl.cumsum(H, 0)
+    # top-k: the first bin whose cumulative count reaches k (counts are exact)
     b_k = tl.sum((cum < k).to(tl.int32), 0)
-    cnt_upto_bk = tl.sum(tl.where(bins == b_k, cum, 0), 0)
-    # top-p boundary bins: estimate each bin's mass at its midpoint, take a margin
-    # of bins on each side; the gathered range is verified exactly afterwards
-    mid_e = tl.exp(-(bins.to(tl.float32) + 0.5) / INV_W)
-    cum_mid = tl.cumsum(hist.to(tl.float32) * mid_e, 0) / Zs
-    target = top_p * S_A
-    b_mid = tl.sum((cum_mid < target).to(tl.int32), 0)
-    b_hi = tl.minimum(b_mid + MARGIN, NB - 1)
-    b_lo = tl.maximum(b_mid - MARGIN, 0)
-    cnt_upto_bhi = tl.sum(tl.where(bins == b_hi, cum, 0), 0)
-    cnt_below_blo = tl.sum(tl.where(bins == b_lo - 1, cum, 0), 0)
-    # path: 2 fast (every kept token gathered), 3 boundary (only the boundary bins), 1 untruncated, 4 slow
-    fast_k = k_act & (b_k < NB - 1) & (cnt_upto_bk <= KMAX)
-    fast_p = (k_act == 0) & p_on & (b_hi < NB - 1) & (cnt_upto_bhi <= KMAX)
-    bound_p = (k_act == 0) & p_on & (b_hi < NB - 1) & (fast_p == 0) & (cnt_upto_bhi - cnt_below_blo <= KMAX)
-    fast_m = (k_act == 0) & (p_on == 0) & (n_A <= KMAX)
-    path = tl.where((sampling == 0), tl.where(status == 0, 0, -1),
-                    tl.where((filt == 0), 1,
-                             tl.where(fast_k | fast_p | fast_m, 2,
-                                      tl.where(bound_p, 3, tl.where((k_act == 0) & (p_on == 0), 1, 4)))))
-    g_lo = tl.where(path == 3, b_lo, 0)
-    g_hi = tl.where(fast_k, b_k, tl.where(fast_p | (path == 3), b_hi, NB - 1))
+    # top-p: estimate each bin's mass at its midpoint; one bin of margin each side (verified later)
+    CT = C * T
+    mid_e = tl.exp(-(bins.to(tl.float32) * _NB2 + _NB2 * 0.5) / CT)
+    cum_est = tl.cumsum(H.to(tl.float32) * mid_e, 0)
+    b_mid = tl.minimum(tl.sum((cum_est < top_p * E_A).to(tl.int32), 0), NB1 - 2)
+    b_lo = tl.where(k_act, b_k, tl.maximum(b_mid - 1, 0))
+    b_hi = tl.where(k_act, b_k, tl.minimum(b_mid + 1, NB1 - 2))
+    before = tl.sum(tl.where(bins < b_lo, H, 0), 0)
+    upto = tl.sum(tl.where(bins <= b_hi, H, 0), 0)
+    # rows that keep every survivor (top-k neutral for this row, no top-p)
+    all_kept = (k_act == 0) & (p_on == 0)
+    f_lo = tl.where(all_kept, tl.where(n_A <= KMAX, 0, NBF), tl.where(upto <= KMAX, 0, b_lo * _NB2))
+    f_hi = tl.where(all_kept, NBF - 1, b_hi * _NB2 + _NB2 - 1)
+    n_above = tl.where(all_kept, tl.where(n_A <= KMAX, 0, n_A), tl.where(upto <= KMAX, 0, before))
+    fits = all_kept | (upto - tl.where(f_lo == 0, 0, before) <= KMAX)
+    # refine about four level-1 bins around the boundary (the top-k bin first)
+    rb = tl.where(k_act, b_k, tl.maximum(tl.minimum(b_mid - 1, NB1 - 5), 0))
+    mode = tl.where(fits, 0, 1)
+    tl.store(ri + _I_MODE, mode)
+    tl.store(ri + _I_FLO, f_lo)
+    tl.store(ri + _I_FHI, f_hi)
+    tl.store(ri + _I_NABOVE, n_above)
+    tl.store(ri + _I_ABOVE, tl.where(f_lo == 0, 0, tl.where(n_above <= KBIG, 1, 2)))
+    tl.store(ri + _I_F0, rb * _NB2)
+    tl.store(ri + _I_NABOVE0, tl.sum(tl.where(bins < rb, H, 0), 0))
 
-    # ---- pass 3: gather the chosen survivors into the workspace
-    ws = ws_ptr + row * KMAX
-    n_g = 0
-    ma_v = tl.zeros([BLOCK], dtype=tl.float32)
-    n3 = tl.where((path == 2) | (path == 3), V, 0)
-    for start in range(0, n3, BLOCK):
-        offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
-        sel = A & (b >= g_lo) & (b <= g_hi)
-        ma_v += tl.where(A & (b < g_lo), p, 0.0)
-        pos = n_g + tl.cumsum(sel.to(tl.int32), 0) - 1
-        packed = (_key(x).to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64))
-        tl.store(ws + pos, packed, mask=sel & (pos < KMAX))
-        n_g += tl.sum(sel.to(tl.int32), 0)
-    mass_above = tl.sum(ma_v, 0)
-    tl.debug_barrier()
 
-    # ---- decide on the sorted workspace (exactly the reference's rules)
-    i = tl.arange(0, KMAX)
-    gathered = (path == 2) | (path == 3)
-    n_use = tl.where(gathered, tl.minimum(n_g, KMAX), 0)
-    valid = i < n_use
-    packed = tl.load(ws + i, mask=valid, other=-9223372036854775808)
+@triton.jit(do_not_specialize=["V", "S", "CH"])
+def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
+                 wsi, wsf, ws64, S, CH,
+                 BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
+                 RMAX: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    base = logits_ptr + row * stride_row
+    NBF: tl.constexpr = (NB1 - 1) * _NB2
+    R4: tl.constexpr = BLOCK // 4
+    T, k, top_p, min_p, status, greedy, k_on, p_on, mp_on = _params(row, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V)
+    bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
+    status, kind, g_idx, m, xA, C = _row_stats(bi, bf, S, V, T, min_p, status, greedy, k_on, p_on, mp_on, RMAX, NBF)
+    if part == 0:
+        tl.store(ri + _I_STATUS, status)
+        tl.store(ri + _I_KIND, kind)
+        tl.store(ri + _I_GIDX, g_idx)
+        tl.store(ri + _I_MODE, 0)
+        tl.store(ri + _I_ABOVE, 0)
+        tl.store(rf + _F_M, m)
+        tl.store(rf + _F_T, T)
+        tl.store(rf + _F_XA, xA)
+        tl.store(rf + _F_C, C)
+    lo = part * CH
+    hi = tl.minimum(lo + CH, V)
+    if kind == 1:
+        # no filter: the draw over every finite logit, here
+        seed = tl.load(seed_ptr + row)
+        offset = tl.load(offset_ptr + row)
+        best, tok, mass = _gumbel_scan(base, lo, hi, V, m, T, xA, C, NBF, _INT32_MIN, seed, offset, BLOCK, NBF)
+        tl.store(bf + part * _PF + 2, best)
+        tl.store(bi + part * _PI + 3, tok)
+        tl.store(b64 + part * _P64 + 1, mass)
+    if kind == 2:
+        # min-p only: pack the survivors into the workspace (the decide launch draws among them)
+        for st in range(lo, hi, BLOCK):
+            offs, x, fin = _tile(base, st, V, R4)
+            A = fin & (x >= xA)
+            _compact(cand, cnt + 2, KMAX, A, _pack(x, offs))
+    if kind == 3:
+        na_v = tl.zeros([BLOCK], dtype=tl.int32)
+        e_v = tl.zeros([BLOCK], dtype=tl.int64)
+        h = tl.zeros([NB1], dtype=tl.int32)
+        if p_on:
+            for st in range(lo, hi, BLOCK):
+                offs, x, fin = _tile1(base, st, V, BLOCK)
+                A = fin & (x >= xA)
+                b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
+                h += tl.histogram(b1, NB1)
+                na_v += A.to(tl.int32)
+                e_v += tl.where(A, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+        else:
+            for st in range(lo, hi, BLOCK):
+                offs, x, fin = _tile1(base, st, V, BLOCK)
+                A = fin & (x >= xA)
+                b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
+                h += tl.histogram(b1, NB1)
+                na_v += A.to(tl.int32)
+        tl.store(hist1 + part * NB1 + tl.arange(0, NB1), h)
+        tl.store(bi + part * _PI + 4, tl.sum(na_v, 0))
+        tl.store(b64 + part * _P64 + 0, tl.sum(e_v, 0))
+        # the last program of the row to finish adds the parts and chooses the window
+        tl.debug_barrier()
+        ticket = tl.atomic_add(cnt + 0, 1)
+        if ticket == S - 1:
+            n_A = _sum_col_i(bi, S, _PI, 4)
+            EA_q = _sum_parts_q(b64, S, 0)
+            k_act = k_on & (k < n_A)
+            E_A = EA_q.to(tl.float32) * _UNFIX
+            tl.store(ri + _I_NA, n_A)
+            tl.store(ri + _I_KACT, k_act.to(tl.int32))
+            tl.store(r64 + _Q_EA, EA_q)
+            _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1, KMAX, KBIG, NBF)
+
+
+# ----------------------------------------------------------------------------- 3: refine
+
+@triton.jit(do_not_specialize=["V", "S", "CH"])
+def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
+                   BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
+                   KBIG: tl.constexpr, RSH: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    base = logits_ptr + row * stride_row
+    NBF: tl.constexpr = (NB1 - 1) * _NB2
+    # refined bins: 2**RSH fine bins each, NBS - 1 of them (about four level-1 bins); the last collects the rest
+    W: tl.constexpr = (NBS - 1) << RSH
+    bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
+    kind = tl.load(ri + _I_KIND)
+    mode = tl.load(ri + _I_MODE)
+    if (kind == 3) & (mode == 1):
+        m = tl.load(rf + _F_M)
+        T = tl.load(rf + _F_T)
+        xA = tl.load(rf + _F_XA)
+        C = tl.load(rf + _F_C)
+        f0 = tl.load(ri + _I_F0)
+        top_p = tl.load(top_p_ptr + row).to(tl.float32)
+        p_on = top_p < 1.0
+        lo = part * CH
+        hi = tl.minimum(lo + CH, V)
+        h = tl.zeros([NBS], dtype=tl.int32)
+        e_v = tl.zeros([BLOCK], dtype=tl.int64)
+        for st in range(lo, hi, BLOCK):
+            offs, x, fin = _tile1(base, st, V, BLOCK)
+            A = fin & (x >= xA)
+            d = _fine(x, m, C, NBF) - f0
+            b2 = tl.where(A & (d >= 0) & (d < W), d >> RSH, NBS - 1)
+            h += tl.histogram(b2, NBS)
+            if p_on:
+                e_v += tl.where(A & (d < 0), _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+        tl.store(hist2 + part * NBS + tl.arange(0, NBS), h)
+        tl.store(b64 + part * _P64 + 2, tl.sum(e_v, 0))
+        tl.debug_barrier()
+        ticket = tl.atomic_add(cnt + 1, 1)
+        if ticket == S - 1:
+            j = tl.arange(0, NBS)
+            H = _sum_parts_i(hist2, S, NBS, NBS)
+            H = tl.where(j == NBS - 1, 0, H)
+            cum = tl.cumsum(H, 0)
+            mass0_q = _sum_parts_q(b64, S, 2)
+            tl.store(r64 + _Q_MASS0, mass0_q)
+            k = tl.load(top_k_ptr + row).to(tl.int64)
+            k_act = tl.load(ri + _I_KACT) != 0
+            n_A = tl.load(ri + _I_NA)
+            n_ab0 = tl.load(ri + _I_NABOVE0)
+            E_A = tl.load(r64 + _Q_EA).to(tl.float32) * _UNFIX
+            mass0 = mass0_q.to(tl.float32) * _UNFIX
+            CT = C * T
+            # top-k: exact; top-p: masses at the refined bins' midpoints, one bin of margin
+            j_k = tl.sum((n_ab0 + cum < k).to(tl.int32), 0)
+            mid_e = tl.exp(-((f0 + (j << RSH)).to(tl.float32) + (1 << RSH) * 0.5) / CT)
+            cum_est = mass0 + tl.cumsum(H.to(tl.float32) * mid_e, 0)
+            j_mid = tl.sum((cum_est < top_p * E_A).to(tl.int32), 0)
+            j_lo = tl.where(k_act, j_k, tl.maximum(j_mid - 1, 0))
+            j_hi = tl.where(k_act, j_k, tl.minimum(j_mid + 1, NBS - 2))
+            before = n_ab0 + tl.sum(tl.where(j < j_lo, H, 0), 0)
+            upto = n_ab0 + tl.sum(tl.where(j <= j_hi, H, 0), 0)
+            fast = upto <= KMAX
+            f_lo = tl.where(fast, 0, f0 + (j_lo << RSH))
+            n_above = tl.where(fast, 0, before)
+            ok = (upto - tl.where(fast, 0, before) <= KMAX) & (j_lo <= NBS - 2)
+            # a top-p boundary outside the refined range (estimates too far off) goes to the slow path
+            ok = ok & (k_act | ((mass0 < top_p * E_A) & (j_mid <= NBS - 2)))
+            tl.store(ri + _I_MODE, tl.where(ok, 0, 2))
+            tl.store(ri + _I_FLO, f_lo)
+            tl.store(ri + _I_FHI, f0 + ((j_hi + 1) << RSH) - 1)
+            tl.store(ri + _I_NABOVE, n_above)
+            tl.store(ri + _I_ABOVE, tl.where(f_lo == 0, 0, tl.where(n_above <= KBIG, 1, 2)))
+
+
+# ----------------------------------------------------------------------------- 4: gather
+
+@triton.jit(do_not_specialize=["V", "S", "CH"])
+def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws64, S, CH,
+                   BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
+                   KBIG: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    base = logits_ptr + row * stride_row
+    NBF: tl.constexpr = (NB1 - 1) * _NB2
+    R4: tl.constexpr = BLOCK // 4
+    bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
+    kind = tl.load(ri + _I_KIND)
+    mode = tl.load(ri + _I_MODE)
+    above = tl.load(ri + _I_ABOVE)
+    lo = part * CH
+    hi = tl.minimum(lo + CH, V)
+    m = tl.load(rf + _F_M)
+    T = tl.load(rf + _F_T)
+    xA = tl.load(rf + _F_XA)
+    C = tl.load(rf + _F_C)
+    # rows whose kept tokens are drawn in this pass: min-p only with more survivors than the
+    # workspace holds, and top-k/top-p rows with more survivors above the window than KBIG
+    minp_over = (kind == 2) & (tl.load(cnt + 2) > KMAX)
+    if minp_over | ((kind == 3) & (mode == 0) & (above == 2)):
+        f_lo = tl.where(kind == 2, NBF, tl.load(ri + _I_FLO))
+        seed = tl.load(seed_ptr + row)
+        offset = tl.load(offset_ptr + row)
+        best, tok, mass = _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, _INT32_MIN, seed, offset, BLOCK, NBF)
+        tl.store(bf + part * _PF + 3, best)
+        tl.store(bi + part * _PI + 5, tok)
+        tl.store(b64 + part * _P64 + 3, mass)
+    if (kind == 3) & (mode == 0):
+        f_lo = tl.load(ri + _I_FLO)
+        f_hi = tl.load(ri + _I_FHI)
+        if above == 1:
+            for st in range(lo, hi, BLOCK):
+                offs, x, fin = _tile(base, st, V, R4)
+                A = fin & (x >= xA)
+                f = _fine(x, m, C, NBF)
+                packed = _pack(x, offs)
+                _compact(cand, cnt + 2, KMAX, A & (f >= f_lo) & (f <= f_hi), packed)
+                _compact(abv, cnt + 3, KBIG, A & (f < f_lo), packed)
+        else:
+            for st in range(lo, hi, BLOCK):
+                offs, x, fin = _tile(base, st, V, R4)
+                A = fin & (x >= xA)
+                f = _fine(x, m, C, NBF)
+                _compact(cand, cnt + 2, KMAX, A & (f >= f_lo) & (f <= f_hi), _pack(x, offs))
+
+
+# ----------------------------------------------------------------------------- 5: decide
+
+@triton.jit
+def _draw_unsorted(ws, n, m, T, seed, offset, N: tl.constexpr):
+    # Gumbel-max and fixed-point mass over every entry of a packed list (any order)
+    b_v = tl.full([N], float("-inf"), tl.float32)
+    t_v = tl.full([N], _INT32_MAX, tl.int32)
+    e_v = tl.zeros([N], dtype=tl.int64)
+    ar = tl.arange(0, N)
+    for i0 in range(0, n, N):
+        ok = i0 + ar < n
+        packed = tl.load(ws + i0 + ar, mask=ok, other=0)
+        key = (packed >> 32).to(tl.int32)
+        idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
+        x = _unkey(key)
+        sc = tl.where(ok, _gumbel(x, m, T, seed, offset, idx), float("-inf"))
+        take = ok & ((sc > b_v) | ((sc == b_v) & (idx < t_v)))
+        b_v = tl.where(take, sc, b_v)
+        t_v = tl.where(take, idx, t_v)
+        e_v += tl.where(ok, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+    best = tl.max(b_v, 0)
+    tok = tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 0)
+    return best, tok, tl.sum(e_v, 0)
+
+
+@triton.jit
+def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, E_A, has_top, n_below,
+                   N: tl.constexpr):
+    """Sort the window and decide exactly as the reference (min-p survivors renormalised, top-k ties
+    kept, top-p on the mass strictly above); verify that the boundary lies in the window."""
+    i = tl.arange(0, N)
+    valid = i < n_g
+    packed = tl.load(cand + i, mask=valid, other=-9223372036854775808)
     packed = tl.sort(packed, 0, descending=True)
     key = (packed >> 32).to(tl.int32)
-    idx = 4294967295 - (packed & 4294967295)
+    idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
     xs = _unkey(key)
-    ps = tl.where(valid, tl.div_rn(tl.exp(tl.div_rn(xs - ms, T_eff)), Zs), 0.0)
-    # top-k, ties kept: the k-th largest survivor (all survivors down to it are gathered)
-    p_kth = tl.sum(tl.where(i == k - 1, ps, 0.0), 0)
-    keep_k = valid & ((k_act == 0) | (ps >= p_kth))
-    S1 = tl.sum(tl.where(keep_k, ps, 0.0), 0)
-    S_use = tl.where(k_act, S1, S_A)
-    cur = tl.where(keep_k, tl.div_rn(ps, S_use), 0.0)
-    excl = tl.cumsum(cur, 0) - cur + tl.div_rn(mass_above, S_use)
-    ones = tl.full([KMAX], 1, tl.int32)
+    es = tl.where(valid, tl.exp(tl.div_rn(xs - m, T)), 0.0)
+    # top-k, ties kept: the k-th largest survivor is at position k - 1 - n_above of the window
+    r_k = k - 1 - n_above
+    e_kth = tl.sum(tl.where(i == r_k, es, 0.0), 0)
+    keep_k = valid & ((k_act == 0) | (es >= e_kth))
+    Ek_q = mass_q + tl.sum(tl.where(keep_k, _fix(es), 0), 0)
+    S_use = tl.where(k_act, Ek_q.to(tl.float32) * _UNFIX, E_A)
+    above0 = tl.div_rn(mass_q.to(tl.float32) * _UNFIX, S_use)
+    cur = tl.where(keep_k, tl.div_rn(es, S_use), 0.0)
+    excl = tl.cumsum(cur, 0) - cur + above0
+    ones = tl.full([N], 1, tl.int32)
     _len, prev_key, _cur = tl.associative_scan((ones, key, key), 0, _shift_combine)
     start_flag = ((i == 0) | (prev_key != key)).to(tl.int32)
     _flag, above = tl.associative_scan((start_flag, excl), 0, _latest_combine)
-    top_group = (g_lo == 0) & (key == tl.max(tl.where(valid, key, _INT32_MIN), 0))
+    top_group = has_top & (key == tl.max(tl.where(valid, key, _INT32_MIN), 0))
     keep = keep_k & ((p_on == 0) | (above < top_p) | top_group)
-    # the top-p boundary must lie inside the gathered range: the survivors above it
-    # are kept (mass above < top_p) and the first survivor below it is not
-    # (mass above >= top_p); otherwise the row falls back to the slow path
-    above0 = tl.div_rn(mass_above, S_use)
     total = above0 + tl.sum(cur, 0)
-    p_gathered = gathered & p_on & (k_act == 0) & (n_A > n_use)
-    missed = (p_gathered & ((total < top_p) | ((above0 >= top_p) & (g_lo > 0)))) | (gathered & (n_g > KMAX))
-    path = tl.where(missed, 4, path)
-    theta_ws = tl.min(tl.where(keep, key, _INT32_MAX), 0)
-    S_keep_ws = tl.sum(tl.where(keep, ps, 0.0), 0)
-    # fast path: Gumbel-max inside the workspace
-    sc = tl.where(keep, _gumbel(xs, ms, T_eff, seed, offset, idx), NEG_INF)
+    missed = (k_act & ((r_k < 0) | (r_k >= n_g)))
+    # the top-p boundary must lie inside the window: the survivors above it are kept (mass above
+    # the window < top_p) and the first survivor below it is not (mass above it >= top_p)
+    missed = missed | (p_on & (n_above > 0) & (above0 >= top_p))
+    missed = missed | (p_on & (k_act == 0) & (n_below > 0) & (total < top_p))
+    theta = tl.min(tl.where(keep, key, _INT32_MAX), 0)
+    keep_q = mass_q + tl.sum(tl.where(keep, _fix(es), 0), 0)
+    sc = tl.where(keep, _gumbel(xs, m, T, seed, offset, idx), float("-inf"))
     best = tl.max(sc, 0)
-    tok_ws = tl.min(tl.where(keep & (sc == best), idx, 2147483647), 0)
+    tok = tl.min(tl.where(keep & (sc == best), idx, _INT32_MAX), 0)
+    return theta, keep_q, best, tok, missed
 
-    # ---- slow path: bisection on the 32-bit logit key (one pass per bit)
-    theta_slow = tl.full([], _INT32_MIN, tl.int32)
-    n_bits = tl.where(path == 4, 32, 0)
-    if path == 4:
+
+@triton.jit(do_not_specialize=["stride_row", "V", "S"])
+def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
+                   token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S,
+                   BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
+                   KBIG: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    base = logits_ptr + row * stride_row
+    NBF: tl.constexpr = (NB1 - 1) * _NB2
+    bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
+    status = tl.load(ri + _I_STATUS)
+    kind = tl.load(ri + _I_KIND)
+    m = tl.load(rf + _F_M)
+    T = tl.load(rf + _F_T)
+    xA = tl.load(rf + _F_XA)
+    C = tl.load(rf + _F_C)
+    k = tl.load(top_k_ptr + row).to(tl.int64)
+    top_p = tl.load(top_p_ptr + row).to(tl.float32)
+    p_on = top_p < 1.0
+    seed = tl.load(seed_ptr + row)
+    offset = tl.load(offset_ptr + row)
+    token = tl.load(ri + _I_GIDX)
+    zero = status * 0
+    path = tl.where(status != 0, -1, zero)
+    theta = tl.full([], _INT32_MIN, tl.int32)
+    keep_q = tl.full([], 0, tl.int64)
+    slow = kind == 4  # (never: set below for top-k/top-p rows)
+    if kind == 1:
+        best, token = _best_parts(bf + 2, bi + 3, S, 0)
+        keep_q = _sum_parts_q(b64, S, 1)
+        path = zero + 1
+    if kind == 2:
+        n = tl.load(cnt + 2)
+        if n <= KMAX:
+            best, token, keep_q = _draw_unsorted(cand, n, m, T, seed, offset, 512)
+            path = zero + 2
+        else:
+            best, token = _best_parts(bf + 3, bi + 5, S, 0)
+            keep_q = _sum_parts_q(b64, S, 3)
+            path = zero + 1
+    if kind == 3:
+        mode = tl.load(ri + _I_MODE)
+        slow = mode == 2
+        if mode == 0:
+            above = tl.load(ri + _I_ABOVE)
+            f_lo = tl.load(ri + _I_FLO)
+            n_A = tl.load(ri + _I_NA)
+            n_above = tl.load(ri + _I_NABOVE)
+            k_act = tl.load(ri + _I_KACT) != 0
+            E_A = tl.load(r64 + _Q_EA).to(tl.float32) * _UNFIX
+            n_g = tl.load(cnt + 2)
+            n_ab = tl.load(cnt + 3)
+            ab_best = tl.full([], float("-inf"), tl.float32)
+            ab_tok = tl.full([], _INT32_MAX, tl.int32)
+            mass_q = tl.full([], 0, tl.int64)
+            if above == 1:
+                ab_best, ab_tok, mass_q = _draw_unsorted(abv, tl.minimum(n_ab, KBIG), m, T, seed, offset, 1024)
+            if above == 2:
+                ab_best, ab_tok = _best_parts(bf + 3, bi + 5, S, 0)
+                mass_q = _sum_parts_q(b64, S, 3)
+            n_below = n_A - n_above - n_g
+            slow = (n_g > KMAX) | ((above == 1) & (n_ab != n_above))
+            if slow == 0:
+                has_top = f_lo == 0
+                if n_g <= 64:
+                    theta, keep_q, best, tok, missed = _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p,
+                                                                      p_on, n_above, mass_q, E_A, has_top, n_below,
+                                                                      64)
+                elif n_g <= 512:
+                    theta, keep_q, best, tok, missed = _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p,
+                                                                      p_on, n_above, mass_q, E_A, has_top, n_below,
+                                                                      512)
+                else:
+                    theta, keep_q, best, tok, missed = _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p,
+                                                                      p_on, n_above, mass_q, E_A, has_top, n_below,
+                                                                      KMAX)
+                theta = tl.where(n_g == 0, _INT32_MIN, theta)
+                take_ab = (ab_best > best) | ((ab_best == best) & (ab_tok < tok))
+                token = tl.where(take_ab, ab_tok, tok)
+                path = tl.where(f_lo == 0, 2, 3)
+                slow = missed
+    if slow:
+        # bisection on the 32-bit logit key, one pass over the row per bit
+        ar = tl.arange(0, BLOCK)
+        k_act = tl.load(ri + _I_KACT) != 0
+        kA = tl.where(xA == float("-inf"), _INT32_MIN, _key(xA)).to(tl.int64)
         # top-k: smallest t with #(survivors with key > t) < k
         lo = tl.full([], _INT32_MIN, tl.int64)
         hi = tl.full([], _INT32_MAX, tl.int64)
-        n_k = tl.where(k_act, n_bits, 0)
+        n_k = tl.where(k_act, 32, 0)
         for _it_k in range(0, n_k):
             mid = lo + (hi - lo) // 2
-            cnt = 0
-            for start in range(0, V, BLOCK):
-                offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
-                cnt += tl.sum((A & (_key(x).to(tl.int64) > mid)).to(tl.int32), 0)
-            ok = cnt < k
+            c = 0
+            for st in range(0, V, BLOCK):
+                offs = st + ar
+                x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+                A = (x > float("-inf")) & (x < float("inf")) & (x >= xA)
+                c += tl.sum((A & (_key(x).to(tl.int64) > mid)).to(tl.int32), 0)
+            ok = c < k
             hi = tl.where(ok, mid, hi)
             lo = tl.where(ok, lo, mid)
         theta_k = tl.where(k_act, hi, _INT32_MIN)
-        S_k = 0.0
-        for start in range(0, V, BLOCK):
-            offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
-            A = A & (_key(x).to(tl.int64) >= theta_k)
-            S_k += tl.sum(tl.where(A, p, 0.0), 0)
-        # top-p: smallest t with mass(kept with key > t) / S_k < top_p
+        ek_v = tl.zeros([BLOCK], dtype=tl.int64)
+        for st in range(0, V, BLOCK):
+            offs = st + ar
+            x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+            A = (x > float("-inf")) & (x < float("inf")) & (x >= xA) & (_key(x).to(tl.int64) >= theta_k)
+            ek_v += tl.where(A, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+        E_k = tl.sum(ek_v, 0).to(tl.float32) * _UNFIX
+        # top-p: smallest t with mass(kept with key > t) / E_k < top_p
         lo = tl.full([], _INT32_MIN, tl.int64)
         hi = tl.full([], _INT32_MAX, tl.int64)
-        n_p = tl.where(p_on, n_bits, 0)
+        n_p = tl.where(p_on, 32, 0)
         for _it_p in range(0, n_p):
             mid = lo + (hi - lo) // 2
-            mass = 0.0
-            for start in range(0, V, BLOCK):
-                offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
+            mq = tl.zeros([BLOCK], dtype=tl.int64)
+            for st in range(0, V, BLOCK):
+                offs = st + ar
+                x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
                 kx = _key(x).to(tl.int64)
-                A = A & (kx >= theta_k)
-                mass += tl.sum(tl.where(A & (kx > mid), tl.div_rn(p, S_k), 0.0), 0)
-            ok = mass < top_p
+                A = (x > float("-inf")) & (x < float("inf")) & (x >= xA) & (kx >= theta_k) & (kx > mid)
+                mq += tl.where(A, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+            ok = tl.div_rn(tl.sum(mq, 0).to(tl.float32) * _UNFIX, E_k) < top_p
             hi = tl.where(ok, mid, hi)
             lo = tl.where(ok, lo, mid)
         theta_p = tl.where(p_on, hi, _INT32_MIN)
-        theta_slow = tl.maximum(theta_k, theta_p).to(tl.int32)
-
-    # ---- pass 4: Gumbel-max over the row (untruncated, boundary and slow paths)
-    full = (path == 1) | (path == 3) | (path == 4)
-    n4 = tl.where(full, V, 0)
-    b4_v = tl.full([BLOCK], NEG_INF, tl.float32)
-    t4_v = tl.zeros([BLOCK], dtype=tl.int32)
-    sk_v = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, n4, BLOCK):
-        offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
-        kx = _key(x)
-        kept = tl.where(path == 3, A & ((b < g_lo) | ((b <= g_hi) & (kx >= theta_ws))),
-                        tl.where(path == 4, A & (kx >= theta_slow), A))
-        sc4 = tl.where(kept, _gumbel(x, ms, T_eff, seed, offset, offs), NEG_INF)
-        take = sc4 > b4_v
-        t4_v = tl.where(take, offs, t4_v)
-        b4_v = tl.where(take, sc4, b4_v)
-        sk_v += tl.where(kept, p, 0.0)
-    best4 = tl.max(b4_v, 0)
-    tok4 = tl.min(tl.where(b4_v == best4, t4_v, 2147483647), 0)
-    S_keep4 = tl.sum(sk_v, 0)
-
-    token = tl.where(path == 0, g_idx, tl.where(path == 2, tok_ws, tok4))
+        theta = tl.maximum(tl.maximum(theta_k, theta_p), kA).to(tl.int32)
+        best, token, keep_q = _gumbel_scan(base, 0, V, V, m, T, xA, C, NBF, theta, seed, offset, BLOCK, NBF)
+        path = zero + 4
     token = tl.where(status != 0, -1, token)
     tl.store(token_ptr + row, token.to(tl.int64))
-    tl.store(status_ptr + row, status.to(tl.int32))
-    tl.store(path_ptr + row, path.to(tl.int32))
+    tl.store(status_ptr + row, status)
+    tl.store(path_ptr + row, path)
+    tl.store(ri + _I_THETA, theta)
+    tl.store(rf + _F_EKEEP, keep_q.to(tl.float32) * _UNFIX)
 
-    # ---- optional: the distribution sampled from (same filtering as the draw)
-    if WANT_PROBS:
-        S_keep = tl.where(path == 2, S_keep_ws, S_keep4)
-        theta_final = tl.where(path == 2, theta_ws, tl.where(path == 4, theta_slow, _INT32_MIN))
-        pbase = probs_ptr + row * V
-        for start in range(0, V, BLOCK):
-            offs, x, A, p, b = _block(base, start, ar, V, ms, T_eff, Zs, thr_minp, INV_W, NB)
-            inb = offs < V
-            kx = _key(x)
-            kept = tl.where(path == 3, A & ((b < g_lo) | ((b <= g_hi) & (kx >= theta_ws))), A & (kx >= theta_final))
-            out = tl.where(kept, tl.div_rn(p, S_keep), 0.0)
-            out = tl.where(path == 0, tl.where(offs == g_idx, 1.0, 0.0), out)
-            out = tl.where(status != 0, 0.0, out)
-            tl.store(pbase + offs, out, mask=inb)
+
+# ----------------------------------------------------------------------------- 6: probabilities
+
+@triton.jit(do_not_specialize=["V", "S", "CH"])
+def _probs_kernel(logits_ptr, stride_row, V, probs_ptr, wsi, wsf, ws64, S, CH,
+                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
+                  KBIG: tl.constexpr):
+    # the distribution sampled from (same filtering as the draw)
+    row = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    base = logits_ptr + row * stride_row
+    bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
+    status = tl.load(ri + _I_STATUS)
+    kind = tl.load(ri + _I_KIND)
+    g_idx = tl.load(ri + _I_GIDX)
+    theta = tl.load(ri + _I_THETA)
+    m = tl.load(rf + _F_M)
+    T = tl.load(rf + _F_T)
+    xA = tl.load(rf + _F_XA)
+    E = tl.load(rf + _F_EKEEP)
+    pbase = probs_ptr + row * V
+    ar = tl.arange(0, BLOCK)
+    lo = part * CH
+    hi = tl.minimum(lo + CH, V)
+    for st in range(lo, hi, BLOCK):
+        offs = st + ar
+        inb = offs < V
+        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+        kept = (x > float("-inf")) & (x < float("inf")) & (x >= xA) & (_key(x) >= theta)
+        out = tl.where(kept, tl.div_rn(tl.exp(tl.div_rn(x - m, T)), E), 0.0)
+        out = tl.where(kind == 0, tl.where(offs == g_idx, 1.0, 0.0), out)
+        out = tl.where(status != 0, 0.0, out)
+        tl.store(pbase + offs, out, mask=inb)
+
+
+def launch_all(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64,
+               S, CH, want_probs, cfg):
+    """Launch the pipeline (see the module docstring). All tensors are allocated by the caller."""
+    B, V = logits.shape
+    sr = logits.stride(0)
+    c = dict(BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"])
+    kw = dict(num_warps=cfg["num_warps"], enable_fp_fusion=False)
+    grid = (B, S)
+    _stats_kernel[grid](logits, sr, V, temperature, top_k, top_p, min_p, wsi, wsf, ws64, S, CH, **c, **kw)
+    _hist_kernel[grid](logits, sr, V, temperature, top_k, top_p, min_p, seed, offset, wsi, wsf, ws64, S, CH,
+                       RMAX=cfg["r"], **c, **kw)
+    rsh = (4 * 256 // cfg["nbs"]).bit_length() - 1
+    _refine_kernel[grid](logits, sr, V, temperature, top_k, top_p, min_p, wsi, wsf, ws64, S, CH, RSH=rsh, **c, **kw)
+    _gather_kernel[grid](logits, sr, V, seed, offset, wsi, wsf, ws64, S, CH, **c, **kw)
+    _decide_kernel[(B,)](logits, sr, V, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path,
+                         wsi, wsf, ws64, S, **c, num_warps=cfg["decide_warps"], enable_fp_fusion=False)
+    if want_probs:
+        _probs_kernel[grid](logits, sr, V, probs, wsi, wsf, ws64, S, CH, **c, **kw)

@@ -1,28 +1,46 @@
 """Host entry points of the fused sampler (tokens; probabilities; both from one filtering).
 
-The kernel is :func:`impls.fused.kernel.fused_sample_kernel`. These wrappers
-allocate the outputs and the per-row workspace (``KMAX`` int64 per row,
-independent of the vocabulary) and launch one program per row.
+The kernels are in :mod:`impls.fused.kernel` (five launches per call, six with
+probabilities). These wrappers allocate the outputs and the per-row
+workspaces (a window of ``KMAX`` and a list of ``KBIG`` int64 entries, small
+records and per-part histograms: independent of the vocabulary) and choose how
+many programs share a row (``S``): enough that a small batch fills the GPU,
+one per row for a large batch.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 
-from .kernel import PATHS, STATUS_KINDS, fused_sample_kernel
+from .kernel import LAYOUT, PATHS, STATUS_KINDS, launch_all
 
-__all__ = ["fused_sample", "DEFAULTS", "INTERPRETER"]
+__all__ = ["fused_sample", "DEFAULTS", "INTERPRETER", "splits"]
 
-#: Tuning constants: block of logits per loop step, histogram bins, histogram
-#: range in units of (x - max) / T, workspace entries per row. Results do not
-#: depend on them (only the path a row takes does).
-DEFAULTS = {"block": 2048, "nb": 4096, "r": 32.0, "kmax": 2048, "num_warps": 8, "margin": 1}
+#: Tuning constants: block of logits per loop step, level-1 histogram bins, largest
+#: range of the bins in units of (x - max) / T, window and above-window workspace
+#: entries per row, refine bins, warps of the streaming and of the decide launches, and
+#: the number of programs a batch should spread over (rows are split into parts until
+#: batch * parts reaches it). Results do not depend on them (only the path a row takes does).
+DEFAULTS = {"block": 2048, "nb": 128, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 256, "num_warps": 8,
+            "decide_warps": 8, "programs": 512, "max_splits": 128}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
-#: bins and workspace keep it fast, and send more rows down the boundary and
-#: slow paths, which is what a CPU test wants to exercise.
-INTERPRETER = {"block": 128, "nb": 128, "r": 32.0, "kmax": 128, "num_warps": 4, "margin": 2}
+#: bins and workspaces keep it fast, and send more rows down the refine,
+#: boundary and slow paths, which is what a CPU test wants to exercise.
+INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
+               "decide_warps": 4, "programs": 48, "max_splits": 8}
+
+
+def splits(B: int, V: int, cfg: dict):
+    """``(S, CH)``: programs per row and logits per program (a multiple of the block)."""
+    nblk = max(1, -(-V // cfg["block"]))
+    S = max(1, min(nblk, cfg["max_splits"], -(-cfg["programs"] // max(B, 1))))
+    ch_blocks = -(-nblk // S)
+    CH = ch_blocks * cfg["block"]
+    S = max(1, -(-V // CH))
+    return S, CH
 
 
 def _check(t: torch.Tensor, name: str, B: int, device) -> torch.Tensor:
@@ -36,7 +54,7 @@ def _check(t: torch.Tensor, name: str, B: int, device) -> torch.Tensor:
 def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                  min_p: torch.Tensor, seed: torch.Tensor, offset: torch.Tensor, want_probs: bool = False,
                  block: Optional[int] = None, nb: Optional[int] = None, r: Optional[float] = None,
-                 kmax: Optional[int] = None, num_warps: Optional[int] = None):
+                 kmax: Optional[int] = None, num_warps: Optional[int] = None, **more):
     """Sample one token per row with min-p, top-k, top-p, temperature and the canonical draw.
 
     Parameters
@@ -87,22 +105,24 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     seed = _check(seed.to(torch.int64), "seed", B, dev)
     offset = _check(offset.to(torch.int64), "offset", B, dev)
     cfg = dict(INTERPRETER if logits.device.type == "cpu" else DEFAULTS)
-    for name, v in (("block", block), ("nb", nb), ("r", r), ("kmax", kmax), ("num_warps", num_warps)):
+    for name, v in dict(more, block=block, nb=nb, r=r, kmax=kmax, num_warps=num_warps).items():
+        if name not in cfg:
+            raise TypeError(f"unknown fused_sample option {name!r}")
         if v is not None:
             cfg[name] = v
-    tokens = torch.full((B,), -2, dtype=torch.int64, device=dev)
-    status = torch.full((B,), -2, dtype=torch.int32, device=dev)
-    path = torch.full((B,), -2, dtype=torch.int32, device=dev)
-    probs = torch.full((B, V) if want_probs else (1,), float("nan"), dtype=torch.float32, device=dev)
-    ws = torch.empty((B, cfg["kmax"]), dtype=torch.int64, device=dev)
+    if V >= 1 << 23:
+        raise ValueError(f"vocab {V} too large for the fused kernel's fixed-point sums (< 2**23)")
+    tokens = torch.empty((B,), dtype=torch.int64, device=dev)
+    status = torch.empty((B,), dtype=torch.int32, device=dev)
+    path = torch.empty((B,), dtype=torch.int32, device=dev)
+    probs = torch.empty((B, V) if want_probs else (1,), dtype=torch.float32, device=dev)
     if B:
-        fused_sample_kernel[(B,)](
-            logits, logits.stride(0), V, temperature, top_k, top_p, min_p, seed, offset,
-            tokens, status, path, probs, ws,
-            WANT_PROBS=want_probs, BLOCK=cfg["block"], NB=cfg["nb"], R=cfg["r"], KMAX=cfg["kmax"], MARGIN=cfg["margin"],
-            num_warps=cfg["num_warps"],
-            # no FMA contraction: the decisions must round like the reference's
-            # separate multiply and add (PyTorch)
-            enable_fp_fusion=False,
-        )
+        S, CH = splits(B, V, cfg)
+        L = LAYOUT
+        wsi = torch.empty((B, S * (L["PI"] + cfg["nb"] + cfg["nbs"]) + L["RI"] + L["CNT"]), dtype=torch.int32,
+                          device=dev)
+        wsf = torch.empty((B, S * L["PF"] + L["RF"]), dtype=torch.float32, device=dev)
+        ws64 = torch.empty((B, S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"]), dtype=torch.int64, device=dev)
+        launch_all(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64,
+                   S, CH, want_probs, cfg)
     return tokens, status, path, (probs if want_probs else None)
