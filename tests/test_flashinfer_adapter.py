@@ -120,7 +120,7 @@ def test_row_function_picks_one_function_per_filter_mix():
         row_function(2, 1.0, 0.1, 4)
 
 
-def test_groups_seeds_offsets_and_greedy_normalisation(fake):
+def test_whole_batch_calls_seeds_offsets_and_greedy_normalisation(fake):
     s = FlashInferSession(FLASHINFER, "top_k_first", "cpu")
     rows = [Row(X, temperature=0.5, top_k=2, top_p=0.9, seed=11, slot=0),
             Row(X, temperature=0.0, slot=1),                       # greedy: T = 1, top_k = 1
@@ -130,22 +130,36 @@ def test_groups_seeds_offsets_and_greedy_normalisation(fake):
     out = s.step(rows)
     assert [o.token for o in out] == [1, 1, 1, 1, 1]
     assert [o.extra["function"] for o in out] == [FUNCTIONS[k] for k in
-                                                    ("top_k_top_p", "top_k", "top_k_top_p", "min_p", "plain")]
-    calls = {c[0]: c for c in fake.calls if c[0] != "softmax"}
-    # rows 0 and 2 in one call, in batch order, with their own seeds and offset 0
-    name, n, seeds, offs, params = calls["top_k_top_p_sampling_from_probs"]
-    assert (n, seeds, offs, params["top_k"]) == (2, [11, -3], [0, 0], [2, 2])
-    assert params["top_p"] == pytest.approx([0.9, 0.8])
+                                                    ("top_k_top_p", "top_k_top_p", "top_k_top_p", "min_p",
+                                                     "top_k_top_p")]
+    assert [o.extra["batch_row"] for o in out] == [0, 1, 2, 3, 4]
+    assert [c[0] for c in fake.calls] == ["softmax", "top_k_top_p_sampling_from_probs", "min_p_sampling_from_probs"]
+    # one softmax over the batch with each row's temperature (the greedy row at 1)
+    assert fake.calls[0][2] == pytest.approx([0.5, 1.0, 1.0, 1.0, 2.0])
+    # both calls see all five rows in batch order with their own seeds and offsets: the greedy row is
+    # unseeded (the profile's global seed 42, offset from 2**62); neutral top_k = V = 4 and top_p = 1
+    # for the rows the call does not decide, min_p = 0 likewise
+    name, n, seeds, offs, params = fake.calls[1]
+    assert (n, seeds, offs, params["top_k"]) == (5, [11, 42, -3, 5, 7], [0, 1 << 62, 0, 0, 0], [2, 1, 2, 4, 4])
+    assert params["top_p"] == pytest.approx([0.9, 1.0, 0.8, 1.0, 1.0])
     assert fake.order == "top_k_first"
-    # the greedy row: unseeded (the profile's global seed 42, offset from 2**62), top_k = 1
-    name, n, seeds, offs, params = calls["top_k_sampling_from_probs"]
-    assert (n, seeds, offs, params["top_k"]) == (1, [42], [1 << 62], [1])
-    assert calls["min_p_sampling_from_probs"][4]["min_p"] == pytest.approx([0.2])
-    temps = sorted(t for c in fake.calls if c[0] == "softmax" for t in c[2])
-    assert temps == pytest.approx([0.5, 1.0, 1.0, 1.0, 2.0])
+    name, n, seeds, offs, params = fake.calls[2]
+    assert (n, seeds, params["min_p"]) == (5, [11, 42, -3, 5, 7], pytest.approx([0, 0, 0, 0.2, 0]))
     # a second step advances each seeded slot's offset by one
     s.step([Row(X, temperature=0.5, top_k=2, top_p=0.9, seed=11, slot=0)])
     assert fake.calls[-1][3] == [1]
+
+
+def test_sample_many_calls_the_function_of_the_rows_filters(fake):
+    s = FlashInferSession(FLASHINFER, "top_k_first", "cpu")
+    for row, name in [(Row(X, temperature=1.0), "sampling_from_probs"),
+                      (Row(X, temperature=1.0, top_k=2), "top_k_sampling_from_probs"),
+                      (Row(X, temperature=1.0, top_p=0.5), "top_p_sampling_from_probs"),
+                      (Row(X, temperature=1.0, top_k=2, top_p=0.5), "top_k_top_p_sampling_from_probs"),
+                      (Row(X, temperature=1.0, min_p=0.3), "min_p_sampling_from_probs")]:
+        counts = s.sample_many(row, range(10))
+        assert fake.calls[-1][0] == name and fake.calls[-1][2] == list(range(10))
+        assert counts.tolist() == [0, 10, 0, 0]      # the stand-in answers the argmax
 
 
 def test_invalid_rows_become_per_row_errors_and_neighbours_keep_their_tokens(fake):

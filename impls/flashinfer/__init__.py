@@ -14,13 +14,21 @@ in order:
    ``greedy_as_top_k_1``), so FlashInfer decides greedy rows too;
 2. ``(seed, offset)`` per row from per-slot bookkeeping
    (:class:`impls.reference.seeds.SeedManager`), passed as int64 tensors;
-3. rows grouped by vocabulary and by the filters they activate; per group,
-   ``flashinfer.sampling.softmax`` with the per-row temperature tensor, then
-   one call of ``sampling_from_probs`` (no filter), ``top_k_sampling_from_probs``,
-   ``top_p_sampling_from_probs``, ``top_k_top_p_sampling_from_probs``
+3. rows grouped by vocabulary; per group, ``flashinfer.sampling.softmax``
+   with the per-row temperature tensor, then ``top_k_top_p_sampling_from_probs``
    (``filter_apply_order`` from the implementation: ``top_k_first`` or
-   ``joint``) or ``min_p_sampling_from_probs``, all with per-row parameter
-   tensors, ``deterministic=True`` and ``return_valid=True``;
+   ``joint``) on the whole group for the rows without min-p, and
+   ``min_p_sampling_from_probs`` on the whole group for the min-p rows, each
+   with per-row tensors (neutral values, ``top_k = V``, ``top_p = 1``,
+   ``min_p = 0``, for the rows the other call decides), ``deterministic=True``
+   and ``return_valid=True``. FlashInfer keys a row's random stream by its
+   position in the call (profile field ``seed_keyed_by_batch_row``), so every
+   call sees the whole group: a row's stream never depends on which filters
+   its neighbours use. :meth:`FlashInferSession.sample_many` (the draws of
+   statistical checks, one row repeated) calls the function an engine picks
+   for a batch of such rows: ``sampling_from_probs``,
+   ``top_k_sampling_from_probs``, ``top_p_sampling_from_probs``,
+   ``top_k_top_p_sampling_from_probs`` or ``min_p_sampling_from_probs``;
 4. a row FlashInfer marks invalid becomes a per-row error, its kind read from
    the row's logits (``nan_logits``, ``posinf_logits``, ``no_valid_token``;
    ``invalid_distribution`` when none applies);
@@ -245,22 +253,34 @@ class FlashInferSession:
                 staged[i] = (res, kind, row.logits.to(self.device).to(torch.float32), self.seeds.take(row.slot))
             except RowError as e:
                 out[i] = RowResult.failed(e)
+        # One call per FlashInfer function over the WHOLE group of a vocabulary, in batch order,
+        # with neutral values for the rows another call decides: FlashInfer keys a row's stream
+        # by its position in the call, so a row's position is its batch position whatever its
+        # neighbours ask for (an engine passes the whole batch with per-row tensors).
         groups: dict = {}
-        for i, (res, kind, x, so) in staged.items():
-            groups.setdefault((rows[i].vocab, kind), []).append(i)
-        for (V, kind), idx in groups.items():
+        for i in staged:
+            groups.setdefault(rows[i].vocab, []).append(i)
+        for V, idx in groups.items():
             X = torch.stack([staged[i][2] for i in idx])
             T, K, P, M, S, O = self._tensors([staged[i][0] for i in idx], [staged[i][3] for i in idx])
+            K = torch.where((K > 0) & (K < V), K, torch.full_like(K, V))  # 0 or >= V: no top-k
             probs = self.fs.softmax(X, temperature=T)
-            tok, valid = self._call(kind, probs, K, P, M, S, O)
-            dist = self._distribution(kind, probs, K, P, M)
+            kinds = [staged[i][1] for i in idx]
+            answers = {}
+            if any(k != "min_p" for k in kinds):
+                answers["top_k_top_p"] = self._call("top_k_top_p", probs, K, P, M, S, O)
+            if any(k == "min_p" for k in kinds):
+                answers["min_p"] = self._call("min_p", probs, K, P, M, S, O)
             for j, i in enumerate(idx):
-                res, _, x, (seed, off) = staged[i]
+                res, kind, x, (seed, off) = staged[i]
+                call = "min_p" if kind == "min_p" else "top_k_top_p"
+                tok, valid = answers[call]
                 if not bool(valid[j]):
                     out[i] = RowResult.failed(_error_kind(x), res.mode)
                     continue
-                out[i] = RowResult(token=int(tok[j]), mode=res.mode, probs=dist[j],
-                                   extra={"function": FUNCTIONS[kind], "seed": seed, "offset": off,
+                dist = self._distribution(kind, probs[j:j + 1], K[j:j + 1], P[j:j + 1], M[j:j + 1])[0]
+                out[i] = RowResult(token=int(tok[j]), mode=res.mode, probs=dist,
+                                   extra={"function": FUNCTIONS[call], "seed": seed, "offset": off,
                                           "batch_row": j})
         return out
 

@@ -133,8 +133,9 @@ def _gumbel(rows: list, u: torch.Tensor, dtype) -> list:
     """Canonical Gumbel-max for ``rows = [(x, keep, temperature)]`` with uniforms ``u`` ``(R, V)``."""
     x = torch.stack([r[0] for r in rows])
     keep = torch.stack([r[1] for r in rows])
-    t = torch.tensor([r[2] for r in rows], dtype=dtype)
-    return torch.argmax(gumbel_scores(x, keep, t, u[:, :x.shape[-1]]), dim=-1).tolist()
+    # the uniforms come from the CPU Philox; the rows live on the session's device
+    t = torch.tensor([r[2] for r in rows], dtype=dtype, device=x.device)
+    return torch.argmax(gumbel_scores(x, keep, t, u[:, :x.shape[-1]].to(x.device)), dim=-1).tolist()
 
 
 def _uniforms(pairs: list, words: int) -> torch.Tensor:
