@@ -13,6 +13,8 @@ Options (``pytest benchmarks/test_latency.py ...``):
     :data:`benchmarks.latency.IMPLS`).
 ``--latency-reps N``
     Timed calls per point (default 30).
+``--latency-batches 1,64`` / ``--latency-vocabs 128256``
+    Other batch sizes / vocabularies (override the grid and ``--latency-quick``).
 
 pytest-benchmark's own JSON comes from its option ``--benchmark-json PATH``.
 """
@@ -37,6 +39,8 @@ def pytest_addoption(parser):
     g.addoption("--latency-quick", action="store_true", help="the small grid")
     g.addoption("--latency-impls", default="", help="comma-separated implementations (default: all)")
     g.addoption("--latency-reps", type=int, default=30, help="timed calls per point")
+    g.addoption("--latency-batches", default="", help="comma-separated batch sizes (default: the grid's)")
+    g.addoption("--latency-vocabs", default="", help="comma-separated vocabulary sizes (default: the grid's)")
 
 
 class Recorder:

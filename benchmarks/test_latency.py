@@ -30,6 +30,13 @@ def _points(config) -> list:
     quick = config.getoption("--latency-quick")
     batches = QUICK["batches"] if quick else BATCHES
     vocabs = QUICK["vocabs"] if quick else VOCABS
+    try:
+        if config.getoption("--latency-batches"):
+            batches = tuple(int(b) for b in config.getoption("--latency-batches").split(","))
+        if config.getoption("--latency-vocabs"):
+            vocabs = tuple(int(v) for v in config.getoption("--latency-vocabs").split(","))
+    except ValueError as e:
+        raise pytest.UsageError(f"--latency-batches/--latency-vocabs: comma-separated integers ({e})") from None
     wanted = [s for s in config.getoption("--latency-impls").split(",") if s] or list(IMPLS)
     unknown = sorted(set(wanted) - set(IMPLS))
     if unknown:
