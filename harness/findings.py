@@ -1,7 +1,8 @@
 """Registered findings: known engine bugs that explain a mismatch (status ``known-bug``).
 
 Findings live in ``cases/findings.toml`` (format in cases/README.md): each
-names an implementation, a PEP 440 version range, the case ids (or globs) it
+names an implementation (or a list of them: one engine behind two adapters,
+e.g. ``["flashinfer", "flashinfer-joint"]``), a PEP 440 version range, the case ids (or globs) it
 covers, a title, a public link and a minimal reproducer.
 """
 
@@ -31,9 +32,14 @@ class Finding:
     link: str
     reproducer: str = ""
 
+    @property
+    def impls(self) -> tuple:
+        """The implementation names this finding applies to (``impl`` is one, or several joined by ", ")."""
+        return tuple(x.strip() for x in self.impl.split(","))
+
     def covers(self, impl: str, version: str, case_id: str) -> bool:
         """True if this finding explains ``case_id`` on ``impl`` at ``version``."""
-        if impl != self.impl or not any(fnmatch.fnmatchcase(case_id, c) for c in self.cases):
+        if impl not in self.impls or not any(fnmatch.fnmatchcase(case_id, c) for c in self.cases):
             return False
         try:
             return Version(version.split()[0]) in SpecifierSet(self.versions)
@@ -62,7 +68,12 @@ def load_findings(path: Path) -> list:
             SpecifierSet(f["versions"])
         except InvalidSpecifier:
             raise ValueError(f"{path}: finding[{i}].versions: not a PEP 440 specifier: {f['versions']!r}") from None
-        out.append(Finding(f["id"], f["impl"], f["versions"], tuple(f["cases"]), f["title"], f["link"],
+        impl = f["impl"]
+        if isinstance(impl, list) and impl and all(isinstance(x, str) for x in impl):
+            impl = ", ".join(impl)
+        elif not isinstance(impl, str) or not impl:
+            raise ValueError(f"{path}: finding[{i}].impl: an implementation name or a list of names, got {impl!r}")
+        out.append(Finding(f["id"], impl, f["versions"], tuple(f["cases"]), f["title"], f["link"],
                            f.get("reproducer", "")))
     return out
 

@@ -419,7 +419,7 @@ def test_real_flashinfer_on_the_gpu():
     assert out[0].token == 1                 # a single maximum: top_k = 1 is argmax
     assert out[1].token in (1, 2)            # top-2 support
     assert out[2].token == 1                 # the 0.5 nucleus is token 1 alone (p = 0.98)
-    assert out[1].extra["function"] == "top_k_sampling_from_probs"
+    assert out[1].extra["function"] == "top_k_top_p_sampling_from_probs"  # one call for the batch
 
 
 def test_unsupported_reads_each_processor_at_its_own_neutral_value():

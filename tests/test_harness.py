@@ -359,3 +359,41 @@ def test_penalty_monotonicity_invariant_catches_the_sign_bug(tmp_path, monkeypat
     bad = run(["reference"], [case], tmp_path / "bad", progress=False, isolate=False)
     r = bad.doc["results"][0]
     assert r["status"] == "fail" and "prob_not_greater(main:0, main:1)" in r["details"]["message"]
+
+
+def test_a_finding_may_name_several_implementations(tmp_path):
+    from harness.findings import load_findings, match_finding
+    p = tmp_path / "findings.toml"
+    p.write_text('[[finding]]\nid = "x"\nimpl = ["a", "b"]\nversions = ">=1"\ncases = ["c/*"]\ntitle = "t"\nlink = "l"\n')
+    (f,) = load_findings(p)
+    assert f.impls == ("a", "b")
+    assert match_finding([f], "b", "1.5", "c/d") is f and match_finding([f], "c", "1.5", "c/d") is None
+    p.write_text('[[finding]]\nid = "x"\nimpl = 3\nversions = ">=1"\ncases = ["c/*"]\ntitle = "t"\nlink = "l"\n')
+    with pytest.raises(ValueError, match=r"finding\[0\]\.impl: an implementation name or a list"):
+        load_findings(p)
+
+
+def test_under_another_rng_a_draw_is_not_a_profile_difference(tmp_path):
+    """Two profiles with one support: their canonical draws differ (the stream is keyed by batch
+    position under one of them), but a single draw of another RNG only shows the support."""
+    import dataclasses
+    from harness.judge import Judge
+    prof = dataclasses.replace(TRTLLM, name="posrng", rng="other", seed_keyed_by_batch_row=True)
+    body = """
+    [[rows]]
+    logits = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    temperature = 1.0
+    seed = 3
+    [[rows]]
+    logits = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    temperature = 1.0
+    seed = 3
+    slot = 1
+    """
+    case = load_case(write_case(tmp_path, "filters/x", body, features='["temperature", "seed"]'), tmp_path)
+    judge = Judge([], 1)
+    pred, default = judge.predict(case, prof)[0], judge.predict(case, TRTLLM)[0]
+    assert pred[1].token != default[1].token          # the shifted stream draws another token
+    res = judge.evaluate(case, Reference(prof, name="posrng"), "1")
+    assert res.status == "pass", res.details.get("message")
+    assert all(r["profile_differences"] == [] for r in res.details["rows"])

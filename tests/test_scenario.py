@@ -232,3 +232,15 @@ def test_corpus_has_enough_scenarios_and_all_pass_fast():
     elapsed = time.perf_counter() - t0
     assert not bad
     assert elapsed < 30, f"scenario corpus took {elapsed:.1f} s on the reference"
+
+
+def test_relations_the_profile_itself_breaks_are_known_diff():
+    """seeds/batch-order-independent on the reference under the flashinfer profile: its stream is keyed
+    by batch position, so the scenario's same_tokens relation breaks as the profile predicts."""
+    from harness import scenarios
+    case = load_case(CASES_DIR / "seeds/batch-order-independent.toml")
+    res = scenarios.evaluate(Judge([], 1), case, get_impl("reference-flashinfer"), "2")
+    assert res.status == "known-diff", res.details.get("message")
+    assert [f["field"] for f in res.details["fields"]] == ["seed_keyed_by_batch_row"]
+    base = scenarios.evaluate(Judge([], 1), case, get_impl("reference"), "2")
+    assert base.status == "pass"
