@@ -143,12 +143,13 @@ def summarise(doc: dict) -> dict:
                         continue
                     if r.get("floor_us") and r.get("device", "cuda") == "cuda":
                         floor = r["floor_us"]
-                    cells[impl] = {"us": r["median_us"], "graph": bool(r.get("graph")),
+                    cells[impl] = {"us": r["median_us"], "graph": bool(r.get("graph")), "cpu": r.get("device") == "cpu",
                                    "x_flashinfer": (r["median_us"] / fi["median_us"]) if fi else None}
                 if not cells:
                     continue
                 for c in cells.values():
-                    c["x_floor"] = c["us"] / floor if floor else None
+                    # the floor is the GPU's HBM read: no ratio for a CPU implementation
+                    c["x_floor"] = c["us"] / floor if floor and not c["cpu"] else None
                 lines.append({"mix": m, "batch": B, "floor_us": floor, "cells": cells})
         table[V] = lines
     targets = []
