@@ -11,6 +11,11 @@ among copies that together exceed the 60 MB L2 (so HBM, not the cache, is
 measured). The floor is ``batch * vocab * 4 bytes`` over the device-to-device
 copy bandwidth (bytes read plus written) measured at the start.
 
+Superseded by the pytest-benchmark suite ``benchmarks/test_latency.py``
+(``tox -e gpu``, docs/latency.md), which also times the reference and uses
+CUDA graphs at small batches; kept because the committed
+``results/h200-latency*.json`` files came from it.
+
 Usage: ``python -m benchmarks.sampling --out benchmarks/results/h200.json``
 (``--quick`` for a smaller grid). Writes the schema of DESIGN.md
 ("Benchmark results") and prints a table.
@@ -26,6 +31,8 @@ import time
 
 import torch
 
+from benchmarks.latency import hbm_bandwidth, sort_based  # shared with the pytest-benchmark suite
+
 MIXES = ("greedy", "k50_p09", "p09", "minp005", "mixed")
 
 
@@ -37,26 +44,6 @@ def params(mix: str, B: int, dev):
     T, K, P, M = zip(*rows)
     return (torch.tensor(T, device=dev), torch.tensor(K, dtype=torch.int64, device=dev),
             torch.tensor(P, device=dev), torch.tensor(M, device=dev))
-
-
-def hbm_bandwidth(dev) -> float:
-    """Device-to-device copy bandwidth in GB/s (bytes read + written), median of 20."""
-    n = 1 << 29  # 2 GiB of float32
-    a = torch.empty(n, device=dev)
-    a.uniform_()
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    times = []
-    for _ in range(20):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        b.copy_(a)
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) / 1e3)
-    times.sort()
-    return 2 * n * 4 / times[len(times) // 2] / 1e9
 
 
 def time_call(fn, inputs, reps: int) -> float:
@@ -75,27 +62,6 @@ def time_call(fn, inputs, reps: int) -> float:
         ts.append(s.elapsed_time(e) * 1e3)
     ts.sort()
     return ts[len(ts) // 2]
-
-
-def sort_based(logits, T, K, P, M):
-    """PyTorch sort-based sampling (vLLM native-path shape): per-row T, top-k, top-p, min-p."""
-    x = logits.float() / torch.where(T > 0, T, 1.0).unsqueeze(1)
-    probs = torch.softmax(x, -1)
-    keep_minp = probs >= (M.unsqueeze(1) * probs.max(-1, keepdim=True).values)
-    x = x.masked_fill(~keep_minp, float("-inf"))
-    xs, order = x.sort(-1, descending=True)
-    V = x.shape[1]
-    k = torch.where((K > 0) & (K < V), K, V)
-    kth = xs.gather(1, (k - 1).unsqueeze(1))
-    xs = xs.masked_fill(xs < kth, float("-inf"))
-    ps = torch.softmax(xs, -1)
-    cum = ps.cumsum(-1) - ps
-    xs = xs.masked_fill(cum >= P.unsqueeze(1), float("-inf"))
-    ps = torch.softmax(xs, -1)
-    q = torch.empty_like(ps).exponential_()
-    pick = (ps / q).argmax(-1)
-    tok = order.gather(1, pick.unsqueeze(1)).squeeze(1)
-    return torch.where(T > 0, tok, logits.argmax(-1))
 
 
 def main(argv=None) -> int:

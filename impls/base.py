@@ -21,7 +21,7 @@ import torch
 
 from .profiles import Profile
 
-__all__ = ["Row", "RowResult", "Session", "Implementation", "RowError", "FEATURES"]
+__all__ = ["Row", "RowResult", "Session", "Implementation", "RowError", "FEATURES", "claim_slot"]
 
 #: The fixed feature list (mirrors ``cases/features.txt``). A case declares the
 #: features it needs; an implementation lacking one reports ``n/a``.
@@ -232,3 +232,27 @@ class Implementation(Protocol):
     def open_session(self, device: str) -> Session:
         """Return a fresh session (all slot counters at their initial values)."""
         ...
+
+
+def claim_slot(row: Row, used: set, one_d: bool = True) -> None:
+    """Admission checks every session makes per row: one row per slot per step, 1-D logits.
+
+    Parameters
+    ----------
+    row : Row
+    used : set of int
+        The slots of the earlier rows of this step; ``row.slot`` is added.
+    one_d : bool
+        Also require ``row.logits`` to be 1-D.
+
+    Raises
+    ------
+    RowError
+        ``duplicate_slot`` when an earlier row of the step holds the slot;
+        ``bad_logits`` for logits that are not 1-D.
+    """
+    if row.slot in used:
+        raise RowError("duplicate_slot", f"slot {row.slot} is used by an earlier row of this step")
+    used.add(row.slot)
+    if one_d and row.logits.dim() != 1:
+        raise RowError("bad_logits", f"logits must be 1-D, got shape {tuple(row.logits.shape)}")

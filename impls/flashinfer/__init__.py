@@ -84,7 +84,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..base import Row, RowError, RowResult
+from ..base import Row, RowError, RowResult, claim_slot
 from ..profiles import FLASHINFER, FLASHINFER_JOINT, Profile
 from ..reference.sampler import ReferenceSession
 
@@ -242,11 +242,7 @@ class FlashInferSession:
         used = set()
         for i, row in enumerate(rows):
             try:
-                if row.slot in used:
-                    raise RowError("duplicate_slot", f"slot {row.slot} is used by an earlier row of this step")
-                used.add(row.slot)
-                if row.logits.dim() != 1:
-                    raise RowError("bad_logits", f"logits must be 1-D, got shape {tuple(row.logits.shape)}")
+                claim_slot(row, used)
                 res = resolve(row, self.profile)
                 kind = row_function(res.top_k, res.top_p, res.min_p, row.vocab)
                 self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile))

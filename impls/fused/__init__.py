@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..base import FEATURES, Row, RowError, RowResult
+from ..base import FEATURES, Row, RowError, RowResult, claim_slot
 from ..profiles import TRTLLM
 
 __all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION"]
@@ -77,11 +77,7 @@ class FusedSession:
         used = set()
         for i, row in enumerate(rows):
             try:
-                if row.slot in used:
-                    raise RowError("duplicate_slot", f"slot {row.slot} is used by an earlier row of this step")
-                used.add(row.slot)
-                if row.logits.dim() != 1:
-                    raise RowError("bad_logits", f"logits must be 1-D, got shape {tuple(row.logits.shape)}")
+                claim_slot(row, used)
                 res = resolve(row, TRTLLM)
                 x = rewrite_logits(row.logits.to(self.device).to(torch.float32), row, TRTLLM, allow_nan=True)
                 self.seeds.observe(row.slot, row.request_id, effective_seed(row))

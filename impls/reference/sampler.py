@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..base import FEATURES, Row, RowError, RowResult
+from ..base import FEATURES, Row, RowError, RowResult, claim_slot
 from ..profiles import Profile, TRTLLM
 from . import bans, rewrites
 from .draw import gumbel_argmax
@@ -196,9 +196,7 @@ class ReferenceSession:
         for i, row in enumerate(rows):
             mode = None
             try:
-                if row.slot in used_slots:
-                    raise RowError("duplicate_slot", f"slot {row.slot} is used by an earlier row of this step")
-                used_slots.add(row.slot)
+                claim_slot(row, used_slots, one_d=False)
                 res, x0, x = self._prepare(row)
                 mode = res.mode
                 self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile))

@@ -49,7 +49,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..base import Row, RowError, RowResult
+from ..base import Row, RowError, RowResult, claim_slot
 from ..profiles import Profile
 from . import hf
 from ..reference.logprobs import rank, top_logprobs  # ranking rules are profile fields, not engine code
@@ -193,9 +193,7 @@ class TransformersSession:
         for row in rows:
             mode = None
             try:
-                if row.slot in used:
-                    raise RowError("duplicate_slot", f"slot {row.slot} is used by an earlier row of this step")
-                used.add(row.slot)
+                claim_slot(row, used, one_d=False)
                 prep, raw, rewritten, final = self._process(row)
                 mode = SAMPLING if prep.do_sample else GREEDY
                 self._observe(row)

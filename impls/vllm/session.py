@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..base import Row, RowError, RowResult
+from ..base import Row, RowError, RowResult, claim_slot
 from ..profiles import Profile
 from . import engine
 from .translate import unsupported_reason
@@ -106,9 +106,7 @@ class VllmSession:
         used = set()
         for i, row in enumerate(rows):
             try:
-                if row.slot in used:
-                    raise RowError("duplicate_slot", f"slot {row.slot} is used by an earlier row of this step")
-                used.add(row.slot)
+                claim_slot(row, used, one_d=False)
                 why = unsupported_reason(row)
                 if why is not None:
                     raise RowError("unsupported", why)
