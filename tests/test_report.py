@@ -147,3 +147,37 @@ def test_filters_are_inline_and_off_without_script(tmp_path):
 def test_docstring_examples():
     res = doctest.testmod(report)
     assert res.failed == 0 and res.attempted >= 2
+
+
+class _Balance(HTMLParser):
+    """Open and close counts of the container elements of a page (void elements aside)."""
+
+    TAGS = ("div", "table", "details", "section", "tr", "td", "ul", "li", "nav", "p")
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.stray = [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("div", "table", "details", "section", "nav"):
+            self.stack.append((tag, self.getpos()))
+
+    def handle_endtag(self, tag):
+        if tag in ("div", "table", "details", "section", "nav"):
+            if self.stack and self.stack[-1][0] == tag:
+                self.stack.pop()
+            else:
+                self.stray.append((tag, self.getpos()))
+
+
+def test_every_container_closes_where_it_opens(tmp_path):
+    """A result's box holds all of it: statistical and invariant results (charts, relation tables) of
+    non-pass statuses, and the profile tables, nest properly (a stray </div> once let results escape
+    their box and the implementation filter)."""
+    from harness.cases import CASES_DIR
+    run(["reference", "reference-hf"], ["filters/top-k-two-statistical", "invariants/greedy-spellings-agree",
+                                        "greedy/top-k-one-forces-greedy"], tmp_path / "r", progress=False,
+        root=CASES_DIR, isolate=False)
+    p = _Balance()
+    p.feed((tmp_path / "r" / "index.html").read_text())
+    assert p.stray == [] and p.stack == []
