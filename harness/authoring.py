@@ -48,7 +48,7 @@ it against this text, not against any implementation's output).
 [[rows]]
 logits = [1.0, 2.0, 3.0]    # TODO the logits of the report (a generator table works too)
 logit_bias = [[0, 5.0]]     # TODO the parameters of the report
-top_k = 1                   # greedy in every engine (transformers rejects temperature = 0);
+top_k = 1                   # greedy under the default profile; vllm, hf and flashinfer sample the one kept token;
                             # set temperature/top_p/min_p/seed for a sampling row
 [rows.expect]
 # Expected values for the default profile (trtllm), written by hand. Only

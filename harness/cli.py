@@ -129,6 +129,10 @@ def _usage_problem(args) -> str:
     for parent in out.parents:
         if parent.exists() and not parent.is_dir():
             return f"--out {args.out}: {parent} is not a directory"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"--out {args.out}: cannot create it ({e.strerror})"
     if args.device == "cuda":
         import torch
         if not torch.cuda.is_available():
@@ -138,6 +142,8 @@ def _usage_problem(args) -> str:
                 "to the corpus folder")
     if any(p == "" for p in (args.cases or [])):
         return "--cases '': an empty pattern; give an id, a glob, a category or a path"
+    if args.timeout is not None and not args.timeout > 0:
+        return f"--timeout {args.timeout:g}: must be a positive number of seconds"
     return ""
 
 
@@ -173,14 +179,18 @@ def _cmd_run(args) -> int:
 def _cmd_list(args) -> int:
     if args.what == "impls":
         from impls import IMPL_NAMES, get_impl
-        for name in IMPL_NAMES:
+        from impls.profiles import PROFILES
+        names = list(IMPL_NAMES) + [f"reference-{p}" for p in PROFILES
+                                    if p != "trtllm" and f"reference-{p}" not in IMPL_NAMES]
+        for name in names:
             impl = get_impl(name)
             why = impl.available("cpu")
             try:
                 ver = impl.version() if why is None else "-"
             except Exception as e:
                 ver, why = "-", f"{type(e).__name__}: {e}"
-            print(f"{name:<16} profile={impl.profile.name:<8} version={ver:<28} {'available' if why is None else 'unavailable: ' + why}")
+            print(f"{name:<26} profile={impl.profile.name:<17} version={ver:<28} "
+                  f"{'available' if why is None else 'unavailable: ' + why}")
         return 0
     from .cases import CaseError, discover, load_case
     status = 0
@@ -246,7 +256,8 @@ def _cmd_golden(args) -> int:
             return 1
         for path, what in golden.write(changes):
             print(f"{what:>7} {path}")
-        print(f"{len(changes)} golden file(s) written; review them with 'git diff golden/' before committing")
+        print(f"{len(changes)} golden file(s) written; review them before committing ('git status golden/' "
+              "lists new files, 'git diff golden/' shows changed ones)")
         return 1 if broken else 0
     problems = golden.check(cases, judge)
     for path, why in problems:
@@ -257,6 +268,10 @@ def _cmd_golden(args) -> int:
 
 def _cmd_record(args) -> int:
     from . import records
+    if args.cases and not args.out:
+        print("sampcheck record: --cases without --out would replace the committed record of the whole corpus "
+              "with a partial one; pass --out FILE", file=sys.stderr)
+        return 2
     try:
         rec = records.record(args.impl, args.cases, args.device, isolate=not args.no_isolation)
     except (KeyError, ValueError) as e:
@@ -286,13 +301,22 @@ def _cmd_diff(args) -> int:
     if args.false_alarm is not None and not 0 < args.false_alarm < 1:
         print("sampcheck diff: --false-alarm must lie in (0, 1)", file=sys.stderr)
         return 2
+    for opt, target in (("--text", args.text), ("--html", args.html)):
+        if target and (Path(target).is_dir() or not Path(target).parent.is_dir()):
+            print(f"sampcheck diff: {opt} {target}: " + ("is a directory" if Path(target).is_dir() else
+                  f"folder {Path(target).parent} does not exist"), file=sys.stderr)
+            return 2
     result = diffmod.diff(a, b, name_a=Path(args.a).name, name_b=Path(args.b).name, **kw)
     text = diffmod.render_text(result)
     sys.stdout.write(text)
-    if args.text:
-        Path(args.text).write_text(text, encoding="utf-8")
-    if args.html:
-        Path(args.html).write_text(diffmod.render_html(result), encoding="utf-8")
+    try:
+        if args.text:
+            Path(args.text).write_text(text, encoding="utf-8")
+        if args.html:
+            Path(args.html).write_text(diffmod.render_html(result), encoding="utf-8")
+    except OSError as e:
+        print(f"sampcheck diff: cannot write {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
     return 1 if result["changed"] else 0
 
 

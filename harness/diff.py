@@ -418,6 +418,10 @@ def render_text(result: dict) -> str:
                  f"(each at {result['alpha_per_test']:.3g}, Bonferroni)")
     if result["setup_regression"]:
         lines.append(f"SETUP REGRESSION: {result['setup_regression']}")
+    if a["impl"] != b["impl"] or a["profile"] != b["profile"]:
+        lines.append(f"NOTE: two implementations ({a['impl']}, profile {a['profile']} vs {b['impl']}, profile "
+                     f"{b['profile']}), not two versions of one: each is judged against its own profile, so a "
+                     "changed status compares engines")
     lines.append("summary: " + ", ".join(f"{result['counts'][k]} {k}" for k in KINDS))
     for kind in KINDS[:-1]:
         group = [c for c in result["cases"] if c["kind"] == kind]

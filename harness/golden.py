@@ -189,9 +189,16 @@ def check(cases: list, judge, profiles=tuple(PROFILES), root: Path = None) -> li
         if not path.exists():
             problems.append((path, "missing (run 'sampcheck golden add <id>', review, then add --accept)"))
             continue
-        old = path.read_text()
+        try:
+            old = path.read_text(encoding="utf-8")
+            a = json.loads(old) if old != text else None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            where = f" (line {e.lineno}, column {e.colno})" if isinstance(e, json.JSONDecodeError) else ""
+            problems.append((path, f"unreadable golden file{where}: {e.msg if isinstance(e, json.JSONDecodeError) else e}; "
+                                   "rewrite it with 'sampcheck golden update --accept' after review"))
+            continue
         if old != text:
-            a, b = json.loads(old), json.loads(text)
+            b = json.loads(text)
             diffs = []
             for bo, bn in zip(a.get("batches", []), b["batches"]):
                 for i, (ro, rn) in enumerate(zip(bo["rows"], bn["rows"])):

@@ -78,6 +78,8 @@ def load_bench(path) -> dict:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise LatencyError(f"{p}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise LatencyError(f"{p}: not UTF-8 text (byte {e.start}): not a results file of the latency suite") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
@@ -86,7 +88,8 @@ def load_bench(path) -> dict:
     if not isinstance(doc, dict):
         raise LatencyError(f"{p}: expected a JSON object at the top level, got {type(doc).__name__}")
     if doc.get("schema") != 1:
-        raise LatencyError(f"{p}: schema {doc.get('schema')!r} is not supported (expected 1)")
+        what = "no 'schema' key" if "schema" not in doc else f"schema {doc.get('schema')!r} is not supported"
+        raise LatencyError(f"{p}: {what} (expected a latency results file, schema 1: see docs/latency.md)")
     rows = doc.get("rows")
     if not isinstance(rows, list) or not rows:
         raise LatencyError(f"{p}: 'rows' must be a non-empty list of timed points")

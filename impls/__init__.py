@@ -48,4 +48,5 @@ def get_impl(name: str):
     if name in ("flashinfer", "flashinfer-joint"):
         from .flashinfer import FlashInferImpl
         return FlashInferImpl("top_k_first" if name == "flashinfer" else "joint")
-    raise KeyError(f"unknown implementation {name!r}; known: {', '.join(IMPL_NAMES)}")
+    others = [f"reference-{p}" for p in PROFILES if f"reference-{p}" not in IMPL_NAMES and p != "trtllm"]
+    raise KeyError(f"unknown implementation {name!r}; known: {', '.join(list(IMPL_NAMES) + others)}")

@@ -138,3 +138,14 @@ def test_cli_case_new_golden_add_and_update(tmp_path, monkeypatch, capsys):
     assert '"token": 1' in f.read_text()
     assert main(["golden", "update", "--accept"]) == 0
     assert '"token": 0' in f.read_text()
+
+
+def test_golden_check_names_an_unreadable_golden_file(tmp_path):
+    case = _filled_case(tmp_path)
+    root = tmp_path / "golden"
+    judge = Judge([], 1)
+    golden.update([case], judge, profiles=("trtllm",), root=root, accept=True)
+    path = root / "trtllm/penalties/logit-bias-token-zero.json"
+    path.write_text(path.read_text()[:40])          # truncated
+    ((where, why),) = golden.check([case], judge, profiles=("trtllm",), root=root)
+    assert where == path and why.startswith("unreadable golden file (line ")

