@@ -173,6 +173,11 @@ def _cmd_run(args) -> int:
     if len(bad) > 20:
         print(f"  ... and {len(bad) - 20} more (see the report)")
     print(f"wrote {outcome.results_path} and {outcome.html_path}")
+    skipped = {name: m.get("skip_reason") for name, m in outcome.doc["run"]["impls"].items() if m.get("skip_reason")}
+    if skipped and len(skipped) == len(outcome.doc["run"]["impls"]):
+        for name, why in skipped.items():
+            print(f"sampcheck run: nothing ran on {name}: {why}", file=sys.stderr)
+        return max(outcome.exit_code, 1)  # a run that tested nothing is not a success
     return outcome.exit_code
 
 

@@ -418,3 +418,10 @@ def test_report_on_a_binary_file_says_so(tmp_path, capsys):
     p.write_bytes(b"\xff\xfe\x00")
     assert main(["report", "--bench", str(p), "--out", str(tmp_path / "o")]) == 2
     assert f"{p}: not UTF-8 text (byte 0)" in capsys.readouterr().err
+
+
+def test_a_run_where_no_implementation_could_run_exits_1(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    assert main(["run", "--impl", "flashinfer", "--cases", "greedy/top-k-one-forces-greedy", "--out",
+                 str(tmp_path / "r"), "--no-progress", "--no-isolation"]) == 1
+    assert "nothing ran on flashinfer: FlashInfer's sampling kernels run only on CUDA devices" in capsys.readouterr().err
