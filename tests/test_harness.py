@@ -16,7 +16,7 @@ from harness.cases import CaseError, load_case
 from harness.cli import main
 from harness.runner import run
 from harness.stats import goodness_of_fit, make_bins
-from impls.profiles import TRTLLM
+from impls.profiles import HF, TRTLLM
 from impls.reference import Reference
 
 import _doubles
@@ -425,3 +425,16 @@ def test_a_run_where_no_implementation_could_run_exits_1(tmp_path, capsys, monke
     assert main(["run", "--impl", "flashinfer", "--cases", "greedy/top-k-one-forces-greedy", "--out",
                  str(tmp_path / "r"), "--no-progress", "--no-isolation"]) == 1
     assert "nothing ran on flashinfer: FlashInfer's sampling kernels run only on CUDA devices" in capsys.readouterr().err
+
+
+def test_an_invariant_known_diff_names_the_fields_that_break_it():
+    """greedy-spellings-agree under hf: no field alone breaks it; do_sample mode with the explicit
+    spellings and the temperature-zero error do together (a pair search), and nothing else is named."""
+    from harness.cases import CASES_DIR
+    from harness.judge import Judge
+    case = load_case(CASES_DIR / "invariants/greedy-spellings-agree.toml")
+    res = Judge([], 1).evaluate(case, Reference(HF, name="reference-hf"), "2")
+    assert res.status == "known-diff"
+    fields = res.details["fields"]
+    assert [f["field"] for f in fields] == ["mode_source", "explicit_greedy", "temperature_zero"]
+    assert all(f.get("combination") for f in fields)
