@@ -271,6 +271,10 @@ def _compare_invariant(i: int, ia: dict, ib: dict) -> tuple:
             ch, dr = _compare_outputs(oa, ob, True, f"{k} ")
             sides.append((ch, dr))
             same_draws = same_draws and oa.get("token") == ob.get("token")
+        elif isinstance(oa, dict) and isinstance(ob, dict):
+            # only the outputs that differ, so long values never hide where the change is
+            sides.append(([f"{k}.{key}: {_short(oa.get(key))} -> {_short(ob.get(key))}"
+                           for key in sorted(set(oa) | set(ob)) if not _close(oa.get(key), ob.get(key))], []))
         elif not _close(oa, ob):
             sides.append(([f"{k} {_short(oa)} -> {_short(ob)}"], []))
     if ia.get("holds") != ib.get("holds"):
