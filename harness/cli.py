@@ -46,7 +46,9 @@ def _add_trtllm_src(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``sampcheck``."""
+    from . import __version__
     p = argparse.ArgumentParser(prog="sampcheck", description="Conformance harness for LLM samplers.")
+    p.add_argument("--version", action="version", version=f"sampcheck {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     r = sub.add_parser("run", help="run cases on implementations and write results.json + index.html")
     r.add_argument("--impl", action="append", metavar="NAME",

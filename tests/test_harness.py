@@ -438,3 +438,9 @@ def test_an_invariant_known_diff_names_the_fields_that_break_it():
     fields = res.details["fields"]
     assert [f["field"] for f in fields] == ["mode_source", "explicit_greedy", "temperature_zero"]
     assert all(f.get("combination") for f in fields)
+
+
+def test_version_flag(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out == "sampcheck 0.1.0\n"
