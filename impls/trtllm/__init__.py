@@ -142,7 +142,11 @@ class TrtllmImpl:
         return f"{base}+src.{head} (TensorRT-LLM source, files at {at})"
 
     def describe(self, device: str = "cpu") -> dict:
-        """Facts recorded with the run: the checkout, the files and their commits, and whose each stage is."""
+        """Facts recorded with the run: the files loaded with their commits and sha256, and whose each stage is.
+
+        The checkout's location is not recorded: the commits and digests identify the source, and a
+        record must not depend on the machine it was made on.
+        """
         eng = self.engine()
         c = {rel.rsplit("/", 1)[-1]: (f.get("commit") or "unknown")[:8] for rel, f in eng.files.items()}
         fmt = {"v": c.get("vanilla.py", "?"), "tb": c.get("token_ban.py", "?"), "sm": c.get("seed_manager.py", "?")}
@@ -152,7 +156,6 @@ class TrtllmImpl:
                  for rel, f in eng.files.items()}
         return {
             "source": "NVIDIA/TensorRT-LLM source checkout, loaded by file path (impls/trtllm/loader.py)",
-            "checkout": str(eng.root),
             "tensorrt_llm_version": eng.version or "unknown (no tensorrt_llm/version.py in the checkout)",
             "files": files,
             "pipeline": [{"stage": s, "from": who, "what": what.format(**fmt)} for s, who, what in PIPELINE],
