@@ -39,11 +39,12 @@ from typing import Optional
 import numpy as np
 import torch
 
-from impls.profiles import TRTLLM, Profile, profile_diff
+from impls.profiles import TRTLLM, Profile
 from impls.reference import Reference
 from impls.reference.sampler import token_outputs
 from impls.base import RowError
 
+from .blame import blame, field_entries
 from .cases import Case
 from .compare import jsonable, mismatches, observe
 from .findings import match_finding
@@ -114,68 +115,50 @@ class Judge:
         return self._pred[key]
 
     def explain(self, case: Case, profile: Profile, keys_per_row: list) -> list:
-        """Profile fields whose value alone changes the default prediction of ``case``.
+        """Profile fields whose value alone changes the default prediction of ``case`` (:func:`harness.blame.blame`).
+
+        Parameters
+        ----------
+        keys_per_row : list of list of list of str
+            Per batch, per row, the output keys compared.
 
         Returns
         -------
         list of dict
-            ``{"field", "default", "profile", "citation"}`` for each
-            responsible field; every differing field (marked
-            ``"combination"``) when no single one is responsible.
+            :func:`harness.blame.field_entries` for each responsible field;
+            every differing field (marked ``"combination"``) when no single
+            one is responsible.
         """
         default = self.predict(case, TRTLLM)
-        diffs = profile_diff(TRTLLM, profile)
-        found = []
-        for f in diffs:
-            probe = dataclasses.replace(TRTLLM, name=f"trtllm+{f}", **{f: getattr(profile, f)})
-            pred = self.predict(case, probe)
-            changed = any(
-                mismatches(observe(p, keys), observe(d, keys))
-                for bp, bd, bk in zip(pred, default, keys_per_row) for p, d, keys in zip(bp, bd, bk))
-            if changed:
-                found.append(f)
-        names = found or diffs
-        return [{"field": f, "default": repr(getattr(TRTLLM, f)), "profile": repr(getattr(profile, f)),
-                 "citation": profile.citations.get(f, "(no citation)"), **({} if found else {"combination": True})}
-                for f in names]
+
+        def changes(probe_profile) -> bool:
+            pred = self.predict(case, probe_profile)
+            return any(mismatches(observe(p, keys), observe(d, keys))
+                       for bp, bd, bk in zip(pred, default, keys_per_row) for p, d, keys in zip(bp, bd, bk))
+        found, _ = blame(profile, changes)
+        return field_entries(profile, found) if found else field_entries(profile)
 
     def explain_relations(self, case: Case, profile: Profile, checks: list) -> list:
-        """Profile fields that, each alone on the default profile, break a relation broken in ``checks``.
+        """Profile fields that break a relation broken in ``checks``: alone, else in pairs (:func:`harness.blame.blame`).
 
-        Falls back to :meth:`explain` on the rows' tokens and errors when no
-        single field breaks one (the fields then act only together).
+        Falls back to :meth:`explain` on the rows' tokens and errors when
+        neither a field nor a pair breaks one.
 
         Returns
         -------
         list of dict
-            As :meth:`explain`.
+            As :meth:`explain`; fields found only in pairs are marked
+            ``"combination"``.
         """
         broken = {(c["kind"], c["a"], c["b"]) for c in checks if not c["holds"]}
-        diffs = profile_diff(TRTLLM, profile)
 
-        def relations(fields):
-            probe = dataclasses.replace(TRTLLM, name="trtllm+" + "+".join(fields),
-                                        **{f: getattr(profile, f) for f in fields})
-            try:
-                return {(c["kind"], c["a"], c["b"]): c for c in self._relations(case, self.predict(case, probe))}
-            except Exception:  # fields that only work together with others
-                return None
-
-        single = {f: relations((f,)) for f in diffs}
-        found = [f for f in diffs if single[f] and any(not single[f][k]["holds"] for k in broken)]
-        together = False
-        if not found and len(diffs) <= 40:
-            # No field alone: the pairs that do (e.g. Hugging Face's do_sample switch with its
-            # temperature-zero error; neither changes anything alone), listed together. At most
-            # 780 small predictions, for the few invariants no single field explains.
-            pairs = [(f, g) for i, f in enumerate(diffs) for g in diffs[i + 1:]
-                     if (r := relations((f, g))) and any(not r[k]["holds"] for k in broken)]
-            found, together = sorted({f for pair in pairs for f in pair}, key=diffs.index), bool(pairs)
+        def breaks(probe_profile) -> bool:
+            return any((c["kind"], c["a"], c["b"]) in broken and not c["holds"]
+                       for c in self._relations(case, self.predict(case, probe_profile)))
+        found, together = blame(profile, breaks, pairs=True)
         if not found:
             return self.explain(case, profile, [[["token", "error"] for _ in b.rows] for b in case.batches])
-        return [{"field": f, "default": repr(getattr(TRTLLM, f)), "profile": repr(getattr(profile, f)),
-                 "citation": profile.citations.get(f, "(no citation)"), **({"combination": True} if together else {})}
-                for f in found]
+        return field_entries(profile, found, together)
 
     # -- entry point -------------------------------------------------------
     def evaluate(self, case: Case, impl, version: str) -> Result:

@@ -26,7 +26,6 @@ one without it, or raising
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -41,6 +40,7 @@ from impls.reference import Reference
 from impls.reference.scenario import RequestSpec, ScenarioSpec, ScenarioUnsupported, replicate
 from impls.reference.scripted import ModelError, make_model
 
+from .blame import blame, field_entries
 from .cases import ERROR_KINDS, FIELD_FEATURES, ROW_PROPS, CaseError, _parse_seed
 from .stats import FAMILY_ALPHA, check_draws
 
@@ -364,38 +364,24 @@ def _keys(e: dict) -> list:
 
 
 def _explain(judge, case, profile: Profile, keys: dict) -> list:
+    """:meth:`harness.judge.Judge.explain` for a scenario: ``keys`` maps request id to compared keys."""
     default = predict(judge, case, TRTLLM)
-    found, diffs = [], profile_diff(TRTLLM, profile)
-    for f in diffs:
-        probe = dataclasses.replace(TRTLLM, name=f"trtllm+{f}", **{f: getattr(profile, f)})
-        try:
-            pred = predict(judge, case, probe)
-        except Exception:  # a field that only works together with others
-            continue
-        if any(mismatches(observe(pred.requests[r], k), observe(default.requests[r], k), case.atol, case.rtol)
-               for r, k in keys.items()):
-            found.append(f)
-    names = found or diffs
-    return [{"field": f, "default": repr(getattr(TRTLLM, f)), "profile": repr(getattr(profile, f)),
-             "citation": profile.citations.get(f, "(no citation)"), **({} if found else {"combination": True})}
-            for f in names]
+
+    def changes(probe_profile) -> bool:
+        pred = predict(judge, case, probe_profile)
+        return any(mismatches(observe(pred.requests[r], k), observe(default.requests[r], k), case.atol, case.rtol)
+                   for r, k in keys.items())
+    found, _ = blame(profile, changes)
+    return field_entries(profile, found) if found else field_entries(profile)
 
 
 def _explain_relations(judge, case, profile: Profile, idx: list) -> list:
-    """The profile fields that, each alone on the default profile, break relation(s) ``idx``."""
-    found, diffs = [], profile_diff(TRTLLM, profile)
-    for f in diffs:
-        probe = dataclasses.replace(TRTLLM, name=f"trtllm+{f}", **{f: getattr(profile, f)})
-        try:
-            rel = _relations(case.scenario, predict(judge, case, probe))
-        except Exception:  # a field that only works together with others
-            continue
-        if any(not rel[i]["holds"] for i in idx):
-            found.append(f)
-    names = found or diffs
-    return [{"field": f, "default": repr(getattr(TRTLLM, f)), "profile": repr(getattr(profile, f)),
-             "citation": profile.citations.get(f, "(no citation)"), **({} if found else {"combination": True})}
-            for f in names]
+    """The profile fields that break relation(s) ``idx`` of a scenario: alone, else in pairs."""
+    def breaks(probe_profile) -> bool:
+        rel = _relations(case.scenario, predict(judge, case, probe_profile))
+        return any(not rel[i]["holds"] for i in idx)
+    found, together = blame(profile, breaks, pairs=True)
+    return field_entries(profile, found, together) if found else field_entries(profile)
 
 
 def _runner(impl):
@@ -589,9 +575,7 @@ def _statistical(judge, case, impl, version, run):
         details["message"] = gof.reason
         return Result(case.id, impl.name, "error", case.check, details=details)
     if diff:
-        details["fields"] = [{"field": f, "default": repr(getattr(TRTLLM, f)), "profile": repr(getattr(impl.profile, f)),
-                              "citation": impl.profile.citations.get(f, "(no citation)")}
-                             for f in profile_diff(TRTLLM, impl.profile)]
+        details["fields"] = field_entries(impl.profile, profile_diff(TRTLLM, impl.profile))
         details["message"] = f"draws fit its profile {impl.profile.name!r}, whose distribution differs from the default"
         return Result(case.id, impl.name, "known-diff", case.check, details=details)
     details["message"] = gof.reason
