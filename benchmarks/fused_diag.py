@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from benchmarks.latency import make_inputs
 from benchmarks.sampling import MIXES, hbm_bandwidth, params, time_call
 from impls.fused import ops
 
@@ -36,13 +37,10 @@ def main(argv=None) -> int:
     batches = (1, 16, 64, 256, 1024) if not args.quick else (1, 1024)
     vocabs = (32000, 128256, 151936, 262144) if not args.quick else (128256,)
     rows = []
-    gen = torch.Generator(device=dev).manual_seed(0)
     for V in vocabs:
         for B in batches:
-            nbytes = B * V * 4
-            copies = max(1, min(8, (256 << 20) // nbytes + 1))
-            inputs = [torch.randn(B, V, device=dev, generator=gen) * 3 for _ in range(copies)]
-            floor_us = nbytes / (bw * 1e9) * 1e6
+            inputs = make_inputs(B, V, dev)  # copies beyond L2, as the latency suite
+            floor_us = B * V * 4 / (bw * 1e9) * 1e6
             seed = torch.arange(B, dtype=torch.int64, device=dev) + 7
             off = torch.zeros(B, dtype=torch.int64, device=dev)
             variants = [("default", {})]

@@ -21,7 +21,7 @@ import torch
 
 from .profiles import Profile
 
-__all__ = ["Row", "RowResult", "Session", "Implementation", "RowError", "FEATURES", "claim_slot"]
+__all__ = ["Row", "RowResult", "Session", "Implementation", "RowError", "FEATURES", "claim_slot", "active"]
 
 #: The fixed feature list (mirrors ``cases/features.txt``). A case declares the
 #: features it needs; an implementation lacking one reports ``n/a``.
@@ -256,3 +256,12 @@ def claim_slot(row: Row, used: set, one_d: bool = True) -> None:
     used.add(row.slot)
     if one_d and row.logits.dim() != 1:
         raise RowError("bad_logits", f"logits must be 1-D, got shape {tuple(row.logits.shape)}")
+
+
+def active(value) -> bool:
+    """Whether an optional penalty/decay parameter asks for its rule: set and not 0 (NaN counts as set).
+
+    Adapters use it to decide which rows their engine cannot express
+    (``unsupported``); the reference validates the values themselves.
+    """
+    return value is not None and (value != value or value != 0)

@@ -96,13 +96,18 @@ class _FakeSampling(types.ModuleType):
         return out, independent, emitted
 
 
-@pytest.fixture
-def fake(monkeypatch):
-    mod = _FakeSampling()
+def _install(monkeypatch, mod):
+    """Put ``mod`` where ``import flashinfer.sampling`` finds it, for one test."""
     pkg = types.ModuleType("flashinfer")
     pkg.sampling = mod
     monkeypatch.setitem(sys.modules, "flashinfer", pkg)
     monkeypatch.setitem(sys.modules, "flashinfer.sampling", mod)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    mod = _FakeSampling()
+    _install(monkeypatch, mod)
     return mod
 
 
@@ -341,10 +346,7 @@ def test_statistical_scenario_is_judged_on_the_flashinfer_draws(monkeypatch, hon
     from harness.cases import CASES_DIR, load_case
     from harness.judge import Judge
     mod = _RandomChain(honest)
-    pkg = types.ModuleType("flashinfer")
-    pkg.sampling = mod
-    monkeypatch.setitem(sys.modules, "flashinfer", pkg)
-    monkeypatch.setitem(sys.modules, "flashinfer.sampling", mod)
+    _install(monkeypatch, mod)
     case = load_case(CASES_DIR / "speculative/rejection-sampling-emits-target-distribution.toml")
     res = scenarios.evaluate(Judge([], 1, device="cpu"), case, get_impl("flashinfer"), "x")
     assert res.status == status, res.details.get("message")
@@ -358,10 +360,7 @@ def test_emitted_tokens_are_checked_against_the_target_support(monkeypatch, hone
     from harness.cases import CASES_DIR, load_case
     from harness.judge import Judge
     mod = _RandomChain(honest)
-    pkg = types.ModuleType("flashinfer")
-    pkg.sampling = mod
-    monkeypatch.setitem(sys.modules, "flashinfer", pkg)
-    monkeypatch.setitem(sys.modules, "flashinfer.sampling", mod)
+    _install(monkeypatch, mod)
     case = load_case(CASES_DIR / "speculative/sampling-draft-outside-target-support.toml")
     res = scenarios.evaluate(Judge([], 1, device="cpu"), case, get_impl("flashinfer"), "x")
     assert res.status == status, res.details.get("message")

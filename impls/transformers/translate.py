@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..base import Row
+from ..base import Row, active
 
 __all__ = ["resolve_do_sample", "end_ids", "generate_kwargs", "unsupported_reason", "SUPPORTED_FEATURES"]
 
@@ -146,10 +146,6 @@ def generate_kwargs(row: Row) -> dict:
     return kw
 
 
-def _set(v) -> bool:
-    # A penalty/decay "is used" when set to anything but its neutral value; NaN counts as used.
-    return v is not None and (v != v or v != 0)
-
 
 def unsupported_reason(row: Row) -> Optional[str]:
     """Why transformers cannot express ``row``, or None.
@@ -168,7 +164,7 @@ def unsupported_reason(row: Row) -> Optional[str]:
     """
     if row.use_beam_search:
         return "beam search: transformers runs beams across steps (_beam_search); one step has no generate() spelling"
-    if _set(row.presence_penalty) or _set(row.frequency_penalty):
+    if active(row.presence_penalty) or active(row.frequency_penalty):
         return "presence/frequency penalty: transformers 5.24 has no such logits processor"
     if row.top_p_decay is not None or row.top_p_min is not None or row.top_p_reset_ids:
         return "top-p decay: transformers has no such warper"

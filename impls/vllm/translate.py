@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..base import Row
+from ..base import Row, active
 
 __all__ = ["SUPPORTED_FEATURES", "sampling_kwargs", "unsupported_reason", "classify_validation_error",
            "bad_word_text", "eos_id", "bad_word_index"]
@@ -134,9 +134,6 @@ def sampling_kwargs(row: Row):
     return kw
 
 
-def _set(v) -> bool:
-    return v is not None and (v != v or v != 0)
-
 
 def unsupported_reason(row: Row) -> Optional[str]:
     """Why vLLM's sampler cannot express ``row``, or None.
@@ -158,7 +155,7 @@ def unsupported_reason(row: Row) -> Optional[str]:
         return "top-p decay: SamplingParams has no such parameter"
     if row.prompt_ignore_length is not None:
         return "prompt_ignore_length: SamplingParams has no such parameter"
-    if _set(row.no_repeat_ngram_size):
+    if active(row.no_repeat_ngram_size):
         return "no-repeat-ngram: SamplingParams has no such parameter"
     if any(len(w) != 1 for w in row.stop_words):
         return ("stop words of other than one token: vLLM matches stop strings in the detokenizer; only single "
