@@ -19,6 +19,7 @@ if ls .whl/tox/*.whl >/dev/null 2>&1; then
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/device.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/device.txt"
+status=0   # the worst exit status of the stages, returned at the end
 for stage in ${STAGES:-tox}; do
   case $stage in
   tox)
@@ -35,7 +36,8 @@ for stage in ${STAGES:-tox}; do
       OVERRIDE="-x testenv:gpu.skip_install=true"
     fi
     PYTHONPATH=$PYTHONPATH${VSITE:+:$VSITE}:/tmp/toxsite python3 -m tox -e gpu $OVERRIDE -- ${TOX_ARGS:-} 2>&1 | tee "$OUT/tox-gpu.log" | grep -v "^test_latency\[" | tail -60
-    echo "tox rc=${PIPESTATUS[0]}" | tee -a "$OUT/tox-gpu.log"
+    rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
+    echo "tox rc=$rc" | tee -a "$OUT/tox-gpu.log"
     cp reports/gpu/results.json "$OUT/gpu-results.json" 2>/dev/null
     cp reports/gpu/index.html "$OUT/gpu-report.html" 2>/dev/null
     cp reports/latency.json "$OUT/latency-quick.json" 2>/dev/null
@@ -44,6 +46,7 @@ for stage in ${STAGES:-tox}; do
     echo "== run records"
     for impl in flashinfer flashinfer-joint; do
       python3 -m harness.cli record --impl $impl --device cuda --out "$OUT/$impl-record.json" 2>&1 | tail -3
+      rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
     done
     ;;
   latency)
@@ -63,3 +66,4 @@ for stage in ${STAGES:-tox}; do
   *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
+exit $status

@@ -34,8 +34,7 @@ from pathlib import Path
 __all__ = ["main", "build_parser"]
 
 
-#: Environment variable naming the TensorRT-LLM source checkout of impl ``trtllm`` (``--trtllm-src`` sets it).
-TRTLLM_SRC_ENV = "SAMPCHECK_TRTLLM_SRC"
+from impls import TRTLLM_SRC_ENV  # noqa: E402  (impls/__init__.py imports nothing heavy)
 
 
 def _add_trtllm_src(p: argparse.ArgumentParser) -> None:

@@ -200,7 +200,7 @@ def check(cases: list, judge, profiles=tuple(PROFILES), root: Path = None) -> li
         if old != text:
             b = json.loads(text)
             diffs = []
-            for bo, bn in zip(a.get("batches", []), b["batches"]):
+            for bo, bn in zip(a.get("batches", []), b.get("batches", [])):
                 for i, (ro, rn) in enumerate(zip(bo["rows"], bn["rows"])):
                     for k in sorted(set(ro) | set(rn)):
                         if ro.get(k) != rn.get(k):

@@ -60,7 +60,9 @@ class WorkerInfo(dict):
     """What a worker reports once its implementation is built.
 
     Keys: ``name``, ``version``, ``profile`` (a :class:`impls.profiles.Profile`),
-    ``skip_reason`` (None when available), ``facts`` (what the
+    ``skip_reason`` (None when available), ``is_prediction`` (the
+    implementation's attribute of that name: the reference under a profile),
+    ``facts`` (what the
     implementation's optional ``describe(device)`` says about itself, e.g.
     the code path an engine chose; recorded in results.json).
     """
@@ -83,7 +85,8 @@ def _describe(impl, device: str) -> WorkerInfo:
             facts = dict(impl.describe(device))
         except Exception as e:
             facts = {"describe_error": f"{type(e).__name__}: {e}"}
-    return WorkerInfo(name=impl.name, version=version, profile=impl.profile, skip_reason=reason, facts=facts)
+    return WorkerInfo(name=impl.name, version=version, profile=impl.profile, skip_reason=reason, facts=facts,
+                      is_prediction=bool(getattr(impl, "is_prediction", False)))
 
 
 def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, log_path: Optional[str]) -> None:

@@ -178,8 +178,7 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
             skip_reason[name] = info["skip_reason"]
             meta[name] = {"version": info["version"], "device": device, "profile": info["profile"].name,
                           "profile_versions": info["profile"].versions,
-                          # the reference under a profile is the prediction, not the engine release
-                          "profile_verified": (None if name == "reference" or name.startswith("reference-")
+                          "profile_verified": (None if info.get("is_prediction")
                                                else version_verified(info["profile"], info["version"] or "")),
                           **({"skip_reason": info["skip_reason"]} if info["skip_reason"] else {}),
                           **({"facts": info["facts"]} if info.get("facts") else {}),

@@ -423,7 +423,7 @@ def _outside_support(spec, req, got, profile) -> list:
     for step in got.steps:
         for i, t in enumerate(step.tokens):
             try:
-                p = target_distribution(spec, req.id, profile, torch.float64,
+                p = target_distribution(spec, req.id, profile, torch.float32,  # the dtype runs use
                                         history=tuple(base + list(step.tokens[:i])), base=tuple(base))
             except (RowError, ModelError):
                 return out  # the request's own error is compared instead

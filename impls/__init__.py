@@ -6,7 +6,10 @@ that a missing engine is a ``skip`` with a reason, never an import error.
 
 from __future__ import annotations
 
-__all__ = ["get_impl", "IMPL_NAMES"]
+__all__ = ["get_impl", "IMPL_NAMES", "TRTLLM_SRC_ENV"]
+
+#: Environment variable naming the TensorRT-LLM source checkout of impl ``trtllm`` (``--trtllm-src`` sets it).
+TRTLLM_SRC_ENV = "SAMPCHECK_TRTLLM_SRC"
 
 IMPL_NAMES = ("reference", "reference-hf", "transformers", "transformers-beam", "reference-vllm", "vllm", "fused", "flashinfer",
               "flashinfer-joint", "trtllm")

@@ -211,6 +211,15 @@ class Implementation(Protocol):
         The semantic profile whose reference run predicts this implementation.
     features : frozenset of str
         Features (from :data:`FEATURES`) it can express.
+
+    Optional attributes and methods, read with ``getattr`` by the harness:
+    ``scenario_features`` (frozenset: what its ``run_scenario`` can express,
+    when more than its single steps; read by the judge's feature check),
+    ``is_prediction`` (bool: the reference under a profile, not an engine
+    release), ``describe(device) -> dict`` (facts recorded with the run),
+    ``run_scenario(spec, device)`` (multi-step scenarios; without it they are
+    ``n/a``) and ``Session.sample_many(row, seeds)`` (batched draws for
+    statistical checks).
     """
 
     name: str

@@ -95,8 +95,8 @@ __all__ = ["FlashInferImpl", "FlashInferSession", "FlashInferScenarioSession", "
 SUPPORTED_FEATURES = frozenset({"temperature", "top_k", "top_p", "min_p", "seed", "low_precision_logits"})
 
 #: Features of a speculative scenario this adapter can run: the finish rules
-#: are the reference runner's there. Not read by the judge yet (its feature
-#: gate uses :attr:`FlashInferImpl.features` for every case).
+#: are the reference runner's there. The judge's feature check reads it
+#: (:attr:`FlashInferImpl.scenario_features`) for scenario cases.
 SCENARIO_FEATURES = SUPPORTED_FEATURES | frozenset({"end_id", "ignore_eos", "stop_words", "max_new_tokens",
                                                      "max_seq_len", "finish_reason"})
 
@@ -244,7 +244,10 @@ class FlashInferSession:
             try:
                 claim_slot(row, used)
                 res = resolve(row, self.profile)
-                kind = row_function(res.top_k, res.top_p, res.min_p, row.vocab)
+                try:
+                    kind = row_function(res.top_k, res.top_p, res.min_p, row.vocab)
+                except ValueError as e:  # min-p with top-k/top-p: this row only (unsupported() says n/a first)
+                    raise RowError("unsupported", str(e)) from None
                 self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile))
                 staged[i] = (res, kind, row.logits.to(self.device).to(torch.float32), self.seeds.take(row.slot))
             except RowError as e:
@@ -262,20 +265,20 @@ class FlashInferSession:
             K = torch.where((K > 0) & (K < V), K, torch.full_like(K, V))  # 0 or >= V: no top-k
             probs = self.fs.softmax(X, temperature=T)
             kinds = [staged[i][1] for i in idx]
-            answers = {}
+            answers = {}  # tokens and valid flags on the host, one transfer per call
             if any(k != "min_p" for k in kinds):
-                answers["top_k_top_p"] = self._call("top_k_top_p", probs, K, P, M, S, O)
+                answers["top_k_top_p"] = [t.tolist() for t in self._call("top_k_top_p", probs, K, P, M, S, O)]
             if any(k == "min_p" for k in kinds):
-                answers["min_p"] = self._call("min_p", probs, K, P, M, S, O)
+                answers["min_p"] = [t.tolist() for t in self._call("min_p", probs, K, P, M, S, O)]
+            dists = {k: self._distribution(k, probs, K, P, M) for k in set(kinds)}  # per kind, whole group
             for j, i in enumerate(idx):
                 res, kind, x, (seed, off) = staged[i]
                 call = "min_p" if kind == "min_p" else "top_k_top_p"
                 tok, valid = answers[call]
-                if not bool(valid[j]):
+                if not valid[j]:
                     out[i] = RowResult.failed(_error_kind(x), res.mode)
                     continue
-                dist = self._distribution(kind, probs[j:j + 1], K[j:j + 1], P[j:j + 1], M[j:j + 1])[0]
-                out[i] = RowResult(token=int(tok[j]), mode=res.mode, probs=dist,
+                out[i] = RowResult(token=int(tok[j]), mode=res.mode, probs=dists[kind][j],
                                    extra={"function": FUNCTIONS[call], "seed": seed, "offset": off,
                                           "batch_row": j})
         return out
@@ -284,7 +287,20 @@ class FlashInferSession:
         """``(V,)`` int64 counts of one draw per seed (offset 0), in batched calls.
 
         The row is replicated ``min(chunk, 2**26 // V)`` times per call, copy
-        ``j`` with its own seed; the same function as :meth:`step` draws.
+        ``j`` with its own seed, through the function an engine picks for a
+        batch of such rows (``sampling_from_probs``, ``top_k_/top_p_/
+        top_k_top_p_/min_p_sampling_from_probs``; :meth:`step` always calls
+        ``top_k_top_p_sampling_from_probs`` or ``min_p_sampling_from_probs``
+        over a mixed batch), so the statistical cases test those functions.
+
+        Parameters
+        ----------
+        row : Row
+            The row to draw from; its ``seed`` is replaced by each of ``seeds``.
+        seeds : sequence of int
+            One seed per draw (a ``range`` is fine).
+        chunk : int
+            Largest number of copies per call (also capped at ``2**26 // V``).
 
         Raises
         ------
@@ -479,9 +495,7 @@ class FlashInferImpl:
             return "no CUDA device"
         try:
             import flashinfer.sampling  # noqa: F401
-        except BaseException as e:  # ImportError, or a broken install
-            if isinstance(e, KeyboardInterrupt):
-                raise
+        except Exception as e:  # ImportError, or a broken install
             return f"flashinfer is not importable: {type(e).__name__}: {e}"
         return None
 

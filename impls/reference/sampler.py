@@ -222,16 +222,17 @@ class ReferenceSession:
         for i in draw_idx:
             by_vocab.setdefault(rows[i].vocab, []).append(i)
         seeds_offsets = {i: self.seeds.take(rows[i].slot) for i in draw_idx}
-        if self.profile.seed_keyed_by_batch_row:
-            # The stream depends on the row's batch position (FlashInfer): model the
-            # dependence by moving each row's offset 2**40 counters per position.
-            seeds_offsets = {i: (s, o + (i << 40)) for i, (s, o) in seeds_offsets.items()}
         for V, idx in by_vocab.items():
             x = torch.stack([staged[i][2] for i in idx])
             keep = torch.stack([staged[i][3] for i in idx])
             temp = torch.tensor([staged[i][0].temperature for i in idx], dtype=self.dtype, device=self.device)
             seeds = torch.tensor([seeds_offsets[i][0] for i in idx], dtype=torch.int64)
             offs = torch.tensor([seeds_offsets[i][1] for i in idx], dtype=torch.int64)
+            if self.profile.seed_keyed_by_batch_row:
+                # The stream depends on the row's position in the sampling call (FlashInfer: the
+                # admitted rows of one vocabulary): model the dependence by moving each row's
+                # draw 2**40 counters per position (the reported offset stays the slot's).
+                offs = offs + (torch.arange(len(idx), dtype=torch.int64) << 40)
             toks = gumbel_argmax(x, keep, temp, seeds, offs).tolist()
             for i, t in zip(idx, toks):
                 out[i] = RowResult(token=int(t), mode=SAMPLING, extra={"seed": seeds_offsets[i][0], "offset": seeds_offsets[i][1]})
@@ -308,7 +309,16 @@ class Reference:
         Working dtype (``torch.float64`` for an oracle).
     name : str
         Display name (default ``"reference"``).
+
+    Attributes
+    ----------
+    is_prediction : bool
+        True: this implementation *is* the prediction of its profile, not an
+        engine release (the runner checks engine versions against a
+        profile's ``versions`` only for the others).
     """
+
+    is_prediction = True
 
     features = frozenset(FEATURES)
 

@@ -62,7 +62,7 @@ from typing import NamedTuple, Optional
 __all__ = ["CheckoutError", "Engine", "SAMPLER_DIR", "REQUIRED", "ENV_VAR", "find_checkout", "load", "eager"]
 
 #: Environment variable naming the checkout (``sampcheck --trtllm-src`` sets it).
-ENV_VAR = "SAMPCHECK_TRTLLM_SRC"
+from .. import TRTLLM_SRC_ENV as ENV_VAR  # noqa: E402  (one name for the CLI and the loader)
 #: The sampler package inside a checkout.
 SAMPLER_DIR = "tensorrt_llm/_torch/pyexecutor/sampler"
 #: Files loaded, relative to :data:`SAMPLER_DIR`, with the names each must define.

@@ -96,12 +96,6 @@ class FakeRequest:
         return self._tokens[-1]
 
 
-def _penalty_active(row: Row) -> bool:
-    # penalties.py@0a0ceb0c has_occurrence_penalty: r != 1 or a != 0 or f != 0 (None = default)
-    r, a, f = row.repetition_penalty, row.presence_penalty, row.frequency_penalty
-    return (r is not None and r != 1.0) or (a is not None and a != 0.0) or (f is not None and f != 0.0)
-
-
 class TrtllmSession(ReferenceSession):
     """Per-slot state and the batched step, with TensorRT-LLM's loaded functions as stages.
 
@@ -129,7 +123,7 @@ class TrtllmSession(ReferenceSession):
 
     # -- engine stages ----------------------------------------------------------
     def _engine_penalties(self, x: torch.Tensor, row: Row) -> torch.Tensor:
-        if not _penalty_active(row):
+        if not ref_rewrites.penalty_active(row):  # penalties.py@0a0ceb0c has_occurrence_penalty: the same test
             return x
         V = x.shape[-1]
         v = self.engine.vanilla
