@@ -44,7 +44,14 @@ def pytest_addoption(parser):
 
 
 class Recorder:
-    """Collects the rows of one session and writes the results file."""
+    """Collects the rows of one session and writes the results file.
+
+    Parameters
+    ----------
+    config : pytest.Config
+        Reads ``--latency-out``. On a CUDA machine the HBM bandwidth is
+        measured at construction (:func:`benchmarks.latency.hbm_bandwidth`).
+    """
 
     def __init__(self, config):
         from benchmarks.latency import environment, hbm_bandwidth
@@ -62,6 +69,13 @@ class Recorder:
         return round(batch * vocab * 4 / (self.bandwidth * 1e9) * 1e6, 3)
 
     def write(self) -> Path:
+        """Write the results file (schema 1 of :mod:`benchmarks.latency`) and return its path.
+
+        Raises
+        ------
+        OSError
+            When ``--latency-out`` cannot be written.
+        """
         path = Path(self.config.getoption("--latency-out"))
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"schema": 1, **self.env, "hbm_bandwidth_gbps": self.bandwidth,

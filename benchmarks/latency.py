@@ -59,7 +59,17 @@ _TABLE = {"greedy": (0.0, 0, 1.0, 0.0), "k50_p09": (1.0, 50, 0.9, 0.0), "p09": (
 
 @dataclass(frozen=True)
 class Point:
-    """One grid point."""
+    """One grid point.
+
+    Attributes
+    ----------
+    impl : str
+        One of :data:`IMPLS`.
+    mix : str
+        One of :data:`MIXES`.
+    batch, vocab : int
+        Rows per call and tokens per row.
+    """
 
     impl: str
     mix: str
@@ -75,6 +85,18 @@ class Point:
 def mix_params(mix: str, batch: int) -> list:
     """Per-row ``(temperature, top_k, top_p, min_p)`` of a mix (``mixed``: rows cycle the other four).
 
+    Parameters
+    ----------
+    mix : str
+        One of :data:`MIXES`.
+    batch : int
+
+    Returns
+    -------
+    list of tuple
+        ``batch`` tuples ``(float, int, float, float)``; temperature 0 is
+        greedy, ``top_k`` 0, ``top_p`` 1 and ``min_p`` 0 are off (SEMANTICS §1.1).
+
     Raises
     ------
     KeyError
@@ -86,7 +108,18 @@ def mix_params(mix: str, batch: int) -> list:
 
 
 def hbm_bandwidth(dev) -> float:
-    """Device-to-device copy bandwidth in GB/s (bytes read + written), median of 20 copies of 2 GiB."""
+    """Device-to-device copy bandwidth in GB/s (bytes read + written), median of 20 copies of 2 GiB.
+
+    Parameters
+    ----------
+    dev : torch.device
+        A CUDA device with 4 GiB free (two float32 buffers of 2 GiB).
+
+    Returns
+    -------
+    float
+        GB/s (10**9 bytes per second), counting the bytes read and written.
+    """
     n = 1 << 29
     a = torch.empty(n, device=dev)
     a.uniform_()
@@ -108,7 +141,20 @@ def hbm_bandwidth(dev) -> float:
 
 
 def make_inputs(batch: int, vocab: int, dev, seed: int = 0) -> list:
-    """Copies of ``randn(batch, vocab) * 3`` (fp32) that together exceed 256 MB (at most 8, at least 1)."""
+    """Copies of ``randn(batch, vocab) * 3`` that together exceed 256 MB (at most 8, at least 1).
+
+    Parameters
+    ----------
+    batch, vocab : int
+    dev : torch.device
+    seed : int
+        Seed of the generator on ``dev`` (inputs repeat from run to run).
+
+    Returns
+    -------
+    list of torch.Tensor
+        Each ``(batch, vocab)`` float32 on ``dev``.
+    """
     nbytes = batch * vocab * 4
     copies = max(1, min(8, (256 << 20) // nbytes + 1))
     g = torch.Generator(device=dev).manual_seed(seed)
@@ -202,6 +248,17 @@ def _reference_call(mix: str, batch: int, device: str) -> Callable:
 
 def build(point: Point, dev) -> tuple:
     """The callable for a grid point and whether it may be graph-captured.
+
+    Parameters
+    ----------
+    point : Point
+    dev : torch.device
+        Where the inputs live (the reference builds its rows there).
+
+    Raises
+    ------
+    KeyError
+        For an implementation not in :data:`IMPLS`.
 
     Returns
     -------
@@ -330,7 +387,15 @@ def time_point(fn: Callable, inputs: list, reps: int, graph: bool, on_gpu: bool,
 
 
 def environment() -> dict:
-    """Device, driver, clocks and versions of this process's stack."""
+    """Device, driver, clocks and versions of this process's stack.
+
+    Returns
+    -------
+    dict
+        ``device`` (CUDA device name, or ``CPU (...)``) and ``versions``:
+        torch, python, cuda, triton, flashinfer, vllm (or why unavailable),
+        ``fused_config``, ``driver`` and ``clocks`` (nvidia-smi at the call).
+    """
     versions = {"torch": torch.__version__, "python": platform.python_version(), "cuda": torch.version.cuda}
     for mod in ("triton", "flashinfer", "vllm"):
         try:

@@ -28,7 +28,24 @@ MAX_PAIR_FIELDS = 40
 
 
 def probe(profile: Profile, fields: Iterable[str]) -> Profile:
-    """The default profile with ``fields`` taken from ``profile`` (named ``trtllm+f1+f2``)."""
+    """The default profile with ``fields`` taken from ``profile``.
+
+    Parameters
+    ----------
+    profile : Profile
+    fields : iterable of str
+        Semantic field names of :class:`impls.profiles.Profile`.
+
+    Returns
+    -------
+    Profile
+        Named ``trtllm+f1+f2`` (predictions are cached by name).
+
+    Raises
+    ------
+    TypeError
+        For a name that is not a field.
+    """
     fields = tuple(fields)
     return dataclasses.replace(TRTLLM, name="trtllm+" + "+".join(fields), **{f: getattr(profile, f) for f in fields})
 

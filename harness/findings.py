@@ -79,7 +79,22 @@ def load_findings(path: Path) -> list:
 
 
 def match_finding(findings: list, impl: str, version: str, case_id: str) -> Optional[Finding]:
-    """The first finding covering this case, or None."""
+    """The first finding covering this case, or None.
+
+    Parameters
+    ----------
+    findings : list of Finding
+        From :func:`load_findings`.
+    impl : str
+        Implementation name.
+    version : str
+        Its version string (first word read as PEP 440).
+    case_id : str
+
+    Returns
+    -------
+    Finding or None
+    """
     for f in findings:
         if f.covers(impl, version, case_id):
             return f

@@ -144,6 +144,13 @@ class Judge:
         Falls back to :meth:`explain` on the rows' tokens and errors when
         neither a field nor a pair breaks one.
 
+        Parameters
+        ----------
+        case : Case
+        profile : Profile
+        checks : list of dict
+            From :meth:`_relations`: ``kind``, ``a``, ``b``, ``holds``.
+
         Returns
         -------
         list of dict

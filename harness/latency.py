@@ -117,6 +117,11 @@ def _order(values, preferred) -> list:
 def summarise(doc: dict) -> dict:
     """Ratios per point and the fused sampler's targets.
 
+    Parameters
+    ----------
+    doc : dict
+        A document from :func:`load_bench`.
+
     Returns
     -------
     dict
@@ -185,8 +190,26 @@ def summarise(doc: dict) -> dict:
 def latency_chart_svg(doc: dict, vocab: int, summary: Optional[dict] = None) -> str:
     """Latency (µs) against batch for one vocabulary: one log-log panel per mix, one line per implementation.
 
-    The HBM floor of each batch is drawn dashed. Returns an inline ``<svg>``
-    string (no external reference; ids unique per chart).
+    The HBM floor of each batch is drawn dashed.
+
+    Parameters
+    ----------
+    doc : dict
+        From :func:`load_bench`.
+    vocab : int
+        A vocabulary of the file.
+    summary : dict, optional
+        :func:`summarise` of ``doc`` (computed when not given).
+
+    Returns
+    -------
+    str
+        An inline ``<svg>`` element (no external reference; ids unique per chart).
+
+    Raises
+    ------
+    KeyError
+        For a vocabulary the file has no point for.
     """
     from matplotlib.figure import Figure
 
@@ -229,7 +252,20 @@ def latency_chart_svg(doc: dict, vocab: int, summary: Optional[dict] = None) -> 
 
 
 def render_html(doc: dict, source: str) -> str:
-    """The latency report for ``doc`` as one HTML string (``source`` names the results file)."""
+    """The latency report for ``doc`` as one self-contained HTML string.
+
+    Parameters
+    ----------
+    doc : dict
+        From :func:`load_bench`.
+    source : str
+        The results file's name, shown on the page.
+
+    Returns
+    -------
+    str
+        The page (``templates/latency.html.j2``).
+    """
     import jinja2
     s = summarise(doc)
     charts = {V: latency_chart_svg(doc, V, s) for V in s["vocabs"]}
@@ -248,6 +284,8 @@ def write_report(bench: str, out_dir: str) -> Path:
     ------
     LatencyError
         From :func:`load_bench`.
+    OSError
+        When ``out_dir`` cannot be created or written.
     """
     doc = load_bench(bench)
     out = Path(out_dir)

@@ -701,6 +701,12 @@ def version_verified(profile: Profile, version: str) -> Optional[bool]:
     version : str
         The implementation's version string; only its first word is read
         (``"1 (triton 3.6.0)"`` -> ``"1"``).
+
+    Returns
+    -------
+    bool or None
+        True inside the specifier, False outside, None when either is empty
+        or does not parse (PEP 440).
     """
     if not profile.versions or not version:
         return None

@@ -127,6 +127,11 @@ def row_function(top_k: int, top_p: float, min_p: float, vocab: int) -> str:
         Resolved min-p (0.0: off).
     vocab : int
 
+    Returns
+    -------
+    str
+        ``"plain"``, ``"top_k"``, ``"top_p"``, ``"top_k_top_p"`` or ``"min_p"``.
+
     Raises
     ------
     ValueError
@@ -355,6 +360,11 @@ def scenario_unsupported(spec) -> Optional[str]:
     Parameters
     ----------
     spec : impls.reference.scenario.ScenarioSpec
+    
+    Returns
+    -------
+    str or None
+        The reasons, or ``None`` when FlashInfer decides the verdict.
     """
     why = []
     for r in spec.requests:
@@ -488,7 +498,17 @@ class FlashInferImpl:
         return metadata.version("flashinfer-python")
 
     def available(self, device: str) -> Optional[str]:
-        """``None`` on a CUDA device with FlashInfer importable, else the reason."""
+        """``None`` on a CUDA device with FlashInfer importable, else the reason.
+
+        Parameters
+        ----------
+        device : str
+            ``"cpu"`` or ``"cuda"``.
+
+        Returns
+        -------
+        str or None
+        """
         if not str(device).startswith("cuda"):
             return "FlashInfer's sampling kernels run only on CUDA devices (use --device cuda)"
         if not torch.cuda.is_available():
@@ -518,7 +538,19 @@ class FlashInferImpl:
                 "filter_apply_order": self.order}
 
     def unsupported(self, row: Row) -> Optional[str]:
-        """Why FlashInfer cannot express ``row`` (``n/a``), or ``None``."""
+        """Why FlashInfer cannot express ``row`` (``n/a``), or ``None``.
+
+        Parameters
+        ----------
+        row : Row
+
+        Returns
+        -------
+        str or None
+            A logits processor at a non-neutral value, logprobs, beam search,
+            or min-p together with top-k/top-p; ``None`` otherwise (also for
+            an invalid row: the step reports its error).
+        """
         from ..reference.modes import resolve
 
         for f in _PROCESSOR_FIELDS:
