@@ -100,8 +100,18 @@ class Judge:
         self._pred: dict = {}
 
     # -- predictions ---------------------------------------------------
-    def predict(self, case: Case, profile: Profile, dtype: torch.dtype = torch.float32) -> list:
+    def predict(self, case: Case, profile: Profile, dtype: torch.dtype = torch.float32, cache: bool = True) -> list:
         """Reference outputs for every batch of ``case`` under ``profile``.
+
+        Parameters
+        ----------
+        case : Case
+        profile : Profile
+        dtype : torch.dtype
+            Working dtype of the reference (float64 for statistical predictions).
+        cache : bool
+            Keep the result for later calls (the probe profiles of
+            :mod:`harness.blame`, up to hundreds per case, are not kept).
 
         Returns
         -------
@@ -109,10 +119,13 @@ class Judge:
             One list per batch, one result per row.
         """
         key = (case.id, profile, dtype)
-        if key not in self._pred:
-            ref = Reference(profile, dtype=dtype)
-            self._pred[key] = [ref.open_session("cpu").step([r.to_row() for r in b.rows]) for b in case.batches]
-        return self._pred[key]
+        if key in self._pred:
+            return self._pred[key]
+        ref = Reference(profile, dtype=dtype)
+        out = [ref.open_session("cpu").step([r.to_row() for r in b.rows]) for b in case.batches]
+        if cache:
+            self._pred[key] = out
+        return out
 
     def explain(self, case: Case, profile: Profile, keys_per_row: list) -> list:
         """Profile fields whose value alone changes the default prediction of ``case`` (:func:`harness.blame.blame`).
@@ -132,7 +145,7 @@ class Judge:
         default = self.predict(case, TRTLLM)
 
         def changes(probe_profile) -> bool:
-            pred = self.predict(case, probe_profile)
+            pred = self.predict(case, probe_profile, cache=False)
             return any(mismatches(observe(p, keys), observe(d, keys))
                        for bp, bd, bk in zip(pred, default, keys_per_row) for p, d, keys in zip(bp, bd, bk))
         found, _ = blame(profile, changes)
@@ -161,7 +174,7 @@ class Judge:
 
         def breaks(probe_profile) -> bool:
             return any((c["kind"], c["a"], c["b"]) in broken and not c["holds"]
-                       for c in self._relations(case, self.predict(case, probe_profile)))
+                       for c in self._relations(case, self.predict(case, probe_profile, cache=False)))
         found, together = blame(profile, breaks, pairs=True)
         if not found:
             return self.explain(case, profile, [[["token", "error"] for _ in b.rows] for b in case.batches])

@@ -335,7 +335,7 @@ def _relations(sc: ScenarioCase, res) -> list:
 
 
 # -- predictions ---------------------------------------------------------------
-def predict(judge, case, profile: Profile, dtype: torch.dtype = torch.float32):
+def predict(judge, case, profile: Profile, dtype: torch.dtype = torch.float32, cache: bool = True):
     """The reference's decode of a scenario case under ``profile``.
 
     Parameters
@@ -348,15 +348,20 @@ def predict(judge, case, profile: Profile, dtype: torch.dtype = torch.float32):
     profile : Profile
     dtype : torch.dtype
         Working dtype of the reference (float32; float64 for an oracle).
+    cache : bool
+        Keep the result (not for the probe profiles of :mod:`harness.blame`).
 
     Returns
     -------
     impls.reference.scenario.ScenarioResult
     """
     key = ("scenario", case.id, profile, dtype)
-    if key not in judge._pred:
-        judge._pred[key] = Reference(profile, dtype=dtype).run_scenario(case.scenario.spec)
-    return judge._pred[key]
+    if key in judge._pred:
+        return judge._pred[key]
+    out = Reference(profile, dtype=dtype).run_scenario(case.scenario.spec)
+    if cache:
+        judge._pred[key] = out
+    return out
 
 
 def _keys(e: dict) -> list:
@@ -368,7 +373,7 @@ def _explain(judge, case, profile: Profile, keys: dict) -> list:
     default = predict(judge, case, TRTLLM)
 
     def changes(probe_profile) -> bool:
-        pred = predict(judge, case, probe_profile)
+        pred = predict(judge, case, probe_profile, cache=False)
         return any(mismatches(observe(pred.requests[r], k), observe(default.requests[r], k), case.atol, case.rtol)
                    for r, k in keys.items())
     found, _ = blame(profile, changes)
@@ -378,7 +383,7 @@ def _explain(judge, case, profile: Profile, keys: dict) -> list:
 def _explain_relations(judge, case, profile: Profile, idx: list) -> list:
     """The profile fields that break relation(s) ``idx`` of a scenario: alone, else in pairs."""
     def breaks(probe_profile) -> bool:
-        rel = _relations(case.scenario, predict(judge, case, probe_profile))
+        rel = _relations(case.scenario, predict(judge, case, probe_profile, cache=False))
         return any(not rel[i]["holds"] for i in idx)
     found, together = blame(profile, breaks, pairs=True)
     return field_entries(profile, found, together) if found else field_entries(profile)
@@ -520,12 +525,6 @@ def evaluate(judge, case, impl, version: str):
 
 
 # -- statistical scenarios ---------------------------------------------------------
-def _alpha(judge, case) -> float:
-    # The judge's per-check level already counts every statistical check of the declared
-    # corpus, statistical scenarios included (harness/runner.py count_statistical_checks).
-    return judge.alpha
-
-
 def _statistical(judge, case, impl, version, run):
     from impls.reference.speculative import target_distribution
 
@@ -551,7 +550,9 @@ def _statistical(judge, case, impl, version, run):
             errors.append(f"{rid}#{i}: {rr.error or 'fewer than ' + str(pos + 1) + ' tokens'} {rr.message}")
             continue
         counts[rr.tokens[pos]] += 1
-    alpha = _alpha(judge, case)
+    # the judge's per-check level counts every statistical check of the declared corpus,
+    # statistical scenarios included (harness/runner.py count_statistical_checks)
+    alpha = judge.alpha
     # The same test as single-step statistical cases (harness/stats.py check_draws: support,
     # then an exact multinomial test or Williams' G-test); N is the case's fixed ``draws``.
     gof = check_draws(counts, p64.numpy(), alpha, FAMILY_ALPHA)

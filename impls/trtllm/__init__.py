@@ -30,7 +30,6 @@ from . import loader
 
 __all__ = ["TrtllmImpl", "PIPELINE", "UNVERIFIED", "SUPPORTED_FEATURES"]
 
-_S = loader.SAMPLER_DIR
 
 #: Where each stage of the step comes from (``describe()["pipeline"]``); ``{v}``, ``{tb}``, ``{sm}`` are the
 #: commits of ops/vanilla.py, token_ban.py and seed_manager.py.
@@ -101,7 +100,6 @@ class TrtllmImpl:
         self.profile = profile
         self.src = loader.find_checkout(src)
         self._engine = None
-        self._error: Optional[str] = None
 
     def engine(self) -> loader.Engine:
         """The loaded checkout.
