@@ -15,7 +15,11 @@ import torch
 
 from impls.base import RowResult
 
-__all__ = ["observe", "mismatches", "EXPECT_KEYS", "jsonable"]
+__all__ = ["observe", "mismatches", "EXPECT_KEYS", "jsonable", "DRAW_KEYS"]
+
+#: Outputs of a sampling row that follow its drawn token: compared one for one only when the
+#: same token was drawn (the judge under another RNG; ``sampcheck diff`` between two records).
+DRAW_KEYS = frozenset({"token", "logprob", "processed_logprob", "rank", "top_logprobs", "finish_reason"})
 
 EXPECT_KEYS = ("token", "support", "mode", "error", "finish_reason", "logprob", "processed_logprob",
                "top_logprobs", "rank", "rewritten_logits", "probs")

@@ -93,8 +93,9 @@ reproduces a committed report byte for byte.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
+
+from .compare import DRAW_KEYS
 
 __all__ = ["FALSE_ALARM", "KINDS", "diff", "two_sample", "render_text", "render_html"]
 
@@ -198,7 +199,7 @@ def _row_key(row: dict, i: int) -> str:
 
 
 #: outputs of an exact row that follow from the token it drew (module docstring, *Stochastic rows*)
-_DRAWN = ("finish_reason", "logprob", "processed_logprob", "rank")
+_DRAWN = tuple(sorted(DRAW_KEYS - {"token", "top_logprobs"}))  # token and top logprobs have their own rules
 
 
 def _without(top, ids: set):
@@ -236,7 +237,7 @@ def _compare_outputs(a: dict, b: dict, stochastic: bool, label: str = "") -> tup
                 drawn.append(f"{label}top_logprobs: {_short(a.get('top_logprobs'))} -> "
                              f"{_short(b.get('top_logprobs'))}")
         elif (ta is None) != (tb is None):
-            skip |= set(_DRAWN)
+            skip |= {"top_logprobs", *_DRAWN}  # one side errored: its error and token are compared
     for k in sorted((set(a) | set(b)) - skip):
         if not _close(a.get(k), b.get(k)):
             out.append(f"{label}{k}: {_short(a.get(k))} -> {_short(b.get(k))}")

@@ -46,7 +46,7 @@ from impls.base import RowError
 
 from .blame import blame, field_entries
 from .cases import Case
-from .compare import jsonable, mismatches, observe
+from .compare import DRAW_KEYS, jsonable, mismatches, observe
 from .findings import match_finding
 from .stats import DEFAULT_EPSILON, FAMILY_ALPHA, TARGET_POWER, check_draws, plan_draws
 
@@ -54,8 +54,6 @@ __all__ = ["Result", "Judge", "STATUSES"]
 
 STATUSES = ("pass", "known-diff", "known-bug", "fail", "n/a", "skip", "error")
 
-#: Outputs that follow the drawn token of a sampling row (compared in support only under another RNG).
-_DRAW_KEYS = frozenset({"token", "logprob", "processed_logprob", "rank", "top_logprobs", "finish_reason"})
 
 
 @dataclass
@@ -260,7 +258,7 @@ class Judge:
                         and torch.equal(d.probs > 0, p.probs > 0)):
                     # Under another RNG a single draw shows the support, not the stream: two
                     # predictions with one support differ by design only where that shows.
-                    for k in _DRAW_KEYS & set(d_obs):
+                    for k in DRAW_KEYS & set(d_obs):
                         d_obs[k] = want.get(k)
                 diff = mismatches(want, d_obs, case.atol, case.rtol)
                 where = f"{b.name}:{r.index}"
