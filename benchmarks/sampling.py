@@ -31,37 +31,25 @@ import time
 
 import torch
 
-from benchmarks.latency import hbm_bandwidth, make_inputs, sort_based  # shared with the pytest-benchmark suite
-
-MIXES = ("greedy", "k50_p09", "p09", "minp005", "mixed")
-
+from benchmarks.latency import MIXES, hbm_bandwidth, make_inputs, mix_params, sort_based, time_point  # noqa: F401
+# (shared with the pytest-benchmark suite; MIXES is re-exported for benchmarks/fused_diag.py)
 
 def params(mix: str, B: int, dev):
-    """Per-row tensors ``(temperature, top_k, top_p, min_p)`` for a mix (mixed: rows cycle the others)."""
-    table = {"greedy": (0.0, 0, 1.0, 0.0), "k50_p09": (1.0, 50, 0.9, 0.0), "p09": (1.0, 0, 0.9, 0.0),
-             "minp005": (1.0, 0, 1.0, 0.05)}
-    rows = [table[mix]] * B if mix != "mixed" else [table[MIXES[i % 4]] for i in range(B)]
-    T, K, P, M = zip(*rows)
+    """Per-row tensors ``(temperature, top_k, top_p, min_p)`` of a mix (:func:`benchmarks.latency.mix_params`).
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(B,)`` float32, int64, float32, float32 on ``dev``.
+    """
+    T, K, P, M = zip(*mix_params(mix, B))
     return (torch.tensor(T, device=dev), torch.tensor(K, dtype=torch.int64, device=dev),
             torch.tensor(P, device=dev), torch.tensor(M, device=dev))
 
 
 def time_call(fn, inputs, reps: int) -> float:
-    """Median microseconds of ``fn(inputs[i % len(inputs)])`` over ``reps`` calls after warm-up."""
-    for i in range(3):
-        fn(inputs[i % len(inputs)])
-    torch.cuda.synchronize()
-    ts = []
-    for i in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        x = inputs[i % len(inputs)]
-        s.record()
-        fn(x)
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
+    """Median microseconds of single eager calls (:func:`benchmarks.latency.time_point` on the GPU)."""
+    return time_point(fn, inputs, reps, graph=False, on_gpu=True)["median_us"]
 
 
 def main(argv=None) -> int:
