@@ -66,9 +66,9 @@ import torch
 
 from ..base import Row, RowError
 from .draw import gumbel_scores
-from .filters import kept_set, processed_probs
+from .filters import processed_probs
 from .finish import finish_reason
-from .modes import GREEDY, SAMPLING, effective_seed, resolve
+from .modes import GREEDY, SAMPLING, effective_seed
 from .philox import uniforms
 from .scenario import StepRecord, _fail
 from .scripted import ModelError
@@ -250,7 +250,7 @@ def _verify(runner, cache: _Cache, st, step: int, toks: list, qs: list, u_rows: 
     for t in toks:
         if not 0 <= t < V:
             raise RowError("invalid_draft", f"draft token {t} outside the target vocabulary [0, {V})")
-    emitted, accepted, stopped, reason = [], 0, False, "none"
+    emitted, reason = [], "none"
 
     def emit(t: int) -> bool:
         nonlocal reason
@@ -259,26 +259,24 @@ def _verify(runner, cache: _Cache, st, step: int, toks: list, qs: list, u_rows: 
         reason = r
         return r != "none"
 
-    hook = getattr(runner.session, "verify_chain", None)
-    if hook is not None and res.mode == SAMPLING:
-        # The session's own verification decides this step's emission: the canonical one is skipped.
-        accepted, stopped = _verify_chain(hook, rows, toks, qs, V, seed, offsets, emit), True
-    for i in range(0 if stopped else K):
-        d = toks[i]
-        if res.mode == GREEDY:
-            ok = d == int(torch.argmax(rows[i][3]))
-        else:
-            p_d, q_d = float(rows[i][3][d]), float(qs[i][d])
-            if q_d <= 0:
-                raise RowError("invalid_draft", f"draft token {d} has probability 0 under the draft distribution")
-            ok = not float(u_rows[i, V]) > min(1.0, p_d / q_d)
-        if not ok:
-            break
-        accepted += 1
-        if emit(d):
-            stopped = True
-            break
-    if not stopped:
+    def canonical() -> int:
+        # The canonical verification (module docstring, item 3): the accepted prefix, then the
+        # correction or bonus token unless an accepted draft finished the request.
+        accepted = 0
+        for i in range(K):
+            d = toks[i]
+            if res.mode == GREEDY:
+                ok = d == int(torch.argmax(rows[i][3]))
+            else:
+                p_d, q_d = float(rows[i][3][d]), float(qs[i][d])
+                if q_d <= 0:
+                    raise RowError("invalid_draft", f"draft token {d} has probability 0 under the draft distribution")
+                ok = not float(u_rows[i, V]) > min(1.0, p_d / q_d)
+            if not ok:
+                break
+            accepted += 1
+            if emit(d):
+                return accepted
         i = accepted
         if res.mode == GREEDY:
             emit(int(torch.argmax(rows[i][3])))
@@ -290,6 +288,13 @@ def _verify(runner, cache: _Cache, st, step: int, toks: list, qs: list, u_rows: 
             emit(_gumbel([(logr, r > 0, 1.0)], u_rows[i:i + 1], logr.dtype)[0])
         else:
             emit(_gumbel([(rows[K][1], rows[K][2], res.temperature)], u_rows[K:K + 1], rows[K][1].dtype)[0])
+        return accepted
+
+    hook = getattr(runner.session, "verify_chain", None)
+    if hook is not None and res.mode == SAMPLING:
+        accepted = _verify_chain(hook, rows, toks, qs, V, seed, offsets, emit)  # the session's own verification
+    else:
+        accepted = canonical()
     rec = StepRecord(step, tokens=list(emitted), offsets=offsets, seed=seed, drafts=list(toks),
                      accepted=accepted, rewind=req.draft_len - accepted,
                      finish_reason=reason)
