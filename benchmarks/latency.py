@@ -34,7 +34,7 @@ from typing import Callable, Optional
 
 import torch
 
-__all__ = ["MIXES", "BATCHES", "VOCABS", "QUICK", "IMPLS", "GRAPH_MAX_BATCH", "Point", "mix_params",
+__all__ = ["MIXES", "BATCHES", "VOCABS", "QUICK", "IMPLS", "DEVICE", "SLOW", "GRAPH_MAX_BATCH", "Point", "mix_params",
            "hbm_bandwidth", "make_inputs", "build", "time_point", "environment", "sort_based"]
 
 #: Parameter mixes: all greedy; top_k=50 with top_p=0.9; top_p=0.9 alone;
@@ -48,6 +48,11 @@ QUICK = {"batches": (1, 256), "vocabs": (32000, 128256)}
 #: vLLM is absent: its wheel cannot be brought to the project's GPU machine
 #: (benchmarks/README.md), and its CPU build's timings would not be comparable.
 IMPLS = ("fused", "flashinfer", "torch-sort", "argmax", "reference-cuda", "reference-cpu")
+#: Where each implementation runs: the CPU ones are timed on the CPU even on a GPU machine.
+DEVICE = {"fused": "cuda", "flashinfer": "cuda", "reference-cuda": "cuda", "reference-cpu": "cpu",
+          "torch-sort": "any", "argmax": "any"}
+#: Per-row Python pipelines: few timed calls (seconds per call at batch 16) and one warm-up.
+SLOW = frozenset({"reference-cuda", "reference-cpu"})
 #: Largest batch timed as a CUDA-graph replay.
 GRAPH_MAX_BATCH = 64
 #: The reference is a per-row Python pipeline: timed only at these batches and vocabularies.

@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.latency import BATCHES, IMPLS, MIXES, QUICK, VOCABS, GRAPH_MAX_BATCH, Point, build, make_inputs, \
+from benchmarks.latency import BATCHES, DEVICE, IMPLS, SLOW, MIXES, QUICK, VOCABS, GRAPH_MAX_BATCH, Point, build, make_inputs, \
     time_point
 
 pytest.importorskip("pytest_benchmark")
@@ -67,9 +67,9 @@ def _inputs(batch: int, vocab: int, dev):
 
 def test_latency(point, benchmark, latency_recorder, request):
     on_gpu = torch.cuda.is_available()
-    if point.impl == "reference-cpu" or not on_gpu:
+    if DEVICE[point.impl] == "cpu" or not on_gpu:
         dev = torch.device("cpu")
-        if point.impl in ("fused", "flashinfer", "reference-cuda"):
+        if DEVICE[point.impl] == "cuda":
             pytest.skip(f"{point.impl} is timed on a CUDA device only")
         if point.batch * point.vocab > 16 * 128256:
             pytest.skip("CPU timing is limited to batch * vocab <= 16 * 128256")
@@ -80,7 +80,7 @@ def test_latency(point, benchmark, latency_recorder, request):
         pytest.skip(reason)
     inputs = _inputs(point.batch, point.vocab, dev)
     reps, warmup = request.config.getoption("--latency-reps"), 3
-    if point.impl.startswith("reference"):
+    if point.impl in SLOW:
         reps, warmup = min(reps, 5), 1  # a per-row Python pipeline: seconds per call at batch 16
     res = time_point(fn, inputs, reps, graph=graphable and point.batch <= GRAPH_MAX_BATCH, on_gpu=dev.type == "cuda",
                      bench=benchmark.pedantic, warmup=warmup)
