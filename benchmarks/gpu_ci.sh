@@ -5,6 +5,7 @@
 #   STAGES="records"        FlashInfer run records for golden/engines/
 #   STAGES="latency"        the full latency grid (same suite as tox -e gpu) and its report
 #   STAGES="sweep"          the fused kernel's token-for-token sweep (SWEEP_DRAWS) and compute-sanitizer
+#   STAGES="host"           the fused kernel's GPU tests and the host cost of one call (benchmarks/host_cost.py)
 # Results go to $OUT (default ./out); several stages: STAGES="tox records".
 set -uo pipefail
 OUT=${OUT:-out}
@@ -54,6 +55,15 @@ for stage in ${STAGES:-tox}; do
     python3 -m pytest -q -p no:cacheprovider benchmarks/test_latency.py --benchmark-json "$OUT/benchmark.json" \
       --latency-out "$OUT/latency.json" ${LATENCY_ARGS:-} 2>&1 | grep -v "^test_latency\[" | tail -15
     python3 -m harness.cli report --bench "$OUT/latency.json" --out "$OUT"
+    ;;
+  host)
+    echo "== fused kernel: GPU tests, host cost"
+    python3 -m pytest -q -p no:cacheprovider tests/test_fused.py 2>&1 | tail -5
+    rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
+    for shape in "1 32000" "256 128256"; do
+      set -- $shape
+      python3 -m benchmarks.host_cost --batch $1 --vocab $2 --out "$OUT/host-cost-b$1.json" 2>&1 | tail -30
+    done
     ;;
   sweep)
     echo "== sweep"

@@ -210,3 +210,36 @@ def test_cuda_graph_capture_and_replay():
         torch.cuda.synchronize()
         want, _ = reference_rows(*(a.cpu() for a in (logits, T, K, P, M, S, O)))
         assert tok.tolist() == want
+
+
+def test_launcher_mode_is_checked_and_constexpr_tail_follows_the_signature():
+    from impls.fused import launch
+    from impls.fused.kernel import _hist_kernel, launch_args
+    x = torch.zeros(2, 300, device=DEV)
+    with pytest.raises(ValueError, match="unknown launcher mode 'fast'"):
+        launch.launch(_hist_kernel, (1,), (x,), {}, {}, mode="fast")
+    # the hist kernel's constexprs after its 14 positional parameters, in signature order
+    tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
+                                          "KBIG": 256})
+    assert tail == (128, 64, 64, 128, 256, 40.0)
+    with pytest.raises(TypeError, match="no value for parameter RMAX"):
+        launch._tail(_hist_kernel, 14, {"BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
+    # the specialisation key separates what Triton separates
+    assert launch._spec(16) != launch._spec(17) and launch._spec(1) != launch._spec(3)
+    assert launch._spec(1 << 40) != launch._spec(1 << 4)
+    from impls.fused.ops import INTERPRETER
+    names = [a[0] for a in launch_args(x, *([None] * 13), 1, 512, True, INTERPRETER)]
+    assert names == ["stats", "hist", "refine", "gather", "decide", "probs"]
+
+
+@pytest.mark.gpu
+def test_cached_launcher_gives_the_jit_launcher_tokens():
+    from impls.fused import launch
+    logits, T, K, P, M, S, O = (a.cuda() for a in random_batch(11, 64, [32000, 4096]))
+    for _ in range(2):  # the second call launches the cached binaries
+        a = fused_sample(logits, T, K, P, M, S, O, want_probs=True, launcher="cached")
+    b = fused_sample(logits, T, K, P, M, S, O, want_probs=True, launcher="jit")
+    assert launch.FALLBACK is None
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and torch.equal(a[3], b[3])
+    want, _ = reference_rows(*(t.cpu() for t in (logits, T, K, P, M, S, O)))
+    assert a[0].tolist() == want

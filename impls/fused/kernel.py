@@ -77,7 +77,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "launch_all"]
+__all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "launch_all", "launch_args"]
 
 STATUS_KINDS = {0: None, 1: "nan_logits", 2: "posinf_logits", 3: "no_valid_token", 4: "invalid_temperature",
                 5: "invalid_top_k", 6: "invalid_top_p", 7: "invalid_min_p"}
@@ -933,21 +933,44 @@ def _probs_kernel(logits_ptr, stride_row, V, probs_ptr, wsi, wsf, ws64, S, CH,
         tl.store(pbase + offs, out, mask=inb)
 
 
-def launch_all(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64,
-               S, CH, want_probs, cfg):
-    """Launch the pipeline (see the module docstring). All tensors are allocated by the caller."""
+def launch_args(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64,
+                S, CH, want_probs, cfg):
+    """The launches of one call, in order: ``(name, kernel, grid, args, constexprs, options)`` each.
+
+    All tensors are allocated by the caller (:func:`impls.fused.ops.fused_sample`).
+    """
     B, V = logits.shape
     sr = logits.stride(0)
     c = dict(BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"])
     kw = dict(num_warps=cfg["num_warps"], enable_fp_fusion=False)
     grid = (B, S)
-    _stats_kernel[grid](logits, sr, V, temperature, top_k, top_p, min_p, wsi, wsf, ws64, S, CH, **c, **kw)
-    _hist_kernel[grid](logits, sr, V, temperature, top_k, top_p, min_p, seed, offset, wsi, wsf, ws64, S, CH,
-                       RMAX=cfg["r"], **c, **kw)
     rsh = (4 * 256 // cfg["nbs"]).bit_length() - 1
-    _refine_kernel[grid](logits, sr, V, temperature, top_k, top_p, min_p, wsi, wsf, ws64, S, CH, RSH=rsh, **c, **kw)
-    _gather_kernel[grid](logits, sr, V, seed, offset, wsi, wsf, ws64, S, CH, **c, **kw)
-    _decide_kernel[(B,)](logits, sr, V, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path,
-                         wsi, wsf, ws64, S, **c, num_warps=cfg["decide_warps"], enable_fp_fusion=False)
+    out = [
+        ("stats", _stats_kernel, grid, (logits, sr, V, temperature, top_k, top_p, min_p, wsi, wsf, ws64, S, CH), c, kw),
+        ("hist", _hist_kernel, grid,
+         (logits, sr, V, temperature, top_k, top_p, min_p, seed, offset, wsi, wsf, ws64, S, CH), dict(c, RMAX=cfg["r"]),
+         kw),
+        ("refine", _refine_kernel, grid, (logits, sr, V, temperature, top_k, top_p, min_p, wsi, wsf, ws64, S, CH),
+         dict(c, RSH=rsh), kw),
+        ("gather", _gather_kernel, grid, (logits, sr, V, seed, offset, wsi, wsf, ws64, S, CH), c, kw),
+        ("decide", _decide_kernel, (B,), (logits, sr, V, temperature, top_k, top_p, min_p, seed, offset, tokens, status,
+                                          path, wsi, wsf, ws64, S), c,
+         dict(num_warps=cfg["decide_warps"], enable_fp_fusion=False)),
+    ]
     if want_probs:
-        _probs_kernel[grid](logits, sr, V, probs, wsi, wsf, ws64, S, CH, **c, **kw)
+        out.append(("probs", _probs_kernel, grid, (logits, sr, V, probs, wsi, wsf, ws64, S, CH), c, kw))
+    return out
+
+
+def launch_all(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64,
+               S, CH, want_probs, cfg, launcher: str = "cached"):
+    """Launch the pipeline (see the module docstring) through :func:`impls.fused.launch.launch`.
+
+    All tensors are allocated by the caller; ``launcher`` is ``"cached"`` or ``"jit"``.
+    """
+    from .launch import launch
+
+    for _name, kernel, grid, args, meta, options in launch_args(logits, temperature, top_k, top_p, min_p, seed, offset,
+                                                                tokens, status, path, probs, wsi, wsf, ws64, S, CH,
+                                                                want_probs, cfg):
+        launch(kernel, grid, args, meta, options, launcher)

@@ -54,7 +54,7 @@ def _check(t: torch.Tensor, name: str, B: int, device) -> torch.Tensor:
 def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                  min_p: torch.Tensor, seed: torch.Tensor, offset: torch.Tensor, want_probs: bool = False,
                  block: Optional[int] = None, nb: Optional[int] = None, r: Optional[float] = None,
-                 kmax: Optional[int] = None, num_warps: Optional[int] = None, **more):
+                 kmax: Optional[int] = None, num_warps: Optional[int] = None, launcher: str = "cached", **more):
     """Sample one token per row with min-p, top-k, top-p, temperature and the canonical draw.
 
     Parameters
@@ -74,6 +74,12 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     want_probs : bool
         Also return the distribution sampled from (same filtering as the
         draw): ``(batch, vocab)`` float32, zeros outside the kept set.
+    block, nb, r, kmax, num_warps, **more
+        Tuning constants (:data:`DEFAULTS`); results do not depend on them.
+    launcher : str
+        ``"cached"`` (launch the compiled kernels directly after the first
+        call, :mod:`impls.fused.launch`) or ``"jit"`` (Triton's
+        ``kernel[grid]`` at every call). Same kernels, same results.
 
     Returns
     -------
@@ -88,7 +94,9 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     Raises
     ------
     ValueError
-        Shapes, dtypes or devices that do not match.
+        Shapes, dtypes or devices that do not match; an unknown ``launcher``.
+    TypeError
+        An unknown tuning option.
     """
     if logits.dim() != 2:
         raise ValueError(f"logits must be (batch, vocab), got shape {tuple(logits.shape)}")
@@ -104,11 +112,14 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     top_k = _check(top_k.to(torch.int64), "top_k", B, dev)
     seed = _check(seed.to(torch.int64), "seed", B, dev)
     offset = _check(offset.to(torch.int64), "offset", B, dev)
-    cfg = dict(INTERPRETER if logits.device.type == "cpu" else DEFAULTS)
-    for name, v in dict(more, block=block, nb=nb, r=r, kmax=kmax, num_warps=num_warps).items():
-        if name not in cfg:
-            raise TypeError(f"unknown fused_sample option {name!r}")
-        if v is not None:
+    cfg = INTERPRETER if logits.device.type == "cpu" else DEFAULTS
+    given = {k: v for k, v in dict(more, block=block, nb=nb, r=r, kmax=kmax, num_warps=num_warps).items()
+             if v is not None}
+    if given:
+        cfg = dict(cfg)
+        for name, v in given.items():
+            if name not in cfg:
+                raise TypeError(f"unknown fused_sample option {name!r}")
             cfg[name] = v
     if V >= 1 << 23:
         raise ValueError(f"vocab {V} too large for the fused kernel's fixed-point sums (< 2**23)")
@@ -124,5 +135,5 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         wsf = torch.empty((B, S * L["PF"] + L["RF"]), dtype=torch.float32, device=dev)
         ws64 = torch.empty((B, S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"]), dtype=torch.int64, device=dev)
         launch_all(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64,
-                   S, CH, want_probs, cfg)
+                   S, CH, want_probs, cfg, launcher)
     return tokens, status, path, (probs if want_probs else None)

@@ -1,0 +1,122 @@
+"""Host cost of one fused-sampler call on a GPU: where the time goes before the GPU has any work.
+
+At small batches the fused sampler's eager latency is the host time of its launches (the GPU work
+is a few µs per launch). This script measures, with ``time.perf_counter`` and no synchronisation
+inside the timed loop (the GPU work of a batch-1 call is far shorter than its host time, so the
+launch queue never fills):
+
+* one whole ``fused_sample`` call;
+* each of its launches through Triton's ``JITFunction`` (``kernel[grid](...)``, which binds the
+  arguments, computes the specialisation key and looks the compiled kernel up at every call);
+* the same launches through the cached compiled kernel (:mod:`impls.fused.launch`);
+* the allocations of the outputs and workspaces;
+* a ``cProfile`` listing of whole calls (the 25 most expensive functions by own time).
+
+Usage: ``python -m benchmarks.host_cost --out FILE.json``. Needs CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import platform
+import pstats
+import time
+
+import torch
+
+
+def _per_call_us(fn, n: int) -> float:
+    """Median over 5 rounds of the mean host time of ``n`` back-to-back calls, in µs."""
+    rounds = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        rounds.append((time.perf_counter() - t0) / n * 1e6)
+        torch.cuda.synchronize()
+    rounds.sort()
+    return round(rounds[2], 2)
+
+
+def main(argv=None) -> int:
+    """Measure and write the JSON; returns the exit status (2 without CUDA)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="benchmarks/results/host-cost.json")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--calls", type=int, default=50)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("host_cost: needs a CUDA device")
+        return 2
+    import triton
+
+    from impls.fused import launch, ops
+    from impls.fused.kernel import LAYOUT
+
+    dev = torch.device("cuda")
+    B, V, n = args.batch, args.vocab, args.calls
+    x = torch.randn(B, V, device=dev) * 3
+    T = torch.ones(B, device=dev)
+    K = torch.full((B,), 50, dtype=torch.int64, device=dev)
+    P = torch.full((B,), 0.9, device=dev)
+    M = torch.zeros(B, device=dev)
+    seed = torch.arange(B, dtype=torch.int64, device=dev)
+    off = torch.zeros(B, dtype=torch.int64, device=dev)
+    res: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+                 "python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
+                 "batch": B, "vocab": V, "calls": n, "unit": "µs of host time per call"}
+
+    def call(mode):
+        return lambda: ops.fused_sample(x, T, K, P, M, seed, off, launcher=mode)
+
+    for mode in ("jit", "cached"):
+        call(mode)()
+        torch.cuda.synchronize()
+    a = ops.fused_sample(x, T, K, P, M, seed, off, launcher="jit")
+    b = ops.fused_sample(x, T, K, P, M, seed, off, launcher="cached")
+    res["same_tokens"] = bool(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]))
+    res["cached_fallback"] = launch.FALLBACK
+    res["fused_sample_jit"] = _per_call_us(call("jit"), n)
+    res["fused_sample_cached"] = _per_call_us(call("cached"), n)
+
+    cfg = dict(ops.DEFAULTS)
+    S, CH = ops.splits(B, V, cfg)
+    L = LAYOUT
+
+    def alloc():
+        torch.empty((B,), dtype=torch.int64, device=dev)
+        torch.empty((B,), dtype=torch.int32, device=dev)
+        torch.empty((B,), dtype=torch.int32, device=dev)
+        torch.empty((1,), dtype=torch.float32, device=dev)
+        torch.empty((B, S * (L["PI"] + cfg["nb"] + cfg["nbs"]) + L["RI"] + L["CNT"]), dtype=torch.int32, device=dev)
+        torch.empty((B, S * L["PF"] + L["RF"]), dtype=torch.float32, device=dev)
+        torch.empty((B, S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"]), dtype=torch.int64, device=dev)
+
+    res["allocations"] = _per_call_us(alloc, n)
+    res["per_launch"] = {}
+    for mode in ("jit", "cached"):
+        for name, fn in launch.single_launches(x, T, K, P, M, seed, off, cfg, mode):
+            res["per_launch"][f"{name}_{mode}"] = _per_call_us(fn, n)
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        ops.fused_sample(x, T, K, P, M, seed, off, launcher="jit")
+    prof.disable()
+    torch.cuda.synchronize()
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+    res["profile_jit"] = s.getvalue().splitlines()
+    print(json.dumps({k: v for k, v in res.items() if k != "profile_jit"}, indent=1))
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
