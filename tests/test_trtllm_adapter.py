@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from impls.base import Row
+from impls.base import FEATURES, Row
 from impls.trtllm import TrtllmImpl, loader
 
 SRC = os.environ.get(loader.ENV_VAR)
@@ -69,11 +69,59 @@ def test_file_lacking_a_function_or_importing_the_unknown_is_named(tmp_path):
     other = tmp_path / "other"
     d = other / loader.SAMPLER_DIR
     (d / "ops").mkdir(parents=True)
-    (d / "ops" / "vanilla.py").write_text("from tensorrt_llm.bindings.executor import FinishReason\n")
+    (d / "ops" / "vanilla.py").write_text("from tensorrt_llm.bindings.internal import runtime\n")
     (d / "token_ban.py").write_text("")
     (d / "seed_manager.py").write_text("")
-    with pytest.raises(loader.CheckoutError, match=r"ops/vanilla.py failed: it imports 'tensorrt_llm.bindings'"):
+    with pytest.raises(loader.CheckoutError, match=r"ops/vanilla.py failed: it imports 'tensorrt_llm.bindings.internal'"):
         loader.load(other)
+
+
+def _fake_checkout(root: Path, beam_search: str = None) -> Path:
+    """The smallest files that define every name the loader checks (not TensorRT-LLM's code)."""
+    d = root / loader.SAMPLER_DIR
+    (d / "ops").mkdir(parents=True)
+    (d / "ops" / "vanilla.py").write_text(
+        "def occurrence_penalized_logits(*a): pass\n"
+        "def top_k_top_p_sampling_batch(*a): pass\n"
+        "def greedy_search_sampling_batch(*a): pass\n"
+        "class Fusions:\n"
+        "    def update_occurrence_workspace(*a): pass\n"
+        "    def apply_batched_occurrence_penalties(*a): pass\n"
+        "    def _apply_occurrence_penalties_impl(*a): pass\n"
+        "    def _top_p_decay_update_impl(*a): pass\n")
+    (d / "token_ban.py").write_text("class SynchronousTokenBanHandler: pass\n")
+    (d / "seed_manager.py").write_text("class _SeedManager: pass\n")
+    if beam_search is not None:
+        (d / "beam_search.py").write_text(beam_search)
+    return root
+
+
+def test_beam_search_file_is_optional(tmp_path):
+    eng = loader.load(_fake_checkout(tmp_path / "a"))
+    assert eng.beam_search is None
+    assert eng.optional_missing == {"beam_search.py": f"{loader.SAMPLER_DIR}/beam_search.py is not in the checkout"}
+    impl = TrtllmImpl(str(tmp_path / "a"))
+    assert impl.features == frozenset(FEATURES) - {"beam_search"}
+    eng = loader.load(_fake_checkout(tmp_path / "b", "import sampcheck_no_such_module\n"))
+    assert eng.beam_search is None
+    assert "imports 'sampcheck_no_such_module'" in eng.optional_missing["beam_search.py"]
+    # the stand-ins beam_search.py imports resolve (names from the engine's import lines)
+    eng = loader.load(_fake_checkout(tmp_path / "c", (
+        "from tensorrt_llm._utils import nvtx_range, prefer_pinned\n"
+        "from tensorrt_llm.bindings.executor import FinishReason\n"
+        "from ..llm_request import LlmRequest, LlmRequestState\n"
+        "from .logprobs import LogProbsStore, convert_logprobs_tensor_to_list, get_logprobs_from_request\n"
+        "from .ops.flashinfer import radix_topk_op\n"
+        "from .sampler_common import _get_beam_width_in, _unwrap_singleton, int_tensor\n"
+        "BEAM_SEARCH_PAD_TOKEN = -1\n"
+        "class BeamSearchMetadata: pass\n"
+        "def beam_candidate_topk(*a): pass\n"
+        "def beam_search_sampling_batch(*a): return FinishReason.NOT_FINISHED.value\n")))
+    assert eng.beam_search is not None and eng.optional_missing == {}
+    assert eng.beam_search.beam_search_sampling_batch() == 0
+    assert "beam_search" in TrtllmImpl(str(tmp_path / "c")).features
+    with pytest.raises(NotImplementedError, match="rows wider than 10000 tokens"):
+        eng.beam_search.radix_topk_op(torch.zeros(1, 20000), 2)
 
 
 def test_cli_option_sets_the_environment(monkeypatch, tmp_path, capsys):
@@ -89,7 +137,9 @@ def test_registered():
     from impls import IMPL_NAMES, get_impl
     assert "trtllm" in IMPL_NAMES
     impl = get_impl("trtllm")
-    assert impl.profile.name == "trtllm" and "beam_search" not in impl.features
+    assert impl.profile.name == "trtllm"
+    assert ("beam_search" in impl.features) == (impl.available("cpu") is None
+                                                 and impl.engine().beam_search is not None)
 
 
 # -- with a checkout ----------------------------------------------------------------
@@ -190,7 +240,8 @@ def test_describe_and_version(engine):
     assert impl.available("cpu") is None
     Version(impl.version().split()[0])  # findings.toml ranges must be able to match it
     facts = impl.describe()
-    assert set(facts["files"]) == {f"{loader.SAMPLER_DIR}/{r}" for r in loader.REQUIRED}
+    optional = {r for r in loader.OPTIONAL if engine.beam_search is not None}
+    assert set(facts["files"]) == {f"{loader.SAMPLER_DIR}/{r}" for r in (*loader.REQUIRED, *optional)}
     whose = {p["stage"]: p["from"] for p in facts["pipeline"]}
     assert whose["occurrence penalties"] == "engine" and whose["the draw"] == "reference"
     assert any("TorchSampler" in u for u in facts["unverified"])
@@ -201,14 +252,62 @@ def test_step_and_statuses_on_a_few_cases(tmp_path):
     from harness.cases import CASES_DIR
     from harness.runner import run
     cases = ["penalties/repetition-sign-branches-with-zero", "bans/bad-word-multi-token-needs-prefix",
-             "filters/top-p-boundary-ties-kept", "beam/length-penalty-at-one"]
+             "filters/top-p-boundary-ties-kept", "beam/length-penalty-at-one",
+             "beam/length-penalty-frozen-slots-generated-only"]
     cases = [c for c in cases if (CASES_DIR / f"{c}.toml").is_file()]
     out = run([TrtllmImpl(SRC)], cases, tmp_path, progress=False, isolate=False)
     status = {r["case"]: r["status"] for r in out.doc["results"]}
+    beam_loaded = loader.load(SRC).beam_search is not None
     for c, s in status.items():
-        if c.startswith("beam/"):
-            assert s == "n/a"
+        if c == "beam/length-penalty-at-one":
+            assert s == "n/a"  # early_stopping = false: the candidate-beams-array path, not driven
+        elif c.startswith("beam/"):
+            assert s == ("pass" if beam_loaded else "n/a"), (c, s)
         elif c == "filters/top-p-boundary-ties-kept":
             assert s == "known-bug"  # findings.toml: trtllm-vanilla-top-p-cuts-ties
         else:
             assert s == "pass", (c, s)
+
+
+@needs_checkout
+def test_beam_select_by_hand(session):
+    """Two beams, vocab 3: beam 0 live (cum -1, logits ln 1, ln 3, ln 4: logprobs ln 1/8, ln 3/8, ln 1/2),
+    beam 1 finished (cum -1.5, one candidate with logprob 0, emitted as the pad token -1)."""
+    if session.engine.beam_search is None:
+        pytest.skip("the checkout has no beam_search.py")
+    logits = torch.tensor([[0.0, math.log(3), math.log(4)], [0.0, 0.0, 0.0]])
+    cum = torch.tensor([-1.0, -1.5])
+    # No length penalty: candidates -1.5 (beam 1), -1 + ln 1/2 = -1.6931 (beam 0, token 2), -1.9808, -3.0794.
+    out = session.beam_select(logits, cum, [False, True], [2, 1], 2, None, 0.0, 0.0)
+    assert [(b, t) for _, b, t in out] == [(1, -1), (0, 2)]
+    assert [c for c, _, _ in out] == pytest.approx([-1.5, -1 + math.log(0.5)], abs=1e-6)
+    # Length penalty 1: keys are cum / generated length (beam 0's candidates 3, the frozen beam 1): beam 1
+    # -1.5 / 1 falls behind -1.6931 / 3 and -1.9808 / 3; the stored cums stay raw.
+    out = session.beam_select(logits, cum, [False, True], [2, 1], 2, None, 1.0, 0.0)
+    assert [(b, t) for _, b, t in out] == [(0, 2), (0, 1)]
+    assert [c for c, _, _ in out] == pytest.approx([-1 + math.log(0.5), -1 + math.log(3 / 8)], abs=1e-6)
+    # Temperature 2 divides the logits first: logprobs of beam 0 become ln(1/(1+sqrt3+2)) ... token 2 best.
+    out = session.beam_select(logits, cum, [False, True], [2, 1], 1, 2.0, 0.0, 0.0)
+    z = 1 + math.sqrt(3) + 2
+    assert out == [(pytest.approx(-1.5, abs=1e-6), 1, -1)]
+    out = session.beam_select(logits[:1], cum[:1], [False], [2], 1, 2.0, 0.0, 0.0)
+    assert out[0][1:] == (0, 2) and out[0][0] == pytest.approx(-1 + math.log(2 / z), abs=1e-6)
+
+
+@needs_checkout
+def test_beam_cases_judge_the_engines_selection(tmp_path, monkeypatch):
+    """Mutation: an engine whose candidate ranking ignores the length penalty fails the frozen-slots case."""
+    from harness.runner import run
+    eng = loader.load(SRC)
+    if eng.beam_search is None:
+        pytest.skip("the checkout has no beam_search.py")
+    real = eng.beam_search.beam_candidate_topk
+
+    def no_length_penalty(logprobs, **kw):
+        kw["length_penalty"] = None
+        return real(logprobs, **kw)
+
+    monkeypatch.setattr(eng.beam_search, "beam_candidate_topk", no_length_penalty)
+    out = run([TrtllmImpl(SRC)], ["beam/length-penalty-frozen-slots-generated-only"], tmp_path, progress=False,
+              isolate=False)
+    assert [r["status"] for r in out.doc["results"]] == ["fail"]

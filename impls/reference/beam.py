@@ -147,6 +147,10 @@ class BeamSearch:
         oracle).
     engine_max_seq_len : int or None
         Engine sequence limit (TensorRT-LLM's bound for ``"never"``).
+    select : callable or None
+        An engine's selection step for the frozen-slots path (a scenario
+        session's ``beam_select``, see :meth:`_step_frozen`); None: the
+        reference's own.
 
     Attributes
     ----------
@@ -156,8 +160,9 @@ class BeamSearch:
     """
 
     def __init__(self, req: RequestSpec, model: ScriptedModel, profile: Profile, dtype: torch.dtype,
-                 engine_max_seq_len: Optional[int] = None):
+                 engine_max_seq_len: Optional[int] = None, select=None):
         self.req, self.model, self.profile, self.dtype = req, model, profile, dtype
+        self.select = select
         self.W = int(req.beam_width)
         lp = req.length_penalty
         self.lp = float(profile.beam_length_penalty_unset if lp is None else lp)
@@ -190,8 +195,8 @@ class BeamSearch:
             raise RowError("nan_logits", "a logits rewrite produced NaN")
         return x
 
-    def logprobs(self, beam: Beam) -> torch.Tensor:
-        """``(V,)`` logprobs of one live beam's next token (step 1 of the module docstring).
+    def rewritten(self, beam: Beam) -> torch.Tensor:
+        """``(V,)`` logits of one live beam after the rewrites, before temperature and log-softmax.
 
         Raises
         ------
@@ -207,14 +212,32 @@ class BeamSearch:
         hist = self.req.row(x, beam.tokens)
         # The penalties read the beam's inherited counts, not its history.
         counted = self.req.row(x, sorted(beam.counts.elements()))
+        return self._rewrite(x, hist, counted)
+
+    def logprobs(self, beam: Beam) -> torch.Tensor:
+        """``(V,)`` logprobs of one live beam's next token (step 1 of the module docstring).
+
+        Raises
+        ------
+        RowError
+            ``nan_logits`` (NaN in the scripted logits or after a rewrite),
+            ``invalid_logit_bias``.
+        ModelError
+            From the scripted model.
+        """
         if self.profile.beam_logprob_stage == "after_rewrites":
-            y = self._rewrite(x, hist, counted)
+            y = self.rewritten(beam)
             t = self.req.fields.get("temperature")
             if t is not None and t != 0:
                 # beam_search.py@095443e5 _beam_step_preprocess: logits / max(temperature, 1e-5)
                 y = y / max(float(t), 1e-5)
             return torch.log_softmax(y, dim=-1)
         if self.profile.beam_logprob_stage == "processors_on_logprobs":
+            x = self.model.logits(self.prompt, beam.tokens).to(self.dtype)
+            if torch.isnan(x).any():
+                raise RowError("nan_logits", "NaN in the scripted model's logits")
+            hist = self.req.row(x, beam.tokens)
+            counted = self.req.row(x, sorted(beam.counts.elements()))
             return self._rewrite(torch.log_softmax(x, dim=-1), hist, counted)
         raise ValueError(f"unknown beam_logprob_stage {self.profile.beam_logprob_stage!r}")
 
@@ -244,6 +267,8 @@ class BeamSearch:
             Failures of a beam's logits (the request fails at this step).
         """
         V = self.model.vocab
+        if self.frozen and self.select is not None:
+            return self._step_engine(step, V)
         rows = []
         for b in self.beams:
             if b.finish is None:
@@ -274,11 +299,50 @@ class BeamSearch:
         if self.lp:
             L = torch.tensor([len(b.tokens) + (0 if b.finish else 1) for b in self.beams], dtype=self.dtype)
             keys = keys / L.pow(self.lp).unsqueeze(-1)
+        chosen = [divmod(idx, V) + (float(S.flatten()[idx]),) for idx in self._order(keys)[:self.W]]
+        return self._reparent(chosen, step)
+
+    def _step_engine(self, step: int, V: int) -> StepRecord:
+        """The frozen-slots step with an engine's selection (``self.select``).
+
+        The engine gets the beams' rewritten logits (before temperature;
+        zeros for a frozen beam, which the engine itself must mask), their
+        cumulative logprobs, which are finished, their generated lengths,
+        ``W``, the temperature, length penalty and diversity rate, and
+        returns ``W`` triples ``(cum, predecessor, token)`` best first
+        (token :data:`~.scenario.PAD` where the predecessor is frozen). The
+        re-parenting and finish reasons that follow are the reference's.
+
+        Raises
+        ------
+        RuntimeError
+            When the engine returns something malformed (wrong count, a
+            predecessor out of range, a token outside the vocabulary for a
+            live predecessor): the case is an ``error`` of that engine.
+        RowError, ModelError
+            The beams' own errors, as :meth:`rewritten`.
+        """
+        rows = [self.rewritten(b) if b.finish is None else torch.zeros(V, dtype=self.dtype) for b in self.beams]
+        t = self.req.fields.get("temperature")
+        out = self.select(torch.stack(rows), torch.tensor([b.cum for b in self.beams], dtype=self.dtype),
+                          [b.finish is not None for b in self.beams], [len(b.tokens) for b in self.beams], self.W,
+                          None if t is None else float(t), self.lp, self.rate)
+        if len(out) != self.W:
+            raise RuntimeError(f"beam selection returned {len(out)} beams for beam width {self.W}")
+        chosen = []
+        for cum, b, tok in out:
+            if not 0 <= b < len(self.beams):
+                raise RuntimeError(f"beam selection chose predecessor {b} of {len(self.beams)} beams")
+            if self.beams[b].finish is None and not 0 <= tok < V:
+                raise RuntimeError(f"beam selection emitted token {tok} for live beam {b} (vocab {V})")
+            chosen.append((b, tok, float(cum)))
+        return self._reparent(chosen, step)
+
+    def _reparent(self, chosen: list, step: int) -> StepRecord:
+        """New beams from ``(predecessor, token, cum)`` triples, best first (step 4 of the module docstring)."""
         new, toks, preds, cums = [], [], [], []
-        for i, idx in enumerate(self._order(keys)[:self.W]):
-            b, t = divmod(idx, V)
+        for i, (b, t, cum) in enumerate(chosen):
             parent = self.beams[b]
-            cum = float(S[b, t])
             counts = inherit_counts(self.beams, b, i)
             if parent.finish is not None:
                 new.append(Beam(list(parent.tokens), counts, cum, parent.finish))

@@ -383,7 +383,7 @@ class _Runner:
         if req.use_beam_search:
             from .beam import BeamSearch
             st.beam = BeamSearch(req, self.model_of(req), self.profile, self.session.dtype,
-                                 self.spec.max_seq_len)
+                                 self.spec.max_seq_len, select=getattr(self.session, "beam_select", None))
 
     # -- plain rows ----------------------------------------------------------
     def plain(self, states: list, step: int) -> None:
@@ -466,7 +466,10 @@ def run_scenario(spec: ScenarioSpec, profile: Profile, session) -> ScenarioResul
         A fresh session (its :class:`~.seeds.SeedManager` holds the
         per-slot Philox state). A subclass may define ``verify_chain`` to
         verify speculative sampling requests with its own kernel
-        (:func:`.speculative._verify_chain`); the reference's does not.
+        (:func:`.speculative._verify_chain`), and ``beam_select`` to choose
+        the beams of a frozen-slots beam step with its own code
+        (:meth:`.beam.BeamSearch._step_engine`); the reference's defines
+        neither.
 
     Returns
     -------

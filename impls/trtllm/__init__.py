@@ -10,14 +10,21 @@ profile ``trtllm`` (:mod:`.session` says, stage by stage, which part of the
 pipeline is the engine's and which the reference's). Without a checkout the
 adapter is ``skip``, with that reason. Nothing of TensorRT-LLM is vendored.
 
+Beam search: when the checkout has ``beam_search.py``, each step of a
+beam request on the regular path (``early_stopping = True``, finished beams
+frozen in their slots) selects its beams with the engine's
+``beam_search_sampling_batch``; requests on the candidate-beams-array path
+(``early_stopping`` False or ``"never"``: ``_cba_step_math``, a
+``torch.compile``'d function with more state) are ``n/a``.
+
 **Unverified here:** the full ``TorchSampler`` (``sampler.py``: request
 grouping, strategy dispatch, the overlap scheduler), its production sampling
 kernels (FlashInfer's fused top-k/top-p sampling from probabilities, with the
 per-row seed and offset of ``_SeedManager``), the embedding-bias Triton
 kernel, the finish-reason kernels (``finish_reasons.py``), the logprob
-kernels (``logprobs.py``, ``ops/logprobs_triton.py``), beam search
-(``beam_search.py``) and speculative decoding (``two_model_spec_dec.py``).
-Cases needing beam search or speculative decoding are ``n/a``.
+kernels (``logprobs.py``, ``ops/logprobs_triton.py``), beam search's
+candidate-beams-array path and speculative decoding
+(``two_model_spec_dec.py``). Cases needing them are ``n/a``.
 """
 
 from __future__ import annotations
@@ -66,7 +73,12 @@ PIPELINE = (
      "kernels)"),
     ("finish reasons", "reference",
      "impls/reference/finish.py (finish_reasons.py allocates CUDA buffers and a Triton kernel)"),
-    ("beam search", "n/a", "beam_search.py not loaded: cases with beam search are n/a"),
+    ("beam search (early_stopping True: frozen slots)", "engine + reference",
+     "beam_search.py@{bs} beam_search_sampling_batch chooses the beams (temperature, log-softmax, finished beams "
+     "masked, beam_candidate_topk with length penalty and diversity); the beams' rewritten logits, the re-parenting "
+     "of histories and counts and the finish reasons are impls/reference/beam.py's"),
+    ("beam search (early_stopping False / never: candidate-beams array)", "n/a",
+     "_cba_step_math of beam_search.py is not driven: such requests are n/a"),
     ("speculative decoding", "n/a", "two_model_spec_dec.py not loaded: scenarios with draft tokens are n/a"),
 )
 
@@ -75,10 +87,11 @@ UNVERIFIED = (
     "the full TorchSampler (sampler.py: request grouping, strategy dispatch, overlap scheduler)",
     "its production sampling kernels: FlashInfer's fused top-k/top-p sampling with per-row seed/offset (CUDA)",
     "the compiled (Inductor) kernels of the torch.compile'd ops: their eager Python bodies run here",
-    "embedding_bias.py, finish_reasons.py, logprobs.py, beam_search.py, two_model_spec_dec.py",
+    "embedding_bias.py, finish_reasons.py, logprobs.py, two_model_spec_dec.py",
+    "beam_search.py's candidate-beams-array path (_cba_step_math) and its radix top-k for rows over 10000 tokens",
 )
 
-#: Every feature but beam search (beam_search.py is not loaded).
+#: Every feature but beam search (a checkout without beam_search.py).
 SUPPORTED_FEATURES = frozenset(FEATURES) - {"beam_search"}
 
 
@@ -94,12 +107,20 @@ class TrtllmImpl:
     """
 
     name = "trtllm"
-    features = SUPPORTED_FEATURES
 
     def __init__(self, src: Optional[str] = None, profile: Profile = TRTLLM):
         self.profile = profile
         self.src = loader.find_checkout(src)
         self._engine = None
+
+    @property
+    def features(self) -> frozenset:
+        """:data:`SUPPORTED_FEATURES`, plus beam search when the checkout's ``beam_search.py`` loads."""
+        try:
+            eng = self.engine()
+        except loader.CheckoutError:
+            return SUPPORTED_FEATURES
+        return frozenset(FEATURES) if eng.beam_search is not None else SUPPORTED_FEATURES
 
     def engine(self) -> loader.Engine:
         """The loaded checkout.
@@ -147,7 +168,8 @@ class TrtllmImpl:
         """
         eng = self.engine()
         c = {rel.rsplit("/", 1)[-1]: (f.get("commit") or "unknown")[:8] for rel, f in eng.files.items()}
-        fmt = {"v": c.get("vanilla.py", "?"), "tb": c.get("token_ban.py", "?"), "sm": c.get("seed_manager.py", "?")}
+        fmt = {"v": c.get("vanilla.py", "?"), "tb": c.get("token_ban.py", "?"), "sm": c.get("seed_manager.py", "?"),
+               "bs": c.get("beam_search.py", "?")}
         files = {rel: {"commit": f.get("commit"), "sha256": f["sha256"],
                        **({"modified_since_recorded": True}
                           if f.get("recorded_sha256") and f["recorded_sha256"] != f["sha256"] else {})}
@@ -156,19 +178,28 @@ class TrtllmImpl:
             "source": "NVIDIA/TensorRT-LLM source checkout, loaded by file path (impls/trtllm/loader.py)",
             "tensorrt_llm_version": eng.version or "unknown (no tensorrt_llm/version.py in the checkout)",
             "files": files,
-            "pipeline": [{"stage": s, "from": who, "what": what.format(**fmt)} for s, who, what in PIPELINE],
+            "pipeline": [{"stage": s, "from": who, "what": what.format(**fmt)} for s, who, what in PIPELINE
+                         if eng.beam_search is not None or not s.startswith("beam search")]
+                        + ([{"stage": "beam search", "from": "n/a", "what": "; ".join(eng.optional_missing.values())
+                             + ": cases with beam search are n/a"}] if eng.beam_search is None else []),
             "unverified": list(UNVERIFIED),
             "stand_ins": ["tensorrt_llm._utils.prefer_pinned -> False", "tensorrt_llm.logger (records warnings)",
                           "llm_request.LlmRequest (empty class)",
                           "sampler_common.RequestSeeds / request_random_seed",
-                          "ops.logprobs_triton (raises if called)"],
+                          "ops.logprobs_triton (raises if called)"]
+                         + (["tensorrt_llm._utils.nvtx_range (no-op)",
+                             "tensorrt_llm.bindings.executor.FinishReason (the C++ enum's values)",
+                             "llm_request.LlmRequestState (empty)",
+                             "logprobs / sampler_common CUDA helpers (raise if called)",
+                             "ops.flashinfer.radix_topk_op (raises: rows over 10000 tokens)"]
+                            if eng.beam_search is not None else []),
             "engine_warnings": eng.warnings(),
         }
 
     def unsupported(self, row: Row) -> Optional[str]:
         """Why TensorRT-LLM (as loaded) cannot express ``row``, or ``None``."""
         if row.use_beam_search:
-            return "beam search: beam_search.py is not loaded from the checkout"
+            return "beam search runs in scenarios only (beam_search.py drives whole beam requests)"
         if row.top_p_reset_ids is not None and len(row.top_p_reset_ids) > 1:
             return ("TensorRT-LLM keeps one top-p reset id per request (SamplingParams.top_p_reset_ids is an int; "
                     "top_p_decay.py@5c470e44 TopPDecayStore.top_p_decay_reset_ids_cuda)")
@@ -191,13 +222,22 @@ class TrtllmImpl:
         Raises
         ------
         impls.reference.scenario.ScenarioUnsupported
-            For beam search or draft tokens (not loaded from the checkout).
+            For beam search without ``beam_search.py`` or on the
+            candidate-beams-array path, and for draft tokens (not loaded from
+            the checkout).
         """
         from ..reference.scenario import ScenarioUnsupported, run_scenario
+        eng = self.engine()
         for r in spec.requests:
             if r.use_beam_search:
-                raise ScenarioUnsupported(f"request {r.id}: beam search (beam_search.py is not loaded from the "
-                                          "checkout)")
+                if eng.beam_search is None:
+                    raise ScenarioUnsupported(f"request {r.id}: beam search ("
+                                              + "; ".join(eng.optional_missing.values()) + ")")
+                es = self.profile.beam_early_stopping_unset if r.early_stopping is None else r.early_stopping
+                if not (es is True and self.profile.beam_early_stopping_true == "frozen_slots"):
+                    raise ScenarioUnsupported(f"request {r.id}: beam search with early_stopping={es!r} takes "
+                                              "TensorRT-LLM's candidate-beams-array path (_cba_step_math), which is "
+                                              "not driven from the checkout")
             if r.draft_len or r.drafts:
                 raise ScenarioUnsupported(f"request {r.id}: speculative decoding (the acceptance step of "
                                           "TensorRT-LLM is not loaded from the checkout)")

@@ -16,7 +16,11 @@ Files loaded (paths under ``tensorrt_llm/_torch/pyexecutor/sampler/``):
   ``greedy_search_sampling_batch`` and ``Fusions.top_p_decay_update``;
 * ``token_ban.py`` — ``SynchronousTokenBanHandler`` (min-length end-id ban,
   bad words, no-repeat-ngram);
-* ``seed_manager.py`` — ``_SeedManager`` (per-slot Philox seed and offset).
+* ``seed_manager.py`` — ``_SeedManager`` (per-slot Philox seed and offset);
+* optionally ``beam_search.py`` — ``beam_search_sampling_batch`` (one step of
+  the regular beam search: temperature, log-softmax, frozen finished beams,
+  ``beam_candidate_topk`` with length penalty and diversity, re-parenting
+  bookkeeping). A checkout without it loads; beam search is then ``n/a``.
 
 Stand-ins (installed in ``sys.modules``; each is the least the files need):
 
@@ -32,7 +36,15 @@ Stand-ins (installed in ``sys.modules``; each is the least the files need):
   ``request_random_seed(request) -> request.py_random_seed`` — imported by
   ``seed_manager.py``;
 * ``<pkg>.sampler.ops.logprobs_triton`` (Triton logprob kernels; never
-  called here, its functions raise) — imported by ``ops/vanilla.py``.
+  called here, its functions raise) — imported by ``ops/vanilla.py``;
+* for ``beam_search.py``: ``tensorrt_llm._utils.nvtx_range`` (a no-op range),
+  ``tensorrt_llm.bindings.executor.FinishReason`` (the C++ enum's values,
+  ``cpp/include/tensorrt_llm/executor/types.h``: NOT_FINISHED 0, END_ID 1,
+  STOP_WORDS 2, LENGTH 3, TIMED_OUT 4, CANCELLED 5), ``llm_request.LlmRequestState``
+  (empty), ``sampler.logprobs`` and the CUDA-only helpers of ``sampler_common``
+  (raise if called), ``sampler.ops.flashinfer.radix_topk_op`` (FlashInfer's
+  radix top-k, which ``beam_search.py`` uses only for rows wider than 10000
+  tokens: raises, so such a beam step fails with that message).
 
 The relative imports of the loaded files resolve inside a private package
 (``_sampcheck_trtllm_<n>.tensorrt_llm...``), one per loaded checkout, so two
@@ -47,6 +59,7 @@ compiled kernels are not what is verified.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import importlib.util
 import itertools
@@ -59,7 +72,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-__all__ = ["CheckoutError", "Engine", "SAMPLER_DIR", "REQUIRED", "ENV_VAR", "find_checkout", "load", "eager"]
+__all__ = ["CheckoutError", "Engine", "SAMPLER_DIR", "REQUIRED", "OPTIONAL", "ENV_VAR", "find_checkout", "load",
+           "eager", "FinishReason"]
 
 #: Environment variable naming the checkout (``sampcheck --trtllm-src`` sets it).
 from .. import TRTLLM_SRC_ENV as ENV_VAR  # noqa: E402  (one name for the CLI and the loader)
@@ -72,6 +86,11 @@ REQUIRED = {
                        "Fusions._apply_occurrence_penalties_impl", "Fusions._top_p_decay_update_impl"),
     "token_ban.py": ("SynchronousTokenBanHandler",),
     "seed_manager.py": ("_SeedManager",),
+}
+#: Files loaded when present (a checkout without them still loads; the features they carry are n/a).
+OPTIONAL = {
+    "beam_search.py": ("beam_search_sampling_batch", "beam_candidate_topk", "BeamSearchMetadata",
+                       "BEAM_SEARCH_PAD_TOKEN"),
 }
 #: The commit whose layout this adapter was written against (ops/vanilla.py).
 LAYOUT_COMMIT = "770709ac1c693877b2aa257ee004f366c11c3333"
@@ -93,6 +112,10 @@ class Engine:
     root : Path
     vanilla, token_ban, seed_manager : module
         ``ops/vanilla.py``, ``token_ban.py`` and ``seed_manager.py`` as loaded.
+    beam_search : module or None
+        ``beam_search.py`` when the checkout has it and it loads.
+    optional_missing : dict
+        Optional file -> why it is not loaded.
     files : dict
         Relative path (from the checkout root) -> ``{"sha256", "commit",
         "recorded_sha256"}`` (commit and recorded hash from ``COMMIT.txt`` or
@@ -105,6 +128,8 @@ class Engine:
     vanilla: types.ModuleType
     token_ban: types.ModuleType
     seed_manager: types.ModuleType
+    beam_search: Optional[types.ModuleType] = None
+    optional_missing: dict = field(default_factory=dict)
     files: dict = field(default_factory=dict)
     version: Optional[str] = None
 
@@ -176,6 +201,46 @@ def _triton_stub(*_a, **_k):
     raise NotImplementedError("logprobs_triton (Triton kernels) is a stand-in under sampcheck; it is not run")
 
 
+def _stub(what: str):
+    def f(*_a, **_k):
+        raise NotImplementedError(f"{what} is a stand-in under sampcheck; it is not run")
+    f.__name__ = what.rsplit(".", 1)[-1]
+    return f
+
+
+class _NoRange:
+    """Stand-in for ``tensorrt_llm._utils.nvtx_range``: a context manager and decorator that does nothing."""
+
+    def __init__(self, *_a, **_k):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __call__(self, fn):
+        return fn
+
+
+class FinishReason(enum.IntEnum):
+    """Stand-in for ``tensorrt_llm.bindings.executor.FinishReason`` (values of the C++ enum)."""
+
+    NOT_FINISHED = 0
+    END_ID = 1
+    STOP_WORDS = 2
+    LENGTH = 3
+    TIMED_OUT = 4
+    CANCELLED = 5
+
+
+def _radix_topk_stub(values, k):
+    raise NotImplementedError(f"beam_search.py hands rows wider than 10000 tokens ({values.shape[-1]} here) to "
+                              "FlashInfer's radix top-k (ops/flashinfer.py radix_topk_op), a CUDA kernel not loaded "
+                              "under sampcheck")
+
+
 def _install_absolute_stubs() -> None:
     """``tensorrt_llm``, ``tensorrt_llm._utils`` and ``tensorrt_llm.logger``, unless a real package exists."""
     if "tensorrt_llm" not in sys.modules:
@@ -184,8 +249,12 @@ def _install_absolute_stubs() -> None:
         sys.modules["tensorrt_llm"] = _module("tensorrt_llm", package=True, __sampcheck_stub__=True)
     if not getattr(sys.modules["tensorrt_llm"], "__sampcheck_stub__", False):
         return
-    sys.modules.setdefault("tensorrt_llm._utils", _module("tensorrt_llm._utils", prefer_pinned=lambda: False))
+    sys.modules.setdefault("tensorrt_llm._utils", _module("tensorrt_llm._utils", prefer_pinned=lambda: False,
+                                                          nvtx_range=_NoRange))
     sys.modules.setdefault("tensorrt_llm.logger", _module("tensorrt_llm.logger", logger=_LOGGER))
+    sys.modules.setdefault("tensorrt_llm.bindings", _module("tensorrt_llm.bindings", package=True))
+    sys.modules.setdefault("tensorrt_llm.bindings.executor",
+                           _module("tensorrt_llm.bindings.executor", FinishReason=FinishReason))
 
 
 # -- facts about the files ------------------------------------------------------
@@ -287,23 +356,48 @@ def load(root) -> Engine:
     class LlmRequest:  # stand-in for the bound C++ request type (annotations, weak-dict keys)
         pass
 
-    sys.modules[f"{base}.llm_request"] = _module(f"{base}.llm_request", LlmRequest=LlmRequest)
+    class LlmRequestState:  # stand-in for the bound enum (imported by beam_search.py, not used by the step)
+        pass
+
+    sys.modules[f"{base}.llm_request"] = _module(f"{base}.llm_request", LlmRequest=LlmRequest,
+                                                 LlmRequestState=LlmRequestState)
     sys.modules[f"{base}.sampler.sampler_common"] = _module(
-        f"{base}.sampler.sampler_common", RequestSeeds=RequestSeeds, request_random_seed=_request_random_seed)
+        f"{base}.sampler.sampler_common", RequestSeeds=RequestSeeds, request_random_seed=_request_random_seed,
+        _get_beam_width_in=_stub("sampler_common._get_beam_width_in"),
+        _unwrap_singleton=_stub("sampler_common._unwrap_singleton"), int_tensor=_stub("sampler_common.int_tensor"))
     sys.modules[f"{base}.sampler.ops.logprobs_triton"] = _module(
         f"{base}.sampler.ops.logprobs_triton", determine_sampled_rank=_triton_stub, gather_log_softmax=_triton_stub)
+    sys.modules[f"{base}.sampler.ops.flashinfer"] = _module(f"{base}.sampler.ops.flashinfer",
+                                                            radix_topk_op=_radix_topk_stub)
+    sys.modules[f"{base}.sampler.logprobs"] = _module(
+        f"{base}.sampler.logprobs", LogProbsStore=type("LogProbsStore", (), {}),
+        convert_logprobs_tensor_to_list=_stub("logprobs.convert_logprobs_tensor_to_list"),
+        get_logprobs_from_request=_stub("logprobs.get_logprobs_from_request"))
     mods = {}
     for rel, names in REQUIRED.items():
         modname = f"{base}.sampler." + rel[:-3].replace("/", ".")
         mods[rel] = _load_file(modname, root / SAMPLER_DIR / rel, f"{SAMPLER_DIR}/{rel}")
         _check_names(mods[rel], rel, names)
+    optional_missing = {}
+    for rel, names in OPTIONAL.items():
+        path = root / SAMPLER_DIR / rel
+        if not path.is_file():
+            optional_missing[rel] = f"{SAMPLER_DIR}/{rel} is not in the checkout"
+            continue
+        try:
+            mods[rel] = _load_file(f"{base}.sampler." + rel[:-3].replace("/", "."), path, f"{SAMPLER_DIR}/{rel}")
+            _check_names(mods[rel], rel, names)
+        except CheckoutError as e:
+            mods.pop(rel, None)
+            optional_missing[rel] = str(e)
     recorded, head = _recorded(root), _git_head(root)
     files = {}
-    for rel in REQUIRED:
+    for rel in list(REQUIRED) + [r for r in OPTIONAL if r in mods]:
         path = f"{SAMPLER_DIR}/{rel}"
         commit, sha = recorded.get(path, (head, None))
         files[path] = {"commit": commit, "sha256": _sha256(root / path), "recorded_sha256": sha}
     eng = Engine(root=root, vanilla=mods["ops/vanilla.py"], token_ban=mods["token_ban.py"],
-                 seed_manager=mods["seed_manager.py"], files=files, version=_version(root))
+                 seed_manager=mods["seed_manager.py"], beam_search=mods.get("beam_search.py"),
+                 optional_missing=optional_missing, files=files, version=_version(root))
     _cache[root] = eng
     return eng

@@ -40,6 +40,17 @@ reference's. Per row, in order:
    **reference**, from the engine's rewritten logits and distribution
    (``logprobs.py`` needs Triton kernels; ``finish_reasons.py`` allocates
    CUDA buffers and is not loaded).
+
+Beam search (scenarios, when the checkout's ``beam_search.py`` loads): per
+step, the beams' rewritten logits are the **reference**'s
+(:meth:`impls.reference.beam.BeamSearch.rewritten`: penalties from each
+beam's inherited counts, bans from its history); temperature, log-softmax,
+the masking of finished beams, the candidate ranking (length penalty,
+diversity rate) and the choice of the ``W`` new beams with their
+predecessors and cumulative logprobs are the **engine**'s
+``beam_search_sampling_batch`` (:meth:`TrtllmSession._beam_select`, the runner's ``beam_select`` hook); the
+re-parenting of histories and counts and the finish reasons are the
+**reference**'s.
 """
 
 from __future__ import annotations
@@ -55,7 +66,7 @@ from ..profiles import Profile
 from ..reference import rewrites as ref_rewrites
 from ..reference.modes import GREEDY, SAMPLING, TOP_P_MIN_DEFAULT, Resolved, _decay_active, effective_seed, resolve
 from ..reference.sampler import ReferenceSession
-from .loader import Engine, eager
+from .loader import Engine, FinishReason, eager
 
 __all__ = ["TrtllmSession", "FakeRequest"]
 
@@ -120,6 +131,72 @@ class TrtllmSession(ReferenceSession):
         self._engine_seeds = engine.seed_manager._SeedManager(max_num_sequences=1, global_seed=profile.global_seed)
         self._probs: dict = {}
         self._gen = torch.Generator().manual_seed(0)
+        if engine.beam_search is not None:
+            self.beam_select = self._beam_select  # the scenario runner's hook (impls.reference.beam)
+
+    # -- beam search --------------------------------------------------------------
+    def _beam_select(self, logits: torch.Tensor, cum: torch.Tensor, finished: list, gen_lengths: list, W: int,
+                     temperature: Optional[float], length_penalty: float, diversity_rate: float) -> list:
+        """One beam step's selection by the engine's ``beam_search_sampling_batch`` (one request).
+
+        Parameters
+        ----------
+        logits : torch.Tensor
+            ``(W_in, V)`` the beams' logits after the rewrites, before
+            temperature (rows of finished beams are ignored: the engine masks
+            them from ``finished``).
+        cum : torch.Tensor
+            ``(W_in,)`` cumulative logprobs.
+        finished : list of bool
+            Which beams are finished (frozen in their slots).
+        gen_lengths : list of int
+            Generated tokens per beam (frozen for finished beams).
+        W : int
+            Beam width out.
+        temperature, length_penalty, diversity_rate : float
+            The request's; 0 or None disables the last two (as the engine).
+
+        Returns
+        -------
+        list of (float, int, int)
+            ``(cum, predecessor, token)`` per new beam, best first; the token
+            is ``BEAM_SEARCH_PAD_TOKEN`` (-1) where the predecessor is
+            finished.
+
+        Notes
+        -----
+        The engine's per-sampler store is built for one sequence slot with
+        ``max(W_in, W)`` beams: ``finished_beams`` holds ``END_ID`` for a
+        finished beam and ``NOT_FINISHED`` otherwise (only the difference is
+        read), ``beam_gen_lengths`` the generated lengths (read when the
+        length penalty is on), the cache indirection zeros (written, never
+        read back here).
+        """
+        bs = self.engine.beam_search
+        w_in, _V = logits.shape
+        wmax = max(w_in, W)
+        pos = max(gen_lengths) if gen_lengths else 0
+        i32 = torch.int32
+        fin = torch.full((1, wmax), int(FinishReason.NOT_FINISHED), dtype=i32)
+        fin[0, :w_in] = torch.tensor([int(FinishReason.END_ID if f else FinishReason.NOT_FINISHED) for f in finished],
+                                     dtype=i32)
+        cums = torch.zeros((1, wmax), dtype=torch.float32)
+        cums[0, :w_in] = cum.to(torch.float32)
+        lengths = torch.zeros((1, wmax), dtype=i32)
+        lengths[0, :w_in] = torch.tensor(gen_lengths, dtype=i32)
+        meta = bs.BeamSearchMetadata(
+            cache_indirection=torch.zeros((1, wmax, pos + 1), dtype=i32),
+            cache_indirection_buffer=torch.zeros((1, wmax, pos + 1), dtype=i32),
+            cum_log_probs=cums, new_log_probs=torch.zeros((1, wmax), dtype=torch.float32),
+            seq_slots=torch.zeros(1, dtype=torch.int64), seq_lens=torch.tensor([pos], dtype=i32),
+            finished_beams=fin, predecessor_beams=torch.zeros((1, wmax), dtype=i32),
+            seq_offsets=torch.zeros(1, dtype=torch.int64), beam_idx_arange=torch.arange(wmax, dtype=i32),
+            beam_gen_lengths=lengths)
+        tokens, _ = bs.beam_search_sampling_batch(
+            logits.to(torch.float32), beam_width_in=w_in, beam_width_out=W, beam_search_args=meta,
+            temperature=temperature, length_penalty=length_penalty, diversity_rate=diversity_rate, return_probs=False)
+        return [(float(meta.cum_log_probs[0, i]), int(meta.predecessor_beams[0, i]), int(tokens[0, i]))
+                for i in range(W)]
 
     # -- engine stages ----------------------------------------------------------
     def _engine_penalties(self, x: torch.Tensor, row: Row) -> torch.Tensor:
