@@ -195,6 +195,14 @@ class BeamSearch:
             raise RowError("nan_logits", "a logits rewrite produced NaN")
         return x
 
+    def _inputs(self, beam: Beam) -> tuple:
+        """``(x, hist, counted)``: the beam's scripted logits, its row, and its row for the penalties."""
+        x = self.model.logits(self.prompt, beam.tokens).to(self.dtype)
+        if torch.isnan(x).any():
+            raise RowError("nan_logits", "NaN in the scripted model's logits")
+        # The penalties read the beam's inherited counts, not its history.
+        return x, self.req.row(x, beam.tokens), self.req.row(x, sorted(beam.counts.elements()))
+
     def rewritten(self, beam: Beam) -> torch.Tensor:
         """``(V,)`` logits of one live beam after the rewrites, before temperature and log-softmax.
 
@@ -206,12 +214,7 @@ class BeamSearch:
         ModelError
             From the scripted model.
         """
-        x = self.model.logits(self.prompt, beam.tokens).to(self.dtype)
-        if torch.isnan(x).any():
-            raise RowError("nan_logits", "NaN in the scripted model's logits")
-        hist = self.req.row(x, beam.tokens)
-        # The penalties read the beam's inherited counts, not its history.
-        counted = self.req.row(x, sorted(beam.counts.elements()))
+        x, hist, counted = self._inputs(beam)
         return self._rewrite(x, hist, counted)
 
     def logprobs(self, beam: Beam) -> torch.Tensor:
@@ -219,11 +222,9 @@ class BeamSearch:
 
         Raises
         ------
-        RowError
-            ``nan_logits`` (NaN in the scripted logits or after a rewrite),
-            ``invalid_logit_bias``.
-        ModelError
-            From the scripted model.
+        RowError, ModelError
+            As :meth:`rewritten`; ``ValueError`` for an unknown
+            ``profile.beam_logprob_stage``.
         """
         if self.profile.beam_logprob_stage == "after_rewrites":
             y = self.rewritten(beam)
@@ -233,11 +234,7 @@ class BeamSearch:
                 y = y / max(float(t), 1e-5)
             return torch.log_softmax(y, dim=-1)
         if self.profile.beam_logprob_stage == "processors_on_logprobs":
-            x = self.model.logits(self.prompt, beam.tokens).to(self.dtype)
-            if torch.isnan(x).any():
-                raise RowError("nan_logits", "NaN in the scripted model's logits")
-            hist = self.req.row(x, beam.tokens)
-            counted = self.req.row(x, sorted(beam.counts.elements()))
+            x, hist, counted = self._inputs(beam)
             return self._rewrite(torch.log_softmax(x, dim=-1), hist, counted)
         raise ValueError(f"unknown beam_logprob_stage {self.profile.beam_logprob_stage!r}")
 
