@@ -130,14 +130,14 @@ def latency_report(tmp_path_factory) -> Path:
 class Opened:
     """A page opened from a file, with what went wrong while loading it."""
 
-    def __init__(self, browser, path: Path):
+    def __init__(self, browser, path: Path, fragment: str = ""):
         self.problems = []
         self.page = browser.new_page(viewport=VIEWPORT)
         self.page.on("console", self._console)
         self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
         self.page.on("request", self._request)
         self.page.route(lambda url: not url.startswith(LOCAL), lambda route: route.abort())  # offline
-        self.page.goto(Path(path).resolve().as_uri(), wait_until="load")
+        self.page.goto(Path(path).resolve().as_uri() + fragment, wait_until="load")
 
     def _console(self, msg):
         if msg.type == "error":
@@ -311,6 +311,19 @@ def test_conformance_filters_hide_rows(browser, artifacts, request):
         status = link.get_attribute("data-show-status")
         link.click()
         assert sorted(o.visible_cases()) == expect([status], shown_impls={second})
+        # ... and the address keeps the filters: opening it again shows the same cases
+        frag = page.evaluate("() => location.hash")
+        assert frag.startswith("#status=") and f"impl={second}" in frag, frag
+        shown = sorted(o.visible_cases())
+        assert not o.problems, "\n".join(o.problems)
+    finally:
+        o.close()
+    o = Opened(browser, conformance_report, fragment=frag)
+    try:
+        assert sorted(o.visible_cases()) == shown
+        assert not o.page.locator(f"#filters input[name=status][value=pass]").is_checked() or status == "pass"
+        o.page.click("#filters button[data-preset=all]")
+        assert o.page.evaluate("() => location.hash") == "" and sorted(o.visible_cases()) == expect()
         assert not o.problems, "\n".join(o.problems)
     finally:
         o.close()
