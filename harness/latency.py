@@ -35,12 +35,14 @@ TARGETS = (
     ("vs_argmax", "all-greedy batches <= 1.2x torch.argmax"),
     ("batch1", "batch 1, vocab 128256, top_k=50 top_p=0.9: <= 30 us"),
 )
-_IMPL_ORDER = ("fused", "flashinfer", "torch-sort", "argmax", "reference-cuda", "reference-cpu")
+#: The latency suite's implementations in its order (benchmarks/latency.py IMPLS; not imported: the
+#: harness does not depend on benchmarks/); others follow, sorted.
+_IMPL_ORDER = ("fused", "flashinfer", "vllm-cpu", "torch-sort", "argmax", "reference-cuda", "reference-cpu")
 _MIX_ORDER = ("greedy", "k50_p09", "p09", "minp005", "mixed")
 _MIX_LABEL = {"greedy": "all greedy", "k50_p09": "top_k=50, top_p=0.9", "p09": "top_p=0.9", "minp005": "min_p=0.05",
               "mixed": "mixed batch"}
-_COLORS = {"fused": "#0969da", "flashinfer": "#cf222e", "torch-sort": "#8250df", "argmax": "#1a7f37",
-           "reference-cuda": "#9a6700", "reference-cpu": "#6e7781"}
+_COLORS = {"fused": "#0969da", "flashinfer": "#cf222e", "vllm-cpu": "#bc4c00", "torch-sort": "#8250df",
+           "argmax": "#1a7f37", "reference-cuda": "#9a6700", "reference-cpu": "#6e7781"}
 
 
 class LatencyError(ValueError):
@@ -127,9 +129,13 @@ def summarise(doc: dict) -> dict:
     dict
         ``impls``, ``mixes``, ``vocabs``, ``batches`` (sorted), ``table``:
         ``{vocab: [ {mix, batch, floor_us, cells: {impl: {us, x_floor,
-        x_flashinfer, graph}}} ]}``, and ``targets``: ``[{name, text,
-        checked, met, worst}]`` (``checked`` 0 when the file has no point the
-        target applies to).
+        x_flashinfer, graph, cpu}}} ]}`` (``floor_us``, ``x_floor`` and
+        ``x_flashinfer`` None where the file has no floor or no FlashInfer
+        point), ``has_floor`` and ``has_flashinfer`` (bool: whether any point
+        has them; a file written on a CPU has neither), ``cpu_impls``
+        (implementations with a point timed on the CPU), and ``targets``:
+        ``[{name, text, checked, met, worst}]`` (``checked`` 0 when the file
+        has no point the target applies to).
     """
     rows = doc["rows"]
     at = {(r["impl"], r["mix"], r["batch"], r["vocab"]): r for r in rows}
@@ -183,8 +189,11 @@ def summarise(doc: dict) -> dict:
     targets.append({"name": "batch1", "text": dict(TARGETS)["batch1"], "checked": len(b1),
                     "met": None if not b1 else b1[0]["median_us"] <= 30.0,
                     "worst": None if not b1 else f"{b1[0]['median_us']:.1f} us"})
+    has_floor = any(ln["floor_us"] for lines in table.values() for ln in lines)
+    cpu_impls = [i for i in impls if any(r["impl"] == i and r.get("device") == "cpu" for r in rows)]
     return {"impls": impls, "mixes": mixes, "vocabs": vocabs, "batches": batches, "table": table,
-            "targets": targets}
+            "targets": targets, "has_floor": has_floor, "has_flashinfer": "flashinfer" in impls,
+            "cpu_impls": cpu_impls}
 
 
 def latency_chart_svg(doc: dict, vocab: int, summary: Optional[dict] = None) -> str:

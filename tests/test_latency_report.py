@@ -1,7 +1,13 @@
-"""The latency report (harness/latency.py) and the latency suite's helpers (benchmarks/latency.py)."""
+"""The latency report (harness/latency.py) and the latency suite's helpers (benchmarks/latency.py).
+
+The tests of vLLM's sampler in the suite (``vllm-cpu``) that need vLLM run
+where its CPU build imports (``tox -e vllm-cpu`` runs this file) and skip
+elsewhere with the reason; the skip reason itself is tested everywhere.
+"""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -115,3 +121,142 @@ def test_sort_based_path_by_hand():
     P = torch.tensor([1.0, 1.0])
     M = torch.tensor([0.0, 0.0])
     assert sort_based(x, T, K, P, M).tolist() == [1, 0]   # top_k = 1 keeps token 1; greedy row: argmax
+
+
+# --------------------------------------------------------------------------- the CPU run and vLLM's sampler
+def _cpu_doc(rows):
+    return {"schema": 1, "device": "CPU (TestCPU, 2 cores)", "date": "2026-11-29",
+            "timer": "time.perf_counter around single calls, median", "hbm_bandwidth_gbps": None,
+            "versions": {"torch": "x", "vllm": "0.32.0", "torch_threads": 1},
+            "cpu_load": {"start": [0.5, 0.4, 0.3], "end": [1.0, 0.6, 0.4]}, "rows": rows}
+
+
+def _cpu_row(impl, mix, b, v, us):
+    return {**_row(impl, mix, b, v, us, None), "device": "cpu", "graph": False, "reps": 10}
+
+
+CPU_ROWS = [_cpu_row("vllm-cpu", "k50_p09", 1, 32000, 200.0), _cpu_row("torch-sort", "k50_p09", 1, 32000, 400.0),
+            _cpu_row("vllm-cpu", "greedy", 16, 32000, 50.0), _cpu_row("argmax", "greedy", 16, 32000, 40.0)]
+
+
+def test_cpu_only_results_have_no_floor_and_still_render():
+    s = summarise(_cpu_doc(CPU_ROWS))
+    assert s["impls"] == ["vllm-cpu", "torch-sort", "argmax"]      # the suite's order
+    assert (s["has_floor"], s["has_flashinfer"], s["cpu_impls"]) == (False, False, ["vllm-cpu", "torch-sort", "argmax"])
+    for ln in s["table"][32000]:
+        assert ln["floor_us"] is None
+        assert all(c["x_floor"] is None and c["x_flashinfer"] is None for c in ln["cells"].values())
+    assert all(t["met"] is None and t["checked"] == 0 for t in s["targets"])
+    html = render_html(_cpu_doc(CPU_ROWS), "cpu.json")
+    assert html.count("<svg") == 1
+    assert "No GPU point in this file" in html and "HBM floor</text>" not in html
+    table = html.split('id="vocab-32000"')[1]
+    assert "×floor" not in table and "×FI" not in table
+    assert "start 0.5, 0.4, 0.3 · end 1.0, 0.6, 0.4" in html
+    # 200 us and 400 us, one decimal, in the k50_p09 row of the table
+    assert re.search(r"<td>200\.0<br>.*?<td>400\.0<br>", table, re.S)
+
+
+def test_vllm_cpu_is_a_cpu_implementation_in_the_reports_order():
+    from benchmarks.latency import DEVICE, IMPLS, SLOW
+    from harness import latency as report
+    assert "vllm-cpu" in IMPLS and DEVICE["vllm-cpu"] == "cpu" and "vllm-cpu" not in SLOW
+    assert set(DEVICE) == set(IMPLS)
+    assert report._IMPL_ORDER == IMPLS                 # the harness does not import benchmarks/: kept equal here
+    for path in (ROOT / "harness").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] == "benchmarks" for n in names), f"{path.name} imports benchmarks"
+
+
+def test_default_grid_on_a_cpu_and_on_a_gpu():
+    from benchmarks.latency import BATCHES, CPU_GRID, CPU_MAX_ELEMENTS, QUICK, VOCABS, default_grid
+    assert default_grid(False) == default_grid(False, quick=True) == ((1, 16, 64), (32000, 128256))
+    assert default_grid(True) == (BATCHES, VOCABS)
+    assert default_grid(True, quick=True) == (QUICK["batches"], QUICK["vocabs"])
+    assert max(CPU_GRID["batches"]) * max(CPU_GRID["vocabs"]) == CPU_MAX_ELEMENTS == 8208384
+
+
+def test_time_point_gives_back_what_a_writing_call_overwrote():
+    from benchmarks.latency import time_point
+    inputs = [torch.zeros(3), torch.ones(3)]
+    seen = []
+
+    def fn(x):
+        seen.append(x.tolist())
+        x.add_(10.0)                  # writes into its input, as vLLM's Sampler.forward does
+    fn.writes_input = True
+    res = time_point(fn, inputs, reps=3, graph=True, on_gpu=False, warmup=1)
+    # one warm-up call (input 0), then three timed calls rotating from input 0: each sees the original values
+    assert seen == [[0.0] * 3, [0.0] * 3, [1.0] * 3, [0.0] * 3]
+    assert inputs[0].tolist() == [0.0] * 3 and inputs[1].tolist() == [1.0] * 3
+    assert (res["reps"], res["graph"]) == (3, False)
+
+
+def test_time_point_leaves_a_plain_call_alone():
+    from benchmarks.latency import time_point
+    inputs = [torch.zeros(2)]
+    seen = []
+
+    def fn(x):
+        seen.append(x)
+        x.add_(1.0)                   # not marked writes_input: nothing is given back
+    time_point(fn, inputs, reps=2, graph=False, on_gpu=False, warmup=1)
+    assert len(seen) == 3 and all(x is inputs[0] for x in seen) and inputs[0].tolist() == [3.0, 3.0]
+
+
+def test_vllm_skip_reason_when_vllm_is_not_importable(monkeypatch):
+    import sys
+    from benchmarks.latency import build, vllm_unavailable
+    monkeypatch.setitem(sys.modules, "vllm", None)   # `import vllm` raises ImportError, installed or not
+    fn, graphable, reason = build(Point("vllm-cpu", "k50_p09", 1, 8), torch.device("cpu"))
+    assert fn is None and graphable is False
+    assert reason.startswith("vllm is not importable: ModuleNotFoundError") and reason == vllm_unavailable()
+
+
+def _vllm_why_not() -> str:
+    from benchmarks.latency import vllm_unavailable
+    return vllm_unavailable() or ""
+
+
+VLLM_WHY_NOT = _vllm_why_not()
+
+
+@pytest.mark.skipif(bool(VLLM_WHY_NOT), reason=VLLM_WHY_NOT or "vllm importable")
+@pytest.mark.parametrize("mix", ["greedy", "k50_p09", "p09", "minp005", "mixed"])
+def test_vllm_build_is_vllms_sampler_and_its_input_is_given_back(mix):
+    from benchmarks.latency import build, time_point
+    fn, graphable, reason = build(Point("vllm-cpu", mix, 5, 8), torch.device("cpu"))
+    assert callable(fn) and fn.writes_input is True and graphable is False and reason == ""
+    # token 2 stands 30 above the rest: greedy picks it; top_p 0.9 keeps only it (p ~ 1 - 7e-13); min_p 0.05 keeps
+    # only it (the others' p ~ 1e-13 < 0.05 * p_max); top_k 50 > V is off
+    x = torch.zeros(5, 8)
+    x[:, 2] = 30.0
+    y = x.clone()
+    out = fn(y)
+    assert out.shape == (5, 1) and out.flatten().tolist() == [2] * 5
+    # vLLM 0.32.0 writes into the logits of sampled rows (min-p / top-p mask the other tokens to -inf in place)
+    assert torch.equal(y, x) == (mix == "greedy")
+    inputs = [x.clone(), x.clone()]
+    time_point(fn, inputs, reps=2, graph=False, on_gpu=False, warmup=1)
+    assert all(torch.equal(t, x) for t in inputs)          # given back after every call
+    if mix == "greedy":   # a hand tensor: the first maximum
+        z = torch.tensor([[1.0, 3.0, 2.0, 3.0, 0.0, 0.0, 0.0, 0.0]] * 5)
+        assert fn(z).flatten().tolist() == [1] * 5
+
+
+def test_vllm_build_refuses_cuda_inputs_or_vllm_is_absent():
+    from benchmarks.latency import build
+    fn, _, reason = build(Point("vllm-cpu", "greedy", 1, 8), torch.device("cuda"))
+    assert fn is None
+    assert reason == (VLLM_WHY_NOT or "vllm-cpu is timed on CPU inputs only")
+
+
+def test_committed_cpu_results_load():
+    doc = load_bench(ROOT / "benchmarks" / "results" / "cpu-latency-vllm.json")
+    assert doc["device"].startswith("CPU") and doc["hbm_bandwidth_gbps"] is None
+    assert doc["versions"]["vllm"] == "0.32.0" and doc["versions"]["vllm_sampler"]["topk_topp_forward"] == "forward_cpu"
+    assert all(r["device"] == "cpu" and r["floor_us"] is None for r in doc["rows"])
+    vllm = {(r["mix"], r["batch"], r["vocab"]) for r in doc["rows"] if r["impl"] == "vllm-cpu"}
+    assert len(vllm) == 5 * 3 * 2            # every mix on batch 1, 16, 64 x vocab 32000, 128256
