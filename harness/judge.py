@@ -339,7 +339,9 @@ class Judge:
         a predicted distribution; a ``different_token`` relation between two
         seeded rows is always judged (a collision of two seeded streams on a
         wide distribution is evidence, as with seeds that differ only in their
-        high bits).
+        high bits), and so is a ``same_result`` relation between rows whose
+        predicted supports differ (it compares the supports, which no draw
+        decides).
         """
         by_name = {b.name: (b, out) for b, out in zip(case.batches, pred)}
         rows, outs = [], []
@@ -361,6 +363,11 @@ class Judge:
         same_seed = both_seeded and rows[0].seed == rows[1].seed
         same_dist = all(o.probs is not None for o in outs) and outs[0].probs.shape == outs[1].probs.shape and bool(
             torch.equal(outs[0].probs > 0, outs[1].probs > 0))
+        if check["kind"] == "same_result" and not same_dist:
+            # same_result compares the supports too: where the profile predicts different
+            # supports (e.g. Hugging Face's default top_k = 50 on one row), the relation is
+            # decided by the distributions, whatever the draws
+            return False
         return not (same_seed and same_dist)
 
     def _invariant(self, case, impl, version, actual, hand) -> Result:

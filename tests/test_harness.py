@@ -444,3 +444,18 @@ def test_version_flag(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out == "sampcheck 0.1.0\n"
+
+
+def test_a_support_difference_under_another_rng_is_judged_not_chance():
+    """neutral-sentinels-equal-no-filter under hf (torch's generator, not the canonical RNG): the
+    row with no top_k gets Hugging Face's default top_k = 50 (50 tokens), the row with the neutral
+    sentinels keeps all 32000. same_result compares the supports, which no draw decides: the broken
+    relation is the profile's (unset_top_k), not chance (it was reported as a pass before)."""
+    from harness.cases import CASES_DIR
+    from harness.judge import Judge
+    case = load_case(CASES_DIR / "invariants/neutral-sentinels-equal-no-filter.toml")
+    assert HF.rng != "canonical"
+    res = Judge([], 1).evaluate(case, Reference(HF, name="reference-hf"), "2")
+    assert res.status == "known-diff", res.details.get("message")
+    assert [f["field"] for f in res.details["fields"]] == ["unset_top_k"]
+    assert all(c["judged"] for c in res.details["invariants"])
