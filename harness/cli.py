@@ -121,9 +121,27 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _no_cases_problem() -> str:
+    """'' when the corpus folder holds case files, else the one-line problem (run, list, golden)."""
+    from .cases import CASES_DIR, discover
+    if discover(CASES_DIR):
+        return ""
+    return f"no case files under {CASES_DIR}: run from the project root, or set SAMPCHECK_CASES to the corpus folder"
+
+
+def _writable_dir(path: Path) -> str:
+    """'' when a file can be created in the folder ``path`` (which exists), else why not."""
+    import tempfile
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".sampcheck-write-test-"):
+            pass
+    except OSError as e:
+        return f"cannot write in {path} ({e.strerror or e})"
+    return ""
+
+
 def _usage_problem(args) -> str:
     """A problem with ``run``'s arguments found before any case runs ('' if none)."""
-    from .cases import CASES_DIR, discover
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         return f"--out {args.out}: exists and is not a directory"
@@ -134,13 +152,16 @@ def _usage_problem(args) -> str:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         return f"--out {args.out}: cannot create it ({e.strerror})"
+    why = _writable_dir(out)
+    if why:
+        return f"--out {args.out}: {why}"
     if args.device == "cuda":
         import torch
         if not torch.cuda.is_available():
             return "--device cuda: no CUDA device is visible to this process"
-    if not discover(CASES_DIR):
-        return (f"no case files under {CASES_DIR}: run from the project root, or set SAMPCHECK_CASES "
-                "to the corpus folder")
+    no_cases = _no_cases_problem()
+    if no_cases:
+        return no_cases
     if any(p == "" for p in (args.cases or [])):
         return "--cases '': an empty pattern; give an id, a glob, a category or a path"
     if args.timeout is not None and not args.timeout > 0:
@@ -155,6 +176,14 @@ def _cmd_run(args) -> int:
     if problem:
         print(f"sampcheck run: {problem}", file=sys.stderr)
         return 2
+    journal = Path(args.out) / "results.partial.jsonl"
+    if not args.resume and journal.is_file():
+        try:
+            kept = max(0, sum(1 for line in journal.open(encoding="utf-8", errors="replace") if line.strip()) - 1)
+        except OSError:
+            kept = 0
+        print(f"sampcheck run: note: {journal} holds {kept} result(s) of an interrupted run; this run starts "
+              "afresh and replaces them (re-run with --resume to continue that run instead)", file=sys.stderr)
     try:
         from .isolation import DEFAULT_TIMEOUT
         outcome = run(impls, args.cases, Path(args.out), args.device, progress=not args.no_progress,
@@ -163,10 +192,15 @@ def _cmd_run(args) -> int:
     except (KeyError, ValueError) as e:
         print(f"sampcheck run: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"\nsampcheck run: interrupted; the results obtained so far are kept in {journal}: re-run the same "
+              "command with --resume to continue", file=sys.stderr)
+        return 130
     from collections import Counter
+    width = max([16] + [len(n) for n in outcome.doc["run"]["impls"]])
     for name in outcome.doc["run"]["impls"]:
         c = Counter(r["status"] for r in outcome.doc["results"] if r["impl"] == name)
-        print(f"{name:>16}: " + ", ".join(f"{c[s]} {s}" for s in
+        print(f"{name:>{width}}: " + ", ".join(f"{c[s]} {s}" for s in
                                           ("pass", "known-diff", "known-bug", "fail", "n/a", "skip", "error") if c[s]))
     bad = [r for r in outcome.doc["results"] if r["status"] in ("fail", "error")]
     for r in bad[:20]:
@@ -175,9 +209,9 @@ def _cmd_run(args) -> int:
         print(f"  ... and {len(bad) - 20} more (see the report)")
     print(f"wrote {outcome.results_path} and {outcome.html_path}")
     skipped = {name: m.get("skip_reason") for name, m in outcome.doc["run"]["impls"].items() if m.get("skip_reason")}
+    for name, why in skipped.items():
+        print(f"sampcheck run: nothing ran on {name}: {why}", file=sys.stderr)
     if skipped and len(skipped) == len(outcome.doc["run"]["impls"]):
-        for name, why in skipped.items():
-            print(f"sampcheck run: nothing ran on {name}: {why}", file=sys.stderr)
         return max(outcome.exit_code, 1)  # a run that tested nothing is not a success
     return outcome.exit_code
 
@@ -199,14 +233,21 @@ def _cmd_list(args) -> int:
                   f"{'available' if why is None else 'unavailable: ' + why}")
         return 0
     from .cases import CaseError, discover, load_case
-    status = 0
+    no_cases = _no_cases_problem()
+    if no_cases:
+        print(f"sampcheck list cases: {no_cases}", file=sys.stderr)
+        return 2
+    status, broken = 0, 0
     for p in discover():
         try:
             c = load_case(p)
             print(f"{c.id:<55} {c.check:<12} {c.description}")
         except CaseError as e:
-            print(f"ERROR {e}")
-            status = 1
+            print(f"ERROR {e}", file=sys.stderr)
+            status, broken = 1, broken + 1
+    if broken:
+        print(f"sampcheck list cases: {broken} case file(s) do not load (ERROR lines above, on stderr)",
+              file=sys.stderr)
     return status
 
 
@@ -233,6 +274,10 @@ def _cmd_golden(args) -> int:
                     return 2
                 paths.append(p)
         else:
+            no_cases = _no_cases_problem()
+            if no_cases:
+                print(f"sampcheck golden {args.action}: {no_cases}", file=sys.stderr)
+                return 2
             paths = select(discover(), args.cases)
     except ValueError as e:
         print(f"sampcheck golden: {e}", file=sys.stderr)
@@ -278,6 +323,19 @@ def _cmd_record(args) -> int:
         print("sampcheck record: --cases without --out would replace the committed record of the whole corpus "
               "with a partial one; pass --out FILE", file=sys.stderr)
         return 2
+    if args.out:
+        out = Path(args.out)
+        parent = out.parent if str(out.parent) else Path(".")
+        why = ""
+        if out.is_dir():
+            why = "is a folder (give a file name)"
+        elif not parent.is_dir():
+            why = f"folder {parent} does not exist" if not parent.exists() else f"{parent} is not a folder"
+        else:
+            why = _writable_dir(parent)
+        if why:
+            print(f"sampcheck record: --out {args.out}: {why}", file=sys.stderr)
+            return 2
     try:
         rec = records.record(args.impl, args.cases, args.device, isolate=not args.no_isolation)
     except (KeyError, ValueError) as e:
@@ -349,7 +407,18 @@ def main(argv=None) -> int:
         os.environ[TRTLLM_SRC_ENV] = str(Path(args.trtllm_src).expanduser().resolve())
     handlers = {"run": _cmd_run, "list": _cmd_list, "golden": _cmd_golden, "record": _cmd_record,
                 "diff": _cmd_diff, "case": _cmd_case, "report": _cmd_report}
-    return handlers[args.command](args)
+    try:
+        return handlers[args.command](args)
+    except BrokenPipeError:
+        # the reader went away (``sampcheck list cases | head``): stop quietly, as Unix tools do
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 0
+    except KeyboardInterrupt:
+        print(f"\nsampcheck {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

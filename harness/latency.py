@@ -92,9 +92,17 @@ def load_bench(path) -> dict:
     if doc.get("schema") != 1:
         what = "no 'schema' key" if "schema" not in doc else f"schema {doc.get('schema')!r} is not supported"
         raise LatencyError(f"{p}: {what} (expected a latency results file, schema 1: see docs/latency.md)")
+    if doc.get("format") == "sampcheck-record" or ("run" in doc and "results" in doc):
+        kind = "a run record (sampcheck record)" if doc.get("format") == "sampcheck-record" else \
+            "a conformance results file (sampcheck run)"
+        raise LatencyError(f"{p}: this is {kind}, not a results file of the latency suite (benchmarks/results/*.json; "
+                           "see docs/latency.md); open its index.html, or compare records with sampcheck diff")
     rows = doc.get("rows")
     if not isinstance(rows, list) or not rows:
         raise LatencyError(f"{p}: 'rows' must be a non-empty list of timed points")
+    for key in ("versions",):
+        if key in doc and not isinstance(doc[key], dict):
+            raise LatencyError(f"{p}: '{key}' must be an object (name -> version), got {type(doc[key]).__name__}")
     for i, r in enumerate(rows):
         where = f"{p}: rows[{i}]"
         if not isinstance(r, dict):
@@ -158,7 +166,9 @@ def summarise(doc: dict) -> dict:
                     if r.get("floor_us") and r.get("device", "cuda") == "cuda":
                         floor = r["floor_us"]
                     cells[impl] = {"us": r["median_us"], "graph": bool(r.get("graph")), "cpu": r.get("device") == "cpu",
-                                   "x_flashinfer": (r["median_us"] / fi["median_us"]) if fi else None}
+                                   # FlashInfer runs on the GPU: no ratio for a CPU implementation either
+                                   "x_flashinfer": (r["median_us"] / fi["median_us"])
+                                   if fi and r.get("device") != "cpu" else None}
                 if not cells:
                     continue
                 for c in cells.values():

@@ -262,7 +262,15 @@ def _check(rec, path) -> None:
     if not isinstance(rec, dict):
         raise RecordError(path, f"not a run record: the top level is a JSON {type(rec).__name__}, not an object")
     if rec.get("format") != RECORD_FORMAT:
-        raise RecordError(path, f"not a run record: 'format' is {rec.get('format')!r}, want {RECORD_FORMAT!r}")
+        if "run" in rec and "results" in rec:
+            raise RecordError(path, "this is the results file of a run (sampcheck run), not a run record: make "
+                                    "records with 'sampcheck record --impl NAME --out FILE' and diff those")
+        if "rows" in rec and "schema" in rec:
+            raise RecordError(path, "this is a latency results file, not a run record: read it with "
+                                    "'sampcheck report --bench FILE'")
+        got = "no 'format' key" if "format" not in rec else f"'format' is {rec.get('format')!r}"
+        raise RecordError(path, f"not a run record: {got}, want {RECORD_FORMAT!r} (files written by "
+                                "'sampcheck record')")
     if rec.get("schema") != RECORD_SCHEMA:
         raise RecordError(path, f"unsupported record schema {rec.get('schema')!r} (this sampcheck reads "
                                 f"schema {RECORD_SCHEMA})")

