@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 
 from impls.profiles import TRTLLM, Profile, profile_diff
 
-__all__ = ["probe", "blame", "field_entries", "MAX_PAIR_FIELDS"]
+__all__ = ["probe", "blame", "field_entries", "show_value", "MAX_PAIR_FIELDS"]
 
 #: Largest number of differing fields for which the pair search runs (at most 780 probes).
 MAX_PAIR_FIELDS = 40
@@ -86,6 +86,13 @@ def blame(profile: Profile, reproduces: Callable[[Profile], bool], pairs: bool =
     return sorted({f for pair in hits for f in pair}, key=diffs.index), bool(hits)
 
 
+def show_value(v) -> str:
+    """A profile field's value as the report shows it: ``repr``, but a set as ``{a, b}`` in sorted order."""
+    if isinstance(v, (set, frozenset)):
+        return "{" + ", ".join(sorted(repr(x) for x in v)) + "}" if v else "{}"
+    return repr(v)
+
+
 def field_entries(profile: Profile, names=None, combination: bool = False) -> list:
     """Report entries ``{"field", "default", "profile", "citation"[, "combination"]}``.
 
@@ -100,6 +107,6 @@ def field_entries(profile: Profile, names=None, combination: bool = False) -> li
     """
     if names is None:
         names, combination = profile_diff(TRTLLM, profile), True
-    return [{"field": f, "default": repr(getattr(TRTLLM, f)), "profile": repr(getattr(profile, f)),
+    return [{"field": f, "default": show_value(getattr(TRTLLM, f)), "profile": show_value(getattr(profile, f)),
              "citation": profile.citations.get(f, "(no citation)"), **({"combination": True} if combination else {})}
             for f in names]

@@ -31,6 +31,7 @@ import jinja2
 
 from impls.profiles import TRTLLM
 
+from .blame import show_value
 from .judge import STATUSES
 from .statreport import template_globals
 
@@ -187,6 +188,9 @@ def render_html(doc: dict, cases: dict, profiles: list) -> str:
             "broken": broken,
             "description": (c.get("error", "") if isinstance(c, dict) else "") if broken else c.description,
             "check": "load" if broken else c.check,
+            # a statistical case, or a scenario with a [scenario.statistical] check (both count in the budget)
+            "statistical": (not broken) and (c.check == "statistical" or (
+                c.check == "scenario" and getattr(getattr(c, "scenario", None), "statistical", None) is not None)),
             "sources": [] if broken else [_source_link(s) for s in c.sources],
             "notes": "" if broken else c.notes,
             "inputs": inputs,
@@ -204,7 +208,7 @@ def render_html(doc: dict, cases: dict, profiles: list) -> str:
             seen.add(p.name)
             plist.append(p)
     fields = list(TRTLLM.semantic_fields())
-    prof_rows = [{"field": f, "values": [repr(getattr(p, f)) for p in plist],
+    prof_rows = [{"field": f, "values": [show_value(getattr(p, f)) for p in plist],
                   "differs": [getattr(p, f) != getattr(TRTLLM, f) for p in plist],
                   "citations": [p.citations.get(f, "") for p in plist]} for f in fields]
     for row in prof_rows:

@@ -52,7 +52,8 @@ def stat_summary(cases: list, impls: list) -> list:
     Parameters
     ----------
     cases : list of dict
-        The report's case list (``check`` and ``results``, one result or
+        The report's case list (``check``, ``statistical`` — a statistical
+        case or a statistical scenario — and ``results``, one result or
         ``None`` per implementation, in ``impls`` order).
     impls : list of str
         Implementation names.
@@ -69,7 +70,7 @@ def stat_summary(cases: list, impls: list) -> list:
     for i, name in enumerate(impls):
         counts, rows, refused, capped, failed = Counter(), 0, 0, 0, 0
         for c in cases:
-            if c["check"] != "statistical":
+            if not c.get("statistical", c["check"] == "statistical"):
                 continue
             r = c["results"][i]
             if not r:

@@ -328,8 +328,8 @@ class Reference:
         self.name = name
 
     def version(self) -> str:
-        """The reference's rule version plus the torch version it runs on."""
-        return f"{REFERENCE_VERSION} (torch {torch.__version__})"
+        """``"<rule version> (reference rules; torch <version>)"``: the first word stays a bare number."""
+        return f"{REFERENCE_VERSION} (reference rules; torch {torch.__version__})"
 
     def available(self, device: str) -> Optional[str]:
         """``None`` when ``device`` is usable, else the reason."""
