@@ -336,7 +336,8 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
         raise CaseError(shown, "<toml>", f"syntax error: {e}") from None
     missing = [k for k in CASE_SCHEMA["required"] if k not in data]
     if missing:
-        raise CaseError(shown, missing[0], f"missing required field(s): {', '.join(missing)}")
+        raise CaseError(shown, "<top>", f"missing required field(s): {', '.join(missing)} (cases/README.md, "
+                                        "'Top-level fields'; 'sampcheck case new CATEGORY NAME' writes a template)")
     try:
         _validate(data)
     except fastjsonschema.JsonSchemaValueException as e:
@@ -346,6 +347,8 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
                             "{url = 'https://github.com/<owner>/<repo>/issues/<N>' (or /pull/<N>)}") from None
         field_ = (e.name or "data").replace("data.", "", 1).replace("data", "<top>")
         reason = e.message.replace(e.name or "data", "value")
+        if reason.startswith("value must be same as const definition: "):
+            reason = "must be " + reason.split(": ", 1)[1]
         if " must not contain " in reason and reason.endswith(" properties"):
             extra = reason.split(" must not contain ", 1)[1][: -len(" properties")]
             reason = f"unknown field(s) {extra}; see cases/README.md for the fields this table takes"

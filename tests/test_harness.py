@@ -86,7 +86,13 @@ def test_loader_missing_required_fields(tmp_path):
     p.write_text('schema = 1\nid = "filters/x"\n')
     with pytest.raises(CaseError) as ei:
         load_case(p, tmp_path)
-    assert ei.value.reason == "missing required field(s): description, category, features, source, check"
+    assert ei.value.reason.startswith("missing required field(s): description, category, features, source, check")
+    assert ei.value.field == "<top>"
+    p.write_text('schema = 2\nid = "filters/x"\ndescription = "d"\ncategory = "filters"\nfeatures = []\n'
+                 'source = {url = "https://github.com/a/b/issues/1"}\ncheck = "exact"\n')
+    with pytest.raises(CaseError) as ei:
+        load_case(p, tmp_path)
+    assert (ei.value.field, ei.value.reason) == ("schema", "must be 1")
 
 
 def test_loader_bad_source_is_explained(tmp_path):
