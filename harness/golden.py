@@ -87,8 +87,12 @@ def _dump(rec: dict) -> str:
 
 def _compute(cases: list, judge, profiles) -> dict:
     """``{path relative to the golden folder: text}`` of every case under every profile."""
+    import sys
+
+    from tqdm import tqdm
     out = {}
-    for case in cases:
+    # progress on a terminal only (tqdm turns itself off when stderr is not one: CI logs stay clean)
+    for case in tqdm(cases, desc="golden", unit="case", file=sys.stderr, disable=None, leave=False):
         for name in profiles:
             if case.check == "scenario":
                 from .scenarios import golden_record as scenario_record
