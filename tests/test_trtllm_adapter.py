@@ -101,7 +101,9 @@ def test_beam_search_file_is_optional(tmp_path):
     assert eng.beam_search is None
     assert eng.optional_missing == {"beam_search.py": f"{loader.SAMPLER_DIR}/beam_search.py is not in the checkout"}
     impl = TrtllmImpl(str(tmp_path / "a"))
-    assert impl.features == frozenset(FEATURES) - {"beam_search"}
+    assert impl.features == frozenset(FEATURES)  # what the checkout lacks is n/a with its reason, below
+    assert impl.unsupported(Row(torch.zeros(3), use_beam_search=True)) == (
+        f"beam search: {loader.SAMPLER_DIR}/beam_search.py is not in the checkout")
     eng = loader.load(_fake_checkout(tmp_path / "b", "import sampcheck_no_such_module\n"))
     assert eng.beam_search is None
     assert "imports 'sampcheck_no_such_module'" in eng.optional_missing["beam_search.py"]
@@ -119,7 +121,8 @@ def test_beam_search_file_is_optional(tmp_path):
         "def beam_search_sampling_batch(*a): return FinishReason.NOT_FINISHED.value\n")))
     assert eng.beam_search is not None and eng.optional_missing == {}
     assert eng.beam_search.beam_search_sampling_batch() == 0
-    assert "beam_search" in TrtllmImpl(str(tmp_path / "c")).features
+    assert TrtllmImpl(str(tmp_path / "c")).unsupported(Row(torch.zeros(3), use_beam_search=True)) == (
+        "beam search runs in scenarios only (beam_search.py drives whole beam requests)")
     with pytest.raises(NotImplementedError, match="rows wider than 10000 tokens"):
         eng.beam_search.radix_topk_op(torch.zeros(1, 20000), 2)
 
@@ -137,9 +140,7 @@ def test_registered():
     from impls import IMPL_NAMES, get_impl
     assert "trtllm" in IMPL_NAMES
     impl = get_impl("trtllm")
-    assert impl.profile.name == "trtllm"
-    assert ("beam_search" in impl.features) == (impl.available("cpu") is None
-                                                 and impl.engine().beam_search is not None)
+    assert impl.profile.name == "trtllm" and impl.features == frozenset(FEATURES)
 
 
 # -- with a checkout ----------------------------------------------------------------

@@ -35,7 +35,7 @@ from ..base import FEATURES, Row
 from ..profiles import TRTLLM, Profile
 from . import loader
 
-__all__ = ["TrtllmImpl", "PIPELINE", "UNVERIFIED", "SUPPORTED_FEATURES"]
+__all__ = ["TrtllmImpl", "PIPELINE", "UNVERIFIED"]
 
 
 #: Where each stage of the step comes from (``describe()["pipeline"]``); ``{v}``, ``{tb}``, ``{sm}`` are the
@@ -91,9 +91,6 @@ UNVERIFIED = (
     "beam_search.py's candidate-beams-array path (_cba_step_math) and its radix top-k for rows over 10000 tokens",
 )
 
-#: Every feature but beam search (a checkout without beam_search.py).
-SUPPORTED_FEATURES = frozenset(FEATURES) - {"beam_search"}
-
 
 class TrtllmImpl:
     """TensorRT-LLM's sampler functions, from a source checkout, as an implementation under test.
@@ -113,14 +110,10 @@ class TrtllmImpl:
         self.src = loader.find_checkout(src)
         self._engine = None
 
-    @property
-    def features(self) -> frozenset:
-        """:data:`SUPPORTED_FEATURES`, plus beam search when the checkout's ``beam_search.py`` loads."""
-        try:
-            eng = self.engine()
-        except loader.CheckoutError:
-            return SUPPORTED_FEATURES
-        return frozenset(FEATURES) if eng.beam_search is not None else SUPPORTED_FEATURES
+    #: Every feature: what a given checkout cannot run (beam search without ``beam_search.py``, its
+    #: candidate-beams-array path, draft tokens) is ``n/a`` through :meth:`run_scenario` and
+    #: :meth:`unsupported`, whose reasons name the file or the path.
+    features = frozenset(FEATURES)
 
     def engine(self) -> loader.Engine:
         """The loaded checkout.
@@ -151,14 +144,19 @@ class TrtllmImpl:
         """``<tensorrt_llm/version.py or 0>+src.<commit of ops/vanilla.py> (source checkout …)``.
 
         The first word is a PEP 440 version, so ``findings.toml`` ranges can
-        match it; the rest lists every commit the loaded files were read at.
+        match it; the rest lists every commit the loaded files were read at,
+        and names the files whose content no longer matches the sha256 that
+        ``COMMIT.txt`` recorded for them.
         """
         eng = self.engine()
         commits = eng.commits()
         head = commits[0][:8] if commits else "unknown"
         base = eng.version or "0"
         at = ", ".join(c[:8] for c in commits) or "unknown commits"
-        return f"{base}+src.{head} (TensorRT-LLM source, files at {at})"
+        changed = [rel.rsplit("/", 1)[-1] for rel, f in eng.files.items()
+                   if f.get("recorded_sha256") and f["recorded_sha256"] != f["sha256"]]
+        mod = f"; MODIFIED since recorded: {', '.join(changed)}" if changed else ""
+        return f"{base}+src.{head} (TensorRT-LLM source, files at {at}{mod})"
 
     def describe(self, device: str = "cpu") -> dict:
         """Facts recorded with the run: the files loaded with their commits and sha256, and whose each stage is.
@@ -199,6 +197,9 @@ class TrtllmImpl:
     def unsupported(self, row: Row) -> Optional[str]:
         """Why TensorRT-LLM (as loaded) cannot express ``row``, or ``None``."""
         if row.use_beam_search:
+            eng = self.engine()
+            if eng.beam_search is None:
+                return "beam search: " + "; ".join(eng.optional_missing.values())
             return "beam search runs in scenarios only (beam_search.py drives whole beam requests)"
         if row.top_p_reset_ids is not None and len(row.top_p_reset_ids) > 1:
             return ("TensorRT-LLM keeps one top-p reset id per request (SamplingParams.top_p_reset_ids is an int; "
