@@ -92,14 +92,16 @@ def load_bench(path) -> dict:
     if doc.get("schema") != 1:
         what = "no 'schema' key" if "schema" not in doc else f"schema {doc.get('schema')!r} is not supported"
         raise LatencyError(f"{p}: {what} (expected a latency results file, schema 1: see docs/latency.md)")
-    if doc.get("format") == "sampcheck-record" or ("run" in doc and "results" in doc):
-        kind = "a run record (sampcheck record)" if doc.get("format") == "sampcheck-record" else \
-            "a conformance results file (sampcheck run)"
-        raise LatencyError(f"{p}: this is {kind}, not a results file of the latency suite (benchmarks/results/*.json; "
-                           "see docs/latency.md); open its index.html, or compare records with sampcheck diff")
+    if doc.get("format") == "sampcheck-record":
+        raise LatencyError(f"{p}: this is a run record (sampcheck record), not a results file of the latency suite "
+                           "(docs/latency.md); compare two records with 'sampcheck diff A B'")
+    if "run" in doc and "results" in doc:
+        raise LatencyError(f"{p}: this is a conformance results file (sampcheck run), not a results file of the "
+                           "latency suite (docs/latency.md); its report is the index.html beside it")
     rows = doc.get("rows")
     if not isinstance(rows, list) or not rows:
-        raise LatencyError(f"{p}: 'rows' must be a non-empty list of timed points")
+        raise LatencyError(f"{p}: 'rows' must be a non-empty list of timed points (a latency-suite results file; "
+                           "the sweep and diagnostic files in benchmarks/results/ are not)")
     for key in ("versions",):
         if key in doc and not isinstance(doc[key], dict):
             raise LatencyError(f"{p}: '{key}' must be an object (name -> version), got {type(doc[key]).__name__}")
@@ -242,7 +244,9 @@ def latency_chart_svg(doc: dict, vocab: int, summary: Optional[dict] = None) -> 
         for impl in s["impls"]:
             pts = [(ln["batch"], ln["cells"][impl]["us"]) for ln in lines if impl in ln["cells"]]
             if pts:
-                ax.plot(*zip(*pts), marker="o", ms=3, lw=1.4, label=impl, color=_COLORS.get(impl, "#57606a"))
+                cpu = impl in s.get("cpu_impls", ()) and s.get("has_floor")  # CPU points among GPU ones
+                ax.plot(*zip(*pts), marker="o", ms=3, lw=1.4, ls=":" if cpu else "-",
+                        label=f"{impl} (CPU)" if cpu else impl, color=_COLORS.get(impl, "#57606a"))
         fl = [(ln["batch"], ln["floor_us"]) for ln in lines if ln["floor_us"]]
         if fl:
             ax.plot(*zip(*fl), ls="--", lw=1.0, color="#000000", label="HBM floor")

@@ -318,9 +318,16 @@ def test_conformance_filters_hide_rows(browser, artifacts, request):
         assert not o.problems, "\n".join(o.problems)
     finally:
         o.close()
+    o = Opened(browser, conformance_report, fragment="#status=%&category=%E0")  # malformed escapes: no error
+    try:
+        assert not o.problems, "\n".join(o.problems)
+    finally:
+        o.close()
     o = Opened(browser, conformance_report, fragment=frag)
     try:
         assert sorted(o.visible_cases()) == shown
+        # opened from a filtered address, the page shows the matrix it filters
+        assert o.page.evaluate("() => document.getElementById('matrix').getBoundingClientRect().top < innerHeight")
         assert not o.page.locator(f"#filters input[name=status][value=pass]").is_checked() or status == "pass"
         o.page.click("#filters button[data-preset=all]")
         assert o.page.evaluate("() => location.hash") == "" and sorted(o.visible_cases()) == expect()
