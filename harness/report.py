@@ -201,6 +201,8 @@ def render_html(doc: dict, cases: dict, profiles: list) -> str:
             "problem": any(r and r["status"] in OPEN_STATUSES for r in results),
         })
     n_cases_per_cat = Counter(c["category"] for c in case_list)
+    # the status chips count cases (as the filter shows them): a case with that status on any implementation
+    n_cases_per_status = Counter(st for c in case_list for st in {r["status"] for r in c["results"] if r})
     attention = [(c, v) for c in case_list for v in c["views"] if v and v["r"]["status"] in ("fail", "error", "known-bug")]
     seen, plist = set(), []
     for p in [TRTLLM] + list(profiles):
@@ -217,7 +219,7 @@ def render_html(doc: dict, cases: dict, profiles: list) -> str:
     return _ENV.get_template("report.html.j2").render(
         run=doc["run"], impls=impls, statuses=STATUSES, per_impl=per_impl, per_cat=dict(sorted(per_cat.items())),
         cases=case_list, profiles=plist, prof_rows=prof_rows, total=total, n_results=len(doc["results"]),
-        fmt=_short, n_cases_per_cat=n_cases_per_cat, attention=attention, open_statuses=OPEN_STATUSES,
+        fmt=_short, n_cases_per_cat=n_cases_per_cat, n_cases_per_status=n_cases_per_status, attention=attention, open_statuses=OPEN_STATUSES,
     )
 
 

@@ -287,6 +287,12 @@ def test_conformance_filters_hide_rows(browser, artifacts, request):
         page.uncheck("#filters input[name=category][value=greedy]")
         assert sorted(o.visible_cases()) == expect(cats={"bad_input", "beam", "filters", "seeds"})
         assert not any(a.startswith("case-greedy--") for a in o.visible_sections())
+        # double-click a chip: only that category; its count is of cases, as the filter shows them
+        page.dblclick("#filters label.chip:has(input[name=category][value=seeds])")
+        assert sorted(o.visible_cases()) == expect(cats={"seeds"})
+        assert "category=seeds" in page.evaluate("() => location.hash")
+        n_pass = sum(1 for res in by_case.values() if "pass" in res.values())
+        assert page.locator("#filters label.chip:has(input[name=status][value=pass]) .n").inner_text() == str(n_pass)
 
         # implementation: its column and its results go; statuses are judged on the others only
         page.click("#filters button[data-preset=all]")
