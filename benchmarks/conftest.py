@@ -35,6 +35,7 @@ if not torch.cuda.is_available():
 
 
 def pytest_addoption(parser):
+    """The suite's options (module docstring)."""
     g = parser.getgroup("latency", "sampcheck latency suite")
     g.addoption("--latency-out", default="reports/latency.json", help="the project's results file")
     g.addoption("--latency-quick", action="store_true", help="the small grid")
@@ -105,12 +106,14 @@ class Recorder:
 
 @pytest.fixture(scope="session")
 def latency_recorder(request):
+    """The session's :class:`Recorder` (one per pytest session; written at the end)."""
     rec = Recorder(request.config)
     request.config._latency_recorder = rec
     return rec
 
 
 def pytest_sessionfinish(session, exitstatus):
+    """Write the project's results file when any point was timed."""
     rec = getattr(session.config, "_latency_recorder", None)
     if rec is not None and rec.rows:
         path = rec.write()

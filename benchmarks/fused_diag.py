@@ -15,8 +15,7 @@ import time
 
 import torch
 
-from benchmarks.latency import make_inputs
-from benchmarks.sampling import MIXES, hbm_bandwidth, params, time_call
+from benchmarks.sampling import MIXES, hbm_bandwidth, params, point_setup, time_call
 from impls.fused import ops
 
 VARIANTS = [("block=1024", {"block": 1024}), ("programs=1024", {"programs": 1024}),
@@ -24,6 +23,7 @@ VARIANTS = [("block=1024", {"block": 1024}), ("programs=1024", {"programs": 1024
 
 
 def main(argv=None) -> int:
+    """Run the fused kernel's grid (and variants) and write the results file; returns the exit status."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/results/fused-diag.json")
     ap.add_argument("--quick", action="store_true")
@@ -39,10 +39,7 @@ def main(argv=None) -> int:
     rows = []
     for V in vocabs:
         for B in batches:
-            inputs = make_inputs(B, V, dev)  # copies beyond L2, as the latency suite
-            floor_us = B * V * 4 / (bw * 1e9) * 1e6
-            seed = torch.arange(B, dtype=torch.int64, device=dev) + 7
-            off = torch.zeros(B, dtype=torch.int64, device=dev)
+            inputs, floor_us, seed, off = point_setup(B, V, dev, bw)
             variants = [("default", {})]
             if args.variants and (B, V) in ((1, 128256), (1024, 128256)):
                 variants += VARIANTS

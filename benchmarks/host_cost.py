@@ -9,7 +9,7 @@ launch queue never fills):
 * each of its launches through Triton's ``JITFunction`` (``kernel[grid](...)``, which binds the
   arguments, computes the specialisation key and looks the compiled kernel up at every call);
 * the same launches through the cached compiled kernel (:mod:`impls.fused.launch`);
-* the allocations of the outputs and workspaces;
+* the allocations of the outputs and workspaces (:func:`impls.fused.ops.allocate`);
 * a ``cProfile`` listing of whole calls (the 25 most expensive functions by own time).
 
 Usage: ``python -m benchmarks.host_cost --out FILE.json``. Needs CUDA.
@@ -56,7 +56,6 @@ def main(argv=None) -> int:
     import triton
 
     from impls.fused import launch, ops
-    from impls.fused.kernel import LAYOUT
 
     dev = torch.device("cuda")
     B, V, n = args.batch, args.vocab, args.calls
@@ -85,17 +84,9 @@ def main(argv=None) -> int:
     res["fused_sample_cached"] = _per_call_us(call("cached"), n)
 
     cfg = dict(ops.DEFAULTS)
-    S, CH = ops.splits(B, V, cfg)
-    L = LAYOUT
 
     def alloc():
-        torch.empty((B,), dtype=torch.int64, device=dev)
-        torch.empty((B,), dtype=torch.int32, device=dev)
-        torch.empty((B,), dtype=torch.int32, device=dev)
-        torch.empty((1,), dtype=torch.float32, device=dev)
-        torch.empty((B, S * (L["PI"] + cfg["nb"] + cfg["nbs"]) + L["RI"] + L["CNT"]), dtype=torch.int32, device=dev)
-        torch.empty((B, S * L["PF"] + L["RF"]), dtype=torch.float32, device=dev)
-        torch.empty((B, S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"]), dtype=torch.int64, device=dev)
+        ops.allocate(B, V, dev, cfg)
 
     res["allocations"] = _per_call_us(alloc, n)
     res["per_launch"] = {}

@@ -47,12 +47,30 @@ def params(mix: str, B: int, dev):
             torch.tensor(P, device=dev), torch.tensor(M, device=dev))
 
 
+def point_setup(B: int, V: int, dev, bandwidth_gbps: float) -> tuple:
+    """What every implementation of one grid point shares.
+
+    Returns
+    -------
+    (list of torch.Tensor, float, torch.Tensor, torch.Tensor)
+        The rotated ``(B, V)`` float32 inputs (:func:`benchmarks.latency.make_inputs`), the HBM floor in
+        µs (``B * V * 4`` bytes at ``bandwidth_gbps`` GB/s), and the ``(B,)`` int64 seeds ``7..B+6`` and
+        zero offsets of the fused kernel's rows.
+    """
+    inputs = make_inputs(B, V, dev)  # copies beyond L2, as the latency suite
+    floor_us = B * V * 4 / (bandwidth_gbps * 1e9) * 1e6
+    seed = torch.arange(B, dtype=torch.int64, device=dev) + 7
+    off = torch.zeros(B, dtype=torch.int64, device=dev)
+    return inputs, floor_us, seed, off
+
+
 def time_call(fn, inputs, reps: int) -> float:
     """Median microseconds of single eager calls (:func:`benchmarks.latency.time_point` on the GPU)."""
     return time_point(fn, inputs, reps, graph=False, on_gpu=True)["median_us"]
 
 
 def main(argv=None) -> int:
+    """Run the grid and write the results file; returns the exit status."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/results/latency.json")
     ap.add_argument("--quick", action="store_true", help="a small grid (smoke test)")
@@ -89,10 +107,7 @@ def main(argv=None) -> int:
     rows = []
     for V in vocabs:
         for B in batches:
-            inputs = make_inputs(B, V, dev)  # copies beyond L2, as the latency suite
-            floor_us = B * V * 4 / (bw * 1e9) * 1e6
-            seed = torch.arange(B, dtype=torch.int64, device=dev) + 7
-            off = torch.zeros(B, dtype=torch.int64, device=dev)
+            inputs, floor_us, seed, off = point_setup(B, V, dev, bw)
             for mix in MIXES:
                 T, K, P, M = params(mix, B, dev)
                 impls = {

@@ -102,9 +102,8 @@ def load_bench(path) -> dict:
     if not isinstance(rows, list) or not rows:
         raise LatencyError(f"{p}: 'rows' must be a non-empty list of timed points (a latency-suite results file; "
                            "the sweep and diagnostic files in benchmarks/results/ are not)")
-    for key in ("versions",):
-        if key in doc and not isinstance(doc[key], dict):
-            raise LatencyError(f"{p}: '{key}' must be an object (name -> version), got {type(doc[key]).__name__}")
+    if "versions" in doc and not isinstance(doc["versions"], dict):
+        raise LatencyError(f"{p}: 'versions' must be an object (name -> version), got {type(doc['versions']).__name__}")
     for i, r in enumerate(rows):
         where = f"{p}: rows[{i}]"
         if not isinstance(r, dict):

@@ -48,7 +48,6 @@ from __future__ import annotations
 import json
 import math
 import platform
-import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path

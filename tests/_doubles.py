@@ -11,6 +11,28 @@ from impls.profiles import TRTLLM
 from impls.reference import Reference
 
 
+#: The top of a single-step case file: ``id`` and ``cat`` come from the id, the rest from the writer.
+CASE_HEADER = """schema = 1
+id = "{id}"
+description = "d"
+category = "{cat}"
+features = {features}
+source = {source}
+check = "{check}"
+"""
+#: A source every test case may cite (a public bug report address).
+ONE_SOURCE = '{ url = "https://github.com/NVIDIA/TensorRT-LLM/issues/1" }'
+#: A greedy row whose expectation holds on the reference: logits [1, 3, 2] -> token 1.
+GREEDY_CASE = """
+[[rows]]
+logits = [1.0, 3.0, 2.0]
+temperature = 0.0
+[rows.expect]
+token = 1
+mode = "greedy"
+"""
+
+
 def write_case(root: Path, cid: str, header: str, body: str, **fields) -> Path:
     """Write ``root/<cid>.toml``: ``header`` formatted with ``id``, ``cat`` and ``fields``, then ``body`` dedented."""
     path = root / f"{cid}.toml"

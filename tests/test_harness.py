@@ -22,27 +22,12 @@ from impls.reference import Reference
 import _doubles
 from _doubles import Crashes, WrongArgmax
 
-HEADER = """schema = 1
-id = "{id}"
-description = "d"
-category = "{cat}"
-features = {features}
-source = {{ url = "https://github.com/NVIDIA/TensorRT-LLM/issues/1" }}
-check = "{check}"
-"""
-
-GREEDY_OK = """
-[[rows]]
-logits = [1.0, 3.0, 2.0]
-temperature = 0.0
-[rows.expect]
-token = 1
-mode = "greedy"
-"""
+GREEDY_OK = _doubles.GREEDY_CASE
 
 
 def write_case(root: Path, cid: str, body: str, features='["temperature"]', check="exact") -> Path:
-    return _doubles.write_case(root, cid, HEADER, body, features=features, check=check)
+    return _doubles.write_case(root, cid, _doubles.CASE_HEADER, body, features=features, check=check,
+                               source=_doubles.ONE_SOURCE)
 
 
 # ---------------------------------------------------------------- loader errors

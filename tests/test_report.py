@@ -7,7 +7,6 @@ The page in a real browser (console, filters, charts) is tests/test_browser.py.
 import doctest
 import re
 import shlex
-import textwrap
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -17,26 +16,14 @@ from harness.cases import discover, select
 from harness.cli import build_parser
 from harness.runner import run
 
+import _doubles
 from _doubles import Crashes, WrongArgmax
 
-HEADER = """schema = 1
-id = "{id}"
-description = "d"
-category = "{cat}"
-features = ["temperature"]
-source = [{{ url = "https://github.com/NVIDIA/TensorRT-LLM/issues/1" }},
-          {{ repo = "vllm-project/vllm", path = "vllm/sampling_params.py", version = "v0.32.0", symbol = "SamplingParams" }}]
-check = "exact"
-"""
-
-GREEDY = """
-[[rows]]
-logits = [1.0, 3.0, 2.0]
-temperature = 0.0
-[rows.expect]
-token = 1
-mode = "greedy"
-"""
+GREEDY = _doubles.GREEDY_CASE
+#: Two sources, so the report's source list shows a link of each kind.
+SOURCES = ('[{ url = "https://github.com/NVIDIA/TensorRT-LLM/issues/1" },\n'
+           '          { repo = "vllm-project/vllm", path = "vllm/sampling_params.py", version = "v0.32.0", '
+           'symbol = "SamplingParams" }]')
 
 
 class _Ids(HTMLParser):
@@ -58,9 +45,8 @@ class _Ids(HTMLParser):
 
 
 def _write(root: Path, cid: str, body: str) -> None:
-    p = root / f"{cid}.toml"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(HEADER.format(id=cid, cat=cid.split("/")[0]) + textwrap.dedent(body))
+    _doubles.write_case(root, cid, _doubles.CASE_HEADER, body, features='["temperature"]', check="exact",
+                        source=SOURCES)
 
 
 def _block(html: str, anchor: str) -> str:

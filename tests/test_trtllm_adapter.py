@@ -58,42 +58,39 @@ def test_checkout_without_the_files_names_the_missing_one(tmp_path):
     assert f"missing {loader.SAMPLER_DIR}/seed_manager.py" in msg and "token_ban.py (" not in msg.split("missing")[1]
 
 
-def test_file_lacking_a_function_or_importing_the_unknown_is_named(tmp_path):
-    d = tmp_path / loader.SAMPLER_DIR
+def _checkout(root: Path, vanilla: str, token_ban: str = "", seed_manager: str = "", beam_search: str = None) -> Path:
+    """A checkout layout holding the given file contents (written by the tests, not TensorRT-LLM's code)."""
+    d = root / loader.SAMPLER_DIR
     (d / "ops").mkdir(parents=True)
-    (d / "ops" / "vanilla.py").write_text("def greedy_search_sampling_batch(x):\n    return x\n")
-    (d / "token_ban.py").write_text("")
-    (d / "seed_manager.py").write_text("")
+    (d / "ops" / "vanilla.py").write_text(vanilla)
+    (d / "token_ban.py").write_text(token_ban)
+    (d / "seed_manager.py").write_text(seed_manager)
+    if beam_search is not None:
+        (d / "beam_search.py").write_text(beam_search)
+    return root
+
+
+def test_file_lacking_a_function_or_importing_the_unknown_is_named(tmp_path):
+    _checkout(tmp_path, "def greedy_search_sampling_batch(x):\n    return x\n")
     with pytest.raises(loader.CheckoutError, match=r"ops/vanilla.py defines no occurrence_penalized_logits"):
         loader.load(tmp_path)
-    other = tmp_path / "other"
-    d = other / loader.SAMPLER_DIR
-    (d / "ops").mkdir(parents=True)
-    (d / "ops" / "vanilla.py").write_text("from tensorrt_llm.bindings.internal import runtime\n")
-    (d / "token_ban.py").write_text("")
-    (d / "seed_manager.py").write_text("")
+    other = _checkout(tmp_path / "other", "from tensorrt_llm.bindings.internal import runtime\n")
     with pytest.raises(loader.CheckoutError, match=r"ops/vanilla.py failed: it imports 'tensorrt_llm.bindings.internal'"):
         loader.load(other)
 
 
 def _fake_checkout(root: Path, beam_search: str = None) -> Path:
     """The smallest files that define every name the loader checks (not TensorRT-LLM's code)."""
-    d = root / loader.SAMPLER_DIR
-    (d / "ops").mkdir(parents=True)
-    (d / "ops" / "vanilla.py").write_text(
-        "def occurrence_penalized_logits(*a): pass\n"
-        "def top_k_top_p_sampling_batch(*a): pass\n"
-        "def greedy_search_sampling_batch(*a): pass\n"
-        "class Fusions:\n"
-        "    def update_occurrence_workspace(*a): pass\n"
-        "    def apply_batched_occurrence_penalties(*a): pass\n"
-        "    def _apply_occurrence_penalties_impl(*a): pass\n"
-        "    def _top_p_decay_update_impl(*a): pass\n")
-    (d / "token_ban.py").write_text("class SynchronousTokenBanHandler: pass\n")
-    (d / "seed_manager.py").write_text("class _SeedManager: pass\n")
-    if beam_search is not None:
-        (d / "beam_search.py").write_text(beam_search)
-    return root
+    return _checkout(root,
+                     "def occurrence_penalized_logits(*a): pass\n"
+                     "def top_k_top_p_sampling_batch(*a): pass\n"
+                     "def greedy_search_sampling_batch(*a): pass\n"
+                     "class Fusions:\n"
+                     "    def update_occurrence_workspace(*a): pass\n"
+                     "    def apply_batched_occurrence_penalties(*a): pass\n"
+                     "    def _apply_occurrence_penalties_impl(*a): pass\n"
+                     "    def _top_p_decay_update_impl(*a): pass\n",
+                     "class SynchronousTokenBanHandler: pass\n", "class _SeedManager: pass\n", beam_search)
 
 
 def test_beam_search_file_is_optional(tmp_path):

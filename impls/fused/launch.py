@@ -102,8 +102,8 @@ def launch(kernel, grid: tuple, args: tuple, meta: dict, options: dict, mode: st
     if mode == "jit" or FALLBACK is not None or dev is None or dev.type != "cuda":
         kernel[grid](*args, **meta, **options)
         return
-    key = (kernel, dev.index, len(grid), tuple(_spec(a) for a in args), tuple(sorted(meta.items())),
-           tuple(sorted(options.items())))
+    # meta/options in the caller's order: a caller that changes the order only misses the cache once
+    key = (kernel, dev.index, len(grid), tuple(_spec(a) for a in args), tuple(meta.items()), tuple(options.items()))
     compiled = _CACHE.get(key)
     if compiled is None:
         compiled = kernel[grid](*args, **meta, **options)
@@ -127,25 +127,31 @@ def launch(kernel, grid: tuple, args: tuple, meta: dict, options: dict, mode: st
 def single_launches(x, T, K, P, M, seed, off, cfg: dict, mode: str) -> list:
     """``(name, callable)`` for each launch of one fused call, for host-cost measurements.
 
-    The callables re-launch one kernel on the same buffers (the workspaces
-    are reused; the results are not meaningful, the host cost is).
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``(batch, vocab)`` logits on a CUDA device.
+    T, K, P, M, seed, off : torch.Tensor
+        ``(batch,)`` parameters as :func:`impls.fused.ops.fused_sample` takes them (already converted).
+    cfg : dict
+        Tuning constants (:data:`impls.fused.ops.DEFAULTS`).
+    mode : str
+        One of :data:`MODES`.
+
+    Returns
+    -------
+    list of (str, callable)
+        Each callable re-launches one kernel on the same zeroed buffers (the
+        results are not meaningful, the host cost is).
     """
-    from .kernel import LAYOUT, launch_args
-    from .ops import splits
+    from .kernel import launch_args
+    from .ops import allocate
 
     B, V = x.shape
-    S, CH = splits(B, V, cfg)
-    L = LAYOUT
-    dev = x.device
-    tokens = torch.empty((B,), dtype=torch.int64, device=dev)
-    status = torch.empty((B,), dtype=torch.int32, device=dev)
-    path = torch.empty((B,), dtype=torch.int32, device=dev)
-    probs = torch.empty((1,), dtype=torch.float32, device=dev)
-    wsi = torch.zeros((B, S * (L["PI"] + cfg["nb"] + cfg["nbs"]) + L["RI"] + L["CNT"]), dtype=torch.int32, device=dev)
-    wsf = torch.zeros((B, S * L["PF"] + L["RF"]), dtype=torch.float32, device=dev)
-    ws64 = torch.zeros((B, S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"]), dtype=torch.int64, device=dev)
+    a = allocate(B, V, x.device, cfg, empty=torch.zeros)  # defined content: the launches re-read stale parts
     out = []
-    for name, kernel, grid, args, meta, options in launch_args(x, T, K, P, M, seed, off, tokens, status, path, probs,
-                                                               wsi, wsf, ws64, S, CH, False, cfg):
-        out.append((name, lambda k=kernel, g=grid, a=args, m=meta, o=options: launch(k, g, a, m, o, mode)))
+    for name, kernel, grid, args, meta, options in launch_args(x, T, K, P, M, seed, off, a["tokens"], a["status"],
+                                                               a["path"], a["probs"], a["wsi"], a["wsf"], a["ws64"],
+                                                               a["S"], a["CH"], False, cfg):
+        out.append((name, lambda k=kernel, g=grid, ar=args, m=meta, o=options: launch(k, g, ar, m, o, mode)))
     return out

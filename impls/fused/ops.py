@@ -10,14 +10,13 @@ one per row for a large batch.
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
 
-from .kernel import LAYOUT, PATHS, STATUS_KINDS, launch_all
+from .kernel import LAYOUT, launch_all
 
-__all__ = ["fused_sample", "DEFAULTS", "INTERPRETER", "splits"]
+__all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "splits"]
 
 #: Tuning constants: block of logits per loop step, level-1 histogram bins, largest
 #: range of the bins in units of (x - max) / T, window and above-window workspace
@@ -41,6 +40,44 @@ def splits(B: int, V: int, cfg: dict):
     CH = ch_blocks * cfg["block"]
     S = max(1, -(-V // CH))
     return S, CH
+
+
+def allocate(B: int, V: int, device, cfg: dict, want_probs: bool = False, empty=torch.empty) -> dict:
+    """Outputs and per-row workspaces of one call (what :func:`fused_sample` hands the launches).
+
+    Parameters
+    ----------
+    B, V : int
+        Batch and vocabulary (``B >= 1``).
+    device : torch.device
+    cfg : dict
+        Tuning constants (:data:`DEFAULTS` or :data:`INTERPRETER`, possibly changed).
+    want_probs : bool
+        Allocate the ``(B, V)`` float32 distribution; else a ``(1,)`` placeholder.
+    empty : callable
+        ``torch.empty`` (``torch.zeros`` where the content must be defined).
+
+    Returns
+    -------
+    dict
+        ``tokens`` ``(B,)`` int64, ``status`` and ``path`` ``(B,)`` int32,
+        ``probs``, the workspaces ``wsi`` int32, ``wsf`` float32 and ``ws64``
+        int64 (``(B, n)`` with ``n`` independent of ``V`` but for the number
+        of parts ``S``), and ``S``, ``CH`` (:func:`splits`).
+    """
+    S, CH = splits(B, V, cfg)
+    L = LAYOUT
+    return {
+        "tokens": empty((B,), dtype=torch.int64, device=device),
+        "status": empty((B,), dtype=torch.int32, device=device),
+        "path": empty((B,), dtype=torch.int32, device=device),
+        "probs": empty((B, V) if want_probs else (1,), dtype=torch.float32, device=device),
+        "wsi": empty((B, S * (L["PI"] + cfg["nb"] + cfg["nbs"]) + L["RI"] + L["CNT"]), dtype=torch.int32,
+                     device=device),
+        "wsf": empty((B, S * L["PF"] + L["RF"]), dtype=torch.float32, device=device),
+        "ws64": empty((B, S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"]), dtype=torch.int64, device=device),
+        "S": S, "CH": CH,
+    }
 
 
 def _check(t: torch.Tensor, name: str, B: int, device) -> torch.Tensor:
@@ -123,17 +160,12 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
             cfg[name] = v
     if V >= 1 << 23:
         raise ValueError(f"vocab {V} too large for the fused kernel's fixed-point sums (< 2**23)")
-    tokens = torch.empty((B,), dtype=torch.int64, device=dev)
-    status = torch.empty((B,), dtype=torch.int32, device=dev)
-    path = torch.empty((B,), dtype=torch.int32, device=dev)
-    probs = torch.empty((B, V) if want_probs else (1,), dtype=torch.float32, device=dev)
-    if B:
-        S, CH = splits(B, V, cfg)
-        L = LAYOUT
-        wsi = torch.empty((B, S * (L["PI"] + cfg["nb"] + cfg["nbs"]) + L["RI"] + L["CNT"]), dtype=torch.int32,
-                          device=dev)
-        wsf = torch.empty((B, S * L["PF"] + L["RF"]), dtype=torch.float32, device=dev)
-        ws64 = torch.empty((B, S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"]), dtype=torch.int64, device=dev)
-        launch_all(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64,
-                   S, CH, want_probs, cfg, launcher)
+    if not B:
+        tokens = torch.empty((0,), dtype=torch.int64, device=dev)
+        status, path = (torch.empty((0,), dtype=torch.int32, device=dev) for _ in range(2))
+        return tokens, status, path, (torch.empty((0, V), dtype=torch.float32, device=dev) if want_probs else None)
+    a = allocate(B, V, dev, cfg, want_probs)
+    tokens, status, path, probs = a["tokens"], a["status"], a["path"], a["probs"]
+    launch_all(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, a["wsi"], a["wsf"],
+               a["ws64"], a["S"], a["CH"], want_probs, cfg, launcher)
     return tokens, status, path, (probs if want_probs else None)

@@ -98,12 +98,15 @@ class FakeRequest:
         self._tokens = [int(t) for t in list(row.prompt) + list(row.generated)]
 
     def get_tokens(self, beam_idx: int = 0):
+        """Prompt + generated token ids (list of int; one beam: ``beam_idx`` is ignored)."""
         return list(self._tokens)
 
     def get_num_tokens(self, beam_idx: int = 0) -> int:
+        """Number of prompt + generated tokens."""
         return len(self._tokens)
 
     def get_last_tokens(self, beam_idx: int = 0) -> int:
+        """The last token id (prompt or generated)."""
         return self._tokens[-1]
 
 
