@@ -303,24 +303,13 @@ def _sum_parts_i(ptr, S, stride, N: tl.constexpr):
 
 
 @triton.jit
-def _sum_col_i(ptr, S, stride, col):
-    # sum over the S parts of one int32 partial
+def _sum_col(ptr, S, stride, col, DT: tl.constexpr):
+    # sum over the S parts of one partial (column ``col`` of rows ``stride`` apart), accumulated in DT
     sr = tl.arange(0, _SB)
-    acc = tl.zeros([_SB], dtype=tl.int32)
+    acc = tl.zeros([_SB], dtype=DT)
     for s0 in range(0, S, _SB):
         ss = s0 + sr
         acc += tl.load(ptr + ss * stride + col, mask=ss < S, other=0, cache_modifier=".cg")
-    return tl.sum(acc, 0)
-
-
-@triton.jit
-def _sum_parts_q(ptr, S, col):
-    # sum over the S parts of one int64 partial
-    sr = tl.arange(0, _SB)
-    acc = tl.zeros([_SB], dtype=tl.int64)
-    for s0 in range(0, S, _SB):
-        ss = s0 + sr
-        acc += tl.load(ptr + ss * _P64 + col, mask=ss < S, other=0, cache_modifier=".cg")
     return tl.sum(acc, 0)
 
 
@@ -560,8 +549,8 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
         tl.debug_barrier()
         ticket = tl.atomic_add(cnt + 0, 1)
         if ticket == S - 1:
-            n_A = _sum_col_i(bi, S, _PI, 4)
-            EA_q = _sum_parts_q(b64, S, 0)
+            n_A = _sum_col(bi, S, _PI, 4, tl.int32)
+            EA_q = _sum_col(b64, S, _P64, 0, tl.int64)
             k_act = k_on & (k < n_A)
             E_A = EA_q.to(tl.float32) * _UNFIX
             tl.store(ri + _I_NA, n_A)
@@ -614,7 +603,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             H = _sum_parts_i(hist2, S, NBS, NBS)
             H = tl.where(j == NBS - 1, 0, H)
             cum = tl.cumsum(H, 0)
-            mass0_q = _sum_parts_q(b64, S, 2)
+            mass0_q = _sum_col(b64, S, _P64, 2, tl.int64)
             tl.store(r64 + _Q_MASS0, mass0_q)
             k = tl.load(top_k_ptr + row).to(tl.int64)
             k_act = tl.load(ri + _I_KACT) != 0
@@ -791,7 +780,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
     slow = kind == 4  # (never: set below for top-k/top-p rows)
     if kind == 1:
         best, token = _best_parts(bf + 2, bi + 3, S, 0)
-        keep_q = _sum_parts_q(b64, S, 1)
+        keep_q = _sum_col(b64, S, _P64, 1, tl.int64)
         path = zero + 1
     if kind == 2:
         n = tl.load(cnt + 2)
@@ -800,7 +789,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             path = zero + 2
         else:
             best, token = _best_parts(bf + 3, bi + 5, S, 0)
-            keep_q = _sum_parts_q(b64, S, 3)
+            keep_q = _sum_col(b64, S, _P64, 3, tl.int64)
             path = zero + 1
     if kind == 3:
         mode = tl.load(ri + _I_MODE)
@@ -821,7 +810,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 ab_best, ab_tok, mass_q = _draw_unsorted(abv, tl.minimum(n_ab, KBIG), m, T, seed, offset, 1024)
             if above == 2:
                 ab_best, ab_tok = _best_parts(bf + 3, bi + 5, S, 0)
-                mass_q = _sum_parts_q(b64, S, 3)
+                mass_q = _sum_col(b64, S, _P64, 3, tl.int64)
             n_below = n_A - n_above - n_g
             slow = (n_g > KMAX) | ((above == 1) & (n_ab != n_above))
             if slow == 0:

@@ -1,0 +1,49 @@
+"""Compile every launch of the fused sampler for sm_90 (the H200) without a GPU: Triton's offline compiler.
+
+Run by ``tests/test_fused.py::test_kernels_compile_for_sm90_offline`` in a subprocess without
+``TRITON_INTERPRET`` (under the interpreter the kernels are not compiled at all). Each kernel is
+compiled with fp32 and bf16 logits and the constants of :data:`impls.fused.ops.DEFAULTS`, as
+:func:`impls.fused.kernel.launch_args` passes them. Prints ``<kernel> <logits type> ok`` per
+compile; exits 1 when one fails (with the compiler's message).
+"""
+
+import inspect
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+import impls.fused.kernel as K
+from impls.fused.ops import DEFAULTS
+
+CONSTS = dict(BLOCK=DEFAULTS["block"], NB1=DEFAULTS["nb"], NBS=DEFAULTS["nbs"], KMAX=DEFAULTS["kmax"],
+              KBIG=DEFAULTS["kbig"], RMAX=DEFAULTS["r"], RSH=(4 * 256 // DEFAULTS["nbs"]).bit_length() - 1)
+POINTERS = {"temp_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32", "seed_ptr": "*i64",
+            "offset_ptr": "*i64", "wsi": "*i32", "wsf": "*fp32", "ws64": "*i64", "token_ptr": "*i64",
+            "status_ptr": "*i32", "path_ptr": "*i32", "probs_ptr": "*fp32"}
+KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_decide_kernel", "_probs_kernel")
+
+
+def main() -> int:
+    """Compile each kernel for fp32 and bf16 logits; 0 when all compile."""
+    failed = 0
+    for name in KERNELS:
+        fn = getattr(K, name)
+        params = list(inspect.signature(fn.fn).parameters)
+        for logits in ("*fp32", "*bf16"):
+            sig = {p: "constexpr" if p in CONSTS else POINTERS.get(p, logits if p == "logits_ptr" else "i32")
+                   for p in params}
+            consts = {(params.index(p),): CONSTS[p] for p in params if p in CONSTS}
+            try:
+                triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
+                               options={"num_warps": DEFAULTS["num_warps"], "enable_fp_fusion": False})
+                print(name, logits, "ok", flush=True)
+            except Exception as e:  # reported with the compiler's message
+                failed += 1
+                print(name, logits, "FAILED", f"{type(e).__name__}: {e}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
