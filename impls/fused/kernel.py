@@ -607,7 +607,6 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             tl.store(r64 + _Q_MASS0, mass0_q)
             k = tl.load(top_k_ptr + row).to(tl.int64)
             k_act = tl.load(ri + _I_KACT) != 0
-            n_A = tl.load(ri + _I_NA)
             n_ab0 = tl.load(ri + _I_NABOVE0)
             E_A = tl.load(r64 + _Q_EA).to(tl.float32) * _UNFIX
             mass0 = mass0_q.to(tl.float32) * _UNFIX
