@@ -225,6 +225,7 @@ def _cmd_list(args) -> int:
         from impls.profiles import PROFILES
         names = list(IMPL_NAMES) + [f"reference-{p}" for p in PROFILES
                                     if p != "trtllm" and f"reference-{p}" not in IMPL_NAMES]
+        rows = []
         for name in names:
             impl = get_impl(name)
             why = impl.available("cpu")
@@ -232,8 +233,11 @@ def _cmd_list(args) -> int:
                 ver = impl.version() if why is None else "-"
             except Exception as e:
                 ver, why = "-", f"{type(e).__name__}: {e}"
-            print(f"{name:<26} profile={impl.profile.name:<17} version={ver:<28} "
-                  f"{'available' if why is None else 'unavailable: ' + why}")
+            rows.append((name, f"profile={impl.profile.name}", f"version={ver}",
+                         "available" if why is None else "unavailable: " + why))
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        for r in rows:
+            print("  ".join(f"{c:<{w}}" for c, w in zip(r, widths)) + "  " + r[3])
         return 0
     from .cases import CaseError, discover, load_case
     no_cases = _no_cases_problem()
