@@ -4,6 +4,7 @@
 #   STAGES="tox"            tox -e gpu (TOX_ARGS after --, e.g. "--latency-quick")
 #   STAGES="records"        FlashInfer run records for golden/engines/
 #   STAGES="latency"        the full latency grid (same suite as tox -e gpu) and its report
+#                           (LATENCY_ARGS: more pytest options; LATENCY_TIMEOUT: seconds before an interrupt)
 #   STAGES="sweep"          the fused kernel's token-for-token sweep (SWEEP_DRAWS) and compute-sanitizer
 #   STAGES="host"           the fused kernel's GPU tests and the host cost of one call (benchmarks/host_cost.py)
 # Results go to $OUT (default ./out); several stages: STAGES="tox records".
@@ -52,8 +53,10 @@ for stage in ${STAGES:-tox}; do
     ;;
   latency)
     echo "== full latency grid"
-    python3 -m pytest -q -p no:cacheprovider benchmarks/test_latency.py --benchmark-json "$OUT/benchmark.json" \
-      --latency-out "$OUT/latency.json" ${LATENCY_ARGS:-} 2>&1 | grep -v "^test_latency\[" | tail -15
+    # LATENCY_TIMEOUT (s): interrupt the grid then (SIGINT: pytest still writes the points it has)
+    timeout -s INT "${LATENCY_TIMEOUT:-0}" python3 -m pytest -q -p no:cacheprovider benchmarks/test_latency.py \
+      --benchmark-json "$OUT/benchmark.json" --latency-out "$OUT/latency.json" ${LATENCY_ARGS:-} 2>&1 \
+      | grep -v "^test_latency\[" | tail -15
     python3 -m harness.cli report --bench "$OUT/latency.json" --out "$OUT"
     ;;
   host)

@@ -8,9 +8,10 @@ launch queue never fills):
 * one whole ``fused_sample`` call;
 * each of its launches through Triton's ``JITFunction`` (``kernel[grid](...)``, which binds the
   arguments, computes the specialisation key and looks the compiled kernel up at every call);
-* the same launches through the cached compiled kernel (:mod:`impls.fused.launch`);
+* the same launches as steps of the call's launch plan (:mod:`impls.fused.launch`: the compiled
+  kernels, grids and constant arguments resolved once per call shape);
 * the allocations of the outputs and workspaces (:func:`impls.fused.ops.allocate`);
-* a ``cProfile`` listing of whole calls (the 25 most expensive functions by own time).
+* a ``cProfile`` listing of whole calls under each launcher (the 25 most expensive functions by own time).
 
 Usage: ``python -m benchmarks.host_cost --out FILE.json``. Needs CUDA.
 """
@@ -94,16 +95,17 @@ def main(argv=None) -> int:
         for name, fn in launch.single_launches(x, T, K, P, M, seed, off, cfg, mode):
             res["per_launch"][f"{name}_{mode}"] = _per_call_us(fn, n)
 
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(n):
-        ops.fused_sample(x, T, K, P, M, seed, off, launcher="jit")
-    prof.disable()
-    torch.cuda.synchronize()
-    s = io.StringIO()
-    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
-    res["profile_jit"] = s.getvalue().splitlines()
-    print(json.dumps({k: v for k, v in res.items() if k != "profile_jit"}, indent=1))
+    for mode in ("jit", "cached"):
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(n):
+            ops.fused_sample(x, T, K, P, M, seed, off, launcher=mode)
+        prof.disable()
+        torch.cuda.synchronize()
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+        res[f"profile_{mode}"] = s.getvalue().splitlines()
+    print(json.dumps({k: v for k, v in res.items() if not k.startswith("profile_")}, indent=1))
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
     return 0

@@ -217,19 +217,124 @@ def test_launcher_mode_is_checked_and_constexpr_tail_follows_the_signature():
     from impls.fused.kernel import _hist_kernel, launch_args
     x = torch.zeros(2, 300, device=DEV)
     with pytest.raises(ValueError, match="unknown launcher mode 'fast'"):
-        launch.launch(_hist_kernel, (1,), (x,), {}, {}, mode="fast")
+        fused_sample(x, *random_batch(1, 2, [300])[1:], launcher="fast")
     # the hist kernel's constexprs after its 14 positional parameters, in signature order
     tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
                                           "KBIG": 256})
     assert tail == (128, 64, 64, 128, 256, 40.0)
     with pytest.raises(TypeError, match="no value for parameter RMAX"):
         launch._tail(_hist_kernel, 14, {"BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
-    # the specialisation key separates what Triton separates
-    assert launch._spec(16) != launch._spec(17) and launch._spec(1) != launch._spec(3)
-    assert launch._spec(1 << 40) != launch._spec(1 << 4)
     from impls.fused.ops import INTERPRETER
     names = [a[0] for a in launch_args(x, *([None] * 13), 1, 512, True, INTERPRETER)]
     assert names == ["stats", "hist", "refine", "gather", "decide", "probs"]
+
+
+class _FakeCompiled:
+    """Stands in for Triton's ``CompiledKernel``: records the direct launches it is given."""
+
+    def __init__(self, log, name, refuse=False):
+        self.log, self.name, self.refuse = log, name, refuse
+        self.function, self.packed_metadata = f"fn-{name}", f"md-{name}"
+
+    def launch_metadata(self, grid, stream, *args):
+        return None
+
+    def run(self, g0, g1, g2, stream, function, packed, lm, enter, exit_, *args):
+        if self.refuse:
+            raise TypeError("function takes exactly 9 arguments")
+        self.log.append(("plan", self.name, (g0, g1, g2), stream, function, packed, args))
+
+
+class _FakeKernel:
+    """Stands in for a ``JITFunction``: ``kernel[grid](*args, **meta)`` records the launch."""
+
+    def __init__(self, log, name, params, refuse=False):
+        self.log, self.name, self.refuse = log, name, refuse
+        self.fn = type("F", (), {"__name__": name})
+        import inspect
+        self.fn.__signature__ = inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                                   for p in params])
+
+    def __getitem__(self, grid):
+        def go(*args, **meta):
+            self.log.append(("jit", self.name, grid, args, meta))
+            return _FakeCompiled(self.log, self.name, self.refuse)
+        return go
+
+
+def _fake_specs(log, refuse_second=False):
+    a = _FakeKernel(log, "a", ["x", "n", "t", "BLOCK"])
+    b = _FakeKernel(log, "b", ["x", "tokens", "n", "BLOCK", "KMAX"], refuse=refuse_second)
+    return [("a", a, (3, 2), ("logits", 7, "temperature"), {"BLOCK": 16}, {"num_warps": 4}),
+            ("b", b, (3,), ("logits", "tokens", 9), {"BLOCK": 16, "KMAX": 32}, {"num_warps": 8})]
+
+
+def test_plan_launches_each_step_with_the_new_tensors_and_the_constexpr_tail():
+    """A plan built from a first call's compiled kernels re-launches them with the next call's tensors
+    in signature order (positional parameters, then constexprs), on the given stream and 3-D grid."""
+    from impls.fused import launch
+    from impls.fused.kernel import SLOTS
+    log = []
+    specs = _fake_specs(log)
+    first = tuple(f"first-{s}" for s in SLOTS)
+    plan = launch.Plan(specs, launch._jit(specs, first))
+    assert [e[:2] for e in log] == [("jit", "a"), ("jit", "b")]
+    assert log[0][3] == ("first-logits", 7, "first-temperature") and log[0][4] == {"BLOCK": 16, "num_warps": 4}
+    log.clear()
+    second = tuple(f"second-{s}" for s in SLOTS)
+    plan.run(second, stream=1234)
+    assert log == [("plan", "a", (3, 2, 1), 1234, "fn-a", "md-a", ("second-logits", 7, "second-temperature", 16)),
+                   ("plan", "b", (3, 1, 1), 1234, "fn-b", "md-b", ("second-logits", "second-tokens", 9, 16, 32))]
+    log.clear()
+    plan.run(second, stream=5, first=1, last=2)
+    assert [e[1] for e in log] == ["b"]
+
+
+def test_refused_plan_step_runs_through_the_jit_launcher(monkeypatch):
+    """A launcher that refuses the direct call at step 1 sends that step (and only it and later ones)
+    through ``kernel[grid]``, and the process falls back for good, saying why."""
+    from impls.fused import launch
+    from impls.fused.kernel import SLOTS
+    log = []
+    specs = _fake_specs(log, refuse_second=True)
+    vals = tuple(SLOTS)
+    plan = launch.Plan(specs, launch._jit(specs, vals))
+    log.clear()
+    with pytest.raises(launch.LaunchRefused) as e:
+        plan.run(vals, stream=0)
+    assert e.value.step == 1 and [x[:2] for x in log] == [("plan", "a")]
+    monkeypatch.setattr(launch, "FALLBACK", None)
+    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(launch, "plan_key", lambda *a: ("k",))
+    monkeypatch.setattr(launch, "_stream", lambda i: 0)
+    monkeypatch.setattr(launch, "launch_specs", lambda *a: specs)
+    cuda_like = type("X", (), {"shape": (3, 9), "device": torch.device("cuda", 0), "stride": lambda self, d: 9})()
+    call = (cuda_like,) + vals[1:]
+    log.clear()
+    launch.run_call(call, 2, 16, False, {}, "cached")  # the first call of the shape: kernel[grid], then a plan
+    assert [x[:2] for x in log] == [("jit", "a"), ("jit", "b")] and launch.FALLBACK is None
+    log.clear()
+    launch.run_call(call, 2, 16, False, {}, "cached")
+    assert [x[:2] for x in log] == [("plan", "a"), ("jit", "b")]
+    assert "direct launch refused by this Triton (step 1: TypeError: function takes exactly 9 arguments)" in \
+        launch.FALLBACK
+    log.clear()
+    launch.run_call(call, 2, 16, False, {}, "cached")
+    assert [x[:2] for x in log] == [("jit", "a"), ("jit", "b")]
+
+
+def test_allocate_carves_aligned_workspaces_that_do_not_overlap():
+    from impls.fused.ops import DEFAULTS, allocate
+    for B, V in ((1, 32000), (3, 5), (7, 128256)):
+        a = allocate(B, V, "cpu", DEFAULTS)
+        regions = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in
+                         (a["wsi"], a["wsf"], a["ws64"]))
+        assert all(lo % 16 == 0 for lo, _ in regions)
+        assert all(hi <= lo for (_, hi), (lo, _) in zip(regions, regions[1:]))
+        S = a["S"]
+        assert a["wsi"].numel() == B * (S * (8 + 128 + 256) + 16 + 4) and a["wsi"].dtype == torch.int32
+        assert a["wsf"].numel() == B * (S * 8 + 8) and a["wsf"].dtype == torch.float32
+        assert a["ws64"].numel() == B * (S * 4 + 4 + 2048 + 16384) and a["probs"] is a["wsf"]
 
 
 @pytest.mark.gpu

@@ -77,7 +77,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "launch_all", "launch_args"]
+__all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "SLOTS", "launch_all", "launch_args", "launch_specs"]
 
 STATUS_KINDS = {0: None, 1: "nan_logits", 2: "posinf_logits", 3: "no_valid_token", 4: "invalid_temperature",
                 5: "invalid_top_k", 6: "invalid_top_p", 7: "invalid_min_p"}
@@ -921,44 +921,77 @@ def _probs_kernel(logits_ptr, stride_row, V, probs_ptr, wsi, wsf, ws64, S, CH,
         tl.store(pbase + offs, out, mask=inb)
 
 
-def launch_args(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64,
-                S, CH, want_probs, cfg):
-    """The launches of one call, in order: ``(name, kernel, grid, args, constexprs, options)`` each.
+#: The tensors of one call, in the order :func:`launch_args` and :func:`launch_all` take them; the
+#: argument lists of :func:`launch_specs` name them by these strings.
+SLOTS = ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "offset", "tokens", "status", "path", "probs",
+         "wsi", "wsf", "ws64")
 
-    All tensors are allocated by the caller (:func:`impls.fused.ops.fused_sample`).
+
+def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg: dict) -> list:
+    """The launches of one call shape, in order, with the tensors left as names.
+
+    Parameters
+    ----------
+    B, V : int
+        Batch and vocabulary.
+    sr : int
+        Row stride of the logits, in elements.
+    S, CH : int
+        Programs per row and logits per program (:func:`impls.fused.ops.splits`).
+    want_probs : bool
+        Add the probabilities launch.
+    cfg : dict
+        Tuning constants (:data:`impls.fused.ops.DEFAULTS`).
+
+    Returns
+    -------
+    list of (name, kernel, grid, args, constexprs, options)
+        ``args`` holds a :data:`SLOTS` name for each tensor and the value of each scalar.
     """
-    B, V = logits.shape
-    sr = logits.stride(0)
     c = dict(BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"])
     kw = dict(num_warps=cfg["num_warps"], enable_fp_fusion=False)
     grid = (B, S)
     rsh = (4 * 256 // cfg["nbs"]).bit_length() - 1
+    params = ("temperature", "top_k", "top_p", "min_p")
+    ws = ("wsi", "wsf", "ws64")
     out = [
-        ("stats", _stats_kernel, grid, (logits, sr, V, temperature, top_k, top_p, min_p, wsi, wsf, ws64, S, CH), c, kw),
-        ("hist", _hist_kernel, grid,
-         (logits, sr, V, temperature, top_k, top_p, min_p, seed, offset, wsi, wsf, ws64, S, CH), dict(c, RMAX=cfg["r"]),
+        ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c, kw),
+        ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH), dict(c, RMAX=cfg["r"]),
          kw),
-        ("refine", _refine_kernel, grid, (logits, sr, V, temperature, top_k, top_p, min_p, wsi, wsf, ws64, S, CH),
-         dict(c, RSH=rsh), kw),
-        ("gather", _gather_kernel, grid, (logits, sr, V, seed, offset, wsi, wsf, ws64, S, CH), c, kw),
-        ("decide", _decide_kernel, (B,), (logits, sr, V, temperature, top_k, top_p, min_p, seed, offset, tokens, status,
-                                          path, wsi, wsf, ws64, S), c,
+        ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), dict(c, RSH=rsh), kw),
+        ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH), c, kw),
+        ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,
+                                          S), c,
          dict(num_warps=cfg["decide_warps"], enable_fp_fusion=False)),
     ]
     if want_probs:
-        out.append(("probs", _probs_kernel, grid, (logits, sr, V, probs, wsi, wsf, ws64, S, CH), c, kw))
+        out.append(("probs", _probs_kernel, grid, ("logits", sr, V, "probs", *ws, S, CH), c, kw))
     return out
+
+
+def launch_args(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64,
+                S, CH, want_probs, cfg):
+    """The launches of one call, in order: ``(name, kernel, grid, args, constexprs, options)`` each.
+
+    :func:`launch_specs` with the tensors put in. All tensors are allocated by the caller
+    (:func:`impls.fused.ops.fused_sample`).
+    """
+    vals = dict(zip(SLOTS, (logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi,
+                            wsf, ws64)))
+    B, V = logits.shape
+    return [(name, kernel, grid, tuple(vals[a] if isinstance(a, str) else a for a in args), meta, options)
+            for name, kernel, grid, args, meta, options in launch_specs(B, V, logits.stride(0), S, CH, want_probs,
+                                                                         cfg)]
 
 
 def launch_all(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64,
                S, CH, want_probs, cfg, launcher: str = "cached"):
-    """Launch the pipeline (see the module docstring) through :func:`impls.fused.launch.launch`.
+    """Launch the pipeline (see the module docstring).
 
-    All tensors are allocated by the caller; ``launcher`` is ``"cached"`` or ``"jit"``.
+    All tensors are allocated by the caller. ``launcher`` is ``"cached"`` (a launch plan per call
+    shape, :func:`impls.fused.launch.run_call`) or ``"jit"`` (``kernel[grid]`` for every launch).
     """
-    from .launch import launch
+    from .launch import run_call
 
-    for _name, kernel, grid, args, meta, options in launch_args(logits, temperature, top_k, top_p, min_p, seed, offset,
-                                                                tokens, status, path, probs, wsi, wsf, ws64, S, CH,
-                                                                want_probs, cfg):
-        launch(kernel, grid, args, meta, options, launcher)
+    run_call((logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64),
+             S, CH, want_probs, cfg, launcher)

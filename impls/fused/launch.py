@@ -1,127 +1,232 @@
-"""Launching the fused kernels with less host work per call.
+"""Launching the fused kernels with little host work per call: one launch plan per call shape.
 
 ``kernel[grid](*args, **meta)`` (Triton's ``JITFunction.run``) binds the
 arguments, builds the specialisation key, looks the compiled kernel up and
-checks the kernel's globals at every call. The fused sampler makes five such
-calls, so at small batches (where the GPU work is a few µs per launch) the
-sampler's latency is this host work. :func:`launch` keeps, per kernel and per
-*specialisation* of its arguments, the compiled kernel that the first call
-returned, and launches it directly afterwards: the same binary, the same
-arguments, none of the per-call lookups.
+checks the kernel's globals at every call (in Triton 3.6, ~35–90 µs a launch on
+the H200's host, ``benchmarks/README.md``). The fused sampler makes five such
+launches, so at small batches, where the GPU work is a few µs per launch, the
+sampler's latency is this host work.
 
-The specialisation key here is at least as fine as Triton's (tensor dtype and
-16-byte alignment; for integers: equal to 1, divisible by 16, fits in 32 bits;
-the values of the ``constexpr`` and launch options), so a cached binary is
-only reused where Triton would have chosen the same one.
+:func:`run_call` keeps a :class:`Plan` per *call shape*: the key is what
+chooses Triton's binaries and the launches' arguments (device, logits dtype,
+batch, vocabulary, row stride, whether probabilities are asked for, the tuning
+constants, and the 16-byte alignment of every caller tensor). The first call of
+a shape launches through ``kernel[grid]`` (compiling where needed) and keeps
+the compiled kernels, grids and constant arguments it used; later calls read
+the stream once and launch the same binaries directly with the new tensors.
+The fused sampler's own outputs and workspaces are fresh allocations from
+PyTorch's caching allocator (aligned to 512 bytes, and the views
+:func:`impls.fused.ops.allocate` carves start at 16-byte multiples), so their
+alignment is fixed by the key.
 
-The direct launch uses ``CompiledKernel.run`` with the argument list of
+The direct launch is ``CompiledKernel.run`` with the argument list of
 ``JITFunction.run`` (grid, stream, function, packed metadata, launch metadata,
-enter/exit hooks, then every parameter in signature order), as in Triton 3.6
-and 3.9 (``triton/runtime/jit.py``, ``JITFunction.run``). If that call is
-refused (another Triton), the launcher falls back to ``kernel[grid]`` for the
-rest of the process and says why in :data:`FALLBACK`. Under
-``TRITON_INTERPRET=1`` (the CPU tests) kernels always go through
-``kernel[grid]``.
+enter/exit hooks, then every parameter in signature order, constexprs
+included), as in Triton 3.6 and 3.9 (``triton/runtime/jit.py``,
+``JITFunction.run``). If a Triton refuses that call (``TypeError``), the
+launches go through ``kernel[grid]`` for the rest of the process, and
+:data:`FALLBACK` says why. Under ``TRITON_INTERPRET=1`` (the CPU tests), and
+on tensors that are not on a CUDA device, kernels always go through
+``kernel[grid]``. Like ``kernel[grid]``, a plan launches on the current stream
+of the logits' device.
 """
 
 from __future__ import annotations
 
 import inspect
+import operator
 from typing import Optional
 
 import torch
 
-__all__ = ["launch", "MODES", "FALLBACK", "single_launches"]
+from .kernel import SLOTS, launch_specs
 
-#: Launcher modes: ``"cached"`` (the default) and ``"jit"`` (always ``kernel[grid]``).
+__all__ = ["run_call", "Plan", "LaunchRefused", "MODES", "FALLBACK", "plan_key", "single_launches"]
+
+#: Launcher modes: ``"cached"`` (a plan per call shape, the default) and ``"jit"`` (always ``kernel[grid]``).
 MODES = ("cached", "jit")
-#: Why the cached launcher is off in this process (None while it works).
+#: Why the plans are off in this process (None while they work).
 FALLBACK: Optional[str] = None
 
-_CACHE: dict = {}
-_TAILS: dict = {}
-
-
-def _spec(a):
-    """The part of an argument that chooses Triton's binary."""
-    if isinstance(a, torch.Tensor):
-        return (a.dtype, a.data_ptr() % 16 == 0)
-    if isinstance(a, bool):
-        return ("b", a)
-    if isinstance(a, int):
-        return ("i", a == 1, a % 16 == 0, -(1 << 31) <= a < (1 << 31))
-    if isinstance(a, float):
-        return ("f",)
-    return (type(a).__name__, a)
+_PLANS: dict = {}
+_INDEX = {name: i for i, name in enumerate(SLOTS)}
+_NSLOTS = len(SLOTS)
 
 
 def _tail(kernel, nargs: int, meta: dict) -> tuple:
-    """The values of the parameters after the positional ones, in signature order (constexprs)."""
-    key = (kernel, nargs, tuple(sorted(meta.items())))
-    t = _TAILS.get(key)
-    if t is None:
-        params = list(inspect.signature(kernel.fn).parameters.values())[nargs:]
-        vals = []
-        for p in params:
-            if p.name in meta:
-                vals.append(meta[p.name])
-            elif p.default is not inspect.Parameter.empty:
-                vals.append(p.default)
-            else:
-                raise TypeError(f"{kernel.fn.__name__}: no value for parameter {p.name}")
-        t = _TAILS[key] = tuple(vals)
-    return t
+    """The values of ``kernel``'s parameters after the first ``nargs``, in signature order (its constexprs).
+
+    Raises
+    ------
+    TypeError
+        A parameter with neither a value in ``meta`` nor a default.
+    """
+    vals = []
+    for p in list(inspect.signature(kernel.fn).parameters.values())[nargs:]:
+        if p.name in meta:
+            vals.append(meta[p.name])
+        elif p.default is not inspect.Parameter.empty:
+            vals.append(p.default)
+        else:
+            raise TypeError(f"{kernel.fn.__name__}: no value for parameter {p.name}")
+    return tuple(vals)
 
 
-def launch(kernel, grid: tuple, args: tuple, meta: dict, options: dict, mode: str = "cached") -> None:
-    """Launch ``kernel`` on ``grid`` with positional ``args`` and constexpr values ``meta``.
+def _stream(index: int) -> int:
+    """The raw handle of the current CUDA stream of device ``index`` (what Triton's launcher takes)."""
+    try:
+        return torch._C._cuda_getCurrentRawStream(index)
+    except AttributeError:  # a torch without the private accessor
+        return torch.cuda.current_stream(index).cuda_stream
+
+
+def _resolve(args: tuple, vals: tuple) -> tuple:
+    return tuple(vals[_INDEX[a]] if isinstance(a, str) else a for a in args)
+
+
+class Plan:
+    """The launches of one call shape, with their compiled kernels, grids and constant arguments resolved.
 
     Parameters
     ----------
-    kernel : triton.runtime.jit.JITFunction
-    grid : tuple of int
-        One to three program counts.
-    args : tuple
-        The kernel's leading (non-constexpr) parameters, tensors and scalars.
-    meta : dict
-        The ``tl.constexpr`` parameters by name (every one without a default).
-    options : dict
-        Compile/launch options (``num_warps``, ``enable_fp_fusion``).
+    specs : list
+        :func:`impls.fused.kernel.launch_specs` of the shape (tensors as :data:`SLOTS` names).
+    compiled : list
+        For each spec, the ``CompiledKernel`` that ``kernel[grid]`` returned for it.
+
+    Notes
+    -----
+    Each step keeps an ``operator.itemgetter`` that picks the launch's whole argument list
+    (positional parameters, then the constexpr tail) from the call's tensors followed by the
+    plan's constants, so a launch costs one C-level tuple build and Triton's C launcher.
+    """
+
+    __slots__ = ("specs", "steps", "consts")
+
+    def __init__(self, specs: list, compiled: list):
+        consts: list = []
+        steps = []
+        for (name, kernel, grid, args, meta, _options), ck in zip(specs, compiled):
+            pos = []
+            for a in args + _tail(kernel, len(args), meta):
+                if isinstance(a, str):
+                    pos.append(_INDEX[a])
+                else:
+                    pos.append(_NSLOTS + len(consts))
+                    consts.append(a)
+            g = tuple(grid) + (1,) * (3 - len(grid))
+            steps.append((ck, ck.run, g, ck.function, ck.packed_metadata, operator.itemgetter(*pos), name))
+        self.specs = specs
+        self.steps = steps
+        self.consts = tuple(consts)
+
+    def run(self, vals: tuple, stream: int, first: int = 0, last: Optional[int] = None) -> None:
+        """Launch steps ``first`` to ``last`` (all by default) on ``stream`` with the call's tensors ``vals``.
+
+        Parameters
+        ----------
+        vals : tuple of torch.Tensor
+            The call's tensors in :data:`SLOTS` order.
+        stream : int
+            Raw CUDA stream handle.
+
+        Raises
+        ------
+        LaunchRefused
+            When this Triton's launcher refuses the argument list (:func:`run_call` falls back).
+        """
+        from triton import knobs
+
+        enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        ext = vals + self.consts
+        for i, (ck, run, g, function, packed, get, _name) in enumerate(self.steps[first:last], first):
+            full = get(ext)
+            lm = ck.launch_metadata(g, stream, *full)  # None unless a launch hook wants it (as JITFunction.run)
+            try:
+                run(g[0], g[1], g[2], stream, function, packed, lm, enter, exit_, *full)
+            except TypeError as e:
+                raise LaunchRefused(i, e) from e
+
+
+class LaunchRefused(TypeError):
+    """A Triton launcher refused a plan's argument list at step ``step`` (nothing of that step ran).
+
+    Triton's C launcher parses its arguments before it launches, so the refused step and those
+    after it have not run; :func:`run_call` launches them through ``kernel[grid]``.
+    """
+
+    def __init__(self, step: int, cause: TypeError):
+        super().__init__(f"step {step}: {type(cause).__name__}: {cause}")
+        self.step = step
+
+
+def plan_key(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict) -> tuple:
+    """The key of a call's :class:`Plan`: everything that chooses its binaries and arguments.
+
+    Parameters
+    ----------
+    vals : tuple of torch.Tensor
+        The call's tensors in :data:`SLOTS` order (logits first; the seven caller tensors before the outputs).
+
+    Returns
+    -------
+    tuple
+        Device index, logits dtype, shape and row stride, ``S``, ``CH``, ``want_probs``, the tuning
+        constants, and whether each caller tensor's address is a multiple of 16 (Triton specialises on it).
+    """
+    x = vals[0]
+    return (x.device.index, x.dtype, x.shape, x.stride(0), S, CH, want_probs, tuple(cfg.items()),
+            tuple(t.data_ptr() & 15 == 0 for t in vals[:7]))
+
+
+def _jit(specs: list, vals: tuple, first: int = 0) -> list:
+    """Launch ``specs[first:]`` through ``kernel[grid]``; the compiled kernels it returned."""
+    return [kernel[grid](*_resolve(args, vals), **meta, **options)
+            for _name, kernel, grid, args, meta, options in specs[first:]]
+
+
+def run_call(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, mode: str = "cached") -> None:
+    """Launch one fused call: the plan of its shape where there is one, else through ``kernel[grid]``.
+
+    Parameters
+    ----------
+    vals : tuple of torch.Tensor
+        The call's tensors in :data:`SLOTS` order, allocated by :func:`impls.fused.ops.fused_sample`.
+    S, CH : int
+        Programs per row and logits per program.
+    want_probs : bool
+        Also launch the probabilities kernel.
+    cfg : dict
+        Tuning constants.
     mode : str
-        ``"cached"`` or ``"jit"`` (:data:`MODES`).
+        One of :data:`MODES`.
 
     Raises
     ------
     ValueError
-        For an unknown ``mode``.
+        An unknown ``mode``.
     """
     global FALLBACK
     if mode not in MODES:
         raise ValueError(f"unknown launcher mode {mode!r}; known: {', '.join(MODES)}")
-    dev = args[0].device if isinstance(args[0], torch.Tensor) else None
-    if mode == "jit" or FALLBACK is not None or dev is None or dev.type != "cuda":
-        kernel[grid](*args, **meta, **options)
+    x = vals[0]
+    B, V = x.shape
+    if mode == "jit" or FALLBACK is not None or x.device.type != "cuda":
+        _jit(launch_specs(B, V, x.stride(0), S, CH, want_probs, cfg), vals)
         return
-    # meta/options in the caller's order: a caller that changes the order only misses the cache once
-    key = (kernel, dev.index, len(grid), tuple(_spec(a) for a in args), tuple(meta.items()), tuple(options.items()))
-    compiled = _CACHE.get(key)
-    if compiled is None:
-        compiled = kernel[grid](*args, **meta, **options)
-        if compiled is not None and hasattr(compiled, "run"):
-            _CACHE[key] = compiled
+    key = plan_key(vals, S, CH, want_probs, cfg)
+    plan = _PLANS.get(key)
+    if plan is None:
+        specs = launch_specs(B, V, x.stride(0), S, CH, want_probs, cfg)
+        compiled = _jit(specs, vals)
+        if all(ck is not None and hasattr(ck, "run") for ck in compiled):
+            _PLANS[key] = Plan(specs, compiled)
         return
-    from triton import knobs
-
-    g = tuple(grid) + (1,) * (3 - len(grid))
-    stream = torch.cuda.current_stream(dev).cuda_stream
-    full = args + _tail(kernel, len(args), meta)
-    enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-    lm = compiled.launch_metadata(g, stream, *full) if enter is not None else None
     try:
-        compiled.run(g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, lm, enter, exit_, *full)
-    except TypeError as e:  # another Triton's launcher signature: nothing was launched
-        FALLBACK = f"cached launch refused by this Triton ({type(e).__name__}: {e}); using kernel[grid]"
-        kernel[grid](*args, **meta, **options)
+        plan.run(vals, _stream(key[0]))
+    except LaunchRefused as e:
+        FALLBACK = f"direct launch refused by this Triton ({e}); using kernel[grid]"
+        _jit(plan.specs, vals, e.step)
 
 
 def single_launches(x, T, K, P, M, seed, off, cfg: dict, mode: str) -> list:
@@ -136,7 +241,7 @@ def single_launches(x, T, K, P, M, seed, off, cfg: dict, mode: str) -> list:
     cfg : dict
         Tuning constants (:data:`impls.fused.ops.DEFAULTS`).
     mode : str
-        One of :data:`MODES`.
+        One of :data:`MODES`: ``"jit"`` times ``kernel[grid]``, ``"cached"`` one step of the call's :class:`Plan`.
 
     Returns
     -------
@@ -144,14 +249,17 @@ def single_launches(x, T, K, P, M, seed, off, cfg: dict, mode: str) -> list:
         Each callable re-launches one kernel on the same zeroed buffers (the
         results are not meaningful, the host cost is).
     """
-    from .kernel import launch_args
     from .ops import allocate
 
     B, V = x.shape
     a = allocate(B, V, x.device, cfg, empty=torch.zeros)  # defined content: the launches re-read stale parts
+    vals = (x, T, K, P, M, seed, off) + tuple(a[s] for s in SLOTS[7:])
+    specs = launch_specs(B, V, x.stride(0), a["S"], a["CH"], False, cfg)
+    plan = Plan(specs, _jit(specs, vals))
     out = []
-    for name, kernel, grid, args, meta, options in launch_args(x, T, K, P, M, seed, off, a["tokens"], a["status"],
-                                                               a["path"], a["probs"], a["wsi"], a["wsf"], a["ws64"],
-                                                               a["S"], a["CH"], False, cfg):
-        out.append((name, lambda k=kernel, g=grid, ar=args, m=meta, o=options: launch(k, g, ar, m, o, mode)))
+    for i, (name, kernel, grid, args, meta, options) in enumerate(specs):
+        if mode == "jit":
+            out.append((name, lambda k=kernel, g=grid, ar=_resolve(args, vals), m=meta, o=options: k[g](*ar, **m, **o)))
+        else:
+            out.append((name, lambda i=i: plan.run(vals, _stream(x.device.index), i, i + 1)))
     return out

@@ -14,7 +14,8 @@ from typing import Optional
 
 import torch
 
-from .kernel import LAYOUT, launch_all
+from .kernel import LAYOUT
+from .launch import run_call
 
 __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "splits"]
 
@@ -45,6 +46,10 @@ def splits(B: int, V: int, cfg: dict):
 def allocate(B: int, V: int, device, cfg: dict, want_probs: bool = False, empty=torch.empty) -> dict:
     """Outputs and per-row workspaces of one call (what :func:`fused_sample` hands the launches).
 
+    The three workspaces are views of one int64 allocation, each starting at a 16-byte multiple
+    (one allocation instead of three: each costs several µs of host time on a GPU,
+    ``benchmarks/README.md``); the kernels only take their addresses.
+
     Parameters
     ----------
     B, V : int
@@ -53,7 +58,8 @@ def allocate(B: int, V: int, device, cfg: dict, want_probs: bool = False, empty=
     cfg : dict
         Tuning constants (:data:`DEFAULTS` or :data:`INTERPRETER`, possibly changed).
     want_probs : bool
-        Allocate the ``(B, V)`` float32 distribution; else a ``(1,)`` placeholder.
+        Allocate the ``(B, V)`` float32 distribution; else ``probs`` is the float32 workspace,
+        a placeholder the kernels never write through.
     empty : callable
         ``torch.empty`` (``torch.zeros`` where the content must be defined).
 
@@ -62,20 +68,26 @@ def allocate(B: int, V: int, device, cfg: dict, want_probs: bool = False, empty=
     dict
         ``tokens`` ``(B,)`` int64, ``status`` and ``path`` ``(B,)`` int32,
         ``probs``, the workspaces ``wsi`` int32, ``wsf`` float32 and ``ws64``
-        int64 (``(B, n)`` with ``n`` independent of ``V`` but for the number
-        of parts ``S``), and ``S``, ``CH`` (:func:`splits`).
+        int64 (flat, ``B * n`` entries each, with ``n`` independent of ``V`` but for
+        the number of parts ``S``), and ``S``, ``CH`` (:func:`splits`).
     """
     S, CH = splits(B, V, cfg)
     L = LAYOUT
+    n_i = B * (S * (L["PI"] + cfg["nb"] + cfg["nbs"]) + L["RI"] + L["CNT"])
+    n_f = B * (S * L["PF"] + L["RF"])
+    n_64 = B * (S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"])
+    # in int64 units, each region rounded up to 16 bytes
+    q_i, q_f = -(-n_i // 4) * 2, -(-n_f // 4) * 2
+    ws = empty((n_64 + q_i + q_f,), dtype=torch.int64, device=device)
+    wsf = ws[n_64 + q_i:].view(torch.float32)[:n_f]
     return {
         "tokens": empty((B,), dtype=torch.int64, device=device),
         "status": empty((B,), dtype=torch.int32, device=device),
         "path": empty((B,), dtype=torch.int32, device=device),
-        "probs": empty((B, V) if want_probs else (1,), dtype=torch.float32, device=device),
-        "wsi": empty((B, S * (L["PI"] + cfg["nb"] + cfg["nbs"]) + L["RI"] + L["CNT"]), dtype=torch.int32,
-                     device=device),
-        "wsf": empty((B, S * L["PF"] + L["RF"]), dtype=torch.float32, device=device),
-        "ws64": empty((B, S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"]), dtype=torch.int64, device=device),
+        "probs": empty((B, V), dtype=torch.float32, device=device) if want_probs else wsf,
+        "wsi": ws[n_64:n_64 + q_i].view(torch.int32)[:n_i],
+        "wsf": wsf,
+        "ws64": ws[:n_64],
         "S": S, "CH": CH,
     }
 
@@ -114,9 +126,9 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     block, nb, r, kmax, num_warps, **more
         Tuning constants (:data:`DEFAULTS`); results do not depend on them.
     launcher : str
-        ``"cached"`` (launch the compiled kernels directly after the first
-        call, :mod:`impls.fused.launch`) or ``"jit"`` (Triton's
-        ``kernel[grid]`` at every call). Same kernels, same results.
+        ``"cached"`` (after the first call of a shape, launch its compiled
+        kernels directly from a plan, :mod:`impls.fused.launch`) or ``"jit"``
+        (Triton's ``kernel[grid]`` at every launch). Same kernels, same results.
 
     Returns
     -------
@@ -166,6 +178,6 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         return tokens, status, path, (torch.empty((0, V), dtype=torch.float32, device=dev) if want_probs else None)
     a = allocate(B, V, dev, cfg, want_probs)
     tokens, status, path, probs = a["tokens"], a["status"], a["path"], a["probs"]
-    launch_all(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, a["wsi"], a["wsf"],
-               a["ws64"], a["S"], a["CH"], want_probs, cfg, launcher)
+    run_call((logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, a["wsi"], a["wsf"],
+              a["ws64"]), a["S"], a["CH"], want_probs, cfg, launcher)
     return tokens, status, path, (probs if want_probs else None)
