@@ -346,6 +346,13 @@ def test_cached_launcher_gives_the_jit_launcher_tokens():
     b = fused_sample(logits, T, K, P, M, S, O, want_probs=True, launcher="jit")
     assert launch.FALLBACK is None
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and torch.equal(a[3], b[3])
+    # parameters at addresses that are not 16-byte multiples: another plan (Triton specialises on alignment)
+    T1, P1 = (torch.cat([t[:1], t])[1:] for t in (T, P))
+    assert T1.data_ptr() % 16 and launch.plan_key((logits, T1, K, P1, M, S, O), 1, 1, True, {}) != \
+        launch.plan_key((logits, T, K, P, M, S, O), 1, 1, True, {})
+    for _ in range(2):
+        c = fused_sample(logits, T1, K, P1, M, S, O, want_probs=True, launcher="cached")
+    assert torch.equal(a[0], c[0]) and torch.equal(a[3], c[3])
     want, _ = reference_rows(*(t.cpu() for t in (logits, T, K, P, M, S, O)))
     assert a[0].tolist() == want
 
