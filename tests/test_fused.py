@@ -217,7 +217,7 @@ def test_launcher_mode_is_checked_and_constexpr_tail_follows_the_signature():
     from impls.fused.kernel import _hist_kernel, launch_args
     x = torch.zeros(2, 300, device=DEV)
     with pytest.raises(ValueError, match="unknown launcher mode 'fast'"):
-        fused_sample(x, *random_batch(1, 2, [300])[1:], launcher="fast")
+        fused_sample(x.cpu(), *random_batch(1, 2, [300])[1:], launcher="fast")
     # the hist kernel's constexprs after its 14 positional parameters, in signature order
     tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
                                           "KBIG": 256})
@@ -374,3 +374,19 @@ def test_kernels_compile_for_sm90_offline():
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count(" ok") == 12, r.stdout
+
+
+def test_top_p_row_whose_mass_sits_in_a_few_top_tokens_takes_no_slow_path():
+    """Row 10 of ``randn(64, 32000) * 3`` (CPU generator, seed 1) with ``top_p = 0.9``: its top token
+    alone holds 22% of the mass, so bin midpoints misplace the boundary by two level-1 bins (bin 38
+    estimated, 36 true) and kernel v3 sent the row to the slow path (one pass over the row per bit).
+    With bounds on each bin's mass the window holds the boundary: path 2 (fast), the reference's token."""
+    from impls.fused.ops import DEFAULTS
+    x = (torch.randn(64, 32000, generator=torch.Generator().manual_seed(1)) * 3)[10:11].contiguous()
+    T, P, M = torch.ones(1), torch.full((1,), 0.9), torch.zeros(1)
+    K, seed, off = torch.zeros(1, dtype=torch.int64), torch.tensor([5]), torch.tensor([0])
+    cfg = {k: v for k, v in DEFAULTS.items() if k != "num_warps"}  # the GPU's constants, on the interpreter
+    tok, status, path, _ = fused_sample(x, T, K, P, M, seed, off, **cfg)
+    assert status.tolist() == [0] and path.tolist() == [2]
+    want, _ = reference_rows(x, T, K, P, M, seed, off)
+    assert tok.tolist() == want

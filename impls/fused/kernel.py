@@ -114,6 +114,7 @@ _I_NABOVE0 = tl.constexpr(9)  # survivors above the refined range
 _I_KACT = tl.constexpr(10)
 _I_THETA = tl.constexpr(11)
 _I_ABOVE = tl.constexpr(12)  # survivors above the window: 0 none, 1 packed in the second workspace, 2 drawn in the pass
+_I_RSH = tl.constexpr(13)  # fine bins per refined bin: 2**RSH
 _F_M = tl.constexpr(0)
 _F_T = tl.constexpr(1)
 _F_XA = tl.constexpr(2)
@@ -448,8 +449,36 @@ def _row_stats(bi, bf, S, V, T, min_p, status, greedy, k_on, p_on, mp_on, RMAX: 
 
 
 @triton.jit
+def _mass_bounds(f_first, f_next, CT, NBF: tl.constexpr):
+    """Lower and upper bounds of ``e = exp(s)`` over the fine bins ``[f_first, f_next)``.
+
+    A survivor in fine bin ``f`` has ``s`` in ``(-(f + 1) / CT, -f / CT]``; one fine bin of slack
+    on each side and a relative 1e-5 cover the rounding of the bin and of ``exp``. A range that
+    reaches the last fine bin (the clamped tail, ``s`` down to -inf) has a lower bound of 0.
+    """
+    e_hi = tl.exp(-(f_first.to(tl.float32) - 1.0) / CT) * 1.00001
+    e_lo = tl.where(f_next >= NBF, 0.0, tl.exp(-(f_next.to(tl.float32) + 1.0) / CT) * 0.99999)
+    return e_lo, e_hi
+
+
+@triton.jit
+def _bracket(H, e_lo, e_hi, above, target, last):
+    """``(j_lo, j_hi)``: the bins between which the top-p boundary must lie, from mass bounds.
+
+    With ``above`` the exact mass before bin 0 and each bin's mass in ``[H * e_lo, H * e_hi]``:
+    before ``j_lo`` the mass is certainly below ``target`` (every token there is kept), and up to
+    ``j_hi`` it certainly reaches it (the first token after ``j_hi`` is dropped). Both are at most
+    ``last`` (``j_hi == last`` may mean "not reached in these bins": callers check).
+    """
+    Hf = H.to(tl.float32)
+    j_lo = tl.sum((above + tl.cumsum(Hf * e_hi, 0) < target).to(tl.int32), 0)
+    j_hi = tl.sum((above + tl.cumsum(Hf * e_lo, 0) < target).to(tl.int32), 0)
+    return tl.minimum(j_lo, last), tl.minimum(j_hi, last)
+
+
+@triton.jit
 def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr, NBF: tl.constexpr):
+                   KBIG: tl.constexpr, NBF: tl.constexpr, NBS: tl.constexpr):
     """Last program of a top-k/top-p row: choose the window of fine bins (or refine, or the slow path)."""
     bins = tl.arange(0, NB1)
     H = _sum_parts_i(hist1, S, NB1, NB1)
@@ -457,13 +486,13 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1
     cum = tl.cumsum(H, 0)
     # top-k: the first bin whose cumulative count reaches k (counts are exact)
     b_k = tl.sum((cum < k).to(tl.int32), 0)
-    # top-p: estimate each bin's mass at its midpoint; one bin of margin each side (verified later)
-    CT = C * T
-    mid_e = tl.exp(-(bins.to(tl.float32) * _NB2 + _NB2 * 0.5) / CT)
-    cum_est = tl.cumsum(H.to(tl.float32) * mid_e, 0)
-    b_mid = tl.minimum(tl.sum((cum_est < top_p * E_A).to(tl.int32), 0), NB1 - 2)
-    b_lo = tl.where(k_act, b_k, tl.maximum(b_mid - 1, 0))
-    b_hi = tl.where(k_act, b_k, tl.minimum(b_mid + 1, NB1 - 2))
+    # top-p: the bins between which the boundary lies, from bounds of each bin's mass (a bin's tokens
+    # may sit anywhere in it: a midpoint estimate is off by several bins on rows whose mass is held
+    # by a few top tokens)
+    e_lo, e_hi = _mass_bounds(bins * _NB2, bins * _NB2 + _NB2, C * T, NBF)
+    p_lo, p_hi = _bracket(H, e_lo, e_hi, 0.0, top_p * E_A, NB1 - 2)
+    b_lo = tl.where(k_act, b_k, p_lo)
+    b_hi = tl.where(k_act, b_k, p_hi)
     before = tl.sum(tl.where(bins < b_lo, H, 0), 0)
     upto = tl.sum(tl.where(bins <= b_hi, H, 0), 0)
     # rows that keep every survivor (top-k neutral for this row, no top-p)
@@ -472,16 +501,20 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1
     f_hi = tl.where(all_kept, NBF - 1, b_hi * _NB2 + _NB2 - 1)
     n_above = tl.where(all_kept, tl.where(n_A <= KMAX, 0, n_A), tl.where(upto <= KMAX, 0, before))
     fits = all_kept | (upto - tl.where(f_lo == 0, 0, before) <= KMAX)
-    # refine about four level-1 bins around the boundary (the top-k bin first)
-    rb = tl.where(k_act, b_k, tl.maximum(tl.minimum(b_mid - 1, NB1 - 5), 0))
+    # otherwise refine bins b_lo..b_hi: NBS - 1 refined bins of 2**rsh fine bins cover them
+    wf = (b_hi - b_lo + 1) * _NB2
+    rsh = wf * 0
+    for _i in tl.static_range(16):
+        rsh = tl.where(((rsh * 0 + (NBS - 1)) << rsh) < wf, rsh + 1, rsh)
     mode = tl.where(fits, 0, 1)
     tl.store(ri + _I_MODE, mode)
     tl.store(ri + _I_FLO, f_lo)
     tl.store(ri + _I_FHI, f_hi)
     tl.store(ri + _I_NABOVE, n_above)
     tl.store(ri + _I_ABOVE, tl.where(f_lo == 0, 0, tl.where(n_above <= KBIG, 1, 2)))
-    tl.store(ri + _I_F0, rb * _NB2)
-    tl.store(ri + _I_NABOVE0, tl.sum(tl.where(bins < rb, H, 0), 0))
+    tl.store(ri + _I_F0, b_lo * _NB2)
+    tl.store(ri + _I_RSH, rsh)
+    tl.store(ri + _I_NABOVE0, before)
 
 
 @triton.jit(do_not_specialize=["V", "S", "CH"])
@@ -556,7 +589,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
             tl.store(ri + _I_NA, n_A)
             tl.store(ri + _I_KACT, k_act.to(tl.int32))
             tl.store(r64 + _Q_EA, EA_q)
-            _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1, KMAX, KBIG, NBF)
+            _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1, KMAX, KBIG, NBF, NBS)
 
 
 # ----------------------------------------------------------------------------- 3: refine
@@ -564,13 +597,11 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
 @triton.jit(do_not_specialize=["V", "S", "CH"])
 def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr, RSH: tl.constexpr):
+                   KBIG: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
     NBF: tl.constexpr = (NB1 - 1) * _NB2
-    # refined bins: 2**RSH fine bins each, NBS - 1 of them (about four level-1 bins); the last collects the rest
-    W: tl.constexpr = (NBS - 1) << RSH
     bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
     kind = tl.load(ri + _I_KIND)
     mode = tl.load(ri + _I_MODE)
@@ -580,6 +611,10 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
         xA = tl.load(rf + _F_XA)
         C = tl.load(rf + _F_C)
         f0 = tl.load(ri + _I_F0)
+        # refined bins: 2**rsh fine bins each, NBS - 1 of them (the level-1 bins of the bracket); the last
+        # collects the rest
+        rsh = tl.load(ri + _I_RSH)
+        W = (rsh * 0 + (NBS - 1)) << rsh
         top_p = tl.load(top_p_ptr + row).to(tl.float32)
         p_on = top_p < 1.0
         lo = part * CH
@@ -590,7 +625,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             offs, x, fin = _tile1(base, st, V, BLOCK)
             A = fin & (x >= xA)
             d = _fine(x, m, C, NBF) - f0
-            b2 = tl.where(A & (d >= 0) & (d < W), d >> RSH, NBS - 1)
+            b2 = tl.where(A & (d >= 0) & (d < W), d >> rsh, NBS - 1)
             h += tl.histogram(b2, NBS)
             if p_on:
                 e_v += tl.where(A & (d < 0), _fix(tl.exp(tl.div_rn(x - m, T))), 0)
@@ -610,25 +645,26 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             n_ab0 = tl.load(ri + _I_NABOVE0)
             E_A = tl.load(r64 + _Q_EA).to(tl.float32) * _UNFIX
             mass0 = mass0_q.to(tl.float32) * _UNFIX
-            CT = C * T
-            # top-k: exact; top-p: masses at the refined bins' midpoints, one bin of margin
+            # top-k: exact; top-p: the refined bins between which the boundary lies (mass bounds, as in
+            # _select_window, with the exact mass above the refined range)
             j_k = tl.sum((n_ab0 + cum < k).to(tl.int32), 0)
-            mid_e = tl.exp(-((f0 + (j << RSH)).to(tl.float32) + (1 << RSH) * 0.5) / CT)
-            cum_est = mass0 + tl.cumsum(H.to(tl.float32) * mid_e, 0)
-            j_mid = tl.sum((cum_est < top_p * E_A).to(tl.int32), 0)
-            j_lo = tl.where(k_act, j_k, tl.maximum(j_mid - 1, 0))
-            j_hi = tl.where(k_act, j_k, tl.minimum(j_mid + 1, NBS - 2))
+            e_lo, e_hi = _mass_bounds(f0 + (j << rsh), f0 + ((j + 1) << rsh), C * T, NBF)
+            target = top_p * E_A
+            p_lo, p_hi = _bracket(H, e_lo, e_hi, mass0, target, NBS - 1)
+            j_lo = tl.where(k_act, j_k, tl.minimum(p_lo, NBS - 2))
+            j_hi = tl.where(k_act, j_k, tl.minimum(p_hi, NBS - 2))
             before = n_ab0 + tl.sum(tl.where(j < j_lo, H, 0), 0)
             upto = n_ab0 + tl.sum(tl.where(j <= j_hi, H, 0), 0)
             fast = upto <= KMAX
-            f_lo = tl.where(fast, 0, f0 + (j_lo << RSH))
+            f_lo = tl.where(fast, 0, f0 + (j_lo << rsh))
             n_above = tl.where(fast, 0, before)
             ok = (upto - tl.where(fast, 0, before) <= KMAX) & (j_lo <= NBS - 2)
-            # a top-p boundary outside the refined range (estimates too far off) goes to the slow path
-            ok = ok & (k_act | ((mass0 < top_p * E_A) & (j_mid <= NBS - 2)))
+            # a top-p boundary outside the refined range (never, but for rounding beyond the bounds' slack)
+            # goes to the slow path
+            ok = ok & (k_act | ((mass0 < target) & (p_hi <= NBS - 2)))
             tl.store(ri + _I_MODE, tl.where(ok, 0, 2))
             tl.store(ri + _I_FLO, f_lo)
-            tl.store(ri + _I_FHI, f0 + ((j_hi + 1) << RSH) - 1)
+            tl.store(ri + _I_FHI, f0 + ((j_hi + 1) << rsh) - 1)
             tl.store(ri + _I_NABOVE, n_above)
             tl.store(ri + _I_ABOVE, tl.where(f_lo == 0, 0, tl.where(n_above <= KBIG, 1, 2)))
 
@@ -951,14 +987,13 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     c = dict(BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"])
     kw = dict(num_warps=cfg["num_warps"], enable_fp_fusion=False)
     grid = (B, S)
-    rsh = (4 * 256 // cfg["nbs"]).bit_length() - 1
     params = ("temperature", "top_k", "top_p", "min_p")
     ws = ("wsi", "wsf", "ws64")
     out = [
         ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c, kw),
         ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH), dict(c, RMAX=cfg["r"]),
          kw),
-        ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), dict(c, RSH=rsh), kw),
+        ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c, kw),
         ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH), c, kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,
                                           S), c,
