@@ -376,17 +376,25 @@ def test_kernels_compile_for_sm90_offline():
     assert r.stdout.count(" ok") == 12, r.stdout
 
 
-def test_top_p_row_whose_mass_sits_in_a_few_top_tokens_takes_no_slow_path():
-    """Row 10 of ``randn(64, 32000) * 3`` (CPU generator, seed 1) with ``top_p = 0.9``: its top token
-    alone holds 22% of the mass, so bin midpoints misplace the boundary by two level-1 bins (bin 38
-    estimated, 36 true) and kernel v3 sent the row to the slow path (one pass over the row per bit).
-    With bounds on each bin's mass the window holds the boundary: path 2 (fast), the reference's token."""
+@pytest.mark.parametrize("B,V,seed,row,path", [(64, 32000, 1, 10, 2), (8, 262144, 3, 0, 3)])
+def test_top_p_rows_whose_bin_estimates_miss_the_boundary_take_no_slow_path(B, V, seed, row, path):
+    """Rows of ``randn(B, V) * 3`` (CPU generator) with ``top_p = 0.9`` that kernel v3 sent to the slow
+    path (one pass over the row per bit), with the GPU's constants on the interpreter.
+
+    * ``(64, 32000)`` row 10: its top token alone holds 22% of the mass, so bin midpoints misplaced
+      the boundary by two level-1 bins (bin 38 estimated, 36 true).
+    * ``(8, 262144)`` row 0: a level-1 bin spans e^0.24 in probability, so bounds summed from the top
+      alone (the first fix) never reached 0.9 of the mass: bounds from the exact total minus the rest
+      are needed (5 of these 8 rows were slow without either fix, 60% of a batch of 1024 on the H200).
+
+    With the bracket from bounds on each bin's mass the window holds the boundary: the expected path
+    (2 fast, 3 boundary) and the reference's token."""
     from impls.fused.ops import DEFAULTS
-    x = (torch.randn(64, 32000, generator=torch.Generator().manual_seed(1)) * 3)[10:11].contiguous()
+    x = (torch.randn(B, V, generator=torch.Generator().manual_seed(seed)) * 3)[row:row + 1].contiguous()
     T, P, M = torch.ones(1), torch.full((1,), 0.9), torch.zeros(1)
-    K, seed, off = torch.zeros(1, dtype=torch.int64), torch.tensor([5]), torch.tensor([0])
+    K, seed_, off = torch.zeros(1, dtype=torch.int64), torch.tensor([5]), torch.tensor([0])
     cfg = {k: v for k, v in DEFAULTS.items() if k != "num_warps"}  # the GPU's constants, on the interpreter
-    tok, status, path, _ = fused_sample(x, T, K, P, M, seed, off, **cfg)
-    assert status.tolist() == [0] and path.tolist() == [2]
-    want, _ = reference_rows(x, T, K, P, M, seed, off)
+    tok, status, path_, _ = fused_sample(x, T, K, P, M, seed_, off, **cfg)
+    assert status.tolist() == [0] and path_.tolist() == [path]
+    want, _ = reference_rows(x, T, K, P, M, seed_, off)
     assert tok.tolist() == want

@@ -453,26 +453,38 @@ def _mass_bounds(f_first, f_next, CT, NBF: tl.constexpr):
     """Lower and upper bounds of ``e = exp(s)`` over the fine bins ``[f_first, f_next)``.
 
     A survivor in fine bin ``f`` has ``s`` in ``(-(f + 1) / CT, -f / CT]``; one fine bin of slack
-    on each side and a relative 1e-5 cover the rounding of the bin and of ``exp``. A range that
-    reaches the last fine bin (the clamped tail, ``s`` down to -inf) has a lower bound of 0.
+    on each side and a relative 1e-4 cover the rounding of the bin, of ``exp`` and of the float32
+    sums they enter. A range that reaches the last fine bin (the clamped tail, ``s`` down to -inf)
+    has a lower bound of 0. (Bounds only choose the window: the decide launch verifies it.)
     """
-    e_hi = tl.exp(-(f_first.to(tl.float32) - 1.0) / CT) * 1.00001
-    e_lo = tl.where(f_next >= NBF, 0.0, tl.exp(-(f_next.to(tl.float32) + 1.0) / CT) * 0.99999)
+    e_hi = tl.exp(-(f_first.to(tl.float32) - 1.0) / CT) * 1.0001
+    e_lo = tl.where(f_next >= NBF, 0.0, tl.exp(-(f_next.to(tl.float32) + 1.0) / CT) * 0.9999)
     return e_lo, e_hi
 
 
 @triton.jit
-def _bracket(H, e_lo, e_hi, above, target, last):
+def _bracket(H, e_lo, e_hi, above, below_hi, total, target, last):
     """``(j_lo, j_hi)``: the bins between which the top-p boundary must lie, from mass bounds.
 
-    With ``above`` the exact mass before bin 0 and each bin's mass in ``[H * e_lo, H * e_hi]``:
-    before ``j_lo`` the mass is certainly below ``target`` (every token there is kept), and up to
-    ``j_hi`` it certainly reaches it (the first token after ``j_hi`` is dropped). Both are at most
-    ``last`` (``j_hi == last`` may mean "not reached in these bins": callers check).
+    Each bin's mass is in ``[H * e_lo, H * e_hi]``; ``above`` is the exact mass before bin 0,
+    ``below_hi`` bounds the mass after the last bin, and ``total`` is the exact mass of all
+    survivors, so the mass up to a bin is bounded both by summing down from the top and by
+    subtracting the bounds of the rest from ``total`` (the tighter of the two: near
+    ``top_p = 0.9`` the rest is small, and so is its error). Before ``j_lo`` the mass is certainly
+    below ``target`` (every token there is kept); up to ``j_hi`` it certainly reaches it (the first
+    token after ``j_hi`` is dropped). Both are at most ``last`` (``j_hi == last`` may mean "not
+    reached in these bins": callers check).
     """
     Hf = H.to(tl.float32)
-    j_lo = tl.sum((above + tl.cumsum(Hf * e_hi, 0) < target).to(tl.int32), 0)
-    j_hi = tl.sum((above + tl.cumsum(Hf * e_lo, 0) < target).to(tl.int32), 0)
+    m_lo = Hf * e_lo
+    m_hi = Hf * e_hi
+    c_lo = tl.cumsum(m_lo, 0)
+    c_hi = tl.cumsum(m_hi, 0)
+    slack = total * 1e-4
+    cum_lo = tl.maximum(above + c_lo, total - (tl.sum(m_hi, 0) - c_hi + below_hi) - slack)
+    cum_hi = tl.minimum(above + c_hi, total - (tl.sum(m_lo, 0) - c_lo) + slack)
+    j_lo = tl.sum((cum_hi < target).to(tl.int32), 0)
+    j_hi = tl.sum((cum_lo < target).to(tl.int32), 0)
     return tl.minimum(j_lo, last), tl.minimum(j_hi, last)
 
 
@@ -490,7 +502,7 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1
     # may sit anywhere in it: a midpoint estimate is off by several bins on rows whose mass is held
     # by a few top tokens)
     e_lo, e_hi = _mass_bounds(bins * _NB2, bins * _NB2 + _NB2, C * T, NBF)
-    p_lo, p_hi = _bracket(H, e_lo, e_hi, 0.0, top_p * E_A, NB1 - 2)
+    p_lo, p_hi = _bracket(H, e_lo, e_hi, 0.0, 0.0, E_A, top_p * E_A, NB1 - 2)
     b_lo = tl.where(k_act, b_k, p_lo)
     b_hi = tl.where(k_act, b_k, p_hi)
     before = tl.sum(tl.where(bins < b_lo, H, 0), 0)
@@ -649,8 +661,11 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             # _select_window, with the exact mass above the refined range)
             j_k = tl.sum((n_ab0 + cum < k).to(tl.int32), 0)
             e_lo, e_hi = _mass_bounds(f0 + (j << rsh), f0 + ((j + 1) << rsh), C * T, NBF)
+            # survivors below the refined range: their count, and e at most that of the range's end
+            n_below = tl.load(ri + _I_NA) - n_ab0 - tl.sum(H, 0)
+            _e, e_end = _mass_bounds(f0 + W, f0 + W, C * T, NBF)
             target = top_p * E_A
-            p_lo, p_hi = _bracket(H, e_lo, e_hi, mass0, target, NBS - 1)
+            p_lo, p_hi = _bracket(H, e_lo, e_hi, mass0, n_below.to(tl.float32) * e_end, E_A, target, NBS - 1)
             j_lo = tl.where(k_act, j_k, tl.minimum(p_lo, NBS - 2))
             j_hi = tl.where(k_act, j_k, tl.minimum(p_hi, NBS - 2))
             before = n_ab0 + tl.sum(tl.where(j < j_lo, H, 0), 0)
