@@ -394,7 +394,7 @@ def test_top_p_rows_whose_bin_estimates_miss_the_boundary_take_no_slow_path(B, V
     T, P, M = torch.ones(1), torch.full((1,), 0.9), torch.zeros(1)
     K, seed_, off = torch.zeros(1, dtype=torch.int64), torch.tensor([5]), torch.tensor([0])
     cfg = {k: v for k, v in DEFAULTS.items() if k != "num_warps"}  # the GPU's constants, on the interpreter
-    tok, status, path_, _ = fused_sample(x, T, K, P, M, seed_, off, **cfg)
+    tok, status, path_, _ = fused_sample(*(t.to(DEV) for t in (x, T, K, P, M, seed_, off)), **cfg)
     assert status.tolist() == [0] and path_.tolist() == [path]
     want, _ = reference_rows(x, T, K, P, M, seed_, off)
     assert tok.tolist() == want
