@@ -7,6 +7,7 @@
 #                           (LATENCY_ARGS: more pytest options; LATENCY_TIMEOUT: seconds before an interrupt)
 #   STAGES="sweep"          the fused kernel's token-for-token sweep (SWEEP_DRAWS) and compute-sanitizer
 #   STAGES="host"           the fused kernel's GPU tests and the host cost of one call (benchmarks/host_cost.py)
+#   STAGES="kernels"        GPU time of each fused launch at large batches (benchmarks/kernel_times.py)
 # Results go to $OUT (default ./out); several stages: STAGES="tox records".
 set -uo pipefail
 OUT=${OUT:-out}
@@ -67,6 +68,11 @@ for stage in ${STAGES:-tox}; do
       set -- $shape
       python3 -m benchmarks.host_cost --batch $1 --vocab $2 --out "$OUT/host-cost-b$1.json" 2>&1 | tail -30
     done
+    ;;
+  kernels)
+    echo "== fused kernel: GPU time per launch"
+    python3 -m benchmarks.kernel_times --out "$OUT/kernel-times.json" 2>&1 | tail -20
+    rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
     ;;
   sweep)
     echo "== sweep"

@@ -1,0 +1,79 @@
+"""GPU time of each launch of a fused call, from the CUDA profiler: which pass bounds a grid point.
+
+For each ``(batch, vocab, mix)`` point, on the latency suite's inputs (``randn * 3``,
+:func:`benchmarks.latency.make_inputs`) and parameters (:func:`benchmarks.latency.mix_params`), runs
+``fused_sample`` a few times under ``torch.profiler`` (CUDA activity) and reports, per kernel, the
+mean device time per call in µs, with the rows' path counts (:data:`impls.fused.kernel.PATHS`) and the
+HBM floor of the point (one read of the logits at the copy bandwidth measured here).
+
+Usage: ``python -m benchmarks.kernel_times --out FILE.json [--points B:V ...] [--calls N]``. Needs CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import platform
+
+import torch
+
+DEFAULT_POINTS = ("256:128256", "1024:128256", "1024:262144")
+MIXES = ("greedy", "k50_p09", "p09", "minp005", "mixed")
+
+
+def main(argv=None) -> int:
+    """Measure and write the JSON; returns the exit status (2 without CUDA)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="benchmarks/results/kernel-times.json")
+    ap.add_argument("--points", nargs="*", default=list(DEFAULT_POINTS), help="batch:vocab")
+    ap.add_argument("--calls", type=int, default=5)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("kernel_times: needs a CUDA device")
+        return 2
+    import triton
+    from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks.latency import hbm_bandwidth, make_inputs, mix_params
+    from impls.fused.kernel import PATHS
+    from impls.fused.ops import fused_sample
+
+    dev = torch.device("cuda")
+    gbps = hbm_bandwidth(dev)
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "python": platform.python_version(), "hbm_bandwidth_gbps": round(gbps, 1), "calls": args.calls,
+           "unit": "µs of GPU time per call (mean over calls)", "points": []}
+    for spec in args.points:
+        B, V = (int(v) for v in spec.split(":"))
+        x = make_inputs(B, V, dev)[0]
+        for mix in MIXES:
+            p = mix_params(mix, B)
+            T, K, P, M = (torch.tensor([r[i] for r in p], device=dev) for i in range(4))
+            seed = torch.arange(B, device=dev)
+            off = torch.zeros(B, dtype=torch.int64, device=dev)
+            out = fused_sample(x, T, K, P, M, seed, off)  # compile and build the plan outside the profile
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(args.calls):
+                    fused_sample(x, T, K, P, M, seed, off)
+                torch.cuda.synchronize()
+            per = collections.defaultdict(float)
+            for ev in prof.events():
+                if ev.device_type == torch.autograd.DeviceType.CUDA:
+                    per[ev.name] += ev.time_range.elapsed_us() / args.calls
+            paths = collections.Counter(PATHS[int(c)] for c in out[2].tolist())
+            row = {"batch": B, "vocab": V, "mix": mix, "floor_us": round(B * V * 4 / (gbps * 1e3), 2),
+                   "kernels_us": {k: round(v, 2) for k, v in sorted(per.items(), key=lambda kv: -kv[1])},
+                   "total_us": round(sum(per.values()), 2), "paths": dict(paths)}
+            res["points"].append(row)
+            print(f"B={B:<5} V={V:<7} {mix:<8} total {row['total_us']:9.1f} us  floor {row['floor_us']:7.1f}  "
+                  f"paths {dict(paths)}  " + "  ".join(f"{k.split('_kernel')[0].lstrip('_')} {v:.1f}"
+                                                        for k, v in row["kernels_us"].items()))
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
