@@ -32,12 +32,16 @@ has nothing to do for exit at once):
    (``KMAX`` entries). Top-k/top-p rows: a ``NB1``-bin histogram of the
    survivors' level-1 bins, their count and exact mass; the last program of
    the row to finish (atomic ticket) adds the parts and chooses the *window*
-   of fine bins that holds the boundary: exact counts for top-k, estimated
-   bin masses with one bin of margin for top-p. When the window would not fit
-   the workspace, the row is *refined*.
+   of fine bins that holds the boundary: exact counts for top-k; for top-p a
+   *bracket* from bounds on each bin's mass (its tokens lie between its
+   edges), tightened by the exact total minus the bounds of the rest
+   (``_bracket``). When the window would not fit the workspace, the row is
+   *refined*.
 3. ``_refine_kernel`` (``B x S``, refined rows only) — a 256-bin histogram
-   of the fine bins of about four level-1 bins around the boundary, and the
-   exact mass above them; the last program chooses the window in these.
+   over the bracket's level-1 bins (``2**rsh`` fine bins per refined bin,
+   chosen per row so that 255 of them cover the bracket), and the exact mass
+   above them; the last program chooses the window in these, by the same
+   bounds.
 4. ``_gather_kernel`` (``B x S``) — the survivors in the window go to the
    workspace (packed ``(logit key, -id)``), the survivors above it (all kept)
    to a second workspace of ``KBIG`` entries; when there are more of those,

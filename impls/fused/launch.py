@@ -28,7 +28,8 @@ launches go through ``kernel[grid]`` for the rest of the process, and
 :data:`FALLBACK` says why. Under ``TRITON_INTERPRET=1`` (the CPU tests), and
 on tensors that are not on a CUDA device, kernels always go through
 ``kernel[grid]``. Like ``kernel[grid]``, a plan launches on the current stream
-of the logits' device.
+of the logits' device. Plans are kept for the life of the process, one per call
+shape seen (small: they share Triton's compiled kernels).
 """
 
 from __future__ import annotations
