@@ -58,7 +58,9 @@ for stage in ${STAGES:-tox}; do
     timeout -s INT "${LATENCY_TIMEOUT:-0}" python3 -m pytest -q -p no:cacheprovider benchmarks/test_latency.py \
       --benchmark-json "$OUT/benchmark.json" --latency-out "$OUT/latency.json" ${LATENCY_ARGS:-} 2>&1 \
       | grep -v "^test_latency\[" | tail -15
+    rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
     python3 -m harness.cli report --bench "$OUT/latency.json" --out "$OUT"
+    rc=$?; status=$(( status > rc ? status : rc ))
     ;;
   host)
     echo "== fused kernel: GPU tests, host cost"
@@ -67,6 +69,7 @@ for stage in ${STAGES:-tox}; do
     for shape in "1 32000" "256 128256"; do
       set -- $shape
       python3 -m benchmarks.host_cost --batch $1 --vocab $2 --out "$OUT/host-cost-b$1.json" 2>&1 | tail -30
+      rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
     done
     ;;
   kernels)
@@ -77,9 +80,11 @@ for stage in ${STAGES:-tox}; do
   sweep)
     echo "== sweep"
     python3 -m benchmarks.gpu_sweep --draws "${SWEEP_DRAWS:-1000000}" --out "$OUT/gpu_sweep.json" 2>&1 | tail -3
+    rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))   # 1 when a draw differs from the reference
     if command -v compute-sanitizer >/dev/null; then
       compute-sanitizer --tool memcheck python3 -m benchmarks.gpu_sweep --draws 2000 --per-config 500 --max-vocab 5000 \
         --out "$OUT/sanitized_sweep.json" 2>&1 | tail -4 | tee "$OUT/sanitizer.txt"
+      rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
     fi
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;

@@ -188,7 +188,7 @@ def summarise(doc: dict) -> dict:
                         "worst": None if worst is None else f"{worst[0]:.2f}x at {worst[1]}"})
 
     def where(r):
-        return f"{r['mix']} B={r['batch']} V={r['vocab']}"
+        return f"{_MIX_LABEL.get(r['mix'], r['mix'])}, batch {r['batch']}, vocab {r['vocab']}"
     target("vs_flashinfer", [(r["median_us"], at[("flashinfer", r["mix"], r["batch"], r["vocab"])]["median_us"],
                               where(r)) for r in fused if ("flashinfer", r["mix"], r["batch"], r["vocab"]) in at], 0.5)
     target("vs_floor", [(r["median_us"], r["floor_us"], where(r)) for r in fused

@@ -325,8 +325,8 @@ def test_refused_plan_step_runs_through_the_jit_launcher(monkeypatch):
 
 def test_allocate_carves_aligned_workspaces_that_do_not_overlap():
     from impls.fused.ops import DEFAULTS, allocate
-    for B, V in ((1, 32000), (3, 5), (7, 128256)):
-        a = allocate(B, V, "cpu", DEFAULTS)
+    for B, V, cfg in ((1, 32000, DEFAULTS), (3, 5, DEFAULTS), (7, 128256, DEFAULTS), (1, 300, dict(DEFAULTS, kmax=129))):
+        a = allocate(B, V, "cpu", cfg)
         regions = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in
                          (a["wsi"], a["wsf"], a["ws64"]))
         assert all(lo % 16 == 0 for lo, _ in regions)
@@ -334,7 +334,7 @@ def test_allocate_carves_aligned_workspaces_that_do_not_overlap():
         S = a["S"]
         assert a["wsi"].numel() == B * (S * (8 + 128 + 256) + 16 + 4) and a["wsi"].dtype == torch.int32
         assert a["wsf"].numel() == B * (S * 8 + 8) and a["wsf"].dtype == torch.float32
-        assert a["ws64"].numel() == B * (S * 4 + 4 + 2048 + 16384) and a["probs"] is a["wsf"]
+        assert a["ws64"].numel() == B * (S * 4 + 4 + cfg["kmax"] + 16384) and a["probs"] is a["wsf"]
 
 
 @pytest.mark.gpu
@@ -398,3 +398,35 @@ def test_top_p_rows_whose_bin_estimates_miss_the_boundary_take_no_slow_path(B, V
     assert status.tolist() == [0] and path_.tolist() == [path]
     want, _ = reference_rows(x, T, K, P, M, seed_, off)
     assert tok.tolist() == want
+
+
+def test_bad_arguments_get_located_errors_before_any_launch(monkeypatch):
+    """Each bad argument is named in a TypeError/ValueError raised before Triton sees it."""
+    from impls.fused import ops
+    x, T, K, P, M, S, O = random_batch(3, 2, [300])
+    ok = dict(temperature=T, top_k=K, top_p=P, min_p=M, seed=S, offset=O)
+
+    def call(**change):
+        args = dict(ok, **{k: v for k, v in change.items() if k in ok})
+        opts = {k: v for k, v in change.items() if k not in ok and k != "logits"}
+        return fused_sample(change.get("logits", x), args["temperature"], args["top_k"], args["top_p"],
+                            args["min_p"], args["seed"], args["offset"], **opts)
+
+    cases = [
+        (dict(temperature=1.0), TypeError, "temperature must be a \\(2,\\) tensor, got float"),
+        (dict(top_k=K.float() + 0.7), TypeError, "top_k must have an integer dtype, got torch.float32"),
+        (dict(top_p=P > 0), TypeError, "top_p must have a real dtype, got torch.bool"),
+        (dict(seed=S[:1]), ValueError, "seed must have shape \\(2,\\), got \\(1,\\)"),
+        (dict(block=100), ValueError, "block=100: must be a power of two >= 16"),
+        (dict(kmax=8), ValueError, "kmax=8: must be a power of two >= 16"),
+        (dict(warps=4), TypeError, "unknown fused_sample option 'warps'"),
+        (dict(logits=x.to("meta")), ValueError, "logits on a meta device"),
+        (dict(logits=x[:0], launcher="fast"), ValueError, "unknown launcher mode 'fast'"),
+        (dict(logits=x.to(torch.int32)), ValueError, "logits dtype torch.int32 not supported"),
+    ]
+    for change, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            call(**change)
+    monkeypatch.setattr(ops, "INTERPRETED", False)
+    with pytest.raises(ValueError, match="only under Triton's interpreter \\(TRITON_INTERPRET=1"):
+        call()

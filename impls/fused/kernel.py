@@ -495,7 +495,7 @@ def _bracket(H, e_lo, e_hi, above, below_hi, total, target, last):
 @triton.jit
 def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1: tl.constexpr, KMAX: tl.constexpr,
                    KBIG: tl.constexpr, NBF: tl.constexpr, NBS: tl.constexpr):
-    """Last program of a top-k/top-p row: choose the window of fine bins (or refine, or the slow path)."""
+    """Last program of a top-k/top-p row: choose the window of fine bins, or send the row to the refine pass."""
     bins = tl.arange(0, NB1)
     H = _sum_parts_i(hist1, S, NB1, NB1)
     H = tl.where(bins == NB1 - 1, 0, H)  # the last bin collects the non-survivors

@@ -14,10 +14,14 @@ from typing import Optional
 
 import torch
 
-from .kernel import LAYOUT
-from .launch import run_call
+from .kernel import LAYOUT, _stats_kernel
+from .launch import MODES, run_call
 
-__all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "splits"]
+#: Whether Triton runs the kernels in its interpreter (``TRITON_INTERPRET=1`` when it was imported):
+#: the only way they run on CPU tensors.
+INTERPRETED = type(_stats_kernel).__name__ == "InterpretedFunction"
+
+__all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED", "POW2_OPTIONS", "splits"]
 
 #: Tuning constants: block of logits per loop step, level-1 histogram bins, largest
 #: range of the bins in units of (x - max) / T, window and above-window workspace
@@ -77,27 +81,50 @@ def allocate(B: int, V: int, device, cfg: dict, want_probs: bool = False, empty=
     n_f = B * (S * L["PF"] + L["RF"])
     n_64 = B * (S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"])
     # in int64 units, each region rounded up to 16 bytes
-    q_i, q_f = -(-n_i // 4) * 2, -(-n_f // 4) * 2
-    ws = empty((n_64 + q_i + q_f,), dtype=torch.int64, device=device)
-    wsf = ws[n_64 + q_i:].view(torch.float32)[:n_f]
+    q_64, q_i, q_f = -(-n_64 // 2) * 2, -(-n_i // 4) * 2, -(-n_f // 4) * 2
+    ws = empty((q_64 + q_i + q_f,), dtype=torch.int64, device=device)
+    wsf = ws[q_64 + q_i:].view(torch.float32)[:n_f]
     return {
         "tokens": empty((B,), dtype=torch.int64, device=device),
         "status": empty((B,), dtype=torch.int32, device=device),
         "path": empty((B,), dtype=torch.int32, device=device),
         "probs": empty((B, V), dtype=torch.float32, device=device) if want_probs else wsf,
-        "wsi": ws[n_64:n_64 + q_i].view(torch.int32)[:n_i],
+        "wsi": ws[q_64:q_64 + q_i].view(torch.int32)[:n_i],
         "wsf": wsf,
         "ws64": ws[:n_64],
         "S": S, "CH": CH,
     }
 
 
-def _check(t: torch.Tensor, name: str, B: int, device) -> torch.Tensor:
+_INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+#: Tuning constants that size Triton blocks (``tl.arange`` needs powers of two).
+POW2_OPTIONS = ("block", "nb", "nbs", "kmax", "kbig")
+
+
+def _check(t, name: str, dtype: torch.dtype, B: int, device) -> torch.Tensor:
+    """``t`` as a contiguous ``(B,)`` tensor of ``dtype`` on ``device`` (converted), or a located error."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a ({B},) tensor, got {type(t).__name__}")
+    if t.dtype == torch.bool or t.dtype.is_complex or (dtype == torch.int64 and t.dtype not in _INTEGER):
+        want = "an integer" if dtype == torch.int64 else "a real"
+        raise TypeError(f"{name} must have {want} dtype, got {t.dtype}")
     if t.shape != (B,):
         raise ValueError(f"{name} must have shape ({B},), got {tuple(t.shape)}")
     if t.device != device:
         raise ValueError(f"{name} is on {t.device}, logits on {device}")
-    return t.contiguous()
+    return t.to(dtype).contiguous()
+
+
+def _tuning(cfg: dict, given: dict) -> dict:
+    """``cfg`` with the caller's tuning options; TypeError for an unknown one, ValueError for a bad value."""
+    cfg = dict(cfg)
+    for name, v in given.items():
+        if name not in cfg:
+            raise TypeError(f"unknown fused_sample option {name!r}; known: {', '.join(cfg)}")
+        if name in POW2_OPTIONS and not (isinstance(v, int) and v >= 16 and v & (v - 1) == 0):
+            raise ValueError(f"fused_sample option {name}={v!r}: must be a power of two >= 16")
+        cfg[name] = v
+    return cfg
 
 
 def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
@@ -142,11 +169,23 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
 
     Raises
     ------
-    ValueError
-        Shapes, dtypes or devices that do not match; an unknown ``launcher``.
     TypeError
-        An unknown tuning option.
+        A parameter that is not a tensor, a boolean or complex parameter, a
+        ``top_k``/``seed``/``offset`` that is not of an integer dtype (the others
+        are converted to float32, these to int64); an unknown tuning option.
+    ValueError
+        Logits that are not 2-D or not float32/bfloat16/float16, a parameter
+        whose shape is not ``(batch,)`` or that is on another device than the
+        logits, logits on a CPU without Triton's interpreter
+        (``TRITON_INTERPRET=1`` when Triton was imported) or on another device
+        type, a vocabulary of ``2**23`` or more, a tuning option that is not a
+        power of two where one is needed (:data:`POW2_OPTIONS`), an unknown
+        ``launcher``.
     """
+    if launcher not in MODES:
+        raise ValueError(f"unknown launcher mode {launcher!r}; known: {', '.join(MODES)}")
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a (batch, vocab) tensor, got {type(logits).__name__}")
     if logits.dim() != 2:
         raise ValueError(f"logits must be (batch, vocab), got shape {tuple(logits.shape)}")
     if logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
@@ -155,21 +194,24 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         logits = logits.contiguous()
     B, V = logits.shape
     dev = logits.device
-    temperature = _check(temperature.to(torch.float32), "temperature", B, dev)
-    top_p = _check(top_p.to(torch.float32), "top_p", B, dev)
-    min_p = _check(min_p.to(torch.float32), "min_p", B, dev)
-    top_k = _check(top_k.to(torch.int64), "top_k", B, dev)
-    seed = _check(seed.to(torch.int64), "seed", B, dev)
-    offset = _check(offset.to(torch.int64), "offset", B, dev)
-    cfg = INTERPRETER if logits.device.type == "cpu" else DEFAULTS
+    if dev.type != "cuda":
+        if dev.type != "cpu":
+            raise ValueError(f"logits on a {dev.type} device: the fused sampler runs on CUDA (or on the CPU under "
+                             "Triton's interpreter)")
+        if not INTERPRETED:
+            raise ValueError("logits on the CPU: the fused sampler runs there only under Triton's interpreter "
+                             "(TRITON_INTERPRET=1 in the environment before triton is imported); use a CUDA device")
+    temperature = _check(temperature, "temperature", torch.float32, B, dev)
+    top_p = _check(top_p, "top_p", torch.float32, B, dev)
+    min_p = _check(min_p, "min_p", torch.float32, B, dev)
+    top_k = _check(top_k, "top_k", torch.int64, B, dev)
+    seed = _check(seed, "seed", torch.int64, B, dev)
+    offset = _check(offset, "offset", torch.int64, B, dev)
+    cfg = INTERPRETER if dev.type == "cpu" else DEFAULTS
     given = {k: v for k, v in dict(more, block=block, nb=nb, r=r, kmax=kmax, num_warps=num_warps).items()
              if v is not None}
     if given:
-        cfg = dict(cfg)
-        for name, v in given.items():
-            if name not in cfg:
-                raise TypeError(f"unknown fused_sample option {name!r}")
-            cfg[name] = v
+        cfg = _tuning(cfg, given)
     if V >= 1 << 23:
         raise ValueError(f"vocab {V} too large for the fused kernel's fixed-point sums (< 2**23)")
     if not B:
