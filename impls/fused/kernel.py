@@ -75,13 +75,14 @@ rejected row is -1. Path codes: 0 greedy, 1 untruncated (the draw scanned the
 row), 2 fast (every kept token was in the workspace), 3 boundary (only the
 window was), 4 slow, -1 rejected.
 
-Known deviation: ties are grouped by logit (the window's scan, the slow path's
-key bisection, the kept threshold), while the reference groups them by
-probability (SEMANTICS §1.5). The two differ only where distinct logits have
-equal float32 probabilities, e.g. at a huge temperature (``T = 1e30``: every
-probability is ``1 / V``; the reference keeps every token, this kernel its
-window). ``tests/test_fused.py::test_ties_by_probability_at_a_huge_temperature``
-is a strict xfail until it is fixed.
+Ties are grouped by probability, as the reference does (SEMANTICS §1.5):
+top-k keeps every survivor with ``e`` at least the k-th largest's, top-p
+groups equal ``e`` (the mass strictly above a group), and the kept set is
+stored as a threshold on ``e``. Distinct logits can have equal float32
+``e`` (a huge temperature makes every ``e`` 1), so the decide launch checks
+that no survivor just outside the window (the gather pass records the
+largest key below it and the smallest above it) ties with the window's
+edge, and the slow path bisects top-p on the bits of ``e``.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ _I_NABOVE = tl.constexpr(7)
 _I_F0 = tl.constexpr(8)  # first fine bin of the refined range
 _I_NABOVE0 = tl.constexpr(9)  # survivors above the refined range
 _I_KACT = tl.constexpr(10)
-_I_THETA = tl.constexpr(11)
+_I_THETA = tl.constexpr(11)  # (unused since the kept threshold is on e: _F_ETHR)
 _I_ABOVE = tl.constexpr(12)  # survivors above the window: 0 none, 1 packed in the second workspace, 2 drawn in the pass
 _I_RSH = tl.constexpr(13)  # fine bins per refined bin: 2**RSH
 _F_M = tl.constexpr(0)
@@ -132,6 +133,7 @@ _F_T = tl.constexpr(1)
 _F_XA = tl.constexpr(2)
 _F_C = tl.constexpr(3)
 _F_EKEEP = tl.constexpr(4)
+_F_ETHR = tl.constexpr(5)  # kept: survivors with e = exp((x - m) / T) >= this (ties by probability)
 _Q_EA = tl.constexpr(0)
 _Q_MASS0 = tl.constexpr(1)  # exact mass above the refined range
 
@@ -269,8 +271,8 @@ def _pack(x, offs):
 
 
 @triton.jit
-def _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, theta, seed, offset, BLOCK: tl.constexpr, NBF: tl.constexpr):
-    """Gumbel-max and fixed-point mass over ``A & (f < f_lo) & (key >= theta)`` in ``[lo, hi)``.
+def _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, e_thr, seed, offset, BLOCK: tl.constexpr, NBF: tl.constexpr):
+    """Gumbel-max and fixed-point mass over ``A & (f < f_lo) & (e >= e_thr)`` in ``[lo, hi)``.
 
     Philox is evaluated once per counter (4 tokens) on ``[BLOCK // 4, 4]`` tiles.
     """
@@ -284,8 +286,8 @@ def _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, theta, seed, offset, BLOCK:
     o_hi = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
     for st in range(lo, hi, BLOCK):
         offs, x, fin = _tile(base, st, V, R4)
-        kept = fin & (x >= xA) & (_fine(x, m, C, NBF) < f_lo) & (_key(x) >= theta)
         s = tl.div_rn(x - m, T)
+        kept = fin & (x >= xA) & (_fine(x, m, C, NBF) < f_lo) & (tl.exp(s) >= e_thr)
         g = (st // 4 + r4).to(tl.uint32)
         z = g * 0
         w0, w1, w2, w3 = tl.philox(seed, g, z, z + o_lo, z + o_hi)
@@ -342,6 +344,19 @@ def _best_parts(pf, pi, S, col):
     best = tl.max(b, 0)
     tok = tl.min(tl.where(b == best, t, _INT32_MAX), 0)
     return best, tok
+
+
+@triton.jit
+def _edge_keys(bi, S):
+    # combine per-part [largest key below the window, smallest key above it] (gather's slots 6, 7)
+    sr = tl.arange(0, _SB)
+    kb = tl.full([_SB], _INT32_MIN, tl.int32)
+    ka = tl.full([_SB], _INT32_MAX, tl.int32)
+    for s0 in range(0, S, _SB):
+        ss = s0 + sr
+        kb = tl.maximum(kb, tl.load(bi + ss * _PI + 6, mask=ss < S, other=_INT32_MIN, cache_modifier=".cg"))
+        ka = tl.minimum(ka, tl.load(bi + ss * _PI + 7, mask=ss < S, other=_INT32_MAX, cache_modifier=".cg"))
+    return tl.max(kb, 0), tl.min(ka, 0)
 
 
 # ----------------------------------------------------------------------------- 1: stats
@@ -570,7 +585,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
         # no filter: the draw over every finite logit, here
         seed = tl.load(seed_ptr + row)
         offset = tl.load(offset_ptr + row)
-        best, tok, mass = _gumbel_scan(base, lo, hi, V, m, T, xA, C, NBF, _INT32_MIN, seed, offset, BLOCK, NBF)
+        best, tok, mass = _gumbel_scan(base, lo, hi, V, m, T, xA, C, NBF, 0.0, seed, offset, BLOCK, NBF)
         tl.store(bf + part * _PF + 2, best)
         tl.store(bi + part * _PI + 3, tok)
         tl.store(b64 + part * _P64 + 1, mass)
@@ -724,18 +739,25 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
         f_lo = tl.where(kind == 2, NBF, tl.load(ri + _I_FLO))
         seed = tl.load(seed_ptr + row)
         offset = tl.load(offset_ptr + row)
-        best, tok, mass = _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, _INT32_MIN, seed, offset, BLOCK, NBF)
+        best, tok, mass = _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, 0.0, seed, offset, BLOCK, NBF)
         tl.store(bf + part * _PF + 3, best)
         tl.store(bi + part * _PI + 5, tok)
         tl.store(b64 + part * _P64 + 3, mass)
     if (kind == 3) & (mode == 0):
         f_lo = tl.load(ri + _I_FLO)
         f_hi = tl.load(ri + _I_FHI)
+        # and the survivors' largest key below the window and smallest above it (decide checks that no
+        # tie in probability crosses the window's edges)
+        kb = tl.full([R4, 4], _INT32_MIN, tl.int32)
+        ka = tl.full([R4, 4], _INT32_MAX, tl.int32)
         if above == 1:
             for st in range(lo, hi, BLOCK):
                 offs, x, fin = _tile(base, st, V, R4)
                 A = fin & (x >= xA)
                 f = _fine(x, m, C, NBF)
+                kx = _key(x)
+                kb = tl.maximum(kb, tl.where(A & (f > f_hi), kx, _INT32_MIN))
+                ka = tl.minimum(ka, tl.where(A & (f < f_lo), kx, _INT32_MAX))
                 packed = _pack(x, offs)
                 _compact(cand, cnt + 2, KMAX, A & (f >= f_lo) & (f <= f_hi), packed)
                 _compact(abv, cnt + 3, KBIG, A & (f < f_lo), packed)
@@ -744,7 +766,12 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
                 offs, x, fin = _tile(base, st, V, R4)
                 A = fin & (x >= xA)
                 f = _fine(x, m, C, NBF)
+                kx = _key(x)
+                kb = tl.maximum(kb, tl.where(A & (f > f_hi), kx, _INT32_MIN))
+                ka = tl.minimum(ka, tl.where(A & (f < f_lo), kx, _INT32_MAX))
                 _compact(cand, cnt + 2, KMAX, A & (f >= f_lo) & (f <= f_hi), _pack(x, offs))
+        tl.store(bi + part * _PI + 6, tl.max(tl.max(kb, 1), 0))
+        tl.store(bi + part * _PI + 7, tl.min(tl.min(ka, 1), 0))
 
 
 # ----------------------------------------------------------------------------- 5: decide
@@ -774,9 +801,11 @@ def _draw_unsorted(ws, n, m, T, seed, offset, N: tl.constexpr):
 
 @triton.jit
 def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, E_A, has_top, n_below,
-                   N: tl.constexpr):
+                   e_below, e_above, N: tl.constexpr):
     """Sort the window and decide exactly as the reference (min-p survivors renormalised, top-k ties
-    kept, top-p on the mass strictly above); verify that the boundary lies in the window."""
+    kept, top-p on the mass strictly above, ties grouped by probability); verify that the boundary lies
+    in the window and that no tie in probability crosses its edges (``e_below``: the largest ``e``
+    below the window, ``e_above`` the smallest above it). Returns the kept set as a threshold on ``e``."""
     i = tl.arange(0, N)
     valid = i < n_g
     packed = tl.load(cand + i, mask=valid, other=-9223372036854775808)
@@ -795,10 +824,12 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
     cur = tl.where(keep_k, tl.div_rn(es, S_use), 0.0)
     excl = tl.cumsum(cur, 0) - cur + above0
     ones = tl.full([N], 1, tl.int32)
-    _len, prev_key, _cur = tl.associative_scan((ones, key, key), 0, _shift_combine)
-    start_flag = ((i == 0) | (prev_key != key)).to(tl.int32)
+    # a group of equal probabilities has the mass strictly above its first member (SEMANTICS §1.5)
+    _len, prev_e, _cur = tl.associative_scan((ones, es, es), 0, _shift_combine)
+    start_flag = ((i == 0) | (prev_e != es)).to(tl.int32)
     _flag, above = tl.associative_scan((start_flag, excl), 0, _latest_combine)
-    top_group = has_top & (key == tl.max(tl.where(valid, key, _INT32_MIN), 0))
+    e_top = tl.max(tl.where(valid, es, -1.0), 0)
+    top_group = has_top & (es == e_top)
     keep = keep_k & ((p_on == 0) | (above < top_p) | top_group)
     total = above0 + tl.sum(cur, 0)
     missed = (k_act & ((r_k < 0) | (r_k >= n_g)))
@@ -806,12 +837,16 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
     # the window < top_p) and the first survivor below it is not (mass above it >= top_p)
     missed = missed | (p_on & (n_above > 0) & (above0 >= top_p))
     missed = missed | (p_on & (k_act == 0) & (n_below > 0) & (total < top_p))
-    theta = tl.min(tl.where(keep, key, _INT32_MAX), 0)
+    # ties in probability across the window's edges: a survivor below it as likely as the least likely
+    # kept one (top-k: as the k-th), or one above it as likely as the window's first (top-p groups)
+    e_thr = tl.min(tl.where(keep, es, float("inf")), 0)
+    missed = missed | ((n_below > 0) & (e_below >= tl.where(k_act, e_kth, e_thr)))
+    missed = missed | (p_on & (n_above > 0) & (e_above <= e_top))
     keep_q = mass_q + tl.sum(tl.where(keep, _fix(es), 0), 0)
     sc = tl.where(keep, _gumbel(xs, m, T, seed, offset, idx), float("-inf"))
     best = tl.max(sc, 0)
     tok = tl.min(tl.where(keep & (sc == best), idx, _INT32_MAX), 0)
-    return theta, keep_q, best, tok, missed
+    return e_thr, keep_q, best, tok, missed
 
 
 @triton.jit(do_not_specialize=["stride_row", "V", "S"])
@@ -837,7 +872,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
     token = tl.load(ri + _I_GIDX)
     zero = status * 0
     path = tl.where(status != 0, -1, zero)
-    theta = tl.full([], _INT32_MIN, tl.int32)
+    e_thr = tl.full([], 0.0, tl.float32)
     keep_q = tl.full([], 0, tl.int64)
     slow = kind == 4  # (never: set below for top-k/top-p rows)
     if kind == 1:
@@ -874,32 +909,35 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 ab_best, ab_tok = _best_parts(bf + 3, bi + 5, S, 0)
                 mass_q = _sum_col(b64, S, _P64, 3, tl.int64)
             n_below = n_A - n_above - n_g
+            kb, ka = _edge_keys(bi, S)
+            e_below = tl.where(n_below > 0, tl.exp(tl.div_rn(_unkey(kb) - m, T)), -1.0)
+            e_above = tl.where(n_above > 0, tl.exp(tl.div_rn(_unkey(ka) - m, T)), float("inf"))
             slow = (n_g > KMAX) | ((above == 1) & (n_ab != n_above))
             if slow == 0:
                 has_top = f_lo == 0
                 if n_g <= 64:
-                    theta, keep_q, best, tok, missed = _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p,
+                    e_thr, keep_q, best, tok, missed = _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p,
                                                                       p_on, n_above, mass_q, E_A, has_top, n_below,
-                                                                      64)
+                                                                      e_below, e_above, 64)
                 elif n_g <= 512:
-                    theta, keep_q, best, tok, missed = _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p,
+                    e_thr, keep_q, best, tok, missed = _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p,
                                                                       p_on, n_above, mass_q, E_A, has_top, n_below,
-                                                                      512)
+                                                                      e_below, e_above, 512)
                 else:
-                    theta, keep_q, best, tok, missed = _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p,
+                    e_thr, keep_q, best, tok, missed = _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p,
                                                                       p_on, n_above, mass_q, E_A, has_top, n_below,
-                                                                      KMAX)
-                theta = tl.where(n_g == 0, _INT32_MIN, theta)
+                                                                      e_below, e_above, KMAX)
+                e_thr = tl.where(n_g == 0, 0.0, e_thr)
                 take_ab = (ab_best > best) | ((ab_best == best) & (ab_tok < tok))
                 token = tl.where(take_ab, ab_tok, tok)
                 path = tl.where(f_lo == 0, 2, 3)
                 slow = missed
     if slow:
-        # bisection on the 32-bit logit key, one pass over the row per bit
+        # bisections, one pass over the row per bit: top-k on the 32-bit logit key (the k-th largest
+        # survivor), top-p on the bits of e (ties grouped by probability, SEMANTICS §1.5)
         ar = tl.arange(0, BLOCK)
         k_act = tl.load(ri + _I_KACT) != 0
-        kA = tl.where(xA == float("-inf"), _INT32_MIN, _key(xA)).to(tl.int64)
-        # top-k: smallest t with #(survivors with key > t) < k
+        # top-k: smallest t with #(survivors with key > t) < k: the key of the k-th largest survivor
         lo = tl.full([], _INT32_MIN, tl.int64)
         hi = tl.full([], _INT32_MAX, tl.int64)
         n_k = tl.where(k_act, 32, 0)
@@ -914,39 +952,43 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             ok = c < k
             hi = tl.where(ok, mid, hi)
             lo = tl.where(ok, lo, mid)
-        theta_k = tl.where(k_act, hi, _INT32_MIN)
+        # kept by top-k: every survivor as likely as the k-th or more
+        e_k = tl.where(k_act, tl.exp(tl.div_rn(_unkey(hi.to(tl.int32)) - m, T)), 0.0)
         ek_v = tl.zeros([BLOCK], dtype=tl.int64)
         for st in range(0, V, BLOCK):
             offs = st + ar
             x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
-            A = (x > float("-inf")) & (x < float("inf")) & (x >= xA) & (_key(x).to(tl.int64) >= theta_k)
-            ek_v += tl.where(A, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+            e = tl.exp(tl.div_rn(x - m, T))
+            A = (x > float("-inf")) & (x < float("inf")) & (x >= xA) & (e >= e_k)
+            ek_v += tl.where(A, _fix(e), 0)
         E_k = tl.sum(ek_v, 0).to(tl.float32) * _UNFIX
-        # top-p: smallest t with mass(kept with key > t) / E_k < top_p
-        lo = tl.full([], _INT32_MIN, tl.int64)
-        hi = tl.full([], _INT32_MAX, tl.int64)
-        n_p = tl.where(p_on, 32, 0)
+        # top-p: the smallest v (a float in [0, 1], bisected on its bits) with mass(e > v) / E_k < top_p;
+        # a token is kept iff its e >= v (the mass strictly above it is then < top_p)
+        lo = tl.full([], -1, tl.int64)  # v = -1: every kept token is above it, mass ratio 1
+        hi = tl.full([], 1065353216, tl.int64)  # the bits of 1.0: nothing is above it
+        n_p = tl.where(p_on, 31, 0)
         for _it_p in range(0, n_p):
             mid = lo + (hi - lo) // 2
+            v = tl.where(mid < 0, -1.0, mid.to(tl.int32).to(tl.float32, bitcast=True))
             mq = tl.zeros([BLOCK], dtype=tl.int64)
             for st in range(0, V, BLOCK):
                 offs = st + ar
                 x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
-                kx = _key(x).to(tl.int64)
-                A = (x > float("-inf")) & (x < float("inf")) & (x >= xA) & (kx >= theta_k) & (kx > mid)
-                mq += tl.where(A, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+                e = tl.exp(tl.div_rn(x - m, T))
+                A = (x > float("-inf")) & (x < float("inf")) & (x >= xA) & (e >= e_k) & (e > v)
+                mq += tl.where(A, _fix(e), 0)
             ok = tl.div_rn(tl.sum(mq, 0).to(tl.float32) * _UNFIX, E_k) < top_p
             hi = tl.where(ok, mid, hi)
             lo = tl.where(ok, lo, mid)
-        theta_p = tl.where(p_on, hi, _INT32_MIN)
-        theta = tl.maximum(tl.maximum(theta_k, theta_p), kA).to(tl.int32)
-        best, token, keep_q = _gumbel_scan(base, 0, V, V, m, T, xA, C, NBF, theta, seed, offset, BLOCK, NBF)
+        e_p = tl.where(p_on, hi.to(tl.int32).to(tl.float32, bitcast=True), 0.0)
+        e_thr = tl.maximum(e_k, e_p)
+        best, token, keep_q = _gumbel_scan(base, 0, V, V, m, T, xA, C, NBF, e_thr, seed, offset, BLOCK, NBF)
         path = zero + 4
     token = tl.where(status != 0, -1, token)
     tl.store(token_ptr + row, token.to(tl.int64))
     tl.store(status_ptr + row, status)
     tl.store(path_ptr + row, path)
-    tl.store(ri + _I_THETA, theta)
+    tl.store(rf + _F_ETHR, e_thr)
     tl.store(rf + _F_EKEEP, keep_q.to(tl.float32) * _UNFIX)
 
 
@@ -964,7 +1006,7 @@ def _probs_kernel(logits_ptr, stride_row, V, probs_ptr, wsi, wsf, ws64, S, CH,
     status = tl.load(ri + _I_STATUS)
     kind = tl.load(ri + _I_KIND)
     g_idx = tl.load(ri + _I_GIDX)
-    theta = tl.load(ri + _I_THETA)
+    e_thr = tl.load(rf + _F_ETHR)
     m = tl.load(rf + _F_M)
     T = tl.load(rf + _F_T)
     xA = tl.load(rf + _F_XA)
@@ -977,8 +1019,9 @@ def _probs_kernel(logits_ptr, stride_row, V, probs_ptr, wsi, wsf, ws64, S, CH,
         offs = st + ar
         inb = offs < V
         x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-        kept = (x > float("-inf")) & (x < float("inf")) & (x >= xA) & (_key(x) >= theta)
-        out = tl.where(kept, tl.div_rn(tl.exp(tl.div_rn(x - m, T)), E), 0.0)
+        e = tl.exp(tl.div_rn(x - m, T))
+        kept = (x > float("-inf")) & (x < float("inf")) & (x >= xA) & (e >= e_thr)
+        out = tl.where(kept, tl.div_rn(e, E), 0.0)
         out = tl.where(kind == 0, tl.where(offs == g_idx, 1.0, 0.0), out)
         out = tl.where(status != 0, 0.0, out)
         tl.store(pbase + offs, out, mask=inb)
