@@ -403,7 +403,7 @@ def test_top_p_rows_whose_bin_estimates_miss_the_boundary_take_no_slow_path(B, V
 def test_bad_arguments_get_located_errors_before_any_launch(monkeypatch):
     """Each bad argument is named in a TypeError/ValueError raised before Triton sees it."""
     from impls.fused import ops
-    x, T, K, P, M, S, O = random_batch(3, 2, [300])
+    x, T, K, P, M, S, O = (t.to(DEV) for t in random_batch(3, 2, [300]))
     ok = dict(temperature=T, top_k=K, top_p=P, min_p=M, seed=S, offset=O)
 
     def call(**change):
@@ -429,7 +429,7 @@ def test_bad_arguments_get_located_errors_before_any_launch(monkeypatch):
             call(**change)
     monkeypatch.setattr(ops, "INTERPRETED", False)
     with pytest.raises(ValueError, match="only under Triton's interpreter \\(TRITON_INTERPRET=1"):
-        call()
+        call(logits=x.cpu(), **{k: v.cpu() for k, v in ok.items()})
 
 
 def test_ties_by_probability_at_a_huge_temperature():

@@ -347,15 +347,19 @@ def _best_parts(pf, pi, S, col):
 
 
 @triton.jit
-def _edge_keys(bi, S):
-    # combine per-part [largest key below the window, smallest key above it] (gather's slots 6, 7)
-    sr = tl.arange(0, _SB)
-    kb = tl.full([_SB], _INT32_MIN, tl.int32)
-    ka = tl.full([_SB], _INT32_MAX, tl.int32)
-    for s0 in range(0, S, _SB):
-        ss = s0 + sr
-        kb = tl.maximum(kb, tl.load(bi + ss * _PI + 6, mask=ss < S, other=_INT32_MIN, cache_modifier=".cg"))
-        ka = tl.minimum(ka, tl.load(bi + ss * _PI + 7, mask=ss < S, other=_INT32_MAX, cache_modifier=".cg"))
+def _edge_keys(base, V, m, C, xA, f_lo, f_hi, BLOCK: tl.constexpr, NBF: tl.constexpr):
+    # one pass over a row: the survivors' largest key below the window (f > f_hi) and smallest above it (f < f_lo)
+    ar = tl.arange(0, BLOCK)
+    kb = tl.full([BLOCK], _INT32_MIN, tl.int32)
+    ka = tl.full([BLOCK], _INT32_MAX, tl.int32)
+    for st in range(0, V, BLOCK):
+        offs = st + ar
+        x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+        A = (x > float("-inf")) & (x < float("inf")) & (x >= xA)
+        f = _fine(x, m, C, NBF)
+        kx = _key(x)
+        kb = tl.maximum(kb, tl.where(A & (f > f_hi), kx, _INT32_MIN))
+        ka = tl.minimum(ka, tl.where(A & (f < f_lo), kx, _INT32_MAX))
     return tl.max(kb, 0), tl.min(ka, 0)
 
 
@@ -746,18 +750,11 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
     if (kind == 3) & (mode == 0):
         f_lo = tl.load(ri + _I_FLO)
         f_hi = tl.load(ri + _I_FHI)
-        # and the survivors' largest key below the window and smallest above it (decide checks that no
-        # tie in probability crosses the window's edges)
-        kb = tl.full([R4, 4], _INT32_MIN, tl.int32)
-        ka = tl.full([R4, 4], _INT32_MAX, tl.int32)
         if above == 1:
             for st in range(lo, hi, BLOCK):
                 offs, x, fin = _tile(base, st, V, R4)
                 A = fin & (x >= xA)
                 f = _fine(x, m, C, NBF)
-                kx = _key(x)
-                kb = tl.maximum(kb, tl.where(A & (f > f_hi), kx, _INT32_MIN))
-                ka = tl.minimum(ka, tl.where(A & (f < f_lo), kx, _INT32_MAX))
                 packed = _pack(x, offs)
                 _compact(cand, cnt + 2, KMAX, A & (f >= f_lo) & (f <= f_hi), packed)
                 _compact(abv, cnt + 3, KBIG, A & (f < f_lo), packed)
@@ -766,12 +763,7 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
                 offs, x, fin = _tile(base, st, V, R4)
                 A = fin & (x >= xA)
                 f = _fine(x, m, C, NBF)
-                kx = _key(x)
-                kb = tl.maximum(kb, tl.where(A & (f > f_hi), kx, _INT32_MIN))
-                ka = tl.minimum(ka, tl.where(A & (f < f_lo), kx, _INT32_MAX))
                 _compact(cand, cnt + 2, KMAX, A & (f >= f_lo) & (f <= f_hi), _pack(x, offs))
-        tl.store(bi + part * _PI + 6, tl.max(tl.max(kb, 1), 0))
-        tl.store(bi + part * _PI + 7, tl.min(tl.min(ka, 1), 0))
 
 
 # ----------------------------------------------------------------------------- 5: decide
@@ -801,11 +793,12 @@ def _draw_unsorted(ws, n, m, T, seed, offset, N: tl.constexpr):
 
 @triton.jit
 def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, E_A, has_top, n_below,
-                   e_below, e_above, N: tl.constexpr):
+                   N: tl.constexpr):
     """Sort the window and decide exactly as the reference (min-p survivors renormalised, top-k ties
     kept, top-p on the mass strictly above, ties grouped by probability); verify that the boundary lies
-    in the window and that no tie in probability crosses its edges (``e_below``: the largest ``e``
-    below the window, ``e_above`` the smallest above it). Returns the kept set as a threshold on ``e``."""
+    in the window. Returns the kept set as a threshold on ``e``, and for the caller's check that no tie
+    in probability crosses the window's edges: ``e_cut`` (no survivor below the window may be as likely)
+    and ``e_top`` (the window's largest ``e``)."""
     i = tl.arange(0, N)
     valid = i < n_g
     packed = tl.load(cand + i, mask=valid, other=-9223372036854775808)
@@ -840,13 +833,12 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
     # ties in probability across the window's edges: a survivor below it as likely as the least likely
     # kept one (top-k: as the k-th), or one above it as likely as the window's first (top-p groups)
     e_thr = tl.min(tl.where(keep, es, float("inf")), 0)
-    missed = missed | ((n_below > 0) & (e_below >= tl.where(k_act, e_kth, e_thr)))
-    missed = missed | (p_on & (n_above > 0) & (e_above <= e_top))
+    e_cut = tl.where(k_act, e_kth, e_thr)
     keep_q = mass_q + tl.sum(tl.where(keep, _fix(es), 0), 0)
     sc = tl.where(keep, _gumbel(xs, m, T, seed, offset, idx), float("-inf"))
     best = tl.max(sc, 0)
     tok = tl.min(tl.where(keep & (sc == best), idx, _INT32_MAX), 0)
-    return e_thr, keep_q, best, tok, missed
+    return e_thr, keep_q, best, tok, missed, e_cut, e_top
 
 
 @triton.jit(do_not_specialize=["stride_row", "V", "S"])
@@ -909,28 +901,40 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 ab_best, ab_tok = _best_parts(bf + 3, bi + 5, S, 0)
                 mass_q = _sum_col(b64, S, _P64, 3, tl.int64)
             n_below = n_A - n_above - n_g
-            kb, ka = _edge_keys(bi, S)
-            e_below = tl.where(n_below > 0, tl.exp(tl.div_rn(_unkey(kb) - m, T)), -1.0)
-            e_above = tl.where(n_above > 0, tl.exp(tl.div_rn(_unkey(ka) - m, T)), float("inf"))
             slow = (n_g > KMAX) | ((above == 1) & (n_ab != n_above))
             if slow == 0:
                 has_top = f_lo == 0
                 if n_g <= 64:
-                    e_thr, keep_q, best, tok, missed = _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p,
-                                                                      p_on, n_above, mass_q, E_A, has_top, n_below,
-                                                                      e_below, e_above, 64)
+                    e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_window(
+                        cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, E_A, has_top, n_below,
+                        64)
                 elif n_g <= 512:
-                    e_thr, keep_q, best, tok, missed = _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p,
-                                                                      p_on, n_above, mass_q, E_A, has_top, n_below,
-                                                                      e_below, e_above, 512)
+                    e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_window(
+                        cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, E_A, has_top, n_below,
+                        512)
                 else:
-                    e_thr, keep_q, best, tok, missed = _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p,
-                                                                      p_on, n_above, mass_q, E_A, has_top, n_below,
-                                                                      e_below, e_above, KMAX)
+                    e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_window(
+                        cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, E_A, has_top, n_below,
+                        KMAX)
                 e_thr = tl.where(n_g == 0, 0.0, e_thr)
                 take_ab = (ab_best > best) | ((ab_best == best) & (ab_tok < tok))
                 token = tl.where(take_ab, ab_tok, tok)
                 path = tl.where(f_lo == 0, 2, 3)
+                # ties in probability across the window's edges (distinct logits, equal float32 e: a huge
+                # temperature): bounds from the edges' fine bins first (a survivor below has (m - x) * C >=
+                # f_hi + 1, one above < f_lo; slack for the rounding of f and of e), and only where they cannot
+                # rule a tie out, one exact pass over the row for the neighbours' keys
+                f_hi = tl.load(ri + _I_FHI)
+                CT = C * T
+                eb_hi = tl.exp(-((f_hi + 1).to(tl.float32) * 0.999999 - 0.01) / CT) * 1.00001
+                ea_lo = tl.exp(-(f_lo.to(tl.float32) * 1.000001 + 0.01) / CT) * 0.99999
+                tie_b = (n_below > 0) & (eb_hi >= e_cut)
+                tie_a = p_on & (n_above > 0) & (ea_lo <= e_top)
+                if (missed == 0) & (tie_b | tie_a):
+                    kb, ka = _edge_keys(base, V, m, C, xA, f_lo, f_hi, BLOCK, NBF)
+                    tie_b = (n_below > 0) & (tl.exp(tl.div_rn(_unkey(kb) - m, T)) >= e_cut)
+                    tie_a = p_on & (n_above > 0) & (tl.exp(tl.div_rn(_unkey(ka) - m, T)) <= e_top)
+                    missed = tie_b | tie_a
                 slow = missed
     if slow:
         # bisections, one pass over the row per bit: top-k on the 32-bit logit key (the k-th largest
