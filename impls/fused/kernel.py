@@ -80,9 +80,10 @@ top-k keeps every survivor with ``e`` at least the k-th largest's, top-p
 groups equal ``e`` (the mass strictly above a group), and the kept set is
 stored as a threshold on ``e``. Distinct logits can have equal float32
 ``e`` (a huge temperature makes every ``e`` 1), so the decide launch checks
-that no survivor just outside the window (the gather pass records the
-largest key below it and the smallest above it) ties with the window's
-edge, and the slow path bisects top-p on the bits of ``e``.
+that no survivor just outside the window ties with the window's edge: from
+the edges' fine bins where that rules a tie out (nearly always), else with
+one exact pass over the row for the neighbours' keys; and the slow path
+bisects top-p on the bits of ``e``.
 """
 
 from __future__ import annotations
