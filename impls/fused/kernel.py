@@ -83,7 +83,11 @@ stored as a threshold on ``e``. Distinct logits can have equal float32
 that no survivor just outside the window ties with the window's edge: from
 the edges' fine bins where that rules a tie out (nearly always), else with
 one exact pass over the row for the neighbours' keys; and the slow path
-bisects top-p on the bits of ``e``.
+bisects top-p on the bits of ``e``. Ties are those of this kernel's float32
+``e``, not of the reference's float32 ``softmax(x / T)`` (which rounds
+``x / T - m / T`` and divides by the sum): near-equal probabilities can tie
+in one and not the other (1-ulp cases at ``T = 1`` with neighbouring-float
+logits; many at ``T`` of 1e3 to 1e8). ``benchmarks/README.md`` has reproducers.
 """
 
 from __future__ import annotations
