@@ -11,7 +11,8 @@ launch queue never fills):
 * the same launches as steps of the call's launch plan (:mod:`impls.fused.launch`: the compiled
   kernels, grids and constant arguments resolved once per call shape);
 * the allocations of the outputs and workspaces (:func:`impls.fused.ops.allocate`);
-* a ``cProfile`` listing of whole calls under each launcher (the 25 most expensive functions by own time).
+* a ``cProfile`` listing of whole calls under each launcher (the 25 most expensive functions by own time;
+  file names without their directories).
 
 Usage: ``python -m benchmarks.host_cost --out FILE.json``. Needs CUDA.
 """
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
         prof.disable()
         torch.cuda.synchronize()
         s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+        pstats.Stats(prof, stream=s).strip_dirs().sort_stats("tottime").print_stats(25)  # file names only
         res[f"profile_{mode}"] = s.getvalue().splitlines()
     print(json.dumps({k: v for k, v in res.items() if not k.startswith("profile_")}, indent=1))
     with open(args.out, "w") as f:
