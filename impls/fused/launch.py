@@ -39,6 +39,7 @@ import operator
 from typing import Optional
 
 import torch
+from triton import knobs
 
 from .kernel import SLOTS, launch_specs
 
@@ -136,8 +137,6 @@ class Plan:
         LaunchRefused
             When this Triton's launcher refuses the argument list (:func:`run_call` falls back).
         """
-        from triton import knobs
-
         enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         ext = vals + self.consts
         for i, (ck, run, g, function, packed, get, _name) in enumerate(self.steps[first:last], first):
