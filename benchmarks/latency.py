@@ -2,7 +2,7 @@
 
 Used by ``benchmarks/test_latency.py`` (the pytest-benchmark suite, run by
 ``tox -e gpu``, and on a CPU in the ``vllm-cpu`` environment for vLLM's
-sampler) and read back by the latency report (:mod:`harness.latency`). One
+sampler) and read back by the latency report (:mod:`harness.report.latency`). One
 grid point is ``(impl, mix, batch, vocab)``; its time is the median of
 CUDA-event timings of single calls on a GPU (``time.perf_counter`` around
 each call on a CPU), after warm-up, with the input rotating among up to 8
@@ -21,7 +21,7 @@ once) over the device-to-device copy bandwidth measured in the same run
 (bytes read plus written; :func:`hbm_bandwidth`).
 
 Results file (schema 1, the format of ``benchmarks/results/*.json``, also
-read by :func:`harness.latency.load_bench`): ``device``, ``versions``
+read by :func:`harness.report.latency.load_bench`): ``device``, ``versions``
 (torch, triton, flashinfer, vllm, python, cuda, driver, clocks,
 ``torch_threads``, ``vllm_sampler``), ``hbm_bandwidth_gbps``, ``timer``,
 ``date``, ``duration_s``, ``cpu_load`` (load averages at the start and the

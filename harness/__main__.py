@@ -2,7 +2,7 @@
 
 import sys
 
-from .cli import main
+from harness.cli import main
 
 if __name__ == "__main__":  # a spawned worker re-imports this module
     sys.exit(main())

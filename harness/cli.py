@@ -18,9 +18,9 @@ Commands:
 * ``sampcheck case new CATEGORY NAME [--check exact|statistical]`` — a
   commented template at ``cases/CATEGORY/NAME.toml``.
 * ``sampcheck record --impl NAME [--out FILE]`` — a run record
-  (:mod:`harness.records`).
+  (:mod:`harness.records.records`).
 * ``sampcheck diff A B [--html FILE] [--text FILE]`` — compare two run
-  records (:mod:`harness.diff`); exit 0 when nothing changed, 1 when
+  records (:mod:`harness.report.diff`); exit 0 when nothing changed, 1 when
   something did, 2 for bad usage or an unreadable record.
 """
 
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_report(args) -> int:
-    from .latency import LatencyError, write_report
+    from harness.report.latency import LatencyError, write_report
     try:
         path = write_report(args.bench, args.out)
     except LatencyError as e:
@@ -123,7 +123,7 @@ def _cmd_report(args) -> int:
 
 def _no_cases_problem() -> str:
     """'' when the corpus folder holds case files, else the one-line problem (run, list, golden)."""
-    from .cases import CASES_DIR, discover
+    from harness.corpus.load import CASES_DIR, discover
     if discover(CASES_DIR):
         return ""
     return f"no case files under {CASES_DIR}: run from the project root, or set SAMPCHECK_CASES to the corpus folder"
@@ -170,7 +170,7 @@ def _usage_problem(args) -> str:
 
 
 def _cmd_run(args) -> int:
-    from .runner import run
+    from harness.run.runner import run
     impls = list(dict.fromkeys(args.impl or ["reference"]))  # a name given twice runs once
     problem = _usage_problem(args)
     if problem:
@@ -188,7 +188,7 @@ def _cmd_run(args) -> int:
         print(f"sampcheck run: note: {journal} holds {kept} result(s) of an interrupted run; this run starts "
               "afresh and replaces them (re-run with --resume to continue that run instead)", file=sys.stderr)
     try:
-        from .isolation import DEFAULT_TIMEOUT
+        from harness.run.isolation import DEFAULT_TIMEOUT
         outcome = run(impls, args.cases, Path(args.out), args.device, progress=not args.no_progress,
                       isolate=not args.no_isolation, resume=args.resume,
                       timeout=args.timeout if args.timeout else DEFAULT_TIMEOUT)
@@ -239,7 +239,7 @@ def _cmd_list(args) -> int:
         for r in rows:
             print("  ".join(f"{c:<{w}}" for c, w in zip(r, widths)) + "  " + r[3])
         return 0
-    from .cases import CaseError, discover, load_case
+    from harness.corpus.load import CaseError, discover, load_case
     no_cases = _no_cases_problem()
     if no_cases:
         print(f"sampcheck list cases: {no_cases}", file=sys.stderr)
@@ -259,9 +259,9 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_golden(args) -> int:
-    from . import golden
-    from .cases import CASES_DIR, CaseError, discover, load_case, select
-    from .judge import Judge
+    from harness.records import golden
+    from harness.corpus.load import CASES_DIR, CaseError, discover, load_case, select
+    from harness.judge.judge import Judge
     if args.action == "add" and not args.ids:
         print("sampcheck golden add: give the id of the case, e.g. 'sampcheck golden add filters/my-case'",
               file=sys.stderr)
@@ -325,7 +325,7 @@ def _cmd_golden(args) -> int:
 
 
 def _cmd_record(args) -> int:
-    from . import records
+    from harness.records import records
     if args.cases and not args.out:
         print("sampcheck record: --cases without --out would replace the committed record of the whole corpus "
               "with a partial one; pass --out FILE", file=sys.stderr)
@@ -365,8 +365,8 @@ def _cmd_record(args) -> int:
 
 
 def _cmd_diff(args) -> int:
-    from . import diff as diffmod
-    from .records import RecordError, load
+    from harness.report import diff as diffmod
+    from harness.records.records import RecordError, load
     try:
         a, b = load(args.a), load(args.b)
     except RecordError as e:
@@ -396,7 +396,7 @@ def _cmd_diff(args) -> int:
 
 
 def _cmd_case(args) -> int:
-    from .authoring import new_case
+    from harness.corpus.authoring import new_case
     try:
         path = new_case(args.category, args.name, check=args.check, force=args.force)
     except (ValueError, FileExistsError) as e:

@@ -231,7 +231,7 @@ class Profile:
         checked against, as a PEP 440 specifier (``"==0.32.0"``); empty for
         a profile that is not an engine release (``trtllm``: source read at
         the commits its citations name). A run records whether the
-        implementation's version lies inside (``harness/runner.py``); outside
+        implementation's version lies inside (``harness/run/runner.py``); outside
         it, ``known-diff`` verdicts are extrapolations.
     citations : dict
         Field name → where the value was read (seed section,

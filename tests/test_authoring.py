@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from harness import golden
-from harness.authoring import new_case, template
-from harness.cases import CaseError, load_case
+from harness.records import golden
+from harness.corpus.authoring import new_case, template
+from harness.corpus.load import CaseError, load_case
 from harness.cli import main
-from harness.judge import Judge
+from harness.judge.judge import Judge
 
 SOURCE = "https://github.com/OWNER/REPO/issues/NUMBER"
 FILLED = "https://github.com/huggingface/transformers/issues/1"
@@ -96,12 +96,12 @@ def test_golden_plan_shows_then_writes_only_when_accepted(tmp_path):
 
 def test_cli_case_new_golden_add_and_update(tmp_path, monkeypatch, capsys):
     """The walkthrough of cases/README.md, on a copy of nothing but the new case."""
-    import harness.cases as hc
-    import harness.golden as hg
+    import harness.corpus.load as hc
+    import harness.records.golden as hg
     cases, gold = tmp_path / "cases", tmp_path / "golden"
     monkeypatch.setattr(hc, "CASES_DIR", cases)
     monkeypatch.setattr(hg, "GOLDEN_DIR", gold)
-    monkeypatch.setattr("harness.authoring.CASES_DIR", cases)
+    monkeypatch.setattr("harness.corpus.authoring.CASES_DIR", cases)
     monkeypatch.setattr(hc, "discover", lambda root=None: sorted(cases.rglob("*.toml")))
     assert main(["case", "new", "penalties", "logit-bias-token-zero"]) == 0
     out = capsys.readouterr().out

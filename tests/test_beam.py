@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import impls.reference.beam as beam_mod
-from harness.cases import CASES_DIR, load_case
-from harness.judge import Judge
-from harness.scenarios import golden_record
+from harness.corpus.load import CASES_DIR, load_case
+from harness.judge.judge import Judge
+from harness.judge.scenarios import golden_record
 from impls import get_impl
 from impls.profiles import HF, TRTLLM
 from impls.reference import Reference

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from harness.cases import CASES_DIR, load_case  # noqa: E402
-from harness.judge import Judge  # noqa: E402
+from harness.corpus.load import CASES_DIR, load_case  # noqa: E402
+from harness.judge.judge import Judge  # noqa: E402
 from impls.transformers.beam import TransformersBeamImpl  # noqa: E402
 
 

@@ -1,12 +1,12 @@
-"""sampcheck diff (harness/diff.py): classification, the two-sample test, determinism, committed reports."""
+"""sampcheck diff (harness/report/diff.py): classification, the two-sample test, determinism, committed reports."""
 
 import copy
 import json
 
 import pytest
 
-from harness import diff as D
-from harness import records
+from harness.report import diff as D
+from harness.records import records
 from harness.cli import main
 
 

@@ -289,7 +289,7 @@ def test_greedy_request_is_verified_as_one_hot_distributions(fake):
 
 
 def test_scenarios_without_a_flashinfer_verification_are_na(fake):
-    from harness.cases import CASES_DIR, load_case
+    from harness.corpus.load import CASES_DIR, load_case
     from impls.reference.scenario import ScenarioUnsupported
     impl = get_impl("flashinfer")
     expect = {
@@ -342,9 +342,9 @@ class _RandomChain(_FakeSampling):
 @pytest.mark.parametrize("honest, status", [(True, "pass"), (False, "fail")])
 def test_statistical_scenario_is_judged_on_the_flashinfer_draws(monkeypatch, honest, status):
     """The judge's statistical path sees the tokens ``verify_chain`` emits (4000 copies, about 2 s)."""
-    from harness import scenarios
-    from harness.cases import CASES_DIR, load_case
-    from harness.judge import Judge
+    from harness.judge import scenarios
+    from harness.corpus.load import CASES_DIR, load_case
+    from harness.judge.judge import Judge
     mod = _RandomChain(honest)
     _install(monkeypatch, mod)
     case = load_case(CASES_DIR / "speculative/rejection-sampling-emits-target-distribution.toml")
@@ -356,9 +356,9 @@ def test_statistical_scenario_is_judged_on_the_flashinfer_draws(monkeypatch, hon
 def test_emitted_tokens_are_checked_against_the_target_support(monkeypatch, honest, status):
     """Under another RNG a scenario's tokens are not compared one for one, but each must lie in the
     target's support at its position: accepting the draft 3, which the target forbids, fails."""
-    from harness import scenarios
-    from harness.cases import CASES_DIR, load_case
-    from harness.judge import Judge
+    from harness.judge import scenarios
+    from harness.corpus.load import CASES_DIR, load_case
+    from harness.judge.judge import Judge
     mod = _RandomChain(honest)
     _install(monkeypatch, mod)
     case = load_case(CASES_DIR / "speculative/sampling-draft-outside-target-support.toml")
@@ -380,14 +380,14 @@ def test_reference_session_has_no_hook():
 def test_real_flashinfer_speculative_scenarios_on_the_gpu():
     """The statistical case through the real ``chain_speculative_sampling``, and two deterministic facts.
 
-    Called through :func:`harness.scenarios.evaluate` (the judge's scenario path, after its feature gate).
+    Called through :func:`harness.judge.scenarios.evaluate` (the judge's scenario path, after its feature gate).
     """
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     pytest.importorskip("flashinfer")
-    from harness import scenarios
-    from harness.cases import CASES_DIR, load_case
-    from harness.judge import Judge
+    from harness.judge import scenarios
+    from harness.corpus.load import CASES_DIR, load_case
+    from harness.judge.judge import Judge
     impl = get_impl("flashinfer")
     assert impl.available("cuda") is None
     case = load_case(CASES_DIR / "speculative/rejection-sampling-emits-target-distribution.toml")

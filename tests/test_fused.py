@@ -183,7 +183,7 @@ def test_custom_op_traces_under_torch_compile():
 
 
 def test_fused_implementation_runs_corpus_cases(tmp_path):
-    from harness.runner import run
+    from harness.run.runner import run
     out = run(["fused"], ["filters/min-p-before-top-p", "filters/top-p-dyadic-boundary", "bad_input/nan-logit-row-rejected",
                           "penalties/huge-values-clamped-to-finite"],
               tmp_path, device=DEV, progress=False)

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness.cases import CaseError, load_case
+from harness.corpus.load import CaseError, load_case
 from harness.cli import main
-from harness.runner import run
-from harness.stats import goodness_of_fit, make_bins
+from harness.run.runner import run
+from harness.judge.stats import goodness_of_fit, make_bins
 from impls.profiles import HF, TRTLLM
 from impls.reference import Reference
 
@@ -353,7 +353,7 @@ def test_penalty_monotonicity_invariant_catches_the_sign_bug(tmp_path, monkeypat
 
 
 def test_a_finding_may_name_several_implementations(tmp_path):
-    from harness.findings import load_findings, match_finding
+    from harness.corpus.findings import load_findings, match_finding
     p = tmp_path / "findings.toml"
     p.write_text('[[finding]]\nid = "x"\nimpl = ["a", "b"]\nversions = ">=1"\ncases = ["c/*"]\ntitle = "t"\nlink = "l"\n')
     (f,) = load_findings(p)
@@ -368,7 +368,7 @@ def test_under_another_rng_a_draw_is_not_a_profile_difference(tmp_path):
     """Two profiles with one support: their canonical draws differ (the stream is keyed by batch
     position under one of them), but a single draw of another RNG only shows the support."""
     import dataclasses
-    from harness.judge import Judge
+    from harness.judge.judge import Judge
     prof = dataclasses.replace(TRTLLM, name="posrng", rng="other", seed_keyed_by_batch_row=True)
     body = """
     [[rows]]
@@ -428,8 +428,8 @@ def test_a_run_where_no_implementation_could_run_exits_1(tmp_path, capsys, monke
 def test_an_invariant_known_diff_names_the_fields_that_break_it():
     """greedy-spellings-agree under hf: no field alone breaks it; do_sample mode with the explicit
     spellings and the temperature-zero error do together (a pair search), and nothing else is named."""
-    from harness.cases import CASES_DIR
-    from harness.judge import Judge
+    from harness.corpus.load import CASES_DIR
+    from harness.judge.judge import Judge
     case = load_case(CASES_DIR / "invariants/greedy-spellings-agree.toml")
     res = Judge([], 1).evaluate(case, Reference(HF, name="reference-hf"), "2")
     assert res.status == "known-diff"
@@ -449,8 +449,8 @@ def test_a_support_difference_under_another_rng_is_judged_not_chance():
     row with no top_k gets Hugging Face's default top_k = 50 (50 tokens), the row with the neutral
     sentinels keeps all 32000. same_result compares the supports, which no draw decides: the broken
     relation is the profile's (unset_top_k), not chance (it was reported as a pass before)."""
-    from harness.cases import CASES_DIR
-    from harness.judge import Judge
+    from harness.corpus.load import CASES_DIR
+    from harness.judge.judge import Judge
     case = load_case(CASES_DIR / "invariants/neutral-sentinels-equal-no-filter.toml")
     assert HF.rng != "canonical"
     res = Judge([], 1).evaluate(case, Reference(HF, name="reference-hf"), "2")
@@ -463,7 +463,7 @@ def test_a_support_difference_under_another_rng_is_judged_not_chance():
                                   ["record", "--impl", "reference", "--out", "OUT/r.json"]])
 def test_no_case_files_is_a_usage_error_everywhere(argv, tmp_path, capsys, monkeypatch):
     """Without a corpus, the drift guard and the listing must not pass silently on zero cases."""
-    import harness.cases as cases_mod
+    import harness.corpus.load as cases_mod
     monkeypatch.setattr(cases_mod, "CASES_DIR", tmp_path / "no-corpus")
     (tmp_path / "out").mkdir()
     argv = [a.replace("OUT", str(tmp_path / "out")) for a in argv]
@@ -491,7 +491,7 @@ def test_a_skipped_implementation_says_why_beside_one_that_ran(tmp_path, capsys,
 
 def test_resume_refuses_another_case_selection(tmp_path, capsys, monkeypatch):
     """A journal records the selected cases: resuming with other --cases would drop the kept results."""
-    from harness.runner import run
+    from harness.run.runner import run
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)
     out = tmp_path / "r"
     out.mkdir()

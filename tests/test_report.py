@@ -11,10 +11,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 
-from harness import report
-from harness.cases import discover, select
+from harness.report import html as report
+from harness.corpus.load import discover, select
 from harness.cli import build_parser
-from harness.runner import run
+from harness.run.runner import run
 
 import _doubles
 from _doubles import Crashes, WrongArgmax
@@ -160,7 +160,7 @@ def test_every_container_closes_where_it_opens(tmp_path):
     """A result's box holds all of it: statistical and invariant results (charts, relation tables) of
     non-pass statuses, and the profile tables, nest properly (a stray </div> once let results escape
     their box and the implementation filter)."""
-    from harness.cases import CASES_DIR
+    from harness.corpus.load import CASES_DIR
     run(["reference", "reference-hf"], ["filters/top-k-two-statistical", "invariants/greedy-spellings-agree",
                                         "greedy/top-k-one-forces-greedy"], tmp_path / "r", progress=False,
         root=CASES_DIR, isolate=False)

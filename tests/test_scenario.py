@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness.cases import CASES_DIR, CaseError, discover, load_case
-from harness.judge import Judge
-from harness.runner import run
+from harness.corpus.load import CASES_DIR, CaseError, discover, load_case
+from harness.judge.judge import Judge
+from harness.run.runner import run
 from impls import get_impl
 from impls.profiles import TRTLLM
 from impls.reference import Reference
@@ -237,7 +237,7 @@ def test_corpus_has_enough_scenarios_and_all_pass_fast():
 def test_relations_the_profile_itself_breaks_are_known_diff():
     """seeds/batch-order-independent on the reference under the flashinfer profile: its stream is keyed
     by batch position, so the scenario's same_tokens relation breaks as the profile predicts."""
-    from harness import scenarios
+    from harness.judge import scenarios
     case = load_case(CASES_DIR / "seeds/batch-order-independent.toml")
     res = scenarios.evaluate(Judge([], 1), case, get_impl("reference-flashinfer"), "2")
     assert res.status == "known-diff", res.details.get("message")

@@ -1,4 +1,4 @@
-"""Tests of the statistical engine (harness/stats.py) with hand-checked values.
+"""Tests of the statistical engine (harness/judge/stats.py) with hand-checked values.
 
 Every value asserted here is derived in the comment next to it (closed forms
 for binomial tails, normal tails for one degree of freedom, counting
@@ -16,11 +16,11 @@ import pytest
 import torch
 from scipy import stats as sps
 
-from harness import stats
-from harness.charts import frequency_chart_svg
-from harness.judge import Judge
-from harness.runner import run
-from harness.stats import (FAMILY_ALPHA, MAX_SINGLE_BINS, chisquare_power, check_draws, draw_grid,
+from harness.judge import stats
+from harness.report.charts import frequency_chart_svg
+from harness.judge.judge import Judge
+from harness.run.runner import run
+from harness.judge.stats import (FAMILY_ALPHA, MAX_SINGLE_BINS, chisquare_power, check_draws, draw_grid,
                            exact_multinomial_pvalue, make_bins, per_check_alpha, plan_draws, power_against,
                            tv_interval)
 from impls.base import Row
@@ -391,7 +391,7 @@ def test_docstring_examples():
 
 def test_statbench_runs_at_a_small_size():
     # Not a timed test: the measurement script of docs/statistics.md keeps working.
-    from harness.statbench import measure
+    from benchmarks.statbench import measure
     m = measure(vocab=1000, draws=20_000, top_p=0.9, repeat=1)
     assert m["n"] == 20_000 and m["test"] == "G-test" and m["verdict"] in ("pass", "fail")
     assert m["harness"] == pytest.approx(m["predict"] + m["plan"] + m["check"])

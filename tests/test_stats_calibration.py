@@ -30,17 +30,17 @@ import pytest
 import torch
 from scipy import stats as sps
 
-from harness.cases import CASES_DIR, discover, load_case
-from harness.judge import Judge
-from harness.runner import count_statistical_checks
-from harness.stats import (EXACT_MAX_SUPPORT, TARGET_POWER, bin_probs, check_draws, exact_multinomial_pvalue,
+from harness.corpus.load import CASES_DIR, discover, load_case
+from harness.judge.judge import Judge
+from harness.run.runner import count_statistical_checks
+from harness.judge.stats import (EXACT_MAX_SUPPORT, TARGET_POWER, bin_probs, check_draws, exact_multinomial_pvalue,
                            make_bins, per_check_alpha, plan_draws)
 from impls.profiles import TRTLLM
 from impls.reference import Reference
 
 
 def _g_stat(o: np.ndarray, e: np.ndarray, pb: np.ndarray) -> np.ndarray:
-    """Williams-corrected G of each row of ``o`` (``(m, k)`` counts), as :func:`harness.stats.g_test`."""
+    """Williams-corrected G of each row of ``o`` (``(m, k)`` counts), as :func:`harness.judge.stats.g_test`."""
     o = o.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         g = 2.0 * np.where(o > 0, o * np.log(o / e), 0.0).sum(axis=1)
@@ -170,7 +170,7 @@ def simulated_power(replicates: int, exact_replicates: int, seed: int = 8) -> li
     Counts are ``Multinomial(N, q)`` with ``q`` = the prediction with
     ``min(epsilon, p_1)`` moved from the most likely token to the second, at
     the planned ``N``. G-test rows are simulated vectorised on the test's
-    bins; exact-test rows call :func:`harness.stats.check_draws` per
+    bins; exact-test rows call :func:`harness.judge.stats.check_draws` per
     replicate.
 
     Returns

@@ -20,8 +20,8 @@ statistical corpus (``cases/``), with the real per-check level. The defects:
 inverse-CDF), which must pass. Every verdict is deterministic (fixed seeds).
 
 Besides the verdicts, the power the engine states for each defect on the case
-that catches it (:func:`harness.stats.power_against` with the defect's exact
-distribution) must be at least :data:`harness.stats.TARGET_POWER`, and a
+that catches it (:func:`harness.judge.stats.power_against` with the defect's exact
+distribution) must be at least :data:`harness.judge.stats.TARGET_POWER`, and a
 simulation (multinomial counts from the defect's distribution at the
 planned ``N``) confirms it.
 """
@@ -34,10 +34,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness.cases import CASES_DIR, discover, load_case
-from harness.judge import Judge
-from harness.runner import count_statistical_checks
-from harness.stats import TARGET_POWER, check_draws, per_check_alpha, plan_draws, power_against
+from harness.corpus.load import CASES_DIR, discover, load_case
+from harness.judge.judge import Judge
+from harness.run.runner import count_statistical_checks
+from harness.judge.stats import TARGET_POWER, check_draws, per_check_alpha, plan_draws, power_against
 from impls.base import RowResult
 from impls.profiles import TRTLLM
 from impls.reference import Reference

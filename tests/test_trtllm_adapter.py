@@ -247,8 +247,8 @@ def test_describe_and_version(engine):
 
 @needs_checkout
 def test_step_and_statuses_on_a_few_cases(tmp_path):
-    from harness.cases import CASES_DIR
-    from harness.runner import run
+    from harness.corpus.load import CASES_DIR
+    from harness.run.runner import run
     cases = ["penalties/repetition-sign-branches-with-zero", "bans/bad-word-multi-token-needs-prefix",
              "filters/top-p-boundary-ties-kept", "beam/length-penalty-at-one",
              "beam/length-penalty-frozen-slots-generated-only"]
@@ -295,7 +295,7 @@ def test_beam_select_by_hand(session):
 @needs_checkout
 def test_beam_cases_judge_the_engines_selection(tmp_path, monkeypatch):
     """Mutation: an engine whose candidate ranking ignores the length penalty fails the frozen-slots case."""
-    from harness.runner import run
+    from harness.run.runner import run
     eng = loader.load(SRC)
     if eng.beam_search is None:
         pytest.skip("the checkout has no beam_search.py")

@@ -1051,7 +1051,7 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     sr : int
         Row stride of the logits, in elements.
     S, CH : int
-        Programs per row and logits per program (:func:`impls.fused.ops.splits`).
+        Programs per row and logits per program (:func:`impls.fused.workspace.splits`).
     want_probs : bool
         Add the probabilities launch.
     cfg : dict

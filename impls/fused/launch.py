@@ -16,7 +16,7 @@ the compiled kernels, grids and constant arguments it used; later calls read
 the stream once and launch the same binaries directly with the new tensors.
 The fused sampler's own outputs and workspaces are fresh allocations from
 PyTorch's caching allocator (aligned to 512 bytes, and the views
-:func:`impls.fused.ops.allocate` carves start at 16-byte multiples), so their
+:func:`impls.fused.workspace.allocate` carves start at 16-byte multiples), so their
 alignment is fixed by the key.
 
 The direct launch is ``CompiledKernel.run`` with the argument list of
@@ -249,7 +249,7 @@ def single_launches(x, T, K, P, M, seed, off, cfg: dict, mode: str) -> list:
         Each callable re-launches one kernel on the same zeroed buffers (the
         results are not meaningful, the host cost is).
     """
-    from .ops import allocate
+    from .workspace import allocate
 
     B, V = x.shape
     a = allocate(B, V, x.device, cfg, empty=torch.zeros)  # defined content: the launches re-read stale parts

@@ -14,6 +14,7 @@ draw of DESIGN.md decision 1:
   rows draw nothing.
 """
 
-from .sampler import REFERENCE_VERSION, Reference, ReferenceSession, rewrite_logits
+from .impl import Reference
+from .sampler import REFERENCE_VERSION, ReferenceSession, rewrite_logits
 
 __all__ = ["Reference", "ReferenceSession", "rewrite_logits", "REFERENCE_VERSION"]

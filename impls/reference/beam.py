@@ -62,7 +62,7 @@ from ..base import RowError
 from ..profiles import Profile
 from . import bans, rewrites
 from .finish import finish_reason
-from .scenario import PAD, RequestResult, RequestSpec, StepRecord, _fail
+from .scenario_types import PAD, RequestResult, RequestSpec, StepRecord, fail_request
 from .scripted import ModelError, ScriptedModel
 
 __all__ = ["Beam", "Hypothesis", "BeamSearch", "inherit_counts", "beam_step"]
@@ -452,10 +452,10 @@ def beam_step(runner, st, step: int) -> None:
     try:
         rec = st.beam.step(step)
     except RowError as e:
-        _fail(st, e, step)
+        fail_request(st, e, step)
         return
     except ModelError as e:
-        _fail(st, RowError("bad_logits", f"scripted model: {e}"), step)
+        fail_request(st, RowError("bad_logits", f"scripted model: {e}"), step)
         return
     st.result.steps.append(rec)
     if st.beam.done:

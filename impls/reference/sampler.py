@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..base import FEATURES, Row, RowError, RowResult, claim_slot
+from ..base import Row, RowError, RowResult, claim_slot
 from ..profiles import Profile, TRTLLM
 from . import bans, rewrites
 from .draw import gumbel_argmax
@@ -41,7 +41,7 @@ from .modes import BEAM, GREEDY, SAMPLING, Resolved, effective_seed, resolve
 from .philox import seed_bits
 from .seeds import SeedManager
 
-__all__ = ["ReferenceSession", "Reference", "rewrite_logits", "token_outputs", "REFERENCE_VERSION"]
+__all__ = ["ReferenceSession", "rewrite_logits", "token_outputs", "REFERENCE_VERSION"]
 
 #: Bumped whenever a rule of the reference changes; recorded in golden files.
 #: 2: top-p decay across steps (§2), decay + beam rejected, integer-only seeds,
@@ -296,66 +296,3 @@ class ReferenceSession:
                                  torch.tensor(part, dtype=torch.int64), torch.zeros(n, dtype=torch.int64))
             counts += torch.bincount(toks.cpu(), minlength=V)
         return counts
-
-
-class Reference:
-    """The reference implementation, as the harness sees it.
-
-    Parameters
-    ----------
-    profile : Profile
-        The semantics to follow (default ``trtllm``).
-    dtype : torch.dtype
-        Working dtype (``torch.float64`` for an oracle).
-    name : str
-        Display name (default ``"reference"``).
-
-    Attributes
-    ----------
-    is_prediction : bool
-        True: this implementation *is* the prediction of its profile, not an
-        engine release (the runner checks engine versions against a
-        profile's ``versions`` only for the others).
-    """
-
-    is_prediction = True
-
-    features = frozenset(FEATURES)
-
-    def __init__(self, profile: Profile = TRTLLM, dtype: torch.dtype = torch.float32, name: str = "reference"):
-        self.profile = profile
-        self.dtype = dtype
-        self.name = name
-
-    def version(self) -> str:
-        """``"<rule version> (reference rules; torch <version>)"``: the first word stays a bare number."""
-        return f"{REFERENCE_VERSION} (reference rules; torch {torch.__version__})"
-
-    def available(self, device: str) -> Optional[str]:
-        """``None`` when ``device`` is usable, else the reason."""
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            return "no CUDA device"
-        return None
-
-    def unsupported(self, row: Row) -> Optional[str]:
-        """The reference expresses every feature: always ``None``."""
-        return None
-
-    def open_session(self, device: str = "cpu") -> ReferenceSession:
-        """A fresh :class:`ReferenceSession`."""
-        return ReferenceSession(self.profile, device, self.dtype)
-
-    def run_scenario(self, spec, device: str = "cpu"):
-        """Decode a multi-step scenario on a fresh session (:func:`.scenario.run_scenario`).
-
-        Parameters
-        ----------
-        spec : impls.reference.scenario.ScenarioSpec
-        device : str
-
-        Returns
-        -------
-        impls.reference.scenario.ScenarioResult
-        """
-        from .scenario import run_scenario
-        return run_scenario(spec, self.profile, self.open_session(device))

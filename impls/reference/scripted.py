@@ -26,7 +26,7 @@ or one verification position of a speculative step):
     implementation can recompute these logits.
 
 Every kind hands out float32 logits of shape ``(V,)``, computed in float64
-first (as generated single-step logits are, ``harness.cases.make_logits``).
+first (as generated single-step logits are, ``harness.corpus.load.make_logits``).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ from .filters import processed_probs
 from .finish import finish_reason
 from .modes import GREEDY, SAMPLING, effective_seed
 from .philox import uniforms
-from .scenario import StepRecord, _fail
+from .scenario_types import StepRecord, fail_request
 from .scripted import ModelError
 
 __all__ = ["speculative_step", "target_distribution", "DRAFT_FIELDS"]
@@ -168,7 +168,7 @@ def _drafts(runner, cache: _Cache, states: list, step: int) -> dict:
             try:
                 res, y, keep, q = cache.filtered("draft", req, tuple(st.generated) + tuple(toks), ())
             except (RowError, ModelError) as e:
-                _fail(st, e if isinstance(e, RowError) else RowError("bad_logits", f"draft model: {e}"), step)
+                fail_request(st, e if isinstance(e, RowError) else RowError("bad_logits", f"draft model: {e}"), step)
                 del out[req.id]
                 continue
             qs.append(q)
@@ -333,7 +333,7 @@ def speculative_step(runner, states: list, step: int, plain: list) -> None:
             pairs = [runner.session.seeds.take(st.request.slot) for _ in range(len(toks) + 1)] \
                 if st.mode == SAMPLING else []
         except (RowError, ModelError) as e:
-            _fail(st, e if isinstance(e, RowError) else RowError("bad_logits", f"draft model: {e}"), step)
+            fail_request(st, e if isinstance(e, RowError) else RowError("bad_logits", f"draft model: {e}"), step)
             continue
         pending.append((st, toks, qs, pairs))
     # One Philox call per vocabulary size: V words of Gumbel noise plus the acceptance word V.
@@ -353,7 +353,7 @@ def speculative_step(runner, states: list, step: int, plain: list) -> None:
             _verify(runner, cache, st, step, toks, qs, u_of.get(k), [p[1] for p in pairs],
                     pairs[0][0] if pairs else None)
         except (RowError, ModelError) as e:
-            _fail(st, e if isinstance(e, RowError) else RowError("bad_logits", f"scripted model: {e}"), step)
+            fail_request(st, e if isinstance(e, RowError) else RowError("bad_logits", f"scripted model: {e}"), step)
 
 
 def target_distribution(spec, rid: str, profile, dtype=torch.float64, history: tuple = (),

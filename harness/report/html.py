@@ -31,8 +31,8 @@ import jinja2
 
 from impls.profiles import TRTLLM
 
-from .blame import show_value
-from .judge import STATUSES
+from harness.judge.blame import show_value
+from harness.judge.judge import STATUSES
 from .statreport import template_globals
 
 __all__ = ["write_html", "render_html", "repro_command", "OPEN_STATUSES"]
@@ -46,7 +46,7 @@ _ENV = jinja2.Environment(
     autoescape=jinja2.select_autoescape(["html", "j2"]),
     trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
 )
-_ENV.globals.update(template_globals())  # statistical charts and budget (harness.statreport)
+_ENV.globals.update(template_globals())  # statistical charts and budget (harness.report.statreport)
 
 
 def _anchor(case_id: str) -> str:
@@ -156,7 +156,7 @@ def render_html(doc: dict, cases: dict, profiles: list) -> str:
     doc : dict
         The results.json document (schema 1).
     cases : dict
-        Case id → :class:`harness.cases.Case` (or ``{"error": ...}`` for a
+        Case id → :class:`harness.corpus.load.Case` (or ``{"error": ...}`` for a
         malformed file).
     profiles : list of Profile
         The profiles of the implementations in the run.

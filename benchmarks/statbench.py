@@ -1,15 +1,15 @@
 """Measure the harness's own work for one statistical check (not a timed test).
 
-``python -m harness.statbench [--vocab 128256] [--draws 1000000] [--repeat 3]``
+``python -m benchmarks.statbench [--vocab 128256] [--draws 1000000] [--repeat 3]``
 times, for one generated row (logits ``standard_normal * 3``, ``T = 1``;
 once with no filter, the whole vocabulary in the support, and once with
 ``top_p = 0.9``):
 
 1. ``predict`` — the float64 expected distribution: the reference in oracle
    mode, ``Reference(profile, dtype=torch.float64).open_session().step``;
-2. ``plan`` — the power analysis (:func:`harness.stats.plan_draws`);
+2. ``plan`` — the power analysis (:func:`harness.judge.stats.plan_draws`);
 3. ``check`` — support check, binning, test, adjusted p-value and the
-   bootstrap TV interval (:func:`harness.stats.check_draws`) on ``N``
+   bootstrap TV interval (:func:`harness.judge.stats.check_draws`) on ``N``
    counts;
 4. ``chart`` — the report's SVG chart for the row (report time, listed apart).
 
@@ -70,8 +70,8 @@ def measure(vocab: int = 128256, draws: int = 1_000_000, top_p: float = 1.0, rep
     from impls.profiles import TRTLLM
     from impls.reference import Reference
 
-    from .charts import frequency_chart_svg
-    from .stats import check_draws, per_check_alpha, plan_draws
+    from harness.report.charts import frequency_chart_svg
+    from harness.judge.stats import check_draws, per_check_alpha, plan_draws
 
     rng = np.random.default_rng(seed)
     logits = torch.from_numpy((rng.standard_normal(vocab) * 3.0).astype(np.float32))
@@ -93,7 +93,7 @@ def measure(vocab: int = 128256, draws: int = 1_000_000, top_p: float = 1.0, rep
 
 def main(argv=None) -> int:
     """Command-line entry point; prints one line per configuration. Returns 0."""
-    ap = argparse.ArgumentParser(prog="python -m harness.statbench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.statbench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--draws", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)

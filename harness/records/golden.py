@@ -6,7 +6,7 @@ finish reason, RAW/PROCESSED logprobs (rounded to 1e-6), rank and the
 support (listed up to 64 ids, otherwise its size and a CRC-32 of the ids).
 Each file names the case, the profile and :data:`REFERENCE_VERSION`.
 Scenario cases record, per request, the observations of
-:func:`harness.scenarios.golden_record` (for beam search the predecessor
+:func:`harness.judge.scenarios.golden_record` (for beam search the predecessor
 map of every step) instead of rows.
 
 ``sampcheck golden update`` shows a unified diff of every file it would
@@ -25,7 +25,7 @@ from pathlib import Path
 from impls.profiles import PROFILES
 from impls.reference import REFERENCE_VERSION
 
-from .cases import Case, project_dir
+from harness.corpus.load import Case, project_dir
 
 __all__ = ["GOLDEN_DIR", "golden_record", "golden_path", "plan", "unified_diff", "write", "update", "check"]
 
@@ -95,7 +95,7 @@ def _compute(cases: list, judge, profiles) -> dict:
     for case in tqdm(cases, desc="golden", unit="case", file=sys.stderr, disable=None, leave=False):
         for name in profiles:
             if case.check == "scenario":
-                from .scenarios import golden_record as scenario_record
+                from harness.judge.scenarios import golden_record as scenario_record
                 out[golden_path(case.id, name, Path())] = _dump(scenario_record(case, name, judge))
                 continue
             out[golden_path(case.id, name, Path())] = _dump(golden_record(case, name, judge.predict(case, PROFILES[name])))
@@ -210,7 +210,7 @@ def check(cases: list, judge, profiles=tuple(PROFILES), root: Path = None) -> li
                         if ro.get(k) != rn.get(k):
                             diffs.append(f"{bn['name']}:{i}.{k}: golden {ro.get(k)!r}, now {rn.get(k)!r}")
             if "scenario" in b:
-                from .scenarios import golden_diff
+                from harness.judge.scenarios import golden_diff
                 diffs.extend(golden_diff(a, b))
             if a.get("reference_version") != b["reference_version"]:
                 diffs.append(f"reference_version: golden {a.get('reference_version')!r}, now {b['reference_version']!r}")

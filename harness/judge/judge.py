@@ -19,7 +19,7 @@
    * ``statistical``: support, then an exact multinomial test (2-3 tokens)
      or a binned G-test with Williams' correction against the float64
      prediction under the implementation's profile, with N from a power
-     analysis (:mod:`harness.stats`);
+     analysis (:mod:`harness.judge.stats`);
    * ``invariant``: the relations between rows of different batches must hold
      on the implementation's own outputs (they need no agreement on
      semantics).
@@ -45,9 +45,9 @@ from impls.reference.sampler import token_outputs
 from impls.base import RowError
 
 from .blame import blame, field_entries
-from .cases import Case
+from harness.corpus.load import Case
 from .compare import DRAW_KEYS, jsonable, mismatches, observe
-from .findings import match_finding
+from harness.corpus.findings import match_finding
 from .stats import DEFAULT_EPSILON, FAMILY_ALPHA, TARGET_POWER, check_draws, plan_draws
 
 __all__ = ["Result", "Judge", "STATUSES"]
@@ -109,7 +109,7 @@ class Judge:
             Working dtype of the reference (float64 for statistical predictions).
         cache : bool
             Keep the result for later calls (the probe profiles of
-            :mod:`harness.blame`, up to hundreds per case, are not kept).
+            :mod:`harness.judge.blame`, up to hundreds per case, are not kept).
 
         Returns
         -------
@@ -126,7 +126,7 @@ class Judge:
         return out
 
     def explain(self, case: Case, profile: Profile, keys_per_row: list) -> list:
-        """Profile fields whose value alone changes the default prediction of ``case`` (:func:`harness.blame.blame`).
+        """Profile fields whose value alone changes the default prediction of ``case`` (:func:`harness.judge.blame.blame`).
 
         Parameters
         ----------
@@ -136,7 +136,7 @@ class Judge:
         Returns
         -------
         list of dict
-            :func:`harness.blame.field_entries` for each responsible field;
+            :func:`harness.judge.blame.field_entries` for each responsible field;
             every differing field (marked ``"combination"``) when no single
             one is responsible.
         """
@@ -150,7 +150,7 @@ class Judge:
         return field_entries(profile, found) if found else field_entries(profile)
 
     def explain_relations(self, case: Case, profile: Profile, checks: list) -> list:
-        """Profile fields that break a relation broken in ``checks``: alone, else in pairs (:func:`harness.blame.blame`).
+        """Profile fields that break a relation broken in ``checks``: alone, else in pairs (:func:`harness.judge.blame.blame`).
 
         Falls back to :meth:`explain` on the rows' tokens and errors when
         neither a field nor a pair breaks one.
@@ -473,12 +473,12 @@ class Judge:
         return counts
 
     def _statistical(self, case, impl, version) -> Result:
-        """Statistical check of every row of ``case`` (``harness.stats``, DESIGN.md decision 3).
+        """Statistical check of every row of ``case`` (``harness.judge.stats``, DESIGN.md decision 3).
 
         Per row: the float64 prediction under the implementation's profile,
-        a sample size from the power analysis (:func:`harness.stats.plan_draws`,
+        a sample size from the power analysis (:func:`harness.judge.stats.plan_draws`,
         capped at the case's ``draws``), draws with seeds ``draw_seed + i``,
-        then :func:`harness.stats.check_draws` at the per-check level. A row
+        then :func:`harness.judge.stats.check_draws` at the per-check level. A row
         whose prediction is an error, or that the test refuses to judge, makes
         the case an ``error``; any failed row a ``fail`` (or ``known-bug``).
         """

@@ -6,7 +6,7 @@
 2. count the statistical checks of the **declared** corpus (all files, not
    the selection) for the per-check level (DESIGN.md decision 3);
 3. load registered findings (``cases/findings.toml``);
-4. start one worker process per implementation (:mod:`harness.isolation`,
+4. start one worker process per implementation (:mod:`harness.run.isolation`,
    DESIGN.md decision 5); each builds its implementation, which, when not
    available here, gets ``skip`` on every case, with the reason;
 5. for each case file (with a progress bar): load and validate it — a
@@ -38,11 +38,11 @@ from tqdm import tqdm
 from impls import get_impl
 from impls.profiles import version_verified
 
-from .cases import CASES_DIR, CaseError, discover, load_case, select
-from .findings import load_findings
+from harness.corpus.load import CASES_DIR, CaseError, discover, load_case, select
+from harness.corpus.findings import load_findings
 from .isolation import DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, Journal, Worker, make_runner
-from .judge import Result
-from .stats import FAMILY_ALPHA
+from harness.judge.judge import Result
+from harness.judge.stats import FAMILY_ALPHA
 
 __all__ = ["run", "RunOutcome", "count_statistical_checks", "RESULTS_SCHEMA"]
 
@@ -69,7 +69,7 @@ def count_statistical_checks(paths: list) -> int:
     ``scenario`` case with a ``[scenario.statistical]`` table (unparseable files count 0).
 
     The per-check level is ``FAMILY_ALPHA`` divided by this count over the declared corpus
-    (DESIGN.md decision 3; ``harness.stats.per_check_alpha``).
+    (DESIGN.md decision 3; ``harness.judge.stats.per_check_alpha``).
     """
     n = 0
     for p in paths:
@@ -126,7 +126,7 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
         The corpus root.
     isolate : bool
         Run each implementation in its own worker process
-        (:mod:`harness.isolation`); False runs everything in this process.
+        (:mod:`harness.run.isolation`); False runs everything in this process.
     timeout : float
         Seconds one case may take on one implementation (isolated runs).
     startup_timeout : float
@@ -147,7 +147,7 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
         A pattern that matches no case, a malformed ``findings.toml``, or a
         journal to resume that names other implementations or cases.
     """
-    from .report import write_html
+    from harness.report.html import write_html
 
     started = _now()
     all_paths = discover(root)

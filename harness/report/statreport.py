@@ -5,7 +5,7 @@ uses: :func:`stat_chart` (an inline SVG per checked row, from the row's
 ``chart`` data in results.json), :func:`stat_summary` (per implementation,
 the statuses of its statistical cases, including ``n/a`` and refused-to-judge
 ``error`` verdicts, so hard cases cannot hide), and the error budget of
-:mod:`harness.stats`.
+:mod:`harness.judge.stats`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import Counter
 
 from markupsafe import Markup
 
-from . import stats
+from harness.judge import stats
 from .charts import frequency_chart_svg
 
 __all__ = ["template_globals", "stat_chart", "stat_summary"]
@@ -87,13 +87,13 @@ def stat_summary(cases: list, impls: list) -> list:
 
 
 def template_globals() -> dict:
-    """Globals for the Jinja2 environment of :mod:`harness.report`.
+    """Globals for the Jinja2 environment of :mod:`harness.report.html`.
 
     Returns
     -------
     dict
         ``stat_chart``, ``stat_summary`` and ``stat_budget`` (the constants
-        of :mod:`harness.stats`: ``family_alpha``, ``epsilon``, ``power``,
+        of :mod:`harness.judge.stats`: ``family_alpha``, ``epsilon``, ``power``,
         ``max_draws``, ``min_expected``, ``max_single_bins``,
         ``exact_max_support``, ``tv_confidence``).
     """

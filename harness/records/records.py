@@ -1,11 +1,11 @@
 """Run records: one implementation's full outputs on the corpus, small enough to commit.
 
 ``sampcheck record --impl NAME [--out FILE]`` runs the corpus on one
-implementation (through :func:`harness.runner.run`) and condenses its
+implementation (through :func:`harness.run.runner.run`) and condenses its
 ``results.json`` into a **run record** (format ``sampcheck-record``, schema
 :data:`RECORD_SCHEMA`), written by default to
 ``golden/engines/<impl>-<version>.json``. ``sampcheck diff A B``
-(:mod:`harness.diff`) compares two of them.
+(:mod:`harness.report.diff`) compares two of them.
 
 Layout (keys sorted, indent 1, floats rounded to 7 significant digits, non-finite floats as
 the strings ``"inf"``, ``"-inf"``, ``"nan"``)::
@@ -36,7 +36,7 @@ Per case (only the keys that apply):
   invariant: the sides) of an implementation whose RNG is not the canonical
   one (profile field ``rng``), when the row gives no ``seed`` and did not
   decode greedily or fail: its token comes from an unseeded stream that
-  differs from run to run, so :mod:`harness.diff` compares it only as
+  differs from run to run, so :mod:`harness.report.diff` compares it only as
   membership in the support, and the outputs that follow from it (finish
   reason, logprobs, rank, its top-logprobs entry, an invariant's ``holds``)
   only when both records drew the same token.
@@ -53,7 +53,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from .cases import project_dir
+from harness.corpus.load import project_dir
 
 __all__ = ["RECORD_FORMAT", "RECORD_SCHEMA", "ENGINES_DIR", "RecordError", "from_results", "record",
            "dumps", "write", "load", "default_path"]
@@ -106,7 +106,7 @@ def _round(v):
 
 def _unseeded_rows(case_id: str) -> set:
     """Labels ``"batch:index"`` of the rows of a case that give no ``seed`` (empty if it does not load)."""
-    from .cases import CASES_DIR, CaseError, load_case
+    from harness.corpus.load import CASES_DIR, CaseError, load_case
     try:
         case = load_case(CASES_DIR / f"{case_id}.toml")
     except (CaseError, OSError, ValueError):
@@ -227,9 +227,9 @@ def record(impl: str, patterns: Optional[list] = None, device: str = "cpu", isol
     Raises
     ------
     KeyError, ValueError
-        An unknown implementation or a bad pattern (from :func:`harness.runner.run`).
+        An unknown implementation or a bad pattern (from :func:`harness.run.runner.run`).
     """
-    from .runner import run
+    from harness.run.runner import run
     with tempfile.TemporaryDirectory(prefix="sampcheck-record-") as tmp:
         outcome = run([impl], patterns, Path(tmp), device, progress=False, isolate=isolate)
         return from_results(outcome.doc, impl,

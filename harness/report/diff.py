@@ -1,4 +1,4 @@
-"""``sampcheck diff A B``: what changed between two run records (:mod:`harness.records`).
+"""``sampcheck diff A B``: what changed between two run records (:mod:`harness.records.records`).
 
 Every case id of either record gets one kind, in this order of precedence:
 
@@ -27,7 +27,7 @@ Every case id of either record gets one kind, in this order of precedence:
 
 **Stochastic rows.** A row the record marks ``stochastic`` (an exact row,
 or a side of an invariant, drawn from an unseeded stream of an
-implementation whose RNG is not canonical: :mod:`harness.records`) has a
+implementation whose RNG is not canonical: :mod:`harness.records.records`) has a
 token that differs from run to run, and so does everything that follows
 from the token it drew: its **finish reason** (the end id, a stop word),
 the RAW and PROCESSED **logprob** of the sampled token, its **rank**, the
@@ -95,7 +95,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .compare import DRAW_KEYS
+from harness.judge.compare import DRAW_KEYS
 
 __all__ = ["FALSE_ALARM", "KINDS", "diff", "two_sample", "render_text", "render_html"]
 
@@ -343,7 +343,7 @@ def diff(a: dict, b: dict, name_a: str = "A", name_b: str = "B", false_alarm: fl
     Parameters
     ----------
     a, b : dict
-        Run records (:func:`harness.records.load`); A is the old one.
+        Run records (:func:`harness.records.records.load`); A is the old one.
     name_a, name_b : str
         How the report names them (e.g. the file names).
     false_alarm : float
@@ -453,7 +453,7 @@ def render_text(result: dict) -> str:
 def render_html(result: dict) -> str:
     """One self-contained HTML page (inline CSS, no scripts, no external links) of :func:`diff`.
 
-    Rendered with jinja2 from ``harness/templates/diff.html.j2`` (autoescaped).
+    Rendered with jinja2 from ``harness/report/templates/diff.html.j2`` (autoescaped).
     """
     import jinja2
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),

@@ -7,7 +7,7 @@ This module
 
 1. validates the ``[scenario]`` table and builds an
    :class:`~impls.reference.scenario.ScenarioSpec` (:func:`load_scenario`;
-   every problem is a :class:`~harness.cases.CaseError` naming the field,
+   every problem is a :class:`~harness.corpus.load.CaseError` naming the field,
    e.g. ``scenario.requests[2].slot``);
 2. reduces a :class:`~impls.reference.scenario.RequestResult` to the
    expectation keys (:func:`observe`) and compares (:func:`mismatches`);
@@ -41,7 +41,7 @@ from impls.reference.scenario import RequestSpec, ScenarioSpec, ScenarioUnsuppor
 from impls.reference.scripted import ModelError, make_model
 
 from .blame import blame, field_entries
-from .cases import ERROR_KINDS, FIELD_FEATURES, ROW_PROPS, CaseError, _parse_seed
+from harness.corpus.load import ERROR_KINDS, FIELD_FEATURES, ROW_PROPS, CaseError, _parse_seed
 from .stats import FAMILY_ALPHA, check_draws
 
 __all__ = ["ScenarioCase", "load_scenario", "observe", "mismatches", "evaluate", "predict", "golden_record",
@@ -343,13 +343,13 @@ def predict(judge, case, profile: Profile, dtype: torch.dtype = torch.float32, c
     judge : harness.judge.Judge
         Its prediction cache (``_pred``) is reused, keyed by
         ``("scenario", case id, profile, dtype)``.
-    case : harness.cases.Case
+    case : harness.corpus.load.Case
         A ``check = "scenario"`` case.
     profile : Profile
     dtype : torch.dtype
         Working dtype of the reference (float32; float64 for an oracle).
     cache : bool
-        Keep the result (not for the probe profiles of :mod:`harness.blame`).
+        Keep the result (not for the probe profiles of :mod:`harness.judge.blame`).
 
     Returns
     -------
@@ -551,9 +551,9 @@ def _statistical(judge, case, impl, version, run):
             continue
         counts[rr.tokens[pos]] += 1
     # the judge's per-check level counts every statistical check of the declared corpus,
-    # statistical scenarios included (harness/runner.py count_statistical_checks)
+    # statistical scenarios included (harness/run/runner.py count_statistical_checks)
     alpha = judge.alpha
-    # The same test as single-step statistical cases (harness/stats.py check_draws: support,
+    # The same test as single-step statistical cases (harness/judge/stats.py check_draws: support,
     # then an exact multinomial test or Williams' G-test); N is the case's fixed ``draws``.
     gof = check_draws(counts, p64.numpy(), alpha, FAMILY_ALPHA)
     diff = not torch.allclose(p64, d64, atol=1e-12, rtol=1e-9)

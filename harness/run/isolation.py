@@ -96,9 +96,9 @@ def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, 
         os.dup2(log.fileno(), 2)
         sys.stderr = log
         faulthandler.enable(file=log, all_threads=True)
-    from harness.cases import load_case
-    from harness.findings import load_findings
-    from harness.judge import Judge
+    from harness.corpus.load import load_case
+    from harness.corpus.findings import load_findings
+    from harness.judge.judge import Judge
     try:
         impl = _build(spec)
         info = _describe(impl, device)
@@ -131,7 +131,7 @@ def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, 
 
 
 #: Modules the fork server imports once, so that each worker starts in well under a second.
-FORKSERVER_PRELOAD = ["harness.isolation", "harness.judge", "harness.cases", "impls.reference"]
+FORKSERVER_PRELOAD = ["harness.run.isolation", "harness.judge", "harness.corpus.load", "impls.reference"]
 
 
 def _thread_count() -> int:
@@ -351,7 +351,7 @@ class Worker:
         -------
         harness.judge.Result
         """
-        from .judge import Result
+        from harness.judge.judge import Result
         t0 = time.perf_counter()
         if not self._alive():
             try:
@@ -391,8 +391,8 @@ class InProcess:
     why_not_isolated: Optional[str] = None
 
     def __init__(self, spec, device: str, root: Path, n_stat: int, **_):
-        from .findings import load_findings
-        from .judge import Judge
+        from harness.corpus.findings import load_findings
+        from harness.judge.judge import Judge
         self.spec, self.device, self.root = spec, device, Path(root)
         self.impl = _build(spec)
         self.judge = Judge(load_findings(self.root / "findings.toml"), n_stat, device)
@@ -406,7 +406,7 @@ class InProcess:
 
     def evaluate(self, path: Path, case_id: str, check: str):
         """Judge one case in this process (exceptions become ``error``, as in the judge)."""
-        from .cases import load_case
+        from harness.corpus.load import load_case
         return self.judge.evaluate(load_case(Path(path), self.root), self.impl, self.info["version"])
 
     def close(self) -> None:

@@ -11,7 +11,6 @@ inside the vocabulary of expectations). Every problem raises
 from __future__ import annotations
 
 import fnmatch
-import os
 import tomllib
 import zlib
 from dataclasses import dataclass, field
@@ -24,26 +23,11 @@ import torch
 
 from impls.base import FEATURES, Row
 
+from .paths import CASES_DIR, project_dir
+
 __all__ = ["CaseError", "Case", "Batch", "load_case", "discover", "select", "CASES_DIR", "make_logits"]
 
 SCHEMA_VERSION = 1
-def project_dir(name: str) -> Path:
-    """Where the project folder ``name`` (``cases``, ``golden``) is.
-
-    ``$SAMPCHECK_<NAME>`` if set; else ``./<name>`` when the working
-    directory holds it (the project root, as tox runs commands); else the
-    folder beside the source tree (a checkout used without installing).
-    """
-    env = os.environ.get(f"SAMPCHECK_{name.upper()}")
-    if env:
-        return Path(env).resolve()
-    here = Path.cwd() / name
-    if here.is_dir():
-        return here.resolve()
-    return Path(__file__).resolve().parent.parent / name
-
-
-CASES_DIR = project_dir("cases")
 CATEGORIES = ("greedy", "seeds", "penalties", "finish", "beam", "filters", "bans", "logprobs",
               "speculative", "invariants", "bad_input")
 ERROR_KINDS = (
@@ -51,7 +35,7 @@ ERROR_KINDS = (
     "invalid_top_p_decay", "invalid_top_p_min", "invalid_seed", "invalid_length", "invalid_end_id",
     "invalid_bad_words", "invalid_stop_words", "invalid_logit_bias", "invalid_token_id", "nan_logits",
     "posinf_logits", "no_valid_token", "duplicate_slot", "bad_logits",
-    # scenarios (harness/scenarios.py): beam width, draft-to-target table, draft tokens
+    # scenarios (harness/judge/scenarios.py): beam width, draft-to-target table, draft tokens
     "invalid_beam_width", "invalid_d2t", "invalid_draft",
 )
 
@@ -138,7 +122,7 @@ CASE_SCHEMA = {
         "features": {"type": "array", "items": {"enum": list(FEATURES)}, "uniqueItems": True},
         "source": {"anyOf": [_SOURCE, {"type": "array", "minItems": 1, "items": _SOURCE}]},
         "check": {"enum": ["exact", "statistical", "invariant", "scenario"]},
-        # validated in detail by harness/scenarios.py (SCENARIO_SCHEMA)
+        # validated in detail by harness/judge/scenarios.py (SCENARIO_SCHEMA)
         "scenario": {"type": "object"},
         "atol": {"type": "number", "minimum": 0}, "rtol": {"type": "number", "minimum": 0},
         "draws": {"type": "integer", "minimum": 1000, "maximum": 10_000_000},
@@ -266,7 +250,7 @@ class Case:
     path : Path
     raw : dict
         The parsed TOML, for the report.
-    scenario : harness.scenarios.ScenarioCase or None
+    scenario : harness.judge.scenarios.ScenarioCase or None
         The decode of a ``check = "scenario"`` case (``batches`` is then
         empty).
     """
@@ -446,8 +430,8 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
 
 
 def _load_scenario_case(data: dict, shown: str, path: Path) -> Case:
-    """The ``check = "scenario"`` branch of :func:`load_case` (harness/scenarios.py does the work)."""
-    from .scenarios import load_scenario
+    """The ``check = "scenario"`` branch of :func:`load_case` (harness/judge/scenarios.py does the work)."""
+    from harness.judge.scenarios import load_scenario
     if data["check"] != "scenario":
         raise CaseError(shown, "scenario", f"only allowed when check = 'scenario' (check is {data['check']!r})")
     if "scenario" not in data:

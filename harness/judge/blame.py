@@ -11,7 +11,7 @@ answer for the report and the run records.
 
 Used by :meth:`harness.judge.Judge.explain` and
 :meth:`~harness.judge.Judge.explain_relations` (single-step cases) and by
-:mod:`harness.scenarios` (scenario cases).
+:mod:`harness.judge.scenarios` (scenario cases).
 """
 
 from __future__ import annotations

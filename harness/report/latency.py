@@ -291,7 +291,7 @@ def render_html(doc: dict, source: str) -> str:
     import jinja2
     s = summarise(doc)
     charts = {V: latency_chart_svg(doc, V, s) for V in s["vocabs"]}
-    env = jinja2.Environment(loader=jinja2.PackageLoader("harness", "templates"), autoescape=True,
+    env = jinja2.Environment(loader=jinja2.PackageLoader("harness.report", "templates"), autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)
     versions = doc.get("versions", {})
     return env.get_template("latency.html.j2").render(

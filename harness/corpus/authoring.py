@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .cases import CASES_DIR, CATEGORIES
+from .load import CASES_DIR, CATEGORIES
 
 __all__ = ["CATEGORIES", "template", "new_case"]
 
@@ -127,7 +127,7 @@ def new_case(category: str, name: str, check: str = "exact", root: Path = None, 
     category, name, check : str
         As for :func:`template`.
     root : Path, optional
-        The corpus folder (default :data:`harness.cases.CASES_DIR`).
+        The corpus folder (default :data:`harness.corpus.load.CASES_DIR`).
     force : bool
         Overwrite an existing file.
 

@@ -1,0 +1,68 @@
+"""The outputs and per-row workspaces of one fused call, and how a row is split into parts."""
+
+from __future__ import annotations
+
+import torch
+
+from .kernel import LAYOUT
+
+__all__ = ["splits", "allocate"]
+
+
+def splits(B: int, V: int, cfg: dict):
+    """``(S, CH)``: programs per row and logits per program (a multiple of the block)."""
+    nblk = max(1, -(-V // cfg["block"]))
+    S = max(1, min(nblk, cfg["max_splits"], -(-cfg["programs"] // max(B, 1))))
+    ch_blocks = -(-nblk // S)
+    CH = ch_blocks * cfg["block"]
+    S = max(1, -(-V // CH))
+    return S, CH
+
+
+def allocate(B: int, V: int, device, cfg: dict, want_probs: bool = False, empty=torch.empty) -> dict:
+    """Outputs and per-row workspaces of one call (what :func:`fused_sample` hands the launches).
+
+    The three workspaces are views of one int64 allocation, each starting at a 16-byte multiple
+    (one allocation instead of three: each costs several µs of host time on a GPU,
+    ``benchmarks/README.md``); the kernels only take their addresses.
+
+    Parameters
+    ----------
+    B, V : int
+        Batch and vocabulary (``B >= 1``).
+    device : torch.device
+    cfg : dict
+        Tuning constants (:data:`impls.fused.ops.DEFAULTS` or :data:`~impls.fused.ops.INTERPRETER`, possibly changed).
+    want_probs : bool
+        Allocate the ``(B, V)`` float32 distribution; else ``probs`` is the float32 workspace,
+        a placeholder the kernels never write through.
+    empty : callable
+        ``torch.empty`` (``torch.zeros`` where the content must be defined).
+
+    Returns
+    -------
+    dict
+        ``tokens`` ``(B,)`` int64, ``status`` and ``path`` ``(B,)`` int32,
+        ``probs``, the workspaces ``wsi`` int32, ``wsf`` float32 and ``ws64``
+        int64 (flat, ``B * n`` entries each, with ``n`` independent of ``V`` but for
+        the number of parts ``S``), and ``S``, ``CH`` (:func:`splits`).
+    """
+    S, CH = splits(B, V, cfg)
+    L = LAYOUT
+    n_i = B * (S * (L["PI"] + cfg["nb"] + cfg["nbs"]) + L["RI"] + L["CNT"])
+    n_f = B * (S * L["PF"] + L["RF"])
+    n_64 = B * (S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"])
+    # in int64 units, each region rounded up to 16 bytes
+    q_64, q_i, q_f = -(-n_64 // 2) * 2, -(-n_i // 4) * 2, -(-n_f // 4) * 2
+    ws = empty((q_64 + q_i + q_f,), dtype=torch.int64, device=device)
+    wsf = ws[q_64 + q_i:].view(torch.float32)[:n_f]
+    return {
+        "tokens": empty((B,), dtype=torch.int64, device=device),
+        "status": empty((B,), dtype=torch.int32, device=device),
+        "path": empty((B,), dtype=torch.int32, device=device),
+        "probs": empty((B, V), dtype=torch.float32, device=device) if want_probs else wsf,
+        "wsi": ws[q_64:q_64 + q_i].view(torch.int32)[:n_i],
+        "wsf": wsf,
+        "ws64": ws[:n_64],
+        "S": S, "CH": CH,
+    }

@@ -1,0 +1,314 @@
+"""The data of a multi-step scenario: request and scenario specs, step records, results, slot state.
+
+Kept apart from the decoder (:mod:`.scenario`) so that its parts (:mod:`.beam`,
+:mod:`.speculative`) and the harness can use these types without importing it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from ..base import Row, RowError
+from .scripted import ScriptedModel
+
+__all__ = ["PAD", "RequestSpec", "ScenarioSpec", "StepRecord", "RequestResult", "ScenarioResult", "SlotState",
+           "ScenarioUnsupported", "replicate", "fail_request"]
+
+
+#: Token written for a beam that is frozen (finished) this step (TensorRT-LLM's
+#: ``BEAM_SEARCH_PAD_TOKEN``, beam_search.py@095443e5).
+PAD = -1
+
+
+class ScenarioUnsupported(Exception):
+    """An implementation cannot express a scenario (the harness reports ``n/a``)."""
+
+
+@dataclass
+class RequestSpec:
+    """One request of a scenario.
+
+    Attributes
+    ----------
+    id : str
+        Unique within the scenario; also the request id that owns its slot.
+    slot : int
+        Sequence slot (seed offsets and penalty state are per slot).
+    fields : dict
+        :class:`~impls.base.Row` fields (``prompt``, ``temperature``,
+        ``seed`` as an int, ``end_id``, ``max_new_tokens``, ...), never
+        ``logits``, ``generated`` or ``slot``.
+    arrive : int
+        First step (0-based) at which it is scheduled.
+    pause : frozenset of int
+        Steps at which it is not scheduled (its state is kept).
+    beam_width : int
+        Beams under ``use_beam_search`` (SEMANTICS §3).
+    length_penalty, diversity_rate : float or None
+        Beam search knobs; ``None``: the profile's default.
+    early_stopping : bool, "never" or None
+    draft_len : int
+        Draft tokens per step ``K`` (SEMANTICS §4); 0: no speculation.
+    drafts : list of list of int or None
+        Literal draft tokens per step (else the draft model proposes them).
+    d2t : list of int or None
+        Draft-to-target offsets, ``(V_draft,)``: ``token += d2t[token]``.
+    model : ScriptedModel or None
+        Overrides the scenario's target model for this request.
+    """
+
+    id: str
+    slot: int
+    fields: dict = field(default_factory=dict)
+    arrive: int = 0
+    pause: frozenset = frozenset()
+    beam_width: int = 1
+    length_penalty: Optional[float] = None
+    early_stopping: Any = None
+    diversity_rate: Optional[float] = None
+    draft_len: int = 0
+    drafts: Optional[list] = None
+    d2t: Optional[list] = None
+    model: Optional[ScriptedModel] = None
+
+    @property
+    def use_beam_search(self) -> bool:
+        """Whether the request asks for beam search (``fields["use_beam_search"]``)."""
+        return bool(self.fields.get("use_beam_search", False))
+
+    def row(self, logits: torch.Tensor, generated: list, slot: Optional[int] = None) -> Row:
+        """The :class:`~impls.base.Row` of this request at one step.
+
+        Parameters
+        ----------
+        logits : torch.Tensor
+            ``(V,)`` float32.
+        generated : list of int
+            The finalised history before this step.
+        slot : int, optional
+            Defaults to :attr:`slot`.
+        """
+        return Row(logits=logits, generated=list(generated), slot=self.slot if slot is None else slot,
+                   request_id=self.id, **self.fields)
+
+
+@dataclass
+class ScenarioSpec:
+    """A whole decode: the scripted models, the requests and the engine limits.
+
+    Attributes
+    ----------
+    model : ScriptedModel
+        Target model shared by the requests (a request may override it).
+    requests : list of RequestSpec
+    draft_model : ScriptedModel or None
+        Proposes draft tokens for requests with ``draft_len > 0`` and no
+        literal ``drafts``; also gives the draft probabilities ``q``.
+    max_beam_width : int
+        Engine limit: a request asking for more beams is rejected.
+    max_steps : int
+        Steps decoded at most (the run stops earlier when every request is
+        done).
+    max_seq_len : int or None
+        Engine sequence limit (prompt + generated); bounds the ``"never"``
+        early-stopping estimate of TensorRT-LLM.
+    schedule : list of list of str or None
+        Explicit request ids per step; replaces ``arrive``/``pause``.
+    """
+
+    model: ScriptedModel
+    requests: list
+    draft_model: Optional[ScriptedModel] = None
+    max_beam_width: int = 4
+    max_steps: int = 32
+    max_seq_len: Optional[int] = None
+    schedule: Optional[list] = None
+
+    def request(self, rid: str) -> RequestSpec:
+        """The request called ``rid`` (KeyError if absent)."""
+        for r in self.requests:
+            if r.id == rid:
+                return r
+        raise KeyError(rid)
+
+
+@dataclass
+class StepRecord:
+    """What one request did at one scheduled step.
+
+    Attributes
+    ----------
+    step : int
+        0-based scenario step.
+    tokens : list of int
+        Tokens emitted this step (plain: one; speculative: accepted drafts
+        then the correction or bonus token; beam: one per beam slot in slot
+        order, :data:`PAD` for a frozen beam).
+    offsets : list of int
+        Philox offsets this request's target rows drew with (empty when it
+        drew nothing).
+    seed : int or None
+        The Philox seed of those draws (signed 64-bit view).
+    top_p : float or None
+        Runtime top-p of an active top-p decay used at this step.
+    support : list of int or None
+        Kept set of a plain sampling row.
+    predecessors, cum_logprobs : list or None
+        Beam search: predecessor beam and cumulative logprob per new beam.
+    drafts : list of int or None
+        Speculative: the draft tokens verified this step (target vocabulary).
+    accepted, rewind : int or None
+        Speculative: accepted draft count and ``K - accepted``.
+    finish_reason : str or None
+    """
+
+    step: int
+    tokens: list = field(default_factory=list)
+    offsets: list = field(default_factory=list)
+    seed: Optional[int] = None
+    top_p: Optional[float] = None
+    support: Optional[list] = None
+    predecessors: Optional[list] = None
+    cum_logprobs: Optional[list] = None
+    drafts: Optional[list] = None
+    accepted: Optional[int] = None
+    rewind: Optional[int] = None
+    finish_reason: Optional[str] = None
+
+
+@dataclass
+class RequestResult:
+    """The outcome of one request.
+
+    Attributes
+    ----------
+    id : str
+    error, message : str
+        Error kind (admission or a failing step) and its detail.
+    error_step : int or None
+    tokens : list of int
+        Generated tokens (beam search: the first output beam).
+    finish_reason : str or None
+        ``"end_id"``, ``"length"``, ``"stop_words"``, or ``"none"`` when
+        the run ended first; ``None`` for a rejected request.
+    finish_step : int or None
+    steps : list of StepRecord
+    beams : list of list of int or None
+        Beam search: the output beams, best first.
+    cum_logprobs, scores : list of float or None
+        Their unnormalised cumulative logprobs and length-normalised scores.
+    beam_finish_reasons : list of str or None
+    """
+
+    id: str
+    error: Optional[str] = None
+    message: str = ""
+    error_step: Optional[int] = None
+    tokens: list = field(default_factory=list)
+    finish_reason: Optional[str] = None
+    finish_step: Optional[int] = None
+    steps: list = field(default_factory=list)
+    beams: Optional[list] = None
+    cum_logprobs: Optional[list] = None
+    scores: Optional[list] = None
+    beam_finish_reasons: Optional[list] = None
+
+
+@dataclass
+class ScenarioResult:
+    """All requests' results (``requests`` keyed by id) and the steps run.
+
+    ``keys`` names the observations an implementation reports (see
+    :data:`harness.judge.scenarios.EXPECT_KEYS`); ``None`` (the reference) means
+    all of them. The judge compares only those.
+    """
+
+    requests: dict
+    steps_run: int = 0
+    keys: Optional[frozenset] = None
+
+
+@dataclass(eq=False)
+class SlotState:
+    """Per-slot state of the request holding it (SEMANTICS §2).
+
+    Attributes
+    ----------
+    request : RequestSpec
+    status : {"waiting", "running", "finished", "failed"}
+    generated : list of int
+        Finalised tokens (accepted drafts only; never rejected ones).
+    counts : collections.Counter
+        Occurrences of the finalised tokens (the penalty workspace row).
+    top_p : float or None
+        Runtime top-p of an active decay (starts at the request's top_p).
+    mode : str or None
+        Resolved mode at admission.
+    beam : object or None
+        The :class:`~.beam.BeamSearch` of a beam request.
+    result : RequestResult
+    """
+
+    request: RequestSpec
+    status: str = "waiting"
+    generated: list = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+    top_p: Optional[float] = None
+    mode: Optional[str] = None
+    beam: Any = None
+    result: Optional[RequestResult] = None
+
+    def fold(self, tokens: list) -> None:
+        """Append finalised ``tokens`` and fold them into the counts and the decay runtime value.
+
+        The decay recurrence is seed 000 § Top-P Decay / TensorRT-LLM
+        top_p_decay.py@5c470e44 ``TopPDecayStore``: ``p = p0`` if the token
+        is a reset id, else ``max(p * decay, top_p_min)``, in float32.
+        """
+        for t in tokens:
+            self.generated.append(int(t))
+            self.counts[int(t)] += 1
+            if self.top_p is not None:
+                f = self.request.fields
+                f32 = lambda v: float(torch.tensor(v, dtype=torch.float32))
+                p0 = f.get("top_p") if f.get("top_p") is not None else 1.0
+                if t in set(f.get("top_p_reset_ids") or ()):
+                    self.top_p = p0
+                else:
+                    floor = f32(f.get("top_p_min") if f.get("top_p_min") is not None else 1e-6)
+                    self.top_p = max(f32(f32(self.top_p) * f32(f["top_p_decay"])), floor)
+
+
+def fail_request(st: SlotState, err: RowError, step: int) -> None:
+    """Mark the request in ``st`` failed at ``step`` with ``err``'s kind and message."""
+    st.status = "failed"
+    st.result.error, st.result.message, st.result.error_step = err.kind, err.message, step
+
+
+
+def replicate(spec: ScenarioSpec, rid: str, seeds: list) -> ScenarioSpec:
+    """A one-step scenario with ``len(seeds)`` copies of request ``rid``.
+
+    Copy ``i`` is request ``f"{rid}#{i}"`` in slot ``i`` with seed
+    ``seeds[i]``, all arriving at step 0: the draws of a statistical scenario
+    check (cases/README.md). Every other request is dropped.
+
+    Raises
+    ------
+    KeyError
+        When ``rid`` is not a request of ``spec``.
+    """
+    base = spec.request(rid)
+    reqs = []
+    for i, s in enumerate(seeds):
+        f = dict(base.fields, seed=int(s))
+        reqs.append(RequestSpec(id=f"{rid}#{i}", slot=i, fields=f, beam_width=base.beam_width,
+                                length_penalty=base.length_penalty, early_stopping=base.early_stopping,
+                                diversity_rate=base.diversity_rate, draft_len=base.draft_len, drafts=base.drafts,
+                                d2t=base.d2t, model=base.model))
+    return ScenarioSpec(model=spec.model, requests=reqs, draft_model=spec.draft_model,
+                        max_beam_width=spec.max_beam_width, max_steps=1, max_seq_len=spec.max_seq_len)
