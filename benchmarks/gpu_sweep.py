@@ -26,6 +26,7 @@ import torch
 from impls.fused.ops import fused_sample
 from impls.profiles import TRTLLM
 from impls.reference.filters import kept_set
+from impls.reference.modes import SAMPLING, Resolved
 from impls.reference.philox import philox4x32, _words_to_uniform
 
 MIXES = ("k50_p09", "p09", "minp005", "k", "all", "untruncated", "p09999999")
@@ -92,7 +93,7 @@ def main(argv=None) -> int:
                                             full(P, torch.float32), full(M, torch.float32), seeds, offs)
         assert int((status != 0).sum()) == 0, "unexpected rejected rows"
         x = row.float()
-        keep = kept_set(x, T, K, P, M, TRTLLM)
+        keep = kept_set(x, Resolved(SAMPLING, temperature=T, top_k=K, top_p=P, min_p=M), TRTLLM)
         idx = keep.nonzero().flatten()
         top = x[idx].max()
         want = torch.empty(N, dtype=torch.int64, device=dev)

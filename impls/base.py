@@ -19,20 +19,15 @@ from typing import Any, Optional, Protocol, Sequence
 
 import torch
 
+from . import params as _params
 from .profiles import Profile
 
-__all__ = ["Row", "RowResult", "Session", "Implementation", "RowError", "FEATURES", "claim_slot", "active"]
+__all__ = ["Row", "RowResult", "Session", "Implementation", "RowError", "FEATURES", "STAGES", "PROVENANCE", "ROLES",
+           "DEVICES", "CliOption", "LatencyBatch", "LatencyUnsupported", "claim_slot", "active", "stage_provenance"]
 
-#: The fixed feature list (mirrors ``cases/features.txt``). A case declares the
-#: features it needs; an implementation lacking one reports ``n/a``.
-FEATURES = (
-    "temperature", "top_k", "top_p", "min_p", "top_p_decay", "beam_search",
-    "repetition_penalty", "presence_penalty", "frequency_penalty",
-    "prompt_ignore_length", "logit_bias", "min_length", "bad_words",
-    "no_repeat_ngram", "end_id", "ignore_eos", "stop_words", "max_new_tokens",
-    "max_seq_len", "seed", "logprobs", "processed_logits", "canonical_rng",
-    "low_precision_logits", "finish_reason",
-)
+#: The fixed feature list (:data:`impls.params.FEATURES`; ``cases/features.txt`` is generated from
+#: it). A case declares the features it needs; an implementation lacking one reports ``n/a``.
+FEATURES = tuple(_params.FEATURES)
 
 
 class RowError(Exception):
@@ -48,90 +43,32 @@ class RowError(Exception):
         self.message = message
 
 
-@dataclass
-class Row:
-    """One request's row in one sampling step.
+def _row_doc() -> str:
+    lines = ["One request's row in one sampling step; its fields are the parameter registry's",
+             "(:data:`impls.params.PARAMS`, read by name: ``row.<name>``).", "", "Attributes", "----------"]
+    for prm in _params.PARAMS:
+        if not prm.row_field:
+            continue
+        lines.append(f"{prm.name} : {prm.type.replace('`', '')}")
+        text = prm.doc + (f". Unset: {prm.unset}" if prm.unset else "") + "."
+        lines.append(f"    {text}")
+    return "\n".join(lines) + "\n"
 
-    Attributes
-    ----------
-    logits : torch.Tensor
-        ``(vocab,)``, float32, bfloat16 or float16; upcast to float32 (or
-        float64 in oracle mode) before any rule (SEMANTICS §1).
-    temperature, top_p, min_p : float or None
-        ``None`` means unset (§1.1 rule 3 depends on it).
-    top_k : int or None
-    top_p_decay, top_p_min : float or None
-        Top-p decay (§2); in one step only its effect on mode resolution and
-        validation is visible.
-    top_p_reset_ids : list of int or None
-    use_beam_search : bool
-    do_sample : bool or None
-        Hugging Face's switch; read only by profiles with
-        ``mode_source == "do_sample"``.
-    repetition_penalty, presence_penalty, frequency_penalty : float or None
-    prompt_ignore_length : int or None
-    logit_bias : list of (int, float)
-        Sparse additive bias (TensorRT-LLM's embedding bias); may be ``-inf``.
-    min_length : int or None
-        Ban the end id while fewer tokens were generated.
-    end_id : int or None
-        ``None`` or ``-1``: no end id.
-    ignore_eos : bool
-    bad_words, stop_words : list of list of int
-    no_repeat_ngram_size : int or None
-    max_new_tokens, max_seq_len : int or None
-    prompt, generated : list of int
-        Token history before this step.
-    seed : int or None
-        Python int in ``[-2**63, 2**64)``; ``None`` is unseeded (§1.6).
-    slot : int
-        Sequence slot (seed offsets are per slot).
-    request_id : hashable or None
-        Owner of the slot; a new owner resets the slot's seed offset (§2).
-        ``None``: the slot's occupant is the same request at every step.
-    logprobs : int or None
-        Number of top logprobs to return (0: only the sampled token's);
-        ``None``: none requested.
-    """
 
-    logits: torch.Tensor
-    temperature: Optional[float] = None
-    top_k: Optional[int] = None
-    top_p: Optional[float] = None
-    min_p: Optional[float] = None
-    top_p_decay: Optional[float] = None
-    top_p_min: Optional[float] = None
-    top_p_reset_ids: Optional[list] = None
-    use_beam_search: bool = False
-    do_sample: Optional[bool] = None
-    repetition_penalty: Optional[float] = None
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    prompt_ignore_length: Optional[int] = None
-    logit_bias: list = field(default_factory=list)
-    min_length: Optional[int] = None
-    end_id: Optional[int] = None
-    ignore_eos: bool = False
-    bad_words: list = field(default_factory=list)
-    stop_words: list = field(default_factory=list)
-    no_repeat_ngram_size: Optional[int] = None
-    max_new_tokens: Optional[int] = None
-    max_seq_len: Optional[int] = None
-    prompt: list = field(default_factory=list)
-    generated: list = field(default_factory=list)
-    seed: Optional[int] = None
-    slot: int = 0
-    request_id: Optional[Any] = None
-    logprobs: Optional[int] = None
+def _vocab(self) -> int:
+    """Vocabulary size ``V`` (the length of ``logits``)."""
+    return int(self.logits.shape[-1])
 
-    @property
-    def vocab(self) -> int:
-        """Vocabulary size ``V`` (the length of ``logits``)."""
-        return int(self.logits.shape[-1])
 
-    def replace(self, **changes: Any) -> "Row":
-        """Return a copy with ``changes`` applied (``dataclasses.replace``)."""
-        return dataclasses.replace(self, **changes)
+def _replace(self, **changes: Any) -> "Row":
+    """Return a copy with ``changes`` applied (``dataclasses.replace``)."""
+    return dataclasses.replace(self, **changes)
+
+
+#: One request's row in one sampling step, built from the parameter registry (:mod:`impls.params`).
+Row = dataclasses.make_dataclass("Row", _params.row_fields(),
+                                 namespace={"vocab": property(_vocab), "replace": _replace, "__doc__": _row_doc()})
+Row.__module__ = __name__  # pickles (worker processes) and shows as impls.base.Row
 
 
 @dataclass
@@ -201,16 +138,124 @@ class Session(Protocol):
         ...
 
 
+#: The pipeline stages an implementation may perform, in pipeline order, with the SEMANTICS
+#: sections that define them. An implementation declares, per stage, whose code performs it
+#: (:data:`PROVENANCE`, attribute ``stages``); a stage it does not list it does not perform.
+STAGES = {
+    "validation": "validation and mode resolution (SEMANTICS §1.1, §5)",
+    "logit_bias": "the logit bias (§1.2)",
+    "penalties": "repetition, presence and frequency penalties (§1.3)",
+    "bans": "bans: min_length end id, bad words, no-repeat n-grams (§1.4)",
+    "filters": "temperature, min-p, top-k, top-p: the kept set and the distribution (§1.5)",
+    "draw": "the token: argmax, or the draw from the distribution (§1.5, §1.6)",
+    "seeds": "per-slot seed and offset bookkeeping (§1.6, §2)",
+    "logprobs": "RAW and PROCESSED logprobs, rank, top logprobs (§1.7)",
+    "finish": "finish reasons (§1.8)",
+    "decode": "multi-step decoding: admission, scheduling, histories across steps (§2)",
+    "beam": "beam search: candidates, re-parenting, finished hypotheses (§3)",
+    "speculative": "speculative verification: acceptance and the correction token (§4)",
+}
+#: Whose code performs a stage: ``own`` (the implementation's, e.g. the engine's), ``adapter``
+#: (this project's glue standing in for something the engine lacks or needs), ``reference``
+#: (borrowed from :mod:`impls.reference`).
+PROVENANCE = ("own", "adapter", "reference")
+#: What an implementation is registered for: ``conformance`` (the corpus runs on it) and/or
+#: ``latency`` (the latency suite times it; a latency-only peer such as ``torch.argmax``).
+ROLES = ("conformance", "latency")
+#: Device kinds an implementation may declare.
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """A command-line option an implementation needs, added to ``sampcheck run``, ``list``, ``record``.
+
+    The option sets an environment variable, which worker processes inherit and the
+    implementation reads (e.g. TensorRT-LLM's ``--trtllm-src PATH`` sets
+    ``SAMPCHECK_TRTLLM_SRC``).
+
+    Attributes
+    ----------
+    flag : str
+        ``--name``.
+    env : str
+        The environment variable it sets (also its default).
+    metavar, help : str
+    path : bool
+        The value is a path: made absolute before it is exported.
+    """
+
+    flag: str
+    env: str
+    metavar: str = "VALUE"
+    help: str = ""
+    path: bool = False
+
+
+class LatencyUnsupported(Exception):
+    """A latency peer cannot run one point of the latency suite; the message says why (the point is skipped)."""
+
+
+@dataclass(frozen=True)
+class LatencyBatch:
+    """One point of the latency suite, as a peer builds its call from it (``benchmarks/latency.py``).
+
+    Attributes
+    ----------
+    mix : str
+        The parameter mix's name (``greedy``, ``k50_p09``, ``p09``, ``minp005``, ``mixed``).
+    params : tuple of (float, int, float, float)
+        Per row ``(temperature, top_k, top_p, min_p)``; temperature 0 is greedy, ``top_k``
+        0, ``top_p`` 1 and ``min_p`` 0 are off (SEMANTICS §1.1).
+    vocab : int
+    device : torch.device
+        Where the logits live.
+    """
+
+    mix: str
+    params: tuple
+    vocab: int
+    device: Any
+
+    @property
+    def batch(self) -> int:
+        """Rows per call."""
+        return len(self.params)
+
+    def tensors(self) -> tuple:
+        """``(temperature, top_k, top_p, min_p)``: ``(batch,)`` float32, int64, float32, float32 on :attr:`device`."""
+        dtypes = (torch.float32, torch.int64, torch.float32, torch.float32)
+        return tuple(torch.tensor([r[i] for r in self.params], dtype=dt, device=self.device)
+                     for i, dt in enumerate(dtypes))
+
+    def seeds(self) -> tuple:
+        """``(seed, offset)``: ``(batch,)`` int64 on :attr:`device`, seeds ``7 + row``, offsets 0 (every peer the same)."""
+        seed = torch.arange(self.batch, dtype=torch.int64, device=self.device) + 7
+        return seed, torch.zeros(self.batch, dtype=torch.int64, device=self.device)
+
+
 class Implementation(Protocol):
-    """An implementation under test, as the harness sees it.
+    """An implementation under test, as the harness sees it (``docs/adapters.md``).
 
     Attributes
     ----------
     name : str
+        Its name in the registry (:mod:`impls.registry`) and in every result.
     profile : Profile
         The semantic profile whose reference run predicts this implementation.
     features : frozenset of str
-        Features (from :data:`FEATURES`) it can express.
+        Features (from :data:`FEATURES`) it can express: declared one by one, never "all"
+        (a case needing another is ``n/a``).
+    devices : frozenset of str
+        Device kinds (:data:`DEVICES`) it can run on.
+    slow : bool
+        Seconds per call rather than milliseconds (a per-row Python pipeline): the latency
+        suite times it on few calls.
+    stages : dict
+        Stage (:data:`STAGES`) -> provenance (:data:`PROVENANCE`): whose code performs each
+        stage it performs.
+    roles : frozenset of str
+        :data:`ROLES`; default ``{"conformance"}``.
 
     Optional attributes and methods, read with ``getattr`` by the harness:
     ``scenario_features`` (frozenset: what its ``run_scenario`` can express,
@@ -218,13 +263,19 @@ class Implementation(Protocol):
     ``is_prediction`` (bool: the reference under a profile, not an engine
     release), ``describe(device) -> dict`` (facts recorded with the run),
     ``run_scenario(spec, device)`` (multi-step scenarios; without it they are
-    ``n/a``) and ``Session.sample_many(row, seeds)`` (batched draws for
-    statistical checks).
+    ``n/a``), ``Session.sample_many(row, seeds)`` (batched draws for
+    statistical checks), ``cli_options`` (tuple of :class:`CliOption`) and,
+    for the ``latency`` role, ``latency_call(batch: LatencyBatch) -> (fn,
+    graphable)`` (``fn(logits)`` samples one call; raises
+    :class:`LatencyUnsupported` for a point it cannot run).
     """
 
     name: str
     profile: Profile
     features: frozenset
+    devices: frozenset
+    slow: bool
+    stages: dict
 
     def version(self) -> str:
         """Version string of the code under test (engine version for adapters)."""
@@ -241,6 +292,25 @@ class Implementation(Protocol):
     def open_session(self, device: str) -> Session:
         """Return a fresh session (all slot counters at their initial values)."""
         ...
+
+
+def stage_provenance(impl) -> dict:
+    """``{stage: provenance}`` for every stage of :data:`STAGES` that ``impl`` declares, in pipeline order.
+
+    Raises
+    ------
+    ValueError
+        A stage not in :data:`STAGES` or a provenance not in :data:`PROVENANCE` (the
+        message names the implementation and the entry).
+    """
+    declared = dict(getattr(impl, "stages", {}) or {})
+    name = getattr(impl, "name", type(impl).__name__)
+    for stage, prov in declared.items():
+        if stage not in STAGES:
+            raise ValueError(f"{name}: stages: unknown stage {stage!r}; known: {', '.join(STAGES)}")
+        if prov not in PROVENANCE:
+            raise ValueError(f"{name}: stages[{stage!r}] = {prov!r}: must be one of {', '.join(PROVENANCE)}")
+    return {s: declared[s] for s in STAGES if s in declared}
 
 
 def claim_slot(row: Row, used: set, one_d: bool = True) -> None:

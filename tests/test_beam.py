@@ -14,7 +14,7 @@ import impls.reference.beam as beam_mod
 from harness.corpus.load import CASES_DIR, load_case
 from harness.judge.judge import Judge
 from harness.judge.scenarios import golden_record
-from impls import get_impl
+from impls import registry
 from impls.profiles import HF, TRTLLM
 from impls.reference import Reference
 from impls.reference.beam import BeamSearch
@@ -68,7 +68,7 @@ def _same_index_counts(beams, predecessor, index):
 
 
 def test_mutation_reparenting_bug_makes_named_cases_fail(monkeypatch):
-    ref = get_impl("reference")
+    ref = registry.create("reference")
     before = {cid: Judge([], 1).evaluate(_case(cid), ref, "x").status for cid in REPARENT_CASES}
     assert before == {cid: "pass" for cid in REPARENT_CASES}
     monkeypatch.setattr(beam_mod, "inherit_counts", _same_index_counts)

@@ -16,7 +16,7 @@ import types
 import pytest
 import torch
 
-from impls import get_impl
+from impls import registry
 from impls.base import Row
 from impls.flashinfer import FUNCTIONS, FlashInferSession, row_function, scenario_unsupported
 from impls.profiles import FLASHINFER, FLASHINFER_JOINT
@@ -114,15 +114,20 @@ def fake(monkeypatch):
 X = torch.tensor([0.0, 2.0, 1.0, -1.0])
 
 
+def _res(top_k, top_p, min_p):
+    from impls.reference.modes import SAMPLING, Resolved
+    return Resolved(SAMPLING, top_k=top_k, top_p=top_p, min_p=min_p)
+
+
 def test_row_function_picks_one_function_per_filter_mix():
-    assert row_function(0, 1.0, 0.0, 4) == "plain"
-    assert row_function(4, 1.0, 0.0, 4) == "plain"      # top_k >= V is neutral
-    assert row_function(2, 1.0, 0.0, 4) == "top_k"
-    assert row_function(0, 0.9, 0.0, 4) == "top_p"
-    assert row_function(2, 0.9, 0.0, 4) == "top_k_top_p"
-    assert row_function(0, 1.0, 0.1, 4) == "min_p"
+    assert row_function(_res(0, 1.0, 0.0), 4) == "plain"
+    assert row_function(_res(4, 1.0, 0.0), 4) == "plain"      # top_k >= V is neutral
+    assert row_function(_res(2, 1.0, 0.0), 4) == "top_k"
+    assert row_function(_res(0, 0.9, 0.0), 4) == "top_p"
+    assert row_function(_res(2, 0.9, 0.0), 4) == "top_k_top_p"
+    assert row_function(_res(0, 1.0, 0.1), 4) == "min_p"
     with pytest.raises(ValueError, match="min_p with top_k or top_p"):
-        row_function(2, 1.0, 0.1, 4)
+        row_function(_res(2, 1.0, 0.1), 4)
 
 
 def test_whole_batch_calls_seeds_offsets_and_greedy_normalisation(fake):
@@ -178,7 +183,7 @@ def test_invalid_rows_become_per_row_errors_and_neighbours_keep_their_tokens(fak
 
 
 def test_joint_order_and_profile(fake):
-    impl = get_impl("flashinfer-joint")
+    impl = registry.create("flashinfer-joint")
     assert impl.profile is FLASHINFER_JOINT and impl.name == "flashinfer-joint"
     s = FlashInferSession(impl.profile, impl.order, "cpu")
     s.step([Row(X, temperature=1.0, top_k=2, top_p=0.9, seed=1)])
@@ -186,7 +191,7 @@ def test_joint_order_and_profile(fake):
 
 
 def test_unsupported_and_availability():
-    impl = get_impl("flashinfer")
+    impl = registry.create("flashinfer")
     assert "no logits processors" in impl.unsupported(Row(X, repetition_penalty=1.2))
     assert "no logits processors" in impl.unsupported(Row(X, logit_bias=[(1, 2.0)]))
     assert "no logprobs" in impl.unsupported(Row(X, logprobs=0))
@@ -231,7 +236,7 @@ def test_speculative_scenario_verifies_with_chain_speculative_sampling(fake):
                         [RequestSpec("a", 0, {"prompt": [0], "temperature": 1.0, "seed": 7, "max_new_tokens": 4},
                                      draft_len=2, drafts=[[1, 3], [2, 2]])],
                         draft_model=TableModel([_ln(Q)]))
-    r = get_impl("flashinfer").run_scenario(spec, "cpu").requests["a"]
+    r = registry.create("flashinfer").run_scenario(spec, "cpu").requests["a"]
     assert r.error is None
     assert [s.tokens for s in r.steps] == [[1, 0], [2, 2]]
     assert [s.accepted for s in r.steps] == [1, 2] and [s.rewind for s in r.steps] == [1, 0]
@@ -260,7 +265,7 @@ def test_bonus_token_and_a_step_without_drafts(fake):
                         [RequestSpec("a", 0, {"prompt": [0], "temperature": 1.0, "max_new_tokens": 9},
                                      draft_len=2, drafts=[[1, 2], []])],
                         draft_model=TableModel([_ln(Q)]), max_steps=2)
-    r = get_impl("flashinfer").run_scenario(spec, "cpu").requests["a"]
+    r = registry.create("flashinfer").run_scenario(spec, "cpu").requests["a"]
     assert [s.tokens for s in r.steps] == [[1, 2, 2], [1]]
     assert [s.accepted for s in r.steps] == [2, 0] and [s.rewind for s in r.steps] == [0, 2]
     chain = _chain_calls(fake)
@@ -277,7 +282,7 @@ def test_greedy_request_is_verified_as_one_hot_distributions(fake):
     draft = TableModel([[0, 0, 3, 0], [3, 0, 0, 0], [0, 3, 0, 0]])   # proposes 2, 0, then 1 (wrong: 3)
     spec = ScenarioSpec(target, [RequestSpec("a", 0, {"prompt": [1], "max_new_tokens": 5}, draft_len=3)],
                         draft_model=draft, max_steps=1)
-    r = get_impl("flashinfer").run_scenario(spec, "cpu").requests["a"]
+    r = registry.create("flashinfer").run_scenario(spec, "cpu").requests["a"]
     c = _chain_calls(fake)[0]
     assert c["draft_token_ids"].tolist() == [[2, 0, 1]]
     assert c["target_probs"][0].tolist() == [[0, 0, 1, 0], [1, 0, 0, 0], [0, 0, 0, 1], [0, 1, 0, 0]]
@@ -291,7 +296,7 @@ def test_greedy_request_is_verified_as_one_hot_distributions(fake):
 def test_scenarios_without_a_flashinfer_verification_are_na(fake):
     from harness.corpus.load import CASES_DIR, load_case
     from impls.reference.scenario import ScenarioUnsupported
-    impl = get_impl("flashinfer")
+    impl = registry.create("flashinfer")
     expect = {
         "beam/diversity-rate-boosts-later-beams": ["request a: FlashInfer has no beam search", "no speculative request"],
         "finish/slot-freed-after-eos": ["no speculative request: chain_speculative_sampling is FlashInfer's only"],
@@ -348,7 +353,7 @@ def test_statistical_scenario_is_judged_on_the_flashinfer_draws(monkeypatch, hon
     mod = _RandomChain(honest)
     _install(monkeypatch, mod)
     case = load_case(CASES_DIR / "speculative/rejection-sampling-emits-target-distribution.toml")
-    res = scenarios.evaluate(Judge([], 1, device="cpu"), case, get_impl("flashinfer"), "x")
+    res = scenarios.evaluate(Judge([], 1, device="cpu"), case, registry.create("flashinfer"), "x")
     assert res.status == status, res.details.get("message")
 
 
@@ -362,7 +367,7 @@ def test_emitted_tokens_are_checked_against_the_target_support(monkeypatch, hone
     mod = _RandomChain(honest)
     _install(monkeypatch, mod)
     case = load_case(CASES_DIR / "speculative/sampling-draft-outside-target-support.toml")
-    res = scenarios.evaluate(Judge([], 1, device="cpu"), case, get_impl("flashinfer"), "x")
+    res = scenarios.evaluate(Judge([], 1, device="cpu"), case, registry.create("flashinfer"), "x")
     assert res.status == status, res.details.get("message")
     bad = res.details["rows"][0]["mismatches"]
     if honest:
@@ -388,7 +393,7 @@ def test_real_flashinfer_speculative_scenarios_on_the_gpu():
     from harness.judge import scenarios
     from harness.corpus.load import CASES_DIR, load_case
     from harness.judge.judge import Judge
-    impl = get_impl("flashinfer")
+    impl = registry.create("flashinfer")
     assert impl.available("cuda") is None
     case = load_case(CASES_DIR / "speculative/rejection-sampling-emits-target-distribution.toml")
     res = scenarios.evaluate(Judge([], 1, device="cuda"), case, impl, impl.version())
@@ -409,7 +414,7 @@ def test_real_flashinfer_on_the_gpu():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     pytest.importorskip("flashinfer")
-    impl = get_impl("flashinfer")
+    impl = registry.create("flashinfer")
     assert impl.available("cuda") is None
     s = impl.open_session("cuda")
     x = torch.tensor([0.0, 5.0, 1.0, -30.0] + [-30.0] * 60)
@@ -422,7 +427,7 @@ def test_real_flashinfer_on_the_gpu():
 
 
 def test_unsupported_reads_each_processor_at_its_own_neutral_value():
-    impl = get_impl("flashinfer")
+    impl = registry.create("flashinfer")
     assert impl.unsupported(Row(X, temperature=1.0, repetition_penalty=1.0, presence_penalty=0.0,
                                 frequency_penalty=0.0, min_length=0)) is None
     assert "presence_penalty" in impl.unsupported(Row(X, temperature=1.0, presence_penalty=1.0))

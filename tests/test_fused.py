@@ -22,6 +22,7 @@ from impls.fused.ops import fused_sample  # noqa: E402
 from impls.profiles import TRTLLM  # noqa: E402
 from impls.reference.draw import gumbel_argmax  # noqa: E402
 from impls.reference.filters import kept_set, processed_probs  # noqa: E402
+from impls.reference.modes import SAMPLING, Resolved  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -38,7 +39,8 @@ def reference_rows(logits, T, K, P, M, S, O):
             d[toks[-1]] = 1
             dists.append(d)
             continue
-        keep = kept_set(x, float(T[i]), int(K[i]), float(P[i]), float(M[i]), TRTLLM)
+        keep = kept_set(x, Resolved(SAMPLING, temperature=float(T[i]), top_k=int(K[i]), top_p=float(P[i]),
+                                     min_p=float(M[i])), TRTLLM)
         toks.append(int(gumbel_argmax(x[None], keep[None], T[i:i + 1].float(), S[i:i + 1], O[i:i + 1])[0]))
         dists.append(processed_probs(x, keep, float(T[i])))
     return toks, dists

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.latency import Point, mix_params, sort_based
+from benchmarks.latency import Point, mix_params
+from impls.peers import sort_based
 from harness.cli import main
 from harness.report.latency import LatencyError, load_bench, render_html, summarise
 
@@ -162,8 +163,13 @@ def test_vllm_cpu_is_a_cpu_implementation_in_the_reports_order():
     from harness.report import latency as report
     assert "vllm-cpu" in IMPLS and DEVICE["vllm-cpu"] == "cpu" and "vllm-cpu" not in SLOW
     assert set(DEVICE) == set(IMPLS)
-    assert report._IMPL_ORDER == IMPLS                 # the harness does not import benchmarks/: kept equal here
-    for path in (ROOT / "harness").glob("*.py"):
+    # one registry: the suite and the report read the latency peers from impls.registry, in one order
+    assert report._impl_order() == IMPLS == ("fused", "flashinfer", "vllm-cpu", "torch-sort", "argmax",
+                                             "reference-cuda", "reference-cpu")
+    assert DEVICE == {"fused": "cuda", "flashinfer": "cuda", "vllm-cpu": "cpu", "torch-sort": "any", "argmax": "any",
+                      "reference-cuda": "cuda", "reference-cpu": "cpu"}
+    assert SLOW == {"reference-cuda", "reference-cpu"}
+    for path in (ROOT / "harness").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
@@ -208,7 +214,8 @@ def test_time_point_leaves_a_plain_call_alone():
 
 def test_vllm_skip_reason_when_vllm_is_not_importable(monkeypatch):
     import sys
-    from benchmarks.latency import build, vllm_unavailable
+    from benchmarks.latency import build
+    from impls.vllm.latency import vllm_unavailable
     monkeypatch.setitem(sys.modules, "vllm", None)   # `import vllm` raises ImportError, installed or not
     fn, graphable, reason = build(Point("vllm-cpu", "k50_p09", 1, 8), torch.device("cpu"))
     assert fn is None and graphable is False
@@ -216,7 +223,7 @@ def test_vllm_skip_reason_when_vllm_is_not_importable(monkeypatch):
 
 
 def _vllm_why_not() -> str:
-    from benchmarks.latency import vllm_unavailable
+    from impls.vllm.latency import vllm_unavailable
     return vllm_unavailable() or ""
 
 

@@ -18,6 +18,7 @@ import torch
 from _hand import NEG_INF, row, softmax64, step, support
 from impls.profiles import HF, TRTLLM
 from impls.reference.filters import kept_set, min_p_mask, top_k_mask, top_p_mask
+from impls.reference.modes import SAMPLING, Resolved
 
 LN2 = math.log(2.0)
 
@@ -235,7 +236,7 @@ def test_banned_tokens_are_never_in_the_kept_set():
     (r,) = step(row([1.0, NEG_INF, 1.0, 0.0], temperature=1.0, bad_words=[[3]], seed=1))
     assert support(r) == {0, 2}
     x = torch.tensor([1.0, NEG_INF, 1.0])
-    assert kept(kept_set(x, 1.0, 0, 1.0, 0.0, TRTLLM)) == {0, 2}
+    assert kept(kept_set(x, Resolved(SAMPLING), TRTLLM)) == {0, 2}
 
 
 def test_hf_order_top_k_top_p_then_min_p():

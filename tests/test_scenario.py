@@ -14,7 +14,7 @@ import torch
 from harness.corpus.load import CASES_DIR, CaseError, discover, load_case
 from harness.judge.judge import Judge
 from harness.run.runner import run
-from impls import get_impl
+from impls import registry
 from impls.profiles import TRTLLM
 from impls.reference import Reference
 from impls.reference.scenario import RequestSpec, ScenarioSpec, SlotState
@@ -168,7 +168,7 @@ def test_explicit_schedule_is_the_batch_order():
 
 class NoScenarios:
     name = "plain"
-    features = get_impl("reference").features
+    features = registry.create("reference").features
     profile = TRTLLM
 
     def version(self):
@@ -207,7 +207,7 @@ def test_statuses_for_scenarios(tmp_path):
 
 def test_known_diff_names_beam_profile_fields():
     case = load_case(CASES_DIR / "beam/diversity-rate-boosts-later-beams.toml")
-    res = Judge([], 1).evaluate(case, get_impl("reference-hf"), "x")
+    res = Judge([], 1).evaluate(case, registry.create("reference-hf"), "x")
     assert res.status == "known-diff"
     assert "beam_diversity" in [f["field"] for f in res.details["fields"]]
 
@@ -222,7 +222,7 @@ def test_corpus_has_enough_scenarios_and_all_pass_fast():
     paths = _scenario_paths()
     assert len(paths) >= 40
     judge = Judge([], 1)
-    ref = get_impl("reference")
+    ref = registry.create("reference")
     t0 = time.perf_counter()
     bad = []
     for p in paths:
@@ -239,8 +239,8 @@ def test_relations_the_profile_itself_breaks_are_known_diff():
     by batch position, so the scenario's same_tokens relation breaks as the profile predicts."""
     from harness.judge import scenarios
     case = load_case(CASES_DIR / "seeds/batch-order-independent.toml")
-    res = scenarios.evaluate(Judge([], 1), case, get_impl("reference-flashinfer"), "2")
+    res = scenarios.evaluate(Judge([], 1), case, registry.create("reference-flashinfer"), "2")
     assert res.status == "known-diff", res.details.get("message")
     assert [f["field"] for f in res.details["fields"]] == ["seed_keyed_by_batch_row"]
-    base = scenarios.evaluate(Judge([], 1), case, get_impl("reference"), "2")
+    base = scenarios.evaluate(Judge([], 1), case, registry.create("reference"), "2")
     assert base.status == "pass"

@@ -69,7 +69,7 @@ class Planted(Reference):
         return t
 
     def kept(self, x: torch.Tensor, res) -> torch.Tensor:
-        return kept_set(x, self.temperature(res.temperature), res.top_k, res.top_p, res.min_p, self.profile)
+        return kept_set(x, dataclasses.replace(res, temperature=self.temperature(res.temperature)), self.profile)
 
     def draw(self, x: torch.Tensor, keep: torch.Tensor, t: float, seeds: list) -> torch.Tensor:
         n, V = len(seeds), x.shape[-1]
@@ -133,7 +133,7 @@ class MinPBeforeTemperature(Planted):
 
     def kept(self, x, res):
         before = dataclasses.replace(self.profile, temperature_first=False)
-        return kept_set(x, res.temperature, res.top_k, res.top_p, res.min_p, before)
+        return kept_set(x, res, before)
 
 
 class InverseCdf(Planted):

@@ -98,7 +98,6 @@ def test_beam_search_file_is_optional(tmp_path):
     assert eng.beam_search is None
     assert eng.optional_missing == {"beam_search.py": f"{loader.SAMPLER_DIR}/beam_search.py is not in the checkout"}
     impl = TrtllmImpl(str(tmp_path / "a"))
-    assert impl.features == frozenset(FEATURES)  # what the checkout lacks is n/a with its reason, below
     assert impl.unsupported(Row(torch.zeros(3), use_beam_search=True)) == (
         f"beam search: {loader.SAMPLER_DIR}/beam_search.py is not in the checkout")
     eng = loader.load(_fake_checkout(tmp_path / "b", "import sampcheck_no_such_module\n"))
@@ -128,16 +127,19 @@ def test_cli_option_sets_the_environment(monkeypatch, tmp_path, capsys):
     from harness.cli import build_parser, main
     monkeypatch.setenv(loader.ENV_VAR, "restored-after-the-test")
     for cmd in (["run", "--impl", "trtllm"], ["record", "--impl", "trtllm"], ["list", "impls"]):
-        assert build_parser().parse_args(cmd + ["--trtllm-src", "x"]).trtllm_src == "x"
+        assert build_parser().parse_args(cmd + ["--trtllm-src", "x"]).impl_opt_trtllm_src == "x"
     main(["list", "cases", "--trtllm-src", str(tmp_path)])
     assert os.environ[loader.ENV_VAR] == str(tmp_path.resolve())
 
 
-def test_registered():
-    from impls import IMPL_NAMES, get_impl
-    assert "trtllm" in IMPL_NAMES
-    impl = get_impl("trtllm")
-    assert impl.profile.name == "trtllm" and impl.features == frozenset(FEATURES)
+def test_registered_with_its_own_option_and_stages():
+    from impls import registry
+    impl = registry.create("trtllm")
+    assert impl.profile.name == "trtllm" and registry.entry("trtllm").origin == "impls.trtllm"
+    # the option is the adapter's declaration, not the harness's: the CLI adds what implementations declare
+    assert [o.flag for o in registry.cli_options()] == ["--trtllm-src"]
+    # the draw, logprobs and finish reasons are borrowed from the reference (PIPELINE); penalties are the engine's
+    assert (impl.stages["draw"], impl.stages["penalties"], impl.stages["logit_bias"]) == ("reference", "own", "adapter")
 
 
 # -- with a checkout ----------------------------------------------------------------
@@ -252,7 +254,8 @@ def test_step_and_statuses_on_a_few_cases(tmp_path):
     cases = ["penalties/repetition-sign-branches-with-zero", "bans/bad-word-multi-token-needs-prefix",
              "filters/top-p-boundary-ties-kept", "beam/length-penalty-at-one",
              "beam/length-penalty-frozen-slots-generated-only"]
-    cases = [c for c in cases if (CASES_DIR / f"{c}.toml").is_file()]
+    missing = [c for c in cases if not (CASES_DIR / f"{c}.toml").is_file()]
+    assert not missing, f"cases this test names are gone from the corpus: {missing}"
     out = run([TrtllmImpl(SRC)], cases, tmp_path, progress=False, isolate=False)
     status = {r["case"]: r["status"] for r in out.doc["results"]}
     beam_loaded = loader.load(SRC).beam_search is not None

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from impls import params
+
 from .load import CASES_DIR, CATEGORIES
 
 __all__ = ["CATEGORIES", "template", "new_case"]
@@ -115,8 +117,11 @@ def template(category: str, name: str, check: str = "exact") -> str:
         raise ValueError(f"name {name!r}: use lowercase letters, digits and '-' (e.g. 'logit-bias-token-zero')")
     if check not in ("exact", "statistical"):
         raise ValueError(f"check {check!r}: 'exact' or 'statistical' (see cases/README.md for the others)")
-    body = _EXACT if check == "exact" else _STATISTICAL
-    return body.format(case_id=f"{category}/{name}", category=category, check=check)
+    body = (_EXACT if check == "exact" else _STATISTICAL).format(case_id=f"{category}/{name}", category=category,
+                                                                check=check)
+    # every field a row takes, from the parameter registry (impls/params.py), before the example row
+    head, sep, rows = body.partition("\n[[rows]]\n")
+    return head + "\n" + params.template_comment() + sep.lstrip("\n") + rows
 
 
 def new_case(category: str, name: str, check: str = "exact", root: Path = None, force: bool = False) -> Path:

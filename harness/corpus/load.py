@@ -21,6 +21,7 @@ import fastjsonschema
 import numpy as np
 import torch
 
+from impls import params
 from impls.base import FEATURES, Row
 
 from .paths import CASES_DIR, project_dir
@@ -30,14 +31,8 @@ __all__ = ["CaseError", "Case", "Batch", "load_case", "discover", "select", "CAS
 SCHEMA_VERSION = 1
 CATEGORIES = ("greedy", "seeds", "penalties", "finish", "beam", "filters", "bans", "logprobs",
               "speculative", "invariants", "bad_input")
-ERROR_KINDS = (
-    "invalid_temperature", "invalid_top_p", "invalid_top_k", "invalid_min_p", "invalid_penalty",
-    "invalid_top_p_decay", "invalid_top_p_min", "invalid_seed", "invalid_length", "invalid_end_id",
-    "invalid_bad_words", "invalid_stop_words", "invalid_logit_bias", "invalid_token_id", "nan_logits",
-    "posinf_logits", "no_valid_token", "duplicate_slot", "bad_logits",
-    # scenarios (harness/judge/scenarios.py): beam width, draft-to-target table, draft tokens
-    "invalid_beam_width", "invalid_d2t", "invalid_draft",
-)
+#: Every per-row error kind (:data:`impls.params.ERRORS`).
+ERROR_KINDS = tuple(params.ERRORS)
 
 
 class CaseError(Exception):
@@ -53,19 +48,7 @@ class CaseError(Exception):
 _NUM = {"type": "number"}
 _INT = {"type": "integer"}
 _INTS = {"type": "array", "items": _INT}
-_WORDS = {"type": "array", "items": _INTS}
 _PAIRS = {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2, "items": _NUM}}
-_GEN = {
-    "type": "object",
-    "required": ["dist", "vocab"],
-    "additionalProperties": False,
-    "properties": {
-        "dist": {"enum": ["normal", "uniform", "constant"]},
-        "vocab": {"type": "integer", "minimum": 1, "maximum": 1 << 20},
-        "seed": _INT, "sigma": _NUM, "mean": _NUM, "low": _NUM, "high": _NUM, "value": _NUM,
-        "set": _PAIRS,
-    },
-}
 _EXPECT = {
     "type": "object",
     "additionalProperties": False,
@@ -77,21 +60,8 @@ _EXPECT = {
         "rewritten_logits": {"type": "array", "items": _NUM}, "probs": {"type": "array", "items": _NUM},
     },
 }
-ROW_PROPS = {
-    "logits": {"anyOf": [{"type": "array", "minItems": 1, "items": _NUM}, _GEN]},
-    "logits_dtype": {"enum": ["float32", "bfloat16", "float16"]},
-    "temperature": _NUM, "top_p": _NUM, "min_p": _NUM, "top_k": _INT,
-    "top_p_decay": _NUM, "top_p_min": _NUM, "top_p_reset_ids": _INTS,
-    "use_beam_search": {"type": "boolean"}, "do_sample": {"type": "boolean"},
-    "repetition_penalty": _NUM, "presence_penalty": _NUM, "frequency_penalty": _NUM,
-    "prompt_ignore_length": _INT, "logit_bias": _PAIRS, "min_length": _INT, "end_id": _INT,
-    "ignore_eos": {"type": "boolean"}, "bad_words": _WORDS, "stop_words": _WORDS,
-    "no_repeat_ngram_size": _INT, "max_new_tokens": _INT, "max_seq_len": _INT,
-    "prompt": _INTS, "generated": _INTS,
-    "seed": {"anyOf": [_INT, {"type": "string", "pattern": "^(0[xX][0-9a-fA-F]+|-?[0-9]+)$"}]},
-    "slot": {"type": "integer", "minimum": 0}, "logprobs": {"type": "integer", "minimum": 0},
-    "expect": _EXPECT,
-}
+#: A single-step row's fields: the parameter registry's (:func:`impls.params.row_schema`) and ``expect``.
+ROW_PROPS = {**params.row_schema(), "expect": _EXPECT}
 _ROW = {"type": "object", "additionalProperties": False, "properties": ROW_PROPS}
 _DEFAULTS = {"type": "object", "additionalProperties": False,
              "properties": {k: v for k, v in ROW_PROPS.items() if k != "expect"}}
@@ -152,26 +122,9 @@ _ANYOF_HINTS = {
               "with no other keys",
 }
 
-# Row field -> feature it needs (cases/README.md).
-FIELD_FEATURES = {
-    "temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
-    "top_p_decay": "top_p_decay", "top_p_min": "top_p_decay", "top_p_reset_ids": "top_p_decay",
-    "use_beam_search": "beam_search", "repetition_penalty": "repetition_penalty",
-    "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-    "prompt_ignore_length": "prompt_ignore_length", "logit_bias": "logit_bias",
-    "min_length": "min_length", "end_id": "end_id", "ignore_eos": "ignore_eos", "bad_words": "bad_words",
-    "stop_words": "stop_words", "no_repeat_ngram_size": "no_repeat_ngram", "max_new_tokens": "max_new_tokens",
-    "max_seq_len": "max_seq_len", "seed": "seed", "logprobs": "logprobs",
-}
 EXPECT_FEATURES = {"rewritten_logits": "processed_logits", "logprob": "logprobs", "processed_logprob": "logprobs",
                    "top_logprobs": "logprobs", "rank": "logprobs", "finish_reason": "finish_reason"}
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def _parse_seed(value) -> int:
-    if isinstance(value, str):
-        return int(value, 16) if value.lower().startswith("0x") else int(value)
-    return int(value)
 
 
 def make_logits(spec) -> torch.Tensor:
@@ -211,16 +164,15 @@ class CaseRow:
     index: int
 
     def to_row(self) -> Row:
-        """Build the implementation-facing :class:`~impls.base.Row`."""
+        """Build the implementation-facing :class:`~impls.base.Row` (values converted as each
+        :class:`impls.params.Param` says; the slot defaults to the row's index)."""
         f = dict(self.fields)
-        logits = make_logits(f.pop("logits"))
-        dtype = f.pop("logits_dtype", "float32")
-        logits = logits.to(_DTYPES[dtype])
-        if "seed" in f:
-            f["seed"] = _parse_seed(f["seed"])
+        logits = make_logits(f.pop("logits")).to(_DTYPES[f.pop("logits_dtype", "float32")])
+        for name, value in f.items():
+            conv = params.param(name).convert
+            if conv is not None:
+                f[name] = conv(value)
         f.setdefault("slot", self.index)
-        if "logit_bias" in f:
-            f["logit_bias"] = [(int(t), float(v)) for t, v in f["logit_bias"]]
         return Row(logits=logits, **f)
 
 
@@ -382,16 +334,16 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
             for key in ("rewritten_logits", "probs"):
                 if key in expect and len(expect[key]) != V:
                     raise CaseError(shown, f"{where}.expect.{key}", f"has {len(expect[key])} values, vocab is {V}")
-            if "seed" in merged:
-                try:
-                    _parse_seed(merged["seed"])
-                except ValueError:
-                    raise CaseError(shown, f"{where}.seed", f"not an integer: {merged['seed']!r}") from None
-            for k in merged:
-                if k in FIELD_FEATURES:
-                    used.add((FIELD_FEATURES[k], f"{where}.{k}"))
-            if merged.get("logits_dtype", "float32") != "float32":
-                used.add(("low_precision_logits", f"{where}.logits_dtype"))
+            for k, v in merged.items():
+                prm = params.param(k)
+                if prm.convert is not None:
+                    try:
+                        prm.convert(v)
+                    except ValueError as e:
+                        raise CaseError(shown, f"{where}.{k}", str(e)) from None
+                feat = params.field_feature(k, v)
+                if feat is not None:
+                    used.add((feat, f"{where}.{k}"))
             for k in expect:
                 if k in EXPECT_FEATURES:
                     used.add((EXPECT_FEATURES[k], f"{where}.expect.{k}"))

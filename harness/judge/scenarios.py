@@ -41,7 +41,8 @@ from impls.reference.scenario import RequestSpec, ScenarioSpec, ScenarioUnsuppor
 from impls.reference.scripted import ModelError, make_model
 
 from .blame import blame, field_entries
-from harness.corpus.load import ERROR_KINDS, FIELD_FEATURES, ROW_PROPS, CaseError, _parse_seed
+from harness.corpus.load import ERROR_KINDS, CaseError
+from impls import params
 from .stats import FAMILY_ALPHA, check_draws
 
 __all__ = ["ScenarioCase", "load_scenario", "observe", "mismatches", "evaluate", "predict", "golden_record",
@@ -64,24 +65,16 @@ _EXPECT_PROPS = {
 }
 EXPECT_KEYS = tuple(_EXPECT_PROPS)
 _FLOAT_KEYS = {"top_p", "cum_logprobs", "scores", "probs"}
-_REQ_ROW_FIELDS = {k: v for k, v in ROW_PROPS.items()
-                   if k not in ("logits", "logits_dtype", "generated", "slot", "logprobs", "expect")}
-_REQ_EXTRA = {
-    "id": {"type": "string", "pattern": r"^[\w.-]+$"}, "slot": {"type": "integer", "minimum": 0},
-    "arrive": {"type": "integer", "minimum": 0}, "pause": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-    "beam_width": _INT, "length_penalty": _NUM, "early_stopping": {"anyOf": [{"type": "boolean"}, {"const": "never"}]},
-    "diversity_rate": _NUM, "draft_len": {"type": "integer", "minimum": 0, "maximum": 64}, "drafts": _INTSS,
-    "d2t": _INTS, "model": _MODEL,
-}
+#: A request's fields: the parameter registry's (:func:`impls.params.request_schema`) and ``expect``.
 _REQUEST = {"type": "object", "required": ["id", "slot"], "additionalProperties": False,
-            "properties": {**_REQ_ROW_FIELDS, **_REQ_EXTRA,
+            "properties": {**params.request_schema(),
                            "expect": {"type": "object", "additionalProperties": False, "properties": _EXPECT_PROPS}}}
 SCENARIO_SCHEMA = {
     "type": "object", "required": ["model", "requests"], "additionalProperties": False,
     "properties": {
         "model": _MODEL, "draft_model": _MODEL,
-        "defaults": {"type": "object", "additionalProperties": False, "properties": {**_REQ_ROW_FIELDS, **{
-            k: v for k, v in _REQ_EXTRA.items() if k not in ("id", "slot", "model")}}},
+        "defaults": {"type": "object", "additionalProperties": False, "properties": {
+            k: v for k, v in params.request_schema().items() if k not in ("id", "slot", "model")}},
         "requests": {"type": "array", "minItems": 1, "items": _REQUEST},
         "max_beam_width": {"type": "integer", "minimum": 1, "maximum": 64},
         "max_steps": {"type": "integer", "minimum": 1, "maximum": 1000},
@@ -98,8 +91,6 @@ SCENARIO_SCHEMA = {
     },
 }
 _validate = fastjsonschema.compile(SCENARIO_SCHEMA)
-#: Request fields that need a feature besides those of FIELD_FEATURES.
-_BEAM_FIELDS = ("beam_width", "length_penalty", "early_stopping", "diversity_rate")
 
 
 @dataclass
@@ -176,14 +167,16 @@ def load_scenario(data: dict, shown: str) -> tuple:
         seen[rid] = i
         rmodel = _model(r["model"], shown, f"{where}.model") if "model" in r else None
         V = (rmodel or model).vocab
-        fields = {k: r[k] for k in _REQ_ROW_FIELDS if k in r}
-        if "seed" in fields:
+        fields = {}
+        for k, v in r.items():
+            prm = params.param(k) if k != "expect" else None
+            if prm is None or not prm.row_field:
+                continue
             try:
-                fields["seed"] = _parse_seed(fields["seed"])
-            except ValueError:
-                raise CaseError(shown, f"{where}.seed", f"not an integer: {fields['seed']!r}") from None
-        if "logit_bias" in fields:
-            fields["logit_bias"] = [(int(t), float(v)) for t, v in fields["logit_bias"]]
+                fields[k] = prm.convert(v) if prm.convert is not None else v
+            except ValueError as e:
+                raise CaseError(shown, f"{where}.{k}", str(e)) from None
+        fields.pop("slot", None)
         K = r.get("draft_len", 0)
         drafts = r.get("drafts")
         if drafts is not None:
@@ -201,11 +194,10 @@ def load_scenario(data: dict, shown: str) -> tuple:
                                 length_penalty=r.get("length_penalty"), early_stopping=r.get("early_stopping"),
                                 diversity_rate=r.get("diversity_rate"), draft_len=K, drafts=drafts,
                                 d2t=r.get("d2t"), model=rmodel))
-        for k in r:
-            if k in FIELD_FEATURES:
-                used.add((FIELD_FEATURES[k], f"{where}.{k}"))
-            elif k in _BEAM_FIELDS:
-                used.add(("beam_search", f"{where}.{k}"))
+        for k, v in r.items():
+            feat = params.field_feature(k, v) if k != "expect" else None
+            if feat is not None:
+                used.add((feat, f"{where}.{k}"))
         e = raw.get("expect", {})
         for key in ("tokens", "support", "beams", "emitted", "drafts", "beam_tokens"):
             vals = e.get(key, [])

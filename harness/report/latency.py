@@ -35,14 +35,30 @@ TARGETS = (
     ("vs_argmax", "all-greedy batches <= 1.2x torch.argmax"),
     ("batch1", "batch 1, vocab 128256, top_k=50 top_p=0.9: <= 30 us"),
 )
-#: The latency suite's implementations in its order (benchmarks/latency.py IMPLS; not imported: the
-#: harness does not depend on benchmarks/); others follow, sorted.
-_IMPL_ORDER = ("fused", "flashinfer", "vllm-cpu", "torch-sort", "argmax", "reference-cuda", "reference-cpu")
+
+def _impl_order() -> tuple:
+    """The latency peers in registry order (:func:`impls.registry.names`, role ``latency``); others follow, sorted."""
+    from impls import registry
+    return tuple(registry.names("latency"))
+
 _MIX_ORDER = ("greedy", "k50_p09", "p09", "minp005", "mixed")
 _MIX_LABEL = {"greedy": "all greedy", "k50_p09": "top_k=50, top_p=0.9", "p09": "top_p=0.9", "minp005": "min_p=0.05",
               "mixed": "mixed batch"}
-_COLORS = {"fused": "#0969da", "flashinfer": "#cf222e", "vllm-cpu": "#bc4c00", "torch-sort": "#8250df",
-           "argmax": "#1a7f37", "reference-cuda": "#9a6700", "reference-cpu": "#6e7781"}
+#: Line colours, given to the implementations of a page in :func:`_impl_order` order (a name the
+#: registry does not know takes the next one; past the palette, grey).
+_PALETTE = ("#0969da", "#cf222e", "#bc4c00", "#8250df", "#1a7f37", "#9a6700", "#6e7781")
+
+
+def _colors(impls) -> dict:
+    """``{impl: colour}``: registered peers by their place in the registry, then the others in order."""
+    order = _impl_order()
+    out, spare = {}, [c for i, c in enumerate(_PALETTE) if i >= len(order)]
+    for impl in impls:
+        if impl in order and order.index(impl) < len(_PALETTE):
+            out[impl] = _PALETTE[order.index(impl)]
+        else:
+            out[impl] = spare.pop(0) if spare else "#57606a"
+    return out
 
 
 class LatencyError(ValueError):
@@ -148,7 +164,7 @@ def summarise(doc: dict) -> dict:
     """
     rows = doc["rows"]
     at = {(r["impl"], r["mix"], r["batch"], r["vocab"]): r for r in rows}
-    impls = _order({r["impl"] for r in rows}, _IMPL_ORDER)
+    impls = _order({r["impl"] for r in rows}, _impl_order())
     mixes = _order({r["mix"] for r in rows}, _MIX_ORDER)
     vocabs = sorted({r["vocab"] for r in rows})
     batches = sorted({r["batch"] for r in rows})
@@ -238,6 +254,7 @@ def latency_chart_svg(doc: dict, vocab: int, summary: Optional[dict] = None) -> 
     mixes = s["mixes"]
     fig = Figure(figsize=(2.6 * len(mixes) + 0.6, 3.0))
     axes = fig.subplots(1, len(mixes), sharey=True, squeeze=False)[0]
+    colors = _colors(s["impls"])
     for ax, m in zip(axes, mixes):
         lines = [ln for ln in s["table"][vocab] if ln["mix"] == m]
         for impl in s["impls"]:
@@ -245,7 +262,7 @@ def latency_chart_svg(doc: dict, vocab: int, summary: Optional[dict] = None) -> 
             if pts:
                 cpu = impl in s.get("cpu_impls", ()) and s.get("has_floor")  # CPU points among GPU ones
                 ax.plot(*zip(*pts), marker="o", ms=3, lw=1.4, ls=":" if cpu else "-",
-                        label=f"{impl} (CPU)" if cpu else impl, color=_COLORS.get(impl, "#57606a"))
+                        label=f"{impl} (CPU)" if cpu else impl, color=colors[impl])
         fl = [(ln["batch"], ln["floor_us"]) for ln in lines if ln["floor_us"]]
         if fl:
             ax.plot(*zip(*fl), ls="--", lw=1.0, color="#000000", label="HBM floor")

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Optional
 
 __all__ = ["Worker", "InProcess", "Journal", "WorkerInfo", "DEFAULT_TIMEOUT", "DEFAULT_STARTUP_TIMEOUT",
-           "make_runner"]
+           "make_runner", "label_of"]
 
 #: Seconds one case may take on one implementation (``sampcheck run --timeout``).
 DEFAULT_TIMEOUT = 600.0
@@ -62,15 +62,27 @@ class WorkerInfo(dict):
     Keys: ``name``, ``version``, ``profile`` (a :class:`impls.profiles.Profile`),
     ``skip_reason`` (None when available), ``is_prediction`` (the
     implementation's attribute of that name: the reference under a profile),
-    ``facts`` (what the
+    ``stages`` (whose code performs each stage it declares:
+    :func:`impls.base.stage_provenance`), ``facts`` (what the
     implementation's optional ``describe(device)`` says about itself, e.g.
     the code path an engine chose; recorded in results.json).
     """
 
 
 def _build(spec):
-    from impls import get_impl
-    return get_impl(spec) if isinstance(spec, str) else spec
+    from impls import registry
+    return registry.create(spec) if isinstance(spec, str) else spec
+
+
+def label_of(spec) -> str:
+    """The name an implementation spec runs under: a registered name as is, the built object's ``name``
+    for ``package.module:Class`` (:func:`impls.registry.load_spec`) or an object."""
+    if isinstance(spec, str):
+        if ":" in spec:
+            from impls import registry
+            return registry.load_spec(spec).name
+        return spec
+    return getattr(spec, "name", type(spec).__name__)
 
 
 def _describe(impl, device: str) -> WorkerInfo:
@@ -85,12 +97,20 @@ def _describe(impl, device: str) -> WorkerInfo:
             facts = dict(impl.describe(device))
         except Exception as e:
             facts = {"describe_error": f"{type(e).__name__}: {e}"}
+    from impls.base import stage_provenance
     return WorkerInfo(name=impl.name, version=version, profile=impl.profile, skip_reason=reason, facts=facts,
-                      is_prediction=bool(getattr(impl, "is_prediction", False)))
+                      is_prediction=bool(getattr(impl, "is_prediction", False)), stages=stage_provenance(impl))
 
 
-def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, log_path: Optional[str]) -> None:
-    """Body of a worker process: build, report, then judge cases until told to stop."""
+def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, log_path: Optional[str],
+           sys_path: tuple = ()) -> None:
+    """Body of a worker process: build, report, then judge cases until told to stop.
+
+    ``sys_path`` is the parent's import path at launch: its entries the worker lacks are put
+    first, so a ``package.module:Class`` spec the parent can import, the worker can too (a fork
+    server keeps the path it started with).
+    """
+    sys.path[:0] = [p for p in sys_path if p not in sys.path]
     if log_path:
         log = open(log_path, "a", buffering=1)
         os.dup2(log.fileno(), 2)
@@ -205,8 +225,8 @@ class Worker:
     Parameters
     ----------
     spec : str or object
-        An implementation name (:func:`impls.get_impl`) or an implementation
-        object.
+        An implementation name or ``package.module:Class`` (:func:`impls.registry.create`), or an
+        implementation object.
     device : str
         ``"cpu"`` or ``"cuda"``.
     root : Path
@@ -237,7 +257,7 @@ class Worker:
         self.n_stat = n_stat
         self.timeout = timeout
         self.startup_timeout = startup_timeout
-        self.label = spec if isinstance(spec, str) else getattr(spec, "name", type(spec).__name__)
+        self.label = label_of(spec)
         self.log_path = None
         if log_dir is not None:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
@@ -254,7 +274,7 @@ class Worker:
     def _launch(self) -> None:
         parent, child = self.ctx.Pipe()
         args = (child, self.spec, self.device, str(self.root), str(self.root / "findings.toml"), self.n_stat,
-                str(self.log_path) if self.log_path else None)
+                str(self.log_path) if self.log_path else None, tuple(sys.path))
         self.proc = self.ctx.Process(target=_serve, args=args, daemon=True, name=f"sampcheck-{self.label}")
         self.proc.start()
         child.close()
@@ -286,15 +306,18 @@ class Worker:
             self._launch()
         except RuntimeError as e:
             self.startup_error = str(e)
-            name = self.spec if isinstance(self.spec, str) else getattr(self.spec, "name", self.label)
-            profile = None if isinstance(self.spec, str) else getattr(self.spec, "profile", None)
-            if profile is None:
-                from impls import get_impl
+            impl = self.spec
+            if isinstance(self.spec, str):
+                from impls import registry
                 try:
-                    profile = get_impl(self.spec).profile
+                    impl = registry.create(self.spec)
                 except Exception:
-                    from impls.profiles import TRTLLM
-                    profile = TRTLLM
+                    impl = None
+            name = getattr(impl, "name", self.label)
+            profile = getattr(impl, "profile", None)
+            if profile is None:
+                from impls.profiles import TRTLLM
+                profile = TRTLLM
             self.info = WorkerInfo(name=name, version="unknown", profile=profile,
                                    skip_reason=f"worker failed to start: {e}")
         return self.info

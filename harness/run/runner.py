@@ -35,12 +35,12 @@ from typing import Optional
 
 from tqdm import tqdm
 
-from impls import get_impl
+from impls import registry
 from impls.profiles import version_verified
 
 from harness.corpus.load import CASES_DIR, CaseError, discover, load_case, select
 from harness.corpus.findings import load_findings
-from .isolation import DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, Journal, Worker, make_runner
+from .isolation import DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, Journal, Worker, label_of, make_runner
 from harness.judge.judge import Result
 from harness.judge.stats import FAMILY_ALPHA
 
@@ -110,8 +110,9 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
     Parameters
     ----------
     impl_names : list of str or implementation objects
-        Implementation names (``sampcheck list impls``) or objects speaking
-        the :mod:`impls.base` protocol.
+        Implementation names (``sampcheck list impls``), ``package.module:Class``
+        specs (:func:`impls.registry.create`) or objects speaking the
+        :mod:`impls.base` protocol.
     patterns : list of str, optional
         Case ids, id globs or paths; all cases when empty.
     out_dir : Path
@@ -144,8 +145,10 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
     KeyError
         Unknown implementation name.
     ValueError
-        A pattern that matches no case, a malformed ``findings.toml``, or a
-        journal to resume that names other implementations or cases.
+        An implementation that does not load or build (the message of
+        :class:`impls.registry.ImplLoadError`), a pattern that matches no case,
+        a malformed ``findings.toml``, or a journal to resume that names other
+        implementations or cases.
     """
     from harness.report.html import write_html
 
@@ -156,10 +159,13 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
     load_findings(Path(root) / "findings.toml")  # a malformed file is a usage error, before any worker starts
     for n in impl_names:
         if isinstance(n, str):
-            get_impl(n)  # unknown names fail here (KeyError), before any worker starts
+            try:
+                registry.create(n)  # unknown names and broken plug-ins fail here, before any worker starts
+            except registry.ImplLoadError as e:
+                raise ValueError(str(e)) from None
     out_dir = Path(out_dir)
     journal = Journal(out_dir / Journal.NAME)
-    labels = [n if isinstance(n, str) else n.name for n in impl_names]
+    labels = [label_of(n) for n in impl_names]
     selected = sorted(_case_id_of(p, root) for p in paths)
     kept: dict = {}
     if resume:
@@ -184,6 +190,7 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
                           "profile_versions": info["profile"].versions,
                           "profile_verified": (None if info.get("is_prediction")
                                                else version_verified(info["profile"], info["version"] or "")),
+                          "stages": info.get("stages", {}), "rng": info["profile"].rng,
                           **({"skip_reason": info["skip_reason"]} if info["skip_reason"] else {}),
                           **({"facts": info["facts"]} if info.get("facts") else {}),
                           "isolation": "process" if isinstance(r, Worker) else "none",

@@ -84,11 +84,12 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..base import Row, RowError, RowResult, claim_slot
+from ..base import LatencyBatch, LatencyUnsupported, Row, RowError, RowResult, claim_slot
 from ..profiles import FLASHINFER, FLASHINFER_JOINT, Profile
+from ..registry import Entry
 from ..reference.sampler import ReferenceSession
 
-__all__ = ["FlashInferImpl", "FlashInferSession", "FlashInferScenarioSession", "SUPPORTED_FEATURES",
+__all__ = ["FlashInferImpl", "FlashInferSession", "FlashInferScenarioSession", "IMPLEMENTATIONS", "SUPPORTED_FEATURES",
            "SCENARIO_FEATURES", "FUNCTIONS", "row_function", "scenario_unsupported"]
 
 #: Features FlashInfer's sampling functions express (the others are ``n/a``).
@@ -114,17 +115,14 @@ _PROCESSOR_FIELDS = ("repetition_penalty", "presence_penalty", "frequency_penalt
                      "no_repeat_ngram_size", "top_p_decay")
 
 
-def row_function(top_k: int, top_p: float, min_p: float, vocab: int) -> str:
-    """The key of :data:`FUNCTIONS` for resolved filter values.
+def row_function(res, vocab: int) -> str:
+    """The key of :data:`FUNCTIONS` for a row's resolved filter values.
 
     Parameters
     ----------
-    top_k : int
-        Resolved top-k (0 or ``>= vocab``: off).
-    top_p : float
-        Resolved top-p (1.0: off).
-    min_p : float
-        Resolved min-p (0.0: off).
+    res : impls.reference.modes.Resolved
+        Read by name: ``top_k`` (0 or ``>= vocab``: off), ``top_p`` (1.0: off), ``min_p``
+        (0.0: off).
     vocab : int
 
     Returns
@@ -139,9 +137,9 @@ def row_function(top_k: int, top_p: float, min_p: float, vocab: int) -> str:
         function applies both; :meth:`FlashInferImpl.unsupported` reports
         such rows as ``n/a`` before this is reached).
     """
-    k_on = 0 < top_k < vocab
-    p_on = top_p < 1.0
-    if min_p > 0:
+    k_on = 0 < res.top_k < vocab
+    p_on = res.top_p < 1.0
+    if res.min_p > 0:
         if k_on or p_on:
             raise ValueError("min_p with top_k or top_p: no FlashInfer 0.7.2 function applies both")
         return "min_p"
@@ -250,7 +248,7 @@ class FlashInferSession:
                 claim_slot(row, used)
                 res = resolve(row, self.profile)
                 try:
-                    kind = row_function(res.top_k, res.top_p, res.min_p, row.vocab)
+                    kind = row_function(res, row.vocab)
                 except ValueError as e:  # min-p with top-k/top-p: this row only (unsupported() says n/a first)
                     raise RowError("unsupported", str(e)) from None
                 self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile))
@@ -315,7 +313,7 @@ class FlashInferSession:
         from ..reference.modes import effective_seed, resolve
 
         res = resolve(row, self.profile)
-        kind = row_function(res.top_k, res.top_p, res.min_p, row.vocab)
+        kind = row_function(res, row.vocab)
         x = row.logits.to(self.device).to(torch.float32)
         V = x.shape[-1]
         counts = torch.zeros(V, dtype=torch.int64)
@@ -478,6 +476,12 @@ class FlashInferImpl:
     """
 
     features = SUPPORTED_FEATURES
+    devices = frozenset({"cuda"})
+    slow = False
+    #: FlashInfer's functions filter and draw (and verify drafts in scenarios); validation, mode
+    #: resolution, seed bookkeeping and a scenario's decode are the reference's.
+    stages = {"validation": "reference", "filters": "own", "draw": "own", "seeds": "reference",
+              "decode": "reference", "finish": "reference", "speculative": "own"}
 
     def __init__(self, order: str = "top_k_first"):
         if order not in ("top_k_first", "joint"):
@@ -485,6 +489,8 @@ class FlashInferImpl:
         self.order = order
         self.profile = FLASHINFER if order == "top_k_first" else FLASHINFER_JOINT
         self.name = self.profile.name
+        #: ``flashinfer`` is also the latency suite's peer (one filter order is timed).
+        self.roles = frozenset({"conformance", "latency"}) if order == "top_k_first" else frozenset({"conformance"})
 
     def version(self) -> str:
         """The installed ``flashinfer-python`` distribution's version.
@@ -565,7 +571,7 @@ class FlashInferImpl:
             return "FlashInfer has no beam search"
         try:
             res = resolve(row, self.profile)
-            row_function(res.top_k, res.top_p, res.min_p, row.vocab)
+            row_function(res, row.vocab)
         except RowError:
             return None  # the step reports the rejection
         except ValueError as e:
@@ -601,3 +607,54 @@ class FlashInferImpl:
         if why:
             raise ScenarioUnsupported(why)
         return run_scenario(spec, self.profile, FlashInferScenarioSession(self.profile, device))
+
+    def latency_call(self, batch: LatencyBatch) -> tuple:
+        """FlashInfer for a mix, with per-row tensors (greedy rows as top_k = 1, SGLang's convention).
+
+        ``minp005`` is ``softmax`` + ``min_p_sampling_from_probs``; ``mixed``
+        splits the batch into a ``top_k_top_p_sampling_from_logits`` call and a
+        min-p call (no FlashInfer function applies min-p with top-k/top-p).
+
+        Returns
+        -------
+        (callable, bool)
+            ``fn(logits)`` and whether it may be graph-captured (not ``mixed``: its two calls index
+            the batch).
+
+        Raises
+        ------
+        LatencyUnsupported
+            When ``flashinfer.sampling`` does not import.
+        """
+        try:
+            import flashinfer.sampling as fs
+        except Exception as e:  # reported as the skip reason
+            raise LatencyUnsupported(f"flashinfer is not importable: {type(e).__name__}: {e}") from None
+        rows, dev, vocab, B = batch.params, batch.device, batch.vocab, batch.batch
+        seed, off = batch.seeds()
+        kp = [i for i, r in enumerate(rows) if r[3] == 0.0]
+        mp = [i for i, r in enumerate(rows) if r[3] > 0.0]
+        K = torch.tensor([(1 if r[0] == 0 else (r[1] or vocab)) for r in rows], dtype=torch.int32, device=dev)
+        P = torch.tensor([r[2] for r in rows], dtype=torch.float32, device=dev)
+        M = torch.tensor([r[3] for r in rows], dtype=torch.float32, device=dev)
+        if not mp:
+            return (lambda x: fs.top_k_top_p_sampling_from_logits(x, K, P, deterministic=True, seed=seed,
+                                                                   offset=off)), True
+        if not kp:
+            return (lambda x: fs.min_p_sampling_from_probs(torch.softmax(x, -1), M, deterministic=True, seed=seed,
+                                                           offset=off)), True
+        ikp = torch.tensor(kp, device=dev)
+        imp = torch.tensor(mp, device=dev)
+        Kk, Pk, Mm = K[ikp], P[ikp], M[imp]
+        sk, ok, sm, om = seed[ikp], off[ikp], seed[imp], off[imp]
+
+        def call(x):
+            out = torch.empty(B, dtype=torch.int32, device=dev)
+            out[ikp] = fs.top_k_top_p_sampling_from_logits(x[ikp], Kk, Pk, deterministic=True, seed=sk, offset=ok)
+            out[imp] = fs.min_p_sampling_from_probs(torch.softmax(x[imp], -1), Mm, deterministic=True, seed=sm,
+                                                    offset=om)
+            return out
+        return call, False
+
+
+IMPLEMENTATIONS = (Entry("flashinfer", FlashInferImpl), Entry("flashinfer-joint", lambda: FlashInferImpl("joint")))

@@ -28,13 +28,21 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..base import FEATURES, Row, RowError, RowResult, claim_slot
+from ..base import LatencyBatch, Row, RowError, RowResult, claim_slot
 from ..profiles import TRTLLM
+from ..registry import Entry
 
-__all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION"]
+__all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS"]
 
 #: Bumped whenever the kernel's decisions change.
 FUSED_VERSION = "2"
+
+
+#: The per-row arguments of :func:`impls.fused.ops.fused_sample`, by name, with their dtypes.
+_PARAM_DTYPES = {"temperature": torch.float32, "top_k": torch.int64, "top_p": torch.float32, "min_p": torch.float32,
+                 "seed": torch.int64, "offset": torch.int64}
+#: A greedy row's arguments: temperature 0 (SEMANTICS §1.1), the filters off, no draw.
+_GREEDY_PARAMS = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 0, "offset": 0}
 
 
 def _triton_state(device: str) -> Optional[str]:
@@ -82,10 +90,11 @@ class FusedSession:
                 x = rewrite_logits(row.logits.to(self.device).to(torch.float32), row, TRTLLM, allow_nan=True)
                 self.seeds.observe(row.slot, row.request_id, effective_seed(row))
                 if res.mode in (GREEDY, BEAM):
-                    params = (0.0, 0, 1.0, 0.0, 0, 0)
+                    params = dict(_GREEDY_PARAMS)
                 else:
                     seed, off = self.seeds.take(row.slot)
-                    params = (res.temperature, res.top_k, res.top_p, res.min_p, seed, off)
+                    params = {"temperature": res.temperature, "top_k": res.top_k, "top_p": res.top_p,
+                              "min_p": res.min_p, "seed": seed, "offset": off}
                 staged[i] = (res, x, params)
             except RowError as e:
                 out[i] = RowResult.failed(e)
@@ -94,11 +103,10 @@ class FusedSession:
             by_vocab.setdefault(rows[i].vocab, []).append(i)
         for V, idx in by_vocab.items():
             x = torch.stack([staged[i][1] for i in idx])
-            cols = list(zip(*[staged[i][2] for i in idx]))
-            f32 = lambda c: torch.tensor(c, dtype=torch.float32, device=self.device)
-            i64 = lambda c: torch.tensor(c, dtype=torch.int64, device=self.device)
-            tok, status, path, probs = fused_sample(x, f32(cols[0]), i64(cols[1]), f32(cols[2]), f32(cols[3]),
-                                                    i64(cols[4]), i64(cols[5]), want_probs=True)
+            # one (batch,) tensor per argument of fused_sample, by name
+            args = {name: torch.tensor([staged[i][2][name] for i in idx], dtype=dt, device=self.device)
+                    for name, dt in _PARAM_DTYPES.items()}
+            tok, status, path, probs = fused_sample(x, **args, want_probs=True)
             for j, i in enumerate(idx):
                 res, xr, params = staged[i]
                 kind = STATUS_KINDS[int(status[j])]
@@ -109,7 +117,7 @@ class FusedSession:
                 r = RowResult(token=t, mode=res.mode, rewritten_logits=xr, probs=probs[j],
                               extra={"path": PATHS[int(path[j])]})
                 if res.mode not in (GREEDY, BEAM):
-                    r.extra.update(seed=params[4], offset=params[5])
+                    r.extra.update(seed=params["seed"], offset=params["offset"])
                 r.raw_logprobs = raw_logprobs(xr)
                 for key, v in token_outputs(rows[i], t, r.raw_logprobs, probs[j], TRTLLM).items():
                     setattr(r, key, v)
@@ -138,10 +146,11 @@ class FusedSession:
             part = [effective_seed(row.replace(seed=int(s))) for s in seeds[start:start + chunk]]
             n = len(part)
             full = lambda v, dt: torch.full((n,), v, dtype=dt, device=self.device)
-            tok, status, _, _ = fused_sample(x.expand(n, V), full(T, torch.float32), full(res.top_k, torch.int64),
-                                             full(res.top_p, torch.float32), full(res.min_p, torch.float32),
-                                             torch.tensor(part, dtype=torch.int64, device=self.device),
-                                             full(0, torch.int64))
+            tok, status, _, _ = fused_sample(x.expand(n, V), temperature=full(T, torch.float32),
+                                             top_k=full(res.top_k, torch.int64), top_p=full(res.top_p, torch.float32),
+                                             min_p=full(res.min_p, torch.float32),
+                                             seed=torch.tensor(part, dtype=torch.int64, device=self.device),
+                                             offset=full(0, torch.int64))
             bad = status != 0
             if bool(bad.any()):
                 kind = STATUS_KINDS[int(status[bad][0])]
@@ -155,7 +164,23 @@ class FusedImpl:
 
     name = "fused"
     profile = TRTLLM
-    features = frozenset(FEATURES)
+    roles = frozenset({"conformance", "latency"})
+    #: Every single-step feature: the kernel samples, the reference's code does the rest (``stages``).
+    features = frozenset({
+        "temperature", "top_k", "top_p", "min_p", "top_p_decay", "beam_search", "repetition_penalty",
+        "presence_penalty", "frequency_penalty", "prompt_ignore_length", "logit_bias", "min_length", "bad_words",
+        "no_repeat_ngram", "end_id", "ignore_eos", "stop_words", "max_new_tokens", "max_seq_len", "seed",
+        "logprobs", "processed_logits", "canonical_rng", "low_precision_logits", "finish_reason",
+    })
+    devices = frozenset({"cpu", "cuda"})
+    #: Timed on a GPU only (on a CPU it runs under Triton's interpreter, a correctness tool).
+    latency_devices = frozenset({"cuda"})
+    slow = False
+    #: The kernel filters and draws; validation, rewrites, seed bookkeeping, logprobs and finish
+    #: reasons are the reference's PyTorch code around it (the module docstring's pipeline).
+    stages = {"validation": "reference", "logit_bias": "reference", "penalties": "reference", "bans": "reference",
+              "filters": "own", "draw": "own", "seeds": "reference", "logprobs": "reference",
+              "finish": "reference"}
 
     def version(self) -> str:
         """Kernel rule version and the Triton version it runs on."""
@@ -173,3 +198,13 @@ class FusedImpl:
     def open_session(self, device: str = "cpu") -> FusedSession:
         """A fresh :class:`FusedSession`."""
         return FusedSession(device)
+
+    def latency_call(self, batch: LatencyBatch) -> tuple:
+        """``(fn, graphable=True)``: :func:`impls.fused.ops.fused_sample` on the mix's per-row tensors."""
+        from .ops import fused_sample
+        T, K, P, M = batch.tensors()
+        seed, off = batch.seeds()
+        return (lambda x: fused_sample(x, T, K, P, M, seed, off)), True
+
+
+IMPLEMENTATIONS = (Entry("fused", FusedImpl),)

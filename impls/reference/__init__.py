@@ -14,7 +14,17 @@ draw of DESIGN.md decision 1:
   rows draw nothing.
 """
 
+from functools import partial
+
+from ..profiles import PROFILES, TRTLLM
+from ..registry import Entry
 from .impl import Reference
 from .sampler import REFERENCE_VERSION, ReferenceSession, rewrite_logits
 
-__all__ = ["Reference", "ReferenceSession", "rewrite_logits", "REFERENCE_VERSION"]
+__all__ = ["Reference", "ReferenceSession", "rewrite_logits", "REFERENCE_VERSION", "IMPLEMENTATIONS"]
+
+#: ``reference`` (the default profile) and ``reference-<profile>`` for every other profile: the
+#: prediction for that engine (:mod:`impls.registry`).
+IMPLEMENTATIONS = (Entry("reference", Reference),) + tuple(
+    Entry(f"reference-{name}", partial(Reference, profile, name=f"reference-{name}"))
+    for name, profile in PROFILES.items() if profile is not TRTLLM)

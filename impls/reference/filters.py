@@ -117,8 +117,7 @@ def top_p_mask(q: torch.Tensor, keep: torch.Tensor, top_p: float, rule: str) -> 
     raise ValueError(f"unknown top_p rule {rule!r}")
 
 
-def kept_set(x: torch.Tensor, temperature: float, top_k: int, top_p: float, min_p: float,
-             profile: Profile) -> torch.Tensor:
+def kept_set(x: torch.Tensor, res, profile: Profile) -> torch.Tensor:
     """The tokens a sampling row may draw.
 
     Parameters
@@ -126,10 +125,9 @@ def kept_set(x: torch.Tensor, temperature: float, top_k: int, top_p: float, min_
     x : torch.Tensor
         ``(V,)`` rewritten logits (after bias, penalties, bans), float32 or
         float64; ``-inf`` marks banned tokens. No NaN, no ``+inf``.
-    temperature : float
-        ``> 0``.
-    top_k, top_p, min_p
-        Resolved values (0, 1.0, 0.0 mean "off").
+    res : impls.reference.modes.Resolved
+        The row's resolved values, read by name: ``temperature`` (``> 0``) and one value per
+        filter of ``profile.filter_order`` (``top_k`` 0, ``top_p`` 1.0, ``min_p`` 0.0 mean "off").
     profile : Profile
         Reads ``temperature_first``, ``filter_order``,
         ``filters_renormalise``, ``top_k_ties``, ``top_p_rule``.
@@ -145,14 +143,14 @@ def kept_set(x: torch.Tensor, temperature: float, top_k: int, top_p: float, min_
     # Shift by the max before dividing, so a tiny temperature cannot overflow
     # x / T to inf (softmax is shift-invariant; the draw uses the same shift).
     top = x[torch.isfinite(x)].max()
-    scaled = (x - top) / temperature if profile.temperature_first else x - top
+    scaled = (x - top) / res.temperature if profile.temperature_first else x - top
     p = torch.softmax(scaled, dim=-1)
     finite = torch.isfinite(x)
     keep, cur = finite, p
     filters = {
-        "min_p": lambda q, k: min_p_mask(q, k, min_p),
-        "top_k": lambda q, k: top_k_mask(q, k, top_k, profile.top_k_ties),
-        "top_p": lambda q, k: top_p_mask(q, k, top_p, profile.top_p_rule),
+        "min_p": lambda q, k: min_p_mask(q, k, res.min_p),
+        "top_k": lambda q, k: top_k_mask(q, k, res.top_k, profile.top_k_ties),
+        "top_p": lambda q, k: top_p_mask(q, k, res.top_p, profile.top_p_rule),
     }
     for name in profile.filter_order:
         if name not in filters:

@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from ..base import FEATURES, Row
+from ..base import FEATURES, STAGES, Row
 from ..profiles import Profile, TRTLLM
 from .sampler import REFERENCE_VERSION, ReferenceSession
 from .scenario import run_scenario
@@ -36,7 +36,13 @@ class Reference:
 
     is_prediction = True
 
+    #: The reference is the definition of every feature (a feature exists because the reference
+    #: implements its rule, SEMANTICS.md), so it alone claims them all.
     features = frozenset(FEATURES)
+    devices = frozenset({"cpu", "cuda"})
+    slow = False
+    #: Every stage is the reference's own code.
+    stages = {s: "own" for s in STAGES}
 
     def __init__(self, profile: Profile = TRTLLM, dtype: torch.dtype = torch.float32, name: str = "reference"):
         self.profile = profile

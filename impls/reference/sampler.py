@@ -172,7 +172,7 @@ class ReferenceSession:
             raise RowError("posinf_logits", "+inf logit in a sampling row: the distribution is undefined")
         if not (x > float("-inf")).any():
             raise RowError("no_valid_token", "every token is -inf after bias, penalties and bans")
-        return kept_set(x, res.temperature, res.top_k, res.top_p, res.min_p, self.profile)
+        return kept_set(x, res, self.profile)
 
     # -- the step ---------------------------------------------------------
     def step(self, rows: Sequence[Row]) -> list[RowResult]:

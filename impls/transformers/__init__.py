@@ -21,9 +21,10 @@ from typing import Optional
 
 from ..base import Row
 from ..profiles import HF, Profile
+from ..registry import Entry
 from .translate import SUPPORTED_FEATURES, unsupported_reason
 
-__all__ = ["TransformersImpl"]
+__all__ = ["TransformersImpl", "IMPLEMENTATIONS"]
 
 
 class TransformersImpl:
@@ -48,6 +49,13 @@ class TransformersImpl:
 
     name = "transformers"
     features = SUPPORTED_FEATURES
+    devices = frozenset({"cpu", "cuda"})
+    slow = False
+    #: HF's processors validate and rewrite, its warpers filter, ``_sample`` draws and its stopping
+    #: criteria finish; the adapter keeps a generator per slot (HF has no per-request seed) and
+    #: computes logprobs from HF's raw and processed scores with the reference's rank rules.
+    stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "filters": "own",
+              "draw": "own", "seeds": "adapter", "logprobs": "adapter", "finish": "own"}
 
     def __init__(self, profile: Profile = HF):
         self.profile = profile
@@ -92,3 +100,11 @@ class TransformersImpl:
         """
         from .session import TransformersSession
         return TransformersSession(self.profile, device)
+
+
+def _beam():
+    from .beam import TransformersBeamImpl
+    return TransformersBeamImpl()
+
+
+IMPLEMENTATIONS = (Entry("transformers", TransformersImpl), Entry("transformers-beam", _beam))

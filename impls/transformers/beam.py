@@ -192,6 +192,11 @@ class TransformersBeamImpl:
 
     name = "transformers-beam"
     features = BEAM_FEATURES
+    devices = frozenset({"cpu", "cuda"})
+    slow = False
+    #: ``generate()`` runs the whole decode with a scripted model; only the model is the project's.
+    stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "logprobs": "own",
+              "finish": "own", "decode": "own", "beam": "own"}
 
     def __init__(self, profile: Profile = HF):
         self.profile = profile

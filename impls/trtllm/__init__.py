@@ -31,11 +31,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..base import FEATURES, Row
+from ..base import CliOption, Row
 from ..profiles import TRTLLM, Profile
+from ..registry import Entry
 from . import loader
 
-__all__ = ["TrtllmImpl", "PIPELINE", "UNVERIFIED"]
+__all__ = ["TrtllmImpl", "PIPELINE", "UNVERIFIED", "IMPLEMENTATIONS"]
 
 
 #: Where each stage of the step comes from (``describe()["pipeline"]``); ``{v}``, ``{tb}``, ``{sm}`` are the
@@ -110,10 +111,24 @@ class TrtllmImpl:
         self.src = loader.find_checkout(src)
         self._engine = None
 
-    #: Every feature: what a given checkout cannot run (beam search without ``beam_search.py``, its
+    #: What a given checkout cannot run (beam search without ``beam_search.py``, its
     #: candidate-beams-array path, draft tokens) is ``n/a`` through :meth:`run_scenario` and
     #: :meth:`unsupported`, whose reasons name the file or the path.
-    features = frozenset(FEATURES)
+    features = frozenset({
+        "temperature", "top_k", "top_p", "min_p", "top_p_decay", "beam_search", "repetition_penalty",
+        "presence_penalty", "frequency_penalty", "prompt_ignore_length", "logit_bias", "min_length", "bad_words",
+        "no_repeat_ngram", "end_id", "ignore_eos", "stop_words", "max_new_tokens", "max_seq_len", "seed",
+        "logprobs", "processed_logits", "canonical_rng", "low_precision_logits", "finish_reason",
+    })
+    devices = frozenset({"cpu"})
+    slow = False
+    #: As :data:`PIPELINE` says, stage by stage.
+    stages = {"validation": "reference", "logit_bias": "adapter", "penalties": "own", "bans": "own",
+              "filters": "own", "draw": "reference", "seeds": "reference", "logprobs": "reference",
+              "finish": "reference", "decode": "reference", "beam": "adapter"}
+    cli_options = (CliOption("--trtllm-src", loader.ENV_VAR, "PATH",
+                             f"a TensorRT-LLM source checkout for --impl trtllm (default: ${loader.ENV_VAR}); its "
+                             "pure-PyTorch sampler functions are loaded from it by file path", path=True),)
 
     def engine(self) -> loader.Engine:
         """The loaded checkout.
@@ -243,3 +258,6 @@ class TrtllmImpl:
                 raise ScenarioUnsupported(f"request {r.id}: speculative decoding (the acceptance step of "
                                           "TensorRT-LLM is not loaded from the checkout)")
         return run_scenario(spec, self.profile, self.open_session(device))
+
+
+IMPLEMENTATIONS = (Entry("trtllm", TrtllmImpl),)

@@ -75,8 +75,8 @@ from typing import NamedTuple, Optional
 __all__ = ["CheckoutError", "Engine", "SAMPLER_DIR", "REQUIRED", "OPTIONAL", "ENV_VAR", "find_checkout", "load",
            "eager", "FinishReason"]
 
-#: Environment variable naming the checkout (``sampcheck --trtllm-src`` sets it).
-from .. import TRTLLM_SRC_ENV as ENV_VAR  # noqa: E402  (one name for the CLI and the loader)
+#: Environment variable naming the checkout (``sampcheck --trtllm-src`` sets it: :attr:`impls.trtllm.TrtllmImpl.cli_options`).
+ENV_VAR = "SAMPCHECK_TRTLLM_SRC"
 #: The sampler package inside a checkout.
 SAMPLER_DIR = "tensorrt_llm/_torch/pyexecutor/sampler"
 #: Files loaded, relative to :data:`SAMPLER_DIR`, with the names each must define.

@@ -29,9 +29,10 @@ from typing import Optional
 
 from ..base import Row
 from ..profiles import VLLM, Profile
+from ..registry import Entry
 from .translate import SUPPORTED_FEATURES, unsupported_reason
 
-__all__ = ["VllmImpl"]
+__all__ = ["VllmImpl", "IMPLEMENTATIONS"]
 
 
 def _installed(metadata, dist: str) -> bool:
@@ -63,6 +64,13 @@ class VllmImpl:
 
     name = "vllm"
     features = SUPPORTED_FEATURES
+    devices = frozenset({"cpu", "cuda"})
+    slow = False
+    #: ``SamplingParams`` and ``InputProcessor`` validate, the V1 ``Sampler`` rewrites, filters, draws
+    #: and computes logprobs, ``check_stop`` finishes; the adapter gives each request its generator
+    #: the way ``GPUModelRunner._update_states`` seeds it (no model runner is driven).
+    stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "filters": "own",
+              "draw": "own", "seeds": "adapter", "logprobs": "own", "finish": "own"}
 
     def __init__(self, profile: Profile = VLLM):
         self.profile = profile
@@ -142,3 +150,11 @@ class VllmImpl:
         """
         from .session import VllmSession
         return VllmSession(self.profile, device)
+
+
+def _peer():
+    from .latency import VllmCpuPeer
+    return VllmCpuPeer()
+
+
+IMPLEMENTATIONS = (Entry("vllm", VllmImpl), Entry("vllm-cpu", _peer))

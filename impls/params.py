@@ -1,0 +1,418 @@
+"""The parameter registry: every field a case can give a row or a request, declared once.
+
+Each :class:`Param` says its name, its TOML type and JSON schema, what leaving it unset
+means, the feature a case using it must declare, the error kinds its validation raises
+and the rule (with its SEMANTICS section), a one-line doc and the source of the rule.
+From these declarations come:
+
+* :class:`impls.base.Row` (:func:`row_fields`: the dataclass fields, in order);
+* the case loader's schema of a row and of a scenario request
+  (:func:`row_schema`, :func:`request_schema`) and the feature each field needs
+  (:func:`field_feature`);
+* the feature list (:data:`FEATURES`, ``cases/features.txt``) and the error kinds
+  (:data:`ERRORS`);
+* the field tables of ``cases/README.md`` and the field list of ``sampcheck case new``'s
+  template (:func:`markdown_table`, :func:`template_comment`), written by
+  ``sampcheck docs`` and checked by a test.
+
+Adding a row parameter that only the reference understands is one :class:`Param` in
+:data:`PARAMS` plus its rule's code in :mod:`impls.reference` (which reads it by name,
+``row.<name>``). This module imports nothing of the project (the lowest layer of
+:mod:`impls`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+__all__ = ["Param", "PARAMS", "FEATURES", "ERRORS", "param", "row_fields", "row_schema", "request_schema",
+           "field_feature", "step_fields", "request_fields", "markdown_table", "template_comment",
+           "parse_seed", "SCOPES"]
+
+#: Where a field may appear: ``row`` (single-step rows, their ``defaults``, and scenario
+#: requests), ``step`` (single-step rows only: the logits, the history and the slot of one
+#: step are the scenario's business), ``request`` (scenario requests only; not a
+#: :class:`~impls.base.Row` field), ``internal`` (set by the harness, never by a case).
+SCOPES = ("row", "step", "request", "internal")
+
+#: The fixed feature list, in order (``cases/features.txt`` is generated from it): what an
+#: implementation must express to run a case (unsupported: ``n/a``). Feature -> what it covers.
+FEATURES = {
+    "temperature": "temperature scaling (SEMANTICS §1.1, §1.5)",
+    "top_k": "top-k filtering",
+    "top_p": "top-p (nucleus) filtering",
+    "min_p": "min-p filtering",
+    "top_p_decay": "TensorRT-LLM's top-p decay across steps (§2)",
+    "beam_search": "beam search (§3)",
+    "repetition_penalty": "the multiplicative repetition penalty (§1.3)",
+    "presence_penalty": "the additive presence penalty (§1.3)",
+    "frequency_penalty": "the additive frequency penalty (§1.3)",
+    "prompt_ignore_length": "a prompt prefix the penalties ignore (§1.3)",
+    "logit_bias": "a sparse additive logit bias (§1.2)",
+    "min_length": "banning the end id before a minimum length (§1.4)",
+    "bad_words": "banned token sequences (§1.4)",
+    "no_repeat_ngram": "no-repeat n-gram bans (§1.4)",
+    "end_id": "an end (EOS) id (§1.8)",
+    "ignore_eos": "generation past the end id (§1.8)",
+    "stop_words": "stop sequences (§1.8)",
+    "max_new_tokens": "a limit on generated tokens (§1.8)",
+    "max_seq_len": "a limit on prompt plus generated tokens (§1.8)",
+    "seed": "per-request seeds (§1.6)",
+    "logprobs": "logprobs of the sampled token, rank and top logprobs (§1.7)",
+    "processed_logits": "the logits after bias, penalties and bans, as an output (§1.2)",
+    "canonical_rng": "the canonical Philox draw, token for token (DESIGN.md decision 1)",
+    "low_precision_logits": "logits handed over in bfloat16 or float16 (§1)",
+    "finish_reason": "finish reasons as an output (§1.8)",
+}
+
+#: Every per-row error kind, in order: kind -> when it is raised. A row rejected with one
+#: of these carries it instead of a token (DESIGN.md, "Per-row errors").
+ERRORS = {
+    "invalid_temperature": "a temperature the profile rejects",
+    "invalid_top_p": "a top_p the profile rejects",
+    "invalid_top_k": "a top_k the profile rejects",
+    "invalid_min_p": "a min_p outside [0, 1] or NaN",
+    "invalid_penalty": "a NaN penalty, a repetition penalty <= 0, or one outside the profile's bound",
+    "invalid_top_p_decay": "a top_p_decay outside (0, 1], or an active decay with beam search or drafts",
+    "invalid_top_p_min": "a top_p_min outside (0, 1]",
+    "invalid_seed": "a seed that is not an integer in [-2**63, 2**64)",
+    "invalid_length": "a negative length limit, or limits the profile finds inconsistent",
+    "invalid_end_id": "an end id outside [-1, V)",
+    "invalid_bad_words": "an empty bad word or an id outside [0, V)",
+    "invalid_stop_words": "an empty stop word or an id outside [0, V)",
+    "invalid_logit_bias": "a logit bias id outside [0, V) or a NaN bias",
+    "invalid_token_id": "a history id the profile rejects",
+    "nan_logits": "NaN logits (input, or produced by a rewrite)",
+    "posinf_logits": "a +inf logit in a sampling row",
+    "no_valid_token": "every token -inf after bias, penalties and bans",
+    "duplicate_slot": "a slot used twice in one step, or still held by a running request",
+    "bad_logits": "logits that are not one row of numbers",
+    "invalid_beam_width": "a beam width outside [1, max_beam_width]",
+    "invalid_d2t": "a draft-to-target table on a request that does not decode greedily",
+    "invalid_draft": "draft tokens outside the vocabulary, or drafts with beam search",
+}
+
+
+def parse_seed(value) -> int:
+    """A TOML seed (an integer, or a decimal or ``0x`` string for seeds >= 2**63) as a Python int.
+
+    Raises
+    ------
+    ValueError
+        ``not an integer: <value>``.
+    """
+    try:
+        if isinstance(value, str):
+            return int(value, 16) if value.lower().startswith("0x") else int(value)
+        return int(value)
+    except ValueError:
+        raise ValueError(f"not an integer: {value!r}") from None
+
+
+def _pairs(value) -> list:
+    return [(int(t), float(v)) for t, v in value]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One field a case can set on a row or a request.
+
+    Attributes
+    ----------
+    name : str
+        The TOML key, and the :class:`~impls.base.Row` attribute (``row.<name>``).
+    schema : dict
+        JSON schema of the TOML value (the case loader's).
+    type : str
+        The type as ``cases/README.md`` shows it.
+    doc : str
+        One line: what it is.
+    unset : str
+        What leaving it out means ("" when nothing special: the rule is off).
+    feature : str or None
+        The feature (:data:`FEATURES`) a case using it must declare.
+    errors : tuple of str
+        Error kinds (:data:`ERRORS`) its validation can raise.
+    rule : str
+        The validation rule in words, with its SEMANTICS section.
+    citation : str
+        Where the rule comes from (seed section, ``repo:path@version``), "" for plain inputs.
+    scope : str
+        One of :data:`SCOPES`.
+    annotation : object
+        The Row field's type annotation.
+    default : object
+        The Row field's value when the case leaves it out (``None``: unset).
+    factory : callable or None
+        For a mutable default (``list``).
+    convert : callable or None
+        TOML value -> Row value (may raise ``ValueError`` with the reason).
+    feature_when : callable or None
+        ``feature_when(value) -> bool``: the feature is needed only for such values
+        (``logits_dtype``: not float32); None: whenever the field is set.
+    """
+
+    name: str
+    schema: dict
+    type: str
+    doc: str
+    unset: str = ""
+    feature: Optional[str] = None
+    errors: tuple = ()
+    rule: str = ""
+    citation: str = ""
+    scope: str = "row"
+    annotation: Any = Any
+    default: Any = None
+    factory: Optional[Callable] = None
+    convert: Optional[Callable] = None
+    feature_when: Optional[Callable] = None
+
+    @property
+    def row_field(self) -> bool:
+        """Whether it is an attribute of :class:`~impls.base.Row` (every scope but ``request``; not ``logits_dtype``)."""
+        return self.scope != "request" and self.name != "logits_dtype"
+
+
+_NUM = {"type": "number"}
+_INT = {"type": "integer"}
+_BOOL = {"type": "boolean"}
+_INTS = {"type": "array", "items": _INT}
+_WORDS = {"type": "array", "items": _INTS}
+_PAIRS = {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2, "items": _NUM}}
+#: A generated row of logits (cases/README.md, "Generated logits").
+GENERATOR = {
+    "type": "object",
+    "required": ["dist", "vocab"],
+    "additionalProperties": False,
+    "properties": {
+        "dist": {"enum": ["normal", "uniform", "constant"]},
+        "vocab": {"type": "integer", "minimum": 1, "maximum": 1 << 20},
+        "seed": _INT, "sigma": _NUM, "mean": _NUM, "low": _NUM, "high": _NUM, "value": _NUM,
+        "set": _PAIRS,
+    },
+}
+_SEED = "seed:000_fabad194daba9a8c.txt"
+_MODEL = {"type": "object", "required": ["kind"], "properties": {"kind": {"enum": ["table", "context", "toy"]}}}
+_O = Optional
+
+#: Every field, in :class:`~impls.base.Row` order (request-only fields last).
+PARAMS = (
+    Param("logits", {"anyOf": [{"type": "array", "minItems": 1, "items": _NUM}, GENERATOR]},
+          "array of floats (`inf`, `-inf`, `nan` allowed) or a generator table",
+          "the row's logits over the vocabulary; its length is the vocabulary V", scope="step",
+          errors=("nan_logits", "posinf_logits", "bad_logits"),
+          rule="1-D; NaN rejected (nan_logits; a greedy row may hold NaN where the profile's greedy_degenerate "
+               "says argmax); +inf rejected in a sampling row (SEMANTICS §1, §5)", annotation="torch.Tensor"),
+    Param("logits_dtype", {"enum": ["float32", "bfloat16", "float16"]}, '`"float32"` (default), `"bfloat16"`, '
+          '`"float16"`', "the dtype the logits are handed over in", unset="float32",
+          feature="low_precision_logits", feature_when=lambda v: v != "float32", scope="step"),
+    Param("temperature", _NUM, "float", "temperature: the logits are divided by it before the filters",
+          unset="not given: with top_k and top_p also unset, the row is greedy under profiles with "
+                "greedy_when_unset (§1.1 rule 3); a sampling row then uses 1",
+          feature="temperature", errors=("invalid_temperature",),
+          rule=">= 0 (vllm: in [0, 2]); 0 is greedy where the profile lists it (§1.1 rules 2, 5); a sampling "
+               "row with 0 is invalid_temperature under temperature_zero = 'error'",
+          citation=f"{_SEED} § 采样参数", annotation=_O[float]),
+    Param("top_k", _INT, "int", "keep the k most likely tokens (ties at the k-th kept where the profile says so)",
+          unset="no top-k (the profile's unset_top_k: 50 for hf)", feature="top_k", errors=("invalid_top_k",),
+          rule=">= 0 (vllm: >= -1); 0 and k >= V are off; 1 is greedy under trtllm (§1.1, §1.5)",
+          citation=f"{_SEED} § 采样参数", annotation=_O[int]),
+    Param("top_p", _NUM, "float", "keep the most likely tokens up to this probability mass",
+          unset="no top-p", feature="top_p", errors=("invalid_top_p",),
+          rule="in [0, 1] (vllm: (0, 1]); 1 is off; 0 is greedy under trtllm (§1.1, §1.5)",
+          citation=f"{_SEED} § 采样参数", annotation=_O[float]),
+    Param("min_p", _NUM, "float", "drop tokens whose probability is below min_p times the largest",
+          unset="no min-p", feature="min_p", errors=("invalid_min_p",),
+          rule="in [0, 1]; 0 is off; 1 is greedy under trtllm; alone it forces sampling (§1.1 rule 3, §1.5)",
+          citation=f"{_SEED} § 采样参数", annotation=_O[float]),
+    Param("top_p_decay", _NUM, "float", "TensorRT-LLM's top-p decay: top_p shrinks by this factor per token",
+          unset="no decay", feature="top_p_decay", errors=("invalid_top_p_decay",),
+          rule="in (0, 1]; 1 is a no-op; rejected with beam search (§2)", citation=f"{_SEED} § Top-P Decay",
+          annotation=_O[float]),
+    Param("top_p_min", _NUM, "float", "the floor of the decayed top-p", unset="1e-6", feature="top_p_decay",
+          errors=("invalid_top_p_min",), rule="in (0, 1] (§2)", citation=f"{_SEED} § Top-P Decay",
+          annotation=_O[float]),
+    Param("top_p_reset_ids", _INTS, "array of int", "tokens that reset the decayed top-p to its start",
+          feature="top_p_decay", rule="§2", citation=f"{_SEED} § Top-P Decay", annotation=_O[list]),
+    Param("use_beam_search", _BOOL, "bool", "decode with beam search (a one-step row: the argmax of "
+          "log_softmax(x / T))", unset="false", feature="beam_search", rule="§1.1 rule 1, §3",
+          annotation=bool, default=False),
+    Param("do_sample", _BOOL, "bool", "Hugging Face's switch between greedy and sampling; other profiles ignore it",
+          unset="any of temperature, top_k, top_p, min_p set (profiles with mode_source = 'do_sample')",
+          rule="§1.1", annotation=_O[bool]),
+    Param("repetition_penalty", _NUM, "float", "divide a seen token's positive logit by it, multiply a negative one",
+          unset="off", feature="repetition_penalty", errors=("invalid_penalty",),
+          rule="> 0 and not NaN; 1 is off (§1.3)", citation=f"{_SEED} § 罚项", annotation=_O[float]),
+    Param("presence_penalty", _NUM, "float", "subtract it from the logit of every seen token", unset="off",
+          feature="presence_penalty", errors=("invalid_penalty",),
+          rule="not NaN (vllm: in [-2, 2]); 0 is off (§1.3)", citation=f"{_SEED} § 罚项", annotation=_O[float]),
+    Param("frequency_penalty", _NUM, "float", "subtract it times a token's count from its logit", unset="off",
+          feature="frequency_penalty", errors=("invalid_penalty",),
+          rule="not NaN (vllm: in [-2, 2]); 0 is off (§1.3)", citation=f"{_SEED} § 罚项", annotation=_O[float]),
+    Param("prompt_ignore_length", _INT, "int", "a prompt prefix the penalties do not count", unset="0",
+          feature="prompt_ignore_length", rule="<= 0 has no effect; which penalty it applies to is the profile's "
+          "prompt_ignore_length_scope (§1.3)", annotation=_O[int]),
+    Param("logit_bias", _PAIRS, "array of `[id, value]` pairs", "a sparse additive bias (may be -inf: a ban)",
+          feature="logit_bias", errors=("invalid_logit_bias",),
+          rule="ids in [0, V); NaN values rejected unless the profile skips the check; a token listed twice sums "
+               "or keeps the last (logit_bias_duplicates) (§1.2)",
+          citation=f"{_SEED} § 三处 logits 改写,顺序不能错", annotation=list, factory=list, convert=_pairs),
+    Param("min_length", _INT, "int", "ban the end id while fewer tokens were generated", unset="0",
+          feature="min_length", errors=("invalid_length",), rule=">= 0 (§1.4)", citation=f"{_SEED} § 罚项",
+          annotation=_O[int]),
+    Param("end_id", _INT, "int (`-1`: none)", "the end (EOS) id", unset="no end id", feature="end_id",
+          errors=("invalid_end_id",), rule="-1 or in [0, V) (§1.8)", annotation=_O[int]),
+    Param("ignore_eos", _BOOL, "bool", "sampling the end id does not finish the request", unset="false",
+          feature="ignore_eos", rule="§1.8", annotation=bool, default=False),
+    Param("bad_words", _WORDS, "array of arrays of int", "token sequences never to complete (the last id is banned "
+          "when the rest ends the history)", feature="bad_words", errors=("invalid_bad_words",),
+          rule="each non-empty with ids in [0, V) (§1.4)", annotation=list, factory=list),
+    Param("stop_words", _WORDS, "array of arrays of int", "token sequences that finish the request",
+          feature="stop_words", errors=("invalid_stop_words",), rule="each non-empty with ids in [0, V) (§1.8)",
+          annotation=list, factory=list),
+    Param("no_repeat_ngram_size", _INT, "int", "ban any token that would repeat an n-gram of the history",
+          unset="off", feature="no_repeat_ngram", errors=("invalid_length",), rule=">= 0; 0 is off (§1.4)",
+          annotation=_O[int]),
+    Param("max_new_tokens", _INT, "int", "the most tokens generated", unset="no limit (the profile's "
+          "unset_max_new_tokens: 20 for hf, 16 for vllm)", feature="max_new_tokens", errors=("invalid_length",),
+          rule=">= 0 (hf, vllm: > 0) (§1.8)", annotation=_O[int]),
+    Param("max_seq_len", _INT, "int", "the most tokens, prompt included", unset="no limit",
+          feature="max_seq_len", errors=("invalid_length",), rule=">= 0 (§1.8)", annotation=_O[int]),
+    Param("prompt", _INTS, "array of int", "the prompt: the history before the first generated token",
+          errors=("invalid_token_id",), rule="ids outside [0, V) are ignored or rejected (history_out_of_range) "
+          "(§1.3, §5)", annotation=list, factory=list),
+    Param("generated", _INTS, "array of int", "the tokens generated before this step", scope="step",
+          errors=("invalid_token_id",), rule="as prompt", annotation=list, factory=list),
+    Param("seed", {"anyOf": [_INT, {"type": "string", "pattern": "^(0[xX][0-9a-fA-F]+|-?[0-9]+)$"}]},
+          'int, or a string `"0x..."`/decimal for seeds at or above `2**63`', "the request's seed",
+          unset="unseeded: the global stream at the slot's offset (§1.6)", feature="seed", errors=("invalid_seed",),
+          rule="an integer in [-2**63, 2**64), read as its uint64 bits (§1.6)", citation=f"{_SEED} § 三套计数器",
+          annotation=_O[int], convert=parse_seed),
+    Param("slot", {"type": "integer", "minimum": 0}, "int (default: the row's index in its batch)",
+          "the sequence slot: seed offsets and penalty state are per slot", errors=("duplicate_slot",),
+          rule="one row per slot per step (§2)", annotation=int, default=0),
+    Param("request_id", {}, "-", "the owner of the slot: a new owner restarts the slot's stream (§2)",
+          scope="internal", annotation=Any),
+    Param("logprobs", {"type": "integer", "minimum": 0}, "int", "how many top logprobs to return (0: only the "
+          "sampled token's)", unset="none requested", feature="logprobs", rule="§1.7", scope="step",
+          annotation=_O[int]),
+    # -- scenario requests only (impls.reference.scenario_types.RequestSpec) ----------------------------
+    Param("id", {"type": "string", "pattern": r"^[\w.-]+$"}, "string", "the request's id (unique in the scenario)",
+          scope="request"),
+    Param("arrive", {"type": "integer", "minimum": 0}, "int", "the first step it is scheduled at", unset="0",
+          scope="request"),
+    Param("pause", {"type": "array", "items": {"type": "integer", "minimum": 0}}, "array of int",
+          "steps it is not scheduled at (its state is kept)", scope="request"),
+    Param("beam_width", _INT, "int", "beams of a beam-search request", unset="1", feature="beam_search",
+          errors=("invalid_beam_width",), rule="in [1, max_beam_width] (§3)", scope="request"),
+    Param("length_penalty", _NUM, "float", "beam scores are divided by length ** length_penalty",
+          unset="the profile's beam_length_penalty_unset", feature="beam_search", rule="§3", scope="request"),
+    Param("early_stopping", {"anyOf": [_BOOL, {"const": "never"}]}, 'bool or `"never"`',
+          "when a beam request stops", unset="the profile's beam_early_stopping_unset", feature="beam_search",
+          rule="§3", scope="request"),
+    Param("diversity_rate", _NUM, "float", "TensorRT-LLM's beam diversity rate", feature="beam_search",
+          rule="§3", scope="request"),
+    Param("draft_len", {"type": "integer", "minimum": 0, "maximum": 64}, "int", "draft tokens per step (K)",
+          unset="0: no speculation", rule="§4", scope="request"),
+    Param("drafts", _WORDS, "array of arrays of int", "literal draft tokens per step (else the draft model "
+          "proposes them)", errors=("invalid_draft",), rule="at most draft_len each (§4)", scope="request"),
+    Param("d2t", _INTS, "array of int", "draft-to-target offsets: token += d2t[token]", errors=("invalid_d2t",),
+          rule="one per draft token id; greedy requests only (§4)", scope="request"),
+    Param("model", _MODEL, "table", "a scripted model for this request (overrides the scenario's)",
+          scope="request"),
+)
+
+_BY_NAME = {p.name: p for p in PARAMS}
+
+
+def param(name: str) -> Param:
+    """The declaration of ``name``.
+
+    Raises
+    ------
+    KeyError
+        Not a declared field.
+    """
+    return _BY_NAME[name]
+
+
+def row_fields() -> list:
+    """``[(name, annotation, dataclasses.field)]`` of :class:`~impls.base.Row`, in declaration order."""
+    out = []
+    for p in PARAMS:
+        if not p.row_field:
+            continue
+        if p.name == "logits":
+            out.append((p.name, p.annotation))
+        elif p.factory is not None:
+            out.append((p.name, p.annotation, dataclasses.field(default_factory=p.factory)))
+        else:
+            out.append((p.name, p.annotation, dataclasses.field(default=p.default)))
+    return out
+
+
+def step_fields() -> list:
+    """The fields a single-step row (or its ``defaults``) takes, in order."""
+    return [p for p in PARAMS if p.scope in ("row", "step")]
+
+
+def request_fields() -> list:
+    """The fields a scenario request (or the scenario's ``defaults``) takes, in order."""
+    return [p for p in PARAMS if p.scope in ("row", "request")]
+
+
+def row_schema() -> dict:
+    """JSON-schema ``properties`` of a single-step row (every :func:`step_fields` entry)."""
+    return {p.name: p.schema for p in step_fields()}
+
+
+def request_schema() -> dict:
+    """JSON-schema ``properties`` of a scenario request (every :func:`request_fields` entry)."""
+    return {p.name: p.schema for p in request_fields()}
+
+
+def field_feature(name: str, value=None) -> Optional[str]:
+    """The feature a case setting field ``name`` (to ``value``) must declare, or None."""
+    p = _BY_NAME.get(name)
+    if p is None or p.feature is None:
+        return None
+    if p.feature_when is not None and not p.feature_when(value):
+        return None
+    return p.feature
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown_table(scope: str) -> str:
+    """The field table of ``cases/README.md`` for ``"step"`` (rows) or ``"request"`` (scenario requests).
+
+    Columns: field, type, feature, meaning (the doc; unset meaning; the rule and error kinds).
+    """
+    fields = step_fields() if scope == "step" else request_fields()
+    lines = ["| field | type | feature | meaning |", "| --- | --- | --- | --- |"]
+    for p in fields:
+        meaning = p.doc[0].upper() + p.doc[1:]
+        if p.unset:
+            meaning += f". Unset: {p.unset}"
+        if p.rule:
+            meaning += f". Rule: {p.rule}"
+        if p.errors:
+            meaning += ". Errors: " + ", ".join(f"`{e}`" for e in p.errors)
+        feat = f"`{p.feature}`" + (" (when not float32)" if p.feature_when is not None else "") if p.feature else "–"
+        lines.append(f"| `{p.name}` | {_cell(p.type)} | {feat} | {_cell(meaning)} |")
+    return "\n".join(lines) + "\n"
+
+
+def template_comment() -> str:
+    """The comment block of ``sampcheck case new``'s template listing every row field (name, type, doc)."""
+    lines = ["# The fields a row takes (impls/params.py; the table in cases/README.md, 'Row fields'):"]
+    width = max(len(p.name) for p in step_fields())
+    for p in step_fields():
+        feat = f" [feature {p.feature}]" if p.feature else ""
+        lines.append(f"#   {p.name:<{width}}  {p.type.replace('`', '')}: {p.doc}{feat}")
+    return "\n".join(lines) + "\n"
