@@ -13,7 +13,6 @@ import torch
 import impls.reference.beam as beam_mod
 from harness.corpus.load import CASES_DIR, load_case
 from harness.judge.judge import Judge
-from harness.judge.scenarios import golden_record
 from impls import registry
 from impls.profiles import HF, TRTLLM
 from impls.reference import Reference
@@ -82,7 +81,7 @@ def test_mutation_reparenting_bug_makes_named_cases_fail(monkeypatch):
 
 def test_golden_record_keeps_predecessor_map_per_step():
     case = _case("beam/reparent-repetition-follows-predecessor")
-    rec = golden_record(case, "trtllm", Judge([], 1))
+    rec = case.kind.golden_record(Judge([], 1), case, "trtllm")
     assert rec["scenario"]["a"]["predecessors"] == [[0, 0, 0], [1, 2, 0], [0, 1, 2]]
     assert rec["scenario"]["a"]["beam_tokens"] == [[0, 1, 2], [0, 0, 0], [2, 1, 2]]
 

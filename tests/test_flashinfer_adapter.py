@@ -347,13 +347,12 @@ class _RandomChain(_FakeSampling):
 @pytest.mark.parametrize("honest, status", [(True, "pass"), (False, "fail")])
 def test_statistical_scenario_is_judged_on_the_flashinfer_draws(monkeypatch, honest, status):
     """The judge's statistical path sees the tokens ``verify_chain`` emits (4000 copies, about 2 s)."""
-    from harness.judge import scenarios
     from harness.corpus.load import CASES_DIR, load_case
     from harness.judge.judge import Judge
     mod = _RandomChain(honest)
     _install(monkeypatch, mod)
     case = load_case(CASES_DIR / "speculative/rejection-sampling-emits-target-distribution.toml")
-    res = scenarios.evaluate(Judge([], 1, device="cpu"), case, registry.create("flashinfer"), "x")
+    res = case.kind.evaluate(Judge([], 1, device="cpu"), case, registry.create("flashinfer"), "x")
     assert res.status == status, res.details.get("message")
 
 
@@ -361,13 +360,12 @@ def test_statistical_scenario_is_judged_on_the_flashinfer_draws(monkeypatch, hon
 def test_emitted_tokens_are_checked_against_the_target_support(monkeypatch, honest, status):
     """Under another RNG a scenario's tokens are not compared one for one, but each must lie in the
     target's support at its position: accepting the draft 3, which the target forbids, fails."""
-    from harness.judge import scenarios
     from harness.corpus.load import CASES_DIR, load_case
     from harness.judge.judge import Judge
     mod = _RandomChain(honest)
     _install(monkeypatch, mod)
     case = load_case(CASES_DIR / "speculative/sampling-draft-outside-target-support.toml")
-    res = scenarios.evaluate(Judge([], 1, device="cpu"), case, registry.create("flashinfer"), "x")
+    res = case.kind.evaluate(Judge([], 1, device="cpu"), case, registry.create("flashinfer"), "x")
     assert res.status == status, res.details.get("message")
     bad = res.details["rows"][0]["mismatches"]
     if honest:
@@ -385,18 +383,17 @@ def test_reference_session_has_no_hook():
 def test_real_flashinfer_speculative_scenarios_on_the_gpu():
     """The statistical case through the real ``chain_speculative_sampling``, and two deterministic facts.
 
-    Called through :func:`harness.judge.scenarios.evaluate` (the judge's scenario path, after its feature gate).
+    Called through the scenario kind's evaluate (:class:`harness.kinds.scenario.ScenarioKind`) (the judge's scenario path, after its feature gate).
     """
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     pytest.importorskip("flashinfer")
-    from harness.judge import scenarios
     from harness.corpus.load import CASES_DIR, load_case
     from harness.judge.judge import Judge
     impl = registry.create("flashinfer")
     assert impl.available("cuda") is None
     case = load_case(CASES_DIR / "speculative/rejection-sampling-emits-target-distribution.toml")
-    res = scenarios.evaluate(Judge([], 1, device="cuda"), case, impl, impl.version())
+    res = case.kind.evaluate(Judge([], 1, device="cuda"), case, impl, impl.version())
     assert res.status == "pass", res.details
     # q == p exactly: u * q(d) < p(d) for every u < 1, all drafts accepted at both steps
     spec = load_case(CASES_DIR / "speculative/sampling-draft-equals-target-accepts-all.toml").scenario.spec

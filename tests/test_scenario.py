@@ -237,10 +237,9 @@ def test_corpus_has_enough_scenarios_and_all_pass_fast():
 def test_relations_the_profile_itself_breaks_are_known_diff():
     """seeds/batch-order-independent on the reference under the flashinfer profile: its stream is keyed
     by batch position, so the scenario's same_tokens relation breaks as the profile predicts."""
-    from harness.judge import scenarios
     case = load_case(CASES_DIR / "seeds/batch-order-independent.toml")
-    res = scenarios.evaluate(Judge([], 1), case, registry.create("reference-flashinfer"), "2")
+    res = case.kind.evaluate(Judge([], 1), case, registry.create("reference-flashinfer"), "2")
     assert res.status == "known-diff", res.details.get("message")
     assert [f["field"] for f in res.details["fields"]] == ["seed_keyed_by_batch_row"]
-    base = scenarios.evaluate(Judge([], 1), case, registry.create("reference"), "2")
+    base = case.kind.evaluate(Judge([], 1), case, registry.create("reference"), "2")
     assert base.status == "pass"

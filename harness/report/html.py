@@ -32,7 +32,7 @@ import jinja2
 from impls.profiles import TRTLLM
 
 from harness.judge.blame import show_value
-from harness.judge.judge import STATUSES
+from harness.judge.result import STATUSES
 from .statreport import template_globals
 
 __all__ = ["write_html", "render_html", "repro_command", "OPEN_STATUSES"]
@@ -97,28 +97,23 @@ def _source_link(src: dict) -> tuple:
 
 
 def _inputs(case) -> list:
-    """One entry per row (``where`` = ``batch:index``, as the judge names rows), or per request of a scenario."""
-    rows = []
-    for b in case.batches:
-        for r in b.rows:
-            fields = {k: _short(v) for k, v in r.fields.items()}
-            rows.append({"where": f"{b.name}:{r.index}", "fields": fields,
-                         "expect": {k: _short(v) for k, v in r.expect.items()}})
-    scen = (case.raw or {}).get("scenario") if case.check == "scenario" else None
-    if isinstance(scen, dict):
-        for req in scen.get("requests", []):
-            rows.append({"where": str(req.get("id", "")),
-                         "fields": {k: _short(v) for k, v in req.items() if k not in ("id", "expect")},
-                         "expect": {k: _short(v) for k, v in (req.get("expect") or {}).items()}})
-    return rows
+    """One entry per row or request, as the case's check kind lists them (values shortened for the page)."""
+    return [{"where": e["where"], "fields": {k: _short(v) for k, v in e["fields"].items()},
+             "expect": {k: _short(v) for k, v in e["expect"].items()}} for e in case.kind.report_inputs(case)]
 
 
 def _setup(case) -> dict:
-    """A scenario's shared set-up (model, defaults, ...): what its requests run against."""
-    scen = (case.raw or {}).get("scenario") if case.check == "scenario" else None
-    if not isinstance(scen, dict):
-        return {}
-    return {k: _short(v) for k, v in scen.items() if k != "requests"}
+    """What a case's inputs share (a scenario's model, defaults, ...), as its check kind says."""
+    return {k: _short(v) for k, v in case.kind.report_setup(case).items()}
+
+
+def _draws_view(check: str) -> bool:
+    """Whether results of the check kind ``check`` show as draws (``"load"`` and unknown kinds: no)."""
+    from harness.corpus import kinds
+    try:
+        return kinds.get(check).draws_view
+    except KeyError:
+        return False
 
 
 def _bad_keys(lines) -> set:
@@ -130,7 +125,8 @@ def _result_view(case_id: str, r: dict, inputs: dict, device: str) -> dict:
     """What the template shows of one result: anchors, the command, rows with their inputs."""
     details = r.get("details") or {}
     rows = []
-    if r.get("check") != "statistical":
+    draws = _draws_view(r.get("check"))
+    if not draws:
         for row in details.get("rows") or []:
             if not isinstance(row, dict) or "actual" not in row:
                 continue
@@ -140,11 +136,11 @@ def _result_view(case_id: str, r: dict, inputs: dict, device: str) -> dict:
     named = []
     for inv in details.get("invariants") or []:
         named += [w for w in (inv.get("a"), inv.get("b")) if w in inputs and w not in named]
-    if r.get("check") == "statistical":
+    if draws:
         named += [row.get("row") for row in details.get("rows") or []
                   if isinstance(row, dict) and row.get("row") in inputs and row.get("row") not in named]
     return {"r": r, "anchor": _result_anchor(case_id, r["impl"]), "problem": r["status"] in OPEN_STATUSES,
-            "repro": repro_command(case_id, r["impl"], device), "rows": rows,
+            "repro": repro_command(case_id, r["impl"], device), "rows": rows, "draws": draws,
             "named_inputs": [(w, inputs[w]) for w in named]}
 
 
@@ -189,13 +185,12 @@ def render_html(doc: dict, cases: dict, profiles: list) -> str:
             "description": (c.get("error", "") if isinstance(c, dict) else "") if broken else c.description,
             "check": "load" if broken else c.check,
             # a statistical case, or a scenario with a [scenario.statistical] check (both count in the budget)
-            "statistical": (not broken) and (c.check == "statistical" or (
-                c.check == "scenario" and getattr(getattr(c, "scenario", None), "statistical", None) is not None)),
+            "statistical": (not broken) and c.kind.is_statistical(c),
             "sources": [] if broken else [_source_link(s) for s in c.sources],
             "notes": "" if broken else c.notes,
             "inputs": inputs,
             "setup": {} if broken else _setup(c),
-            "invariants": [] if broken else c.invariants,
+            "invariants": [] if broken else c.kind.relations(c),
             "results": results,
             "views": [_result_view(cid, r, by_where, devices[i]) if r else None for i, r in zip(impls, results)],
             "problem": any(r and r["status"] in OPEN_STATUSES for r in results),

@@ -23,18 +23,59 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Optional
 
 __all__ = ["LatencyError", "load_bench", "summarise", "latency_chart_svg", "render_html", "write_report",
-           "TARGETS"]
+           "TARGETS", "Target", "RATIO_PEER"]
 
-#: The fused sampler's targets (issue 5), as (name, description).
+@dataclass(frozen=True)
+class Target:
+    """One latency target, as data: which implementation is judged against what, where, and the limit.
+
+    Attributes
+    ----------
+    name, text : str
+        Identifier and the sentence the report shows.
+    subject : str
+        The implementation judged (a latency peer of the registry).
+    against : str
+        ``"floor"`` (the HBM floor of the point), ``"us"`` (an absolute limit in µs), or the
+        name of the peer whose time at the same point is the unit.
+    limit : float
+        The largest ratio (or µs for ``"us"``) that meets the target.
+    mix, batch, vocab, min_batch : optional
+        Only the points with that mix / batch / vocabulary / at least that batch.
+    """
+
+    name: str
+    text: str
+    subject: str
+    against: str
+    limit: float
+    mix: Optional[str] = None
+    batch: Optional[int] = None
+    vocab: Optional[int] = None
+    min_batch: Optional[int] = None
+
+    def applies(self, r: dict) -> bool:
+        """Whether results row ``r`` is one of the points this target judges."""
+        return (r["impl"] == self.subject and (self.mix is None or r["mix"] == self.mix)
+                and (self.batch is None or r["batch"] == self.batch) and (self.vocab is None or r["vocab"] == self.vocab)
+                and (self.min_batch is None or r["batch"] >= self.min_batch))
+
+
+#: The fused sampler's targets (issue 5).
 TARGETS = (
-    ("vs_flashinfer", "latency <= 0.5x FlashInfer's at every point where FlashInfer expresses the mix"),
-    ("vs_floor", "latency <= 3x the HBM floor at batch >= 256"),
-    ("vs_argmax", "all-greedy batches <= 1.2x torch.argmax"),
-    ("batch1", "batch 1, vocab 128256, top_k=50 top_p=0.9: <= 30 us"),
+    Target("vs_flashinfer", "latency <= 0.5x FlashInfer's at every point where FlashInfer expresses the mix",
+           "fused", "flashinfer", 0.5),
+    Target("vs_floor", "latency <= 3x the HBM floor at batch >= 256", "fused", "floor", 3.0, min_batch=256),
+    Target("vs_argmax", "all-greedy batches <= 1.2x torch.argmax", "fused", "argmax", 1.2, mix="greedy"),
+    Target("batch1", "batch 1, vocab 128256, top_k=50 top_p=0.9: <= 30 us", "fused", "us", 30.0, mix="k50_p09",
+           batch=1, vocab=128256),
 )
+#: The peer of the tables' ratio column (``×FI``): every point's time over its time at the same point.
+RATIO_PEER = "flashinfer"
 
 def _impl_order() -> tuple:
     """The latency peers in registry order (:func:`impls.registry.names`, role ``latency``); others follow, sorted."""
@@ -175,7 +216,7 @@ def summarise(doc: dict) -> dict:
             for B in batches:
                 cells = {}
                 floor = None
-                fi = at.get(("flashinfer", m, B, V))
+                fi = at.get((RATIO_PEER, m, B, V))
                 for impl in impls:
                     r = at.get((impl, m, B, V))
                     if r is None:
@@ -194,32 +235,28 @@ def summarise(doc: dict) -> dict:
                 lines.append({"mix": m, "batch": B, "floor_us": floor, "cells": cells})
         table[V] = lines
     targets = []
-    fused = [r for r in rows if r["impl"] == "fused"]
-
-    def target(name, pairs, limit):
-        ratios = [(a / b, where) for a, b, where in pairs]
-        worst = max(ratios, default=None)
-        targets.append({"name": name, "text": dict(TARGETS)[name], "checked": len(ratios),
-                        "met": None if not ratios else all(x <= limit for x, _ in ratios),
-                        "worst": None if worst is None else f"{worst[0]:.2f}x at {worst[1]}"})
 
     def where(r):
         return f"{_MIX_LABEL.get(r['mix'], r['mix'])}, batch {r['batch']}, vocab {r['vocab']}"
-    target("vs_flashinfer", [(r["median_us"], at[("flashinfer", r["mix"], r["batch"], r["vocab"])]["median_us"],
-                              where(r)) for r in fused if ("flashinfer", r["mix"], r["batch"], r["vocab"]) in at], 0.5)
-    target("vs_floor", [(r["median_us"], r["floor_us"], where(r)) for r in fused
-                        if r["batch"] >= 256 and r.get("floor_us")], 3.0)
-    target("vs_argmax", [(r["median_us"], at[("argmax", "greedy", r["batch"], r["vocab"])]["median_us"], where(r))
-                         for r in fused if r["mix"] == "greedy" and ("argmax", "greedy", r["batch"], r["vocab"]) in at],
-           1.2)
-    b1 = [r for r in fused if r["batch"] == 1 and r["vocab"] == 128256 and r["mix"] == "k50_p09"]
-    targets.append({"name": "batch1", "text": dict(TARGETS)["batch1"], "checked": len(b1),
-                    "met": None if not b1 else b1[0]["median_us"] <= 30.0,
-                    "worst": None if not b1 else f"{b1[0]['median_us']:.1f} us"})
+    for tg in TARGETS:
+        pts = [r for r in rows if tg.applies(r)]
+        if tg.against == "us":
+            ratios = [(r["median_us"], where(r)) for r in pts]
+            fmt = "{:.1f} us"
+        else:
+            unit = (lambda r: r.get("floor_us")) if tg.against == "floor" else (
+                lambda r: (at.get((tg.against, r["mix"], r["batch"], r["vocab"])) or {}).get("median_us"))
+            ratios = [(r["median_us"] / unit(r), where(r)) for r in pts if unit(r)]
+            fmt = "{:.2f}x"
+        worst = max(ratios, default=None)
+        shown = None if worst is None else (fmt.format(worst[0]) if tg.against == "us" else
+                                            f"{fmt.format(worst[0])} at {worst[1]}")
+        targets.append({"name": tg.name, "text": tg.text, "checked": len(ratios),
+                        "met": None if not ratios else all(x <= tg.limit for x, _ in ratios), "worst": shown})
     has_floor = any(ln["floor_us"] for lines in table.values() for ln in lines)
     cpu_impls = [i for i in impls if any(r["impl"] == i and r.get("device") == "cpu" for r in rows)]
     return {"impls": impls, "mixes": mixes, "vocabs": vocabs, "batches": batches, "table": table,
-            "targets": targets, "has_floor": has_floor, "has_flashinfer": "flashinfer" in impls,
+            "targets": targets, "has_floor": has_floor, "has_flashinfer": RATIO_PEER in impls,
             "cpu_impls": cpu_impls}
 
 

@@ -103,14 +103,18 @@ def _describe(impl, device: str) -> WorkerInfo:
 
 
 def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, log_path: Optional[str],
-           sys_path: tuple = ()) -> None:
+           sys_path: tuple = (), check_kinds: tuple = ()) -> None:
     """Body of a worker process: build, report, then judge cases until told to stop.
 
     ``sys_path`` is the parent's import path at launch: its entries the worker lacks are put
     first, so a ``package.module:Class`` spec the parent can import, the worker can too (a fork
-    server keeps the path it started with).
+    server keeps the path it started with). ``check_kinds`` are the check kinds the parent
+    registered at run time (:func:`harness.corpus.kinds.runtime_kinds`), registered here too.
     """
     sys.path[:0] = [p for p in sys_path if p not in sys.path]
+    from harness.corpus import kinds
+    for kind in check_kinds:
+        kinds.register(kind)
     if log_path:
         log = open(log_path, "a", buffering=1)
         os.dup2(log.fileno(), 2)
@@ -151,7 +155,8 @@ def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, 
 
 
 #: Modules the fork server imports once, so that each worker starts in well under a second.
-FORKSERVER_PRELOAD = ["harness.run.isolation", "harness.judge", "harness.corpus.load", "impls.reference"]
+FORKSERVER_PRELOAD = ["harness.run.isolation", "harness.judge", "harness.corpus.load", "harness.kinds",
+                      "impls.reference"]
 
 
 def _thread_count() -> int:
@@ -185,15 +190,17 @@ def start_method(spec) -> Optional[str]:
     A name, or an object that pickles: ``forkserver`` (a clean, single-threaded
     server process that has imported torch and the harness once and forks each
     worker, which then imports the engine itself; ``spawn`` where forkserver
-    does not exist). An object that does not pickle (e.g. an instance of a
+    does not exist); check kinds registered at run time go with it, so they must
+    pickle too. An object that does not pickle (e.g. an instance of a
     class defined inside a test function): ``fork``, but only while this
     process has a single thread; forking a multi-threaded process can leave
     the child waiting forever on a lock another thread held (seen with
     torch's and Triton's threads), so such an object runs in-process.
     """
+    from harness.corpus import kinds
     methods = mp.get_all_start_methods()
     clean = "forkserver" if "forkserver" in methods else "spawn"
-    if isinstance(spec, str) or _picklable(spec):
+    if (isinstance(spec, str) or _picklable(spec)) and _picklable(kinds.runtime_kinds()):
         return clean
     if "fork" in methods and _thread_count() == 1:
         return "fork"
@@ -273,8 +280,9 @@ class Worker:
     # -- lifecycle ------------------------------------------------------------
     def _launch(self) -> None:
         parent, child = self.ctx.Pipe()
+        from harness.corpus import kinds
         args = (child, self.spec, self.device, str(self.root), str(self.root / "findings.toml"), self.n_stat,
-                str(self.log_path) if self.log_path else None, tuple(sys.path))
+                str(self.log_path) if self.log_path else None, tuple(sys.path), tuple(kinds.runtime_kinds()))
         self.proc = self.ctx.Process(target=_serve, args=args, daemon=True, name=f"sampcheck-{self.label}")
         self.proc.start()
         child.close()
@@ -374,7 +382,7 @@ class Worker:
         -------
         harness.judge.Result
         """
-        from harness.judge.judge import Result
+        from harness.judge.result import Result
         t0 = time.perf_counter()
         if not self._alive():
             try:

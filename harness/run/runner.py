@@ -41,7 +41,7 @@ from impls.profiles import version_verified
 from harness.corpus.load import CASES_DIR, CaseError, discover, load_case, select
 from harness.corpus.findings import load_findings
 from .isolation import DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, Journal, Worker, label_of, make_runner
-from harness.judge.judge import Result
+from harness.judge.result import Result
 from harness.judge.stats import FAMILY_ALPHA
 
 __all__ = ["run", "RunOutcome", "count_statistical_checks", "RESULTS_SCHEMA"]
@@ -65,28 +65,26 @@ class RunOutcome:
 
 
 def count_statistical_checks(paths: list) -> int:
-    """Statistical checks among ``paths``: one per row of a ``statistical`` case, plus one per
-    ``scenario`` case with a ``[scenario.statistical]`` table (unparseable files count 0).
+    """Statistical checks among ``paths``, as each case's check kind counts them from its TOML
+    (:meth:`harness.corpus.kinds.CheckKind.statistical_checks`; unparseable files and unknown
+    kinds count 0).
 
     The per-check level is ``FAMILY_ALPHA`` divided by this count over the declared corpus
     (DESIGN.md decision 3; ``harness.judge.stats.per_check_alpha``).
     """
+    from harness.corpus import kinds
     n = 0
     for p in paths:
         try:
             data = tomllib.loads(Path(p).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
             continue
-        sc = data.get("scenario")
-        if data.get("check") == "scenario" and isinstance(sc, dict) and isinstance(sc.get("statistical"), dict):
-            n += 1
-            continue
-        if data.get("check") != "statistical":
-            continue
-        if isinstance(data.get("rows"), list):
-            n += len(data["rows"])
-        elif isinstance(data.get("batches"), list):
-            n += sum(len(b.get("rows", [])) for b in data["batches"] if isinstance(b, dict))
+        try:
+            kind = kinds.get(data.get("check")) if isinstance(data.get("check"), str) else None
+        except KeyError:
+            kind = None
+        if kind is not None:
+            n += kind.statistical_checks(data)
     return n
 
 

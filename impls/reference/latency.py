@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
 
 from ..base import LatencyBatch, LatencyUnsupported, Row
 from ..registry import Entry

@@ -223,7 +223,7 @@ class ScenarioResult:
     """All requests' results (``requests`` keyed by id) and the steps run.
 
     ``keys`` names the observations an implementation reports (see
-    :data:`harness.judge.scenarios.EXPECT_KEYS`); ``None`` (the reference) means
+    :data:`harness.kinds.scenario.EXPECT_KEYS`); ``None`` (the reference) means
     all of them. The judge compares only those.
     """
 

@@ -1,0 +1,105 @@
+"""The verdict ladder, once: from what a check kind found to a status (DESIGN.md, "Statuses").
+
+Every check kind gathers its :class:`Evidence` and calls :func:`verdict`, which decides in
+this order:
+
+1. **the case is broken** — the reference under the default profile contradicts the
+   case's hand-written truth (or a relation the case declares): ``fail``;
+2. **the implementation disagrees with its own profile's prediction** — ``known-bug``
+   when a registered finding (``cases/findings.toml``) covers the case and version, else
+   ``fail``;
+3. **the check could not decide** (too few draws, a prediction that is an error):
+   ``error``;
+4. **the prediction differs from the default profile's** — ``known-diff``, the details
+   naming the profile fields responsible (:mod:`.blame`) and their citations;
+5. otherwise ``pass``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from .result import Result
+
+__all__ = ["Evidence", "verdict", "HAND_PREFIX"]
+
+#: How a message about a broken case starts.
+HAND_PREFIX = "the reference under the default profile disagrees with the case's hand-written expectations: "
+
+
+@dataclass
+class Evidence:
+    """What a check kind found, for :func:`verdict`.
+
+    Attributes
+    ----------
+    details : dict
+        The result's details so far (rows, invariants, profile, ...); the ladder adds
+        ``message``, and ``fields`` or ``finding`` where they apply.
+    broken_case : str or None
+        Step 1: the whole message when the reference under the default profile contradicts
+        the case (begin it with :data:`HAND_PREFIX` for expectations).
+    own : str or None
+        Step 2: the message when the implementation's outputs differ from its profile's
+        prediction.
+    undecided : str or None
+        Step 3: the message when the check cannot be judged.
+    differs : bool
+        Step 4: the profile's prediction differs from the default profile's.
+    explain : callable or None
+        ``explain() -> list of dict``: the profile fields behind the difference
+        (:func:`harness.judge.blame.field_entries`); called only for ``known-diff``.
+    diff_message : callable or None
+        ``diff_message(fields) -> str``: the ``known-diff`` message.
+    pass_message : str
+    """
+
+    details: dict = field(default_factory=dict)
+    broken_case: Optional[str] = None
+    own: Optional[str] = None
+    undecided: Optional[str] = None
+    differs: bool = False
+    explain: Optional[Callable[[], list]] = None
+    diff_message: Optional[Callable[[list], str]] = None
+    pass_message: str = "matches the prediction, which equals the default profile's"
+
+
+def verdict(judge, case, impl, version: str, ev: Evidence) -> Result:
+    """The status of ``case`` on ``impl`` from ``ev`` (the ladder of the module docstring).
+
+    Parameters
+    ----------
+    judge : harness.judge.Judge
+        Its registered findings decide ``known-bug``.
+    case : harness.corpus.load.Case
+    impl : Implementation
+    version : str
+        The implementation's version (findings have version ranges).
+    ev : Evidence
+
+    Returns
+    -------
+    Result
+    """
+    details = ev.details
+
+    def out(status: str, message: str) -> Result:
+        details["message"] = message
+        return Result(case.id, impl.name, status, case.check, details=details)
+
+    if ev.broken_case:
+        return out("fail", ev.broken_case)
+    if ev.own:
+        finding = judge.finding(impl.name, version, case.id)
+        if finding:
+            details["finding"] = dataclasses.asdict(finding)
+            return out("known-bug", f"{ev.own} — known bug {finding.id}: {finding.title}")
+        return out("fail", ev.own)
+    if ev.undecided:
+        return out("error", ev.undecided)
+    if ev.differs:
+        details["fields"] = ev.explain() if ev.explain else []
+        return out("known-diff", ev.diff_message(details["fields"]) if ev.diff_message else "differs from the default")
+    return out("pass", ev.pass_message)

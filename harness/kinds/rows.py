@@ -1,0 +1,165 @@
+"""What the single-step kinds share (exact, statistical, invariant): batches of rows.
+
+A case of these kinds gives ``rows`` (one batch, ``main``) or named ``batches``; each batch
+runs on a fresh session of the implementation and of the reference
+(:func:`harness.corpus.load.load_batches` loads them). :class:`RowsKind` holds the parts
+that do not depend on the check: loading, the feature and row checks, predictions (one
+list of :class:`~impls.base.RowResult` per batch), the case's hand-written truth against
+the default profile, the profile fields behind a difference (:mod:`harness.judge.blame`),
+golden records of rows, and the inputs the report shows.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Optional
+
+import torch
+
+from harness.corpus.kinds import CheckKind
+from harness.corpus.load import BATCH_FIELDS, load_batches
+from harness.judge.blame import blame, field_entries
+from harness.judge.compare import golden_round, mismatches, observe
+from impls.profiles import TRTLLM, Profile
+from impls.reference import Reference
+
+__all__ = ["RowsKind", "expect_keys", "where", "RECORD_KEYS"]
+
+#: The outputs of a row that run records keep (harness/records/records.py; ``message`` is kept, never compared).
+RECORD_KEYS = ("error", "token", "mode", "finish_reason", "logprob", "processed_logprob", "rank", "top_logprobs",
+               "support", "probs", "rewritten_logits", "message")
+
+
+def expect_keys(expect: dict) -> list:
+    """The output keys compared for a row: its expectations, plus ``token`` and ``error`` always."""
+    return sorted(set(expect) | {"token", "error"})
+
+
+def where(batch, row) -> str:
+    """A row's label in results, ``"<batch>:<index>"``."""
+    return f"{batch.name}:{row.index}"
+
+
+class RowsKind(CheckKind):
+    """Base of the kinds whose cases are batches of single-step rows."""
+
+    case_fields = dict(BATCH_FIELDS)
+    record_keys = RECORD_KEYS
+
+    def load(self, data: dict, shown: str) -> tuple:
+        """The batches (:func:`harness.corpus.load.load_batches`)."""
+        batches, used = load_batches(data, shown)
+        return {"batches": batches}, used
+
+    def unsupported(self, case, impl) -> Optional[str]:
+        """The first row ``impl.unsupported`` refuses, as ``"<batch>:<index>: <reason>"``."""
+        for b in case.batches:
+            for r in b.rows:
+                why = impl.unsupported(r.to_row())
+                if why:
+                    return f"{where(b, r)}: {why}"
+        return None
+
+    def predict(self, judge, case, profile: Profile, dtype=torch.float32, cache: bool = True) -> list:
+        """One list of reference :class:`~impls.base.RowResult` per batch, each batch on a fresh session."""
+        def run():
+            ref = Reference(profile, dtype=dtype)
+            return [ref.open_session("cpu").step([r.to_row() for r in b.rows]) for b in case.batches]
+        return judge.cached((case.id, profile, dtype), run, cache)
+
+    def run(self, judge, case, impl) -> list:
+        """The implementation's outputs: one list per batch, each batch on a fresh session."""
+        return [impl.open_session(judge.device).step([r.to_row() for r in b.rows]) for b in case.batches]
+
+    def hand(self, judge, case, default: Optional[list] = None) -> list:
+        """Rows whose hand-written expectations the default profile's prediction contradicts.
+
+        Returns
+        -------
+        list of dict
+            ``{"row", "mismatches"}`` per such row.
+        """
+        default = self.predict(judge, case, TRTLLM) if default is None else default
+        out = []
+        for b, preds in zip(case.batches, default):
+            for r, p in zip(b.rows, preds):
+                if r.expect:
+                    bad = mismatches(observe(p, expect_keys(r.expect)), r.expect, case.atol, case.rtol)
+                    if bad:
+                        out.append({"row": where(b, r), "mismatches": bad})
+        return out
+
+    def explain(self, judge, case, profile: Profile, keys_per_row: list) -> list:
+        """Profile fields whose value alone changes the default prediction of ``case`` (:func:`harness.judge.blame.blame`).
+
+        Parameters
+        ----------
+        keys_per_row : list of list of list of str
+            Per batch, per row, the output keys compared.
+
+        Returns
+        -------
+        list of dict
+            :func:`harness.judge.blame.field_entries` for each responsible field;
+            every differing field (marked ``"combination"``) when no single one is
+            responsible.
+        """
+        default = self.predict(judge, case, TRTLLM)
+
+        def changes(probe_profile) -> bool:
+            pred = self.predict(judge, case, probe_profile, cache=False)
+            return any(mismatches(observe(p, keys), observe(d, keys))
+                       for bp, bd, bk in zip(pred, default, keys_per_row) for p, d, keys in zip(bp, bd, bk))
+        found, _ = blame(profile, changes)
+        return field_entries(profile, found) if found else field_entries(profile)
+
+    # -- golden records ------------------------------------------------------------------
+    def golden_record(self, judge, case, profile_name: str) -> dict:
+        """Per row of every batch: token, error, mode, finish reason, RAW/PROCESSED logprobs (1e-6), rank, support.
+
+        The support is listed up to 64 ids, otherwise its size and a CRC-32 of the ids.
+        """
+        from impls.profiles import PROFILES
+        from impls.reference import REFERENCE_VERSION
+        batches = []
+        for b, preds in zip(case.batches, self.predict(judge, case, PROFILES[profile_name])):
+            rows = []
+            for p in preds:
+                row = {"token": p.token, "error": p.error, "mode": p.mode, "finish_reason": p.finish_reason,
+                       "logprob": golden_round(p.logprob), "processed_logprob": golden_round(p.processed_logprob),
+                       "rank": p.rank}
+                if p.probs is not None:
+                    support = [int(i) for i in (p.probs > 0).nonzero().flatten().tolist()]
+                    if len(support) <= 64:
+                        row["support"] = support
+                    else:
+                        row["support_size"] = len(support)
+                        row["support_crc32"] = zlib.crc32(json.dumps(support).encode())
+                rows.append({k: v for k, v in row.items() if v is not None})
+            batches.append({"name": b.name, "rows": rows})
+        return {"case": case.id, "profile": profile_name, "reference_version": REFERENCE_VERSION, "batches": batches}
+
+    def golden_diff(self, old: dict, new: dict) -> list:
+        """``"<batch>:<i>.<key>: golden X, now Y"`` for every row key that changed."""
+        diffs = []
+        for bo, bn in zip(old.get("batches", []), new.get("batches", [])):
+            for i, (ro, rn) in enumerate(zip(bo["rows"], bn["rows"])):
+                for k in sorted(set(ro) | set(rn)):
+                    if ro.get(k) != rn.get(k):
+                        diffs.append(f"{bn['name']}:{i}.{k}: golden {ro.get(k)!r}, now {rn.get(k)!r}")
+        return diffs
+
+    # -- records and the report ----------------------------------------------------------
+    def unseeded_rows(self, case) -> set:
+        """Labels ``"batch:index"`` of the rows that give no ``seed``."""
+        return {f"{b.name}:{i}" for b in case.batches for i, r in enumerate(b.rows) if "seed" not in r.fields}
+
+    def report_inputs(self, case) -> list:
+        """One entry per row (``where`` = ``batch:index``, as the judge names rows)."""
+        return [{"where": where(b, r), "fields": dict(r.fields), "expect": dict(r.expect)}
+                for b in case.batches for r in b.rows]
+
+    def relations(self, case) -> list:
+        """The case's ``[[invariants]]`` (empty for exact and statistical cases)."""
+        return list(case.invariants)

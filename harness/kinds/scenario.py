@@ -1,0 +1,623 @@
+"""``check = "scenario"``: a whole decode over several steps (cases/README.md, "Scenarios").
+
+Requests arrive, finish and reuse slots; logits come from a scripted model; beam search,
+top-p decay and speculative decoding live here. This kind
+
+1. validates the ``[scenario]`` table and builds an
+   :class:`~impls.reference.scenario.ScenarioSpec` (:func:`load_scenario`; every problem
+   is a :class:`~harness.corpus.load.CaseError` naming the field, e.g.
+   ``scenario.requests[2].slot``);
+2. reduces a :class:`~impls.reference.scenario.RequestResult` to the expectation keys
+   (:func:`observe`) and compares (:func:`mismatches`);
+3. judges a case on an implementation (:meth:`ScenarioKind.evaluate`): the reference under
+   the default profile against the hand-written expectations and relations, then the
+   implementation against the reference under its own profile, ending in the verdict
+   ladder (:func:`harness.judge.verdict.verdict`);
+4. writes golden records (:meth:`ScenarioKind.golden_record`), which keep the predecessor
+   map of every beam step.
+
+An implementation runs scenarios through ``run_scenario(spec, device)``; one without it,
+or raising :class:`~impls.reference.scenario.ScenarioUnsupported`, is ``n/a``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import fastjsonschema
+import numpy as np
+import torch
+
+from impls.base import RowError
+from impls.profiles import TRTLLM, Profile, profile_diff
+from impls.reference import Reference
+from impls.reference.scenario import RequestSpec, ScenarioSpec, ScenarioUnsupported, replicate
+from impls.reference.scripted import ModelError, make_model
+
+from harness.corpus.kinds import CheckKind
+from harness.corpus.load import ERROR_KINDS, CaseError
+from harness.judge.blame import blame, field_entries
+from harness.judge.compare import close, golden_round
+from harness.judge.result import Result
+from harness.judge.stats import FAMILY_ALPHA, check_draws
+from harness.judge.verdict import HAND_PREFIX, Evidence, verdict
+from impls import params
+
+__all__ = ["ScenarioKind", "ScenarioCase", "load_scenario", "observe", "mismatches", "EXPECT_KEYS"]
+
+_INT = {"type": "integer"}
+_NUM = {"type": "number"}
+_INTS = {"type": "array", "items": _INT}
+_NUMS = {"type": "array", "items": _NUM}
+_INTSS = {"type": "array", "items": _INTS}
+_REASON = {"enum": ["end_id", "length", "stop_words", "none"]}
+_MODEL = {"type": "object", "required": ["kind"], "properties": {"kind": {"enum": ["table", "context", "toy"]}}}
+#: Request-level expectation keys and their types.
+_EXPECT_PROPS = {
+    "error": {"enum": list(ERROR_KINDS)}, "error_step": _INT, "tokens": _INTS, "finish_reason": _REASON,
+    "finish_step": _INT, "scheduled": _INTS, "offsets": _INTS, "top_p": _NUMS, "support": _INTSS,
+    "emitted": _INTSS, "drafts": _INTSS, "accepted": _INTS, "rewind": _INTS,
+    "beam_tokens": _INTSS, "predecessors": _INTSS, "beams": _INTSS, "cum_logprobs": _NUMS, "scores": _NUMS,
+    "beam_finish_reasons": {"type": "array", "items": _REASON}, "probs": _NUMS,
+}
+EXPECT_KEYS = tuple(_EXPECT_PROPS)
+_FLOAT_KEYS = {"top_p", "cum_logprobs", "scores", "probs"}
+#: A request's fields: the parameter registry's (:func:`impls.params.request_schema`) and ``expect``.
+_REQUEST = {"type": "object", "required": ["id", "slot"], "additionalProperties": False,
+            "properties": {**params.request_schema(),
+                           "expect": {"type": "object", "additionalProperties": False, "properties": _EXPECT_PROPS}}}
+SCENARIO_SCHEMA = {
+    "type": "object", "required": ["model", "requests"], "additionalProperties": False,
+    "properties": {
+        "model": _MODEL, "draft_model": _MODEL,
+        "defaults": {"type": "object", "additionalProperties": False, "properties": {
+            k: v for k, v in params.request_schema().items() if k not in ("id", "slot", "model")}},
+        "requests": {"type": "array", "minItems": 1, "items": _REQUEST},
+        "max_beam_width": {"type": "integer", "minimum": 1, "maximum": 64},
+        "max_steps": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "max_seq_len": {"type": "integer", "minimum": 1},
+        "schedule": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
+        "relations": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["kind", "a", "b"], "additionalProperties": False,
+            "properties": {"kind": {"enum": ["same_tokens", "different_tokens", "same_result"]},
+                           "a": {"type": "string"}, "b": {"type": "string"}}}},
+        "statistical": {"type": "object", "required": ["request", "draws"], "additionalProperties": False,
+                        "properties": {"request": {"type": "string"},
+                                       "draws": {"type": "integer", "minimum": 1000, "maximum": 1_000_000},
+                                       "position": {"type": "integer", "minimum": 0}}},
+    },
+}
+_validate = fastjsonschema.compile(SCENARIO_SCHEMA)
+
+
+@dataclass
+class ScenarioCase:
+    """A validated ``[scenario]`` table.
+
+    Attributes
+    ----------
+    spec : ScenarioSpec
+        What implementations decode.
+    expect : dict
+        Request id -> hand-written expectations (cases/README.md).
+    relations : list of dict
+        ``{kind, a, b}`` between requests, checked on every implementation.
+    statistical : dict or None
+        ``{request, draws, position}`` for a statistical scenario check.
+    """
+
+    spec: ScenarioSpec
+    expect: dict = field(default_factory=dict)
+    relations: list = field(default_factory=list)
+    statistical: Optional[dict] = None
+
+
+def _model(spec: dict, shown: str, where: str):
+    try:
+        return make_model(spec)
+    except ModelError as e:
+        raise CaseError(shown, f"{where}.{e.field}", e.reason) from None
+    except TypeError as e:
+        raise CaseError(shown, where, f"invalid model definition: {e}") from None
+
+
+def load_scenario(data: dict, shown: str) -> tuple:
+    """Validate the ``[scenario]`` table of a case file.
+
+    Parameters
+    ----------
+    data : dict
+        The parsed case file (``data["scenario"]`` is read).
+    shown : str
+        The file name used in error messages.
+
+    Returns
+    -------
+    (ScenarioCase, set of (feature, where))
+        The scenario, and the features its fields need (the loader checks
+        that the case declares them).
+
+    Raises
+    ------
+    CaseError
+        Schema violation, bad model, duplicate request ids, a schedule or
+        relation naming an unknown request, an expectation outside the
+        vocabulary, ``d2t`` of the wrong length, literal drafts longer than
+        ``draft_len``, a draft request without a way to get drafts.
+    """
+    sc = data["scenario"]
+    try:
+        _validate(sc)
+    except fastjsonschema.JsonSchemaValueException as e:
+        name = (e.name or "data").replace("data", "scenario", 1)
+        raise CaseError(shown, name, e.message.replace(e.name or "data", "value")) from None
+    model = _model(sc["model"], shown, "scenario.model")
+    draft = _model(sc["draft_model"], shown, "scenario.draft_model") if "draft_model" in sc else None
+    defaults = sc.get("defaults", {})
+    used, reqs, expect, seen = set(), [], {}, {}
+    for i, raw in enumerate(sc["requests"]):
+        where = f"scenario.requests[{i}]"
+        r = {**defaults, **raw}
+        rid = r["id"]
+        if rid in seen:
+            raise CaseError(shown, f"{where}.id", f"{rid!r} is also the id of scenario.requests[{seen[rid]}]")
+        seen[rid] = i
+        rmodel = _model(r["model"], shown, f"{where}.model") if "model" in r else None
+        V = (rmodel or model).vocab
+        fields = {}
+        for k, v in r.items():
+            prm = params.param(k) if k != "expect" else None
+            if prm is None or not prm.row_field:
+                continue
+            try:
+                fields[k] = prm.convert(v) if prm.convert is not None else v
+            except ValueError as e:
+                raise CaseError(shown, f"{where}.{k}", str(e)) from None
+        fields.pop("slot", None)
+        K = r.get("draft_len", 0)
+        drafts = r.get("drafts")
+        if drafts is not None:
+            if not K:
+                raise CaseError(shown, f"{where}.drafts", "needs draft_len > 0")
+            for j, d in enumerate(drafts):
+                if len(d) > K:
+                    raise CaseError(shown, f"{where}.drafts[{j}]", f"{len(d)} tokens, draft_len is {K}")
+        elif K and draft is None:
+            raise CaseError(shown, f"{where}.draft_len", "needs scenario.draft_model or literal drafts")
+        if "d2t" in r and draft is not None and len(r["d2t"]) != draft.vocab:
+            raise CaseError(shown, f"{where}.d2t", f"has {len(r['d2t'])} entries, the draft vocab is {draft.vocab}")
+        reqs.append(RequestSpec(id=rid, slot=r["slot"], fields=fields, arrive=r.get("arrive", 0),
+                                pause=frozenset(r.get("pause", [])), beam_width=r.get("beam_width", 1),
+                                length_penalty=r.get("length_penalty"), early_stopping=r.get("early_stopping"),
+                                diversity_rate=r.get("diversity_rate"), draft_len=K, drafts=drafts,
+                                d2t=r.get("d2t"), model=rmodel))
+        for k, v in r.items():
+            feat = params.field_feature(k, v) if k != "expect" else None
+            if feat is not None:
+                used.add((feat, f"{where}.{k}"))
+        e = raw.get("expect", {})
+        for key in ("tokens", "support", "beams", "emitted", "drafts", "beam_tokens"):
+            vals = e.get(key, [])
+            flat = [t for v in vals for t in (v if isinstance(v, list) else [v])]
+            bad = [t for t in flat if not (0 <= t < V or (key == "beam_tokens" and t == -1))]
+            if bad:
+                raise CaseError(shown, f"{where}.expect.{key}", f"ids {bad[:5]} outside [0, {V})")
+        if "probs" in e and len(e["probs"]) != V:
+            raise CaseError(shown, f"{where}.expect.probs", f"has {len(e['probs'])} values, vocab is {V}")
+        if "finish_reason" in e:
+            used.add(("finish_reason", f"{where}.expect.finish_reason"))
+        expect[rid] = e
+    for s, ids in enumerate(sc.get("schedule", [])):
+        for rid in ids:
+            if rid not in seen:
+                raise CaseError(shown, f"scenario.schedule[{s}]", f"names unknown request {rid!r}")
+        if len(set(ids)) != len(ids):
+            raise CaseError(shown, f"scenario.schedule[{s}]", f"lists a request twice: {ids}")
+    for j, rel in enumerate(sc.get("relations", [])):
+        for side in ("a", "b"):
+            if rel[side] not in seen:
+                raise CaseError(shown, f"scenario.relations[{j}].{side}", f"names unknown request {rel[side]!r}")
+    stat = sc.get("statistical")
+    if stat is not None and stat["request"] not in seen:
+        raise CaseError(shown, "scenario.statistical.request", f"names unknown request {stat['request']!r}")
+    spec = ScenarioSpec(model=model, requests=reqs, draft_model=draft, max_beam_width=sc.get("max_beam_width", 4),
+                        max_steps=sc.get("max_steps", 32), max_seq_len=sc.get("max_seq_len"),
+                        schedule=sc.get("schedule"))
+    return ScenarioCase(spec, expect, sc.get("relations", []), stat), used
+
+
+# -- observations and comparison -------------------------------------------------
+def observe(rr, keys=EXPECT_KEYS) -> dict:
+    """Reduce a :class:`~impls.reference.scenario.RequestResult` to expectation keys.
+
+    Per-step keys list one entry per scheduled step that has the value
+    (``offsets`` is flattened over steps; ``top_p``/``support`` skip steps
+    without them; ``emitted``/``drafts``/``accepted``/``rewind`` only
+    speculative steps; ``beam_tokens``/``predecessors`` only beam steps).
+
+    Returns
+    -------
+    dict
+    """
+    steps = rr.steps
+    spec = [s for s in steps if s.accepted is not None]
+    beam = [s for s in steps if s.predecessors is not None]
+    table = {
+        "error": lambda: rr.error, "error_step": lambda: rr.error_step,
+        "tokens": lambda: None if rr.error else list(rr.tokens),
+        "finish_reason": lambda: rr.finish_reason, "finish_step": lambda: rr.finish_step,
+        "scheduled": lambda: [s.step for s in steps],
+        "offsets": lambda: [o for s in steps for o in s.offsets],
+        "top_p": lambda: [s.top_p for s in steps if s.top_p is not None],
+        "support": lambda: [s.support for s in steps if s.support is not None],
+        "emitted": lambda: [s.tokens for s in spec], "drafts": lambda: [s.drafts for s in spec],
+        "accepted": lambda: [s.accepted for s in spec], "rewind": lambda: [s.rewind for s in spec],
+        "beam_tokens": lambda: [s.tokens for s in beam], "predecessors": lambda: [s.predecessors for s in beam],
+        "beams": lambda: rr.beams, "cum_logprobs": lambda: rr.cum_logprobs, "scores": lambda: rr.scores,
+        "beam_finish_reasons": lambda: rr.beam_finish_reasons,
+        "probs": lambda: None,
+    }
+    out = {k: table[k]() for k in keys}
+    if rr.error is not None:
+        out["message"] = rr.message
+    return out
+
+
+def mismatches(got: dict, want: dict, atol: float = 1e-6, rtol: float = 1e-6) -> list:
+    """Compare an observed request with wanted values (keys present and not None in ``want``).
+
+    An expected or observed error compares the error kind only (and
+    ``error_step`` when wanted). Float keys (``top_p``, ``cum_logprobs``,
+    ``scores``, ``probs``) compare element-wise within ``atol + rtol * |b|``;
+    everything else exactly.
+
+    Returns
+    -------
+    list of str
+        One line per mismatch.
+    """
+    out = []
+    if want.get("error") is not None or got.get("error") is not None:
+        if want.get("error") != got.get("error"):
+            out.append(f"error: got {got.get('error')!r} ({got.get('message', '')}), want {want.get('error')!r}")
+        elif want.get("error_step") is not None and want["error_step"] != got.get("error_step"):
+            out.append(f"error_step: got {got.get('error_step')!r}, want {want['error_step']!r}")
+        return out
+    for k, w in want.items():
+        if w is None or k in ("message", "error", "error_step"):
+            continue
+        g = got.get(k)
+        if g is None:
+            out.append(f"{k}: not returned, want {w!r}")
+        elif k in _FLOAT_KEYS:
+            if len(g) != len(w) or not all(close(a, b, atol, rtol) for a, b in zip(g, w)):
+                out.append(f"{k}: got {[round(float(v), 7) for v in g]}, want {list(w)}")
+        elif g != w:
+            out.append(f"{k}: got {g!r}, want {w!r}")
+    return out
+
+
+def _relations(sc: ScenarioCase, res) -> list:
+    checks = []
+    for rel in sc.relations:
+        a, b = res.requests[rel["a"]], res.requests[rel["b"]]
+        keys = ["error", "tokens", "finish_reason"] if rel["kind"] == "same_result" else ["error", "tokens"]
+        oa, ob = observe(a, keys), observe(b, keys)
+        if rel["kind"] == "different_tokens":
+            ok = oa["error"] is None and ob["error"] is None and oa["tokens"] != ob["tokens"]
+            why = [] if ok else [f"both gave tokens {oa['tokens']!r} (errors {oa['error']!r}, {ob['error']!r})"]
+        else:
+            why = mismatches(oa, ob)
+            ok = not why
+        checks.append({"kind": rel["kind"], "a": rel["a"], "b": rel["b"], "a_out": oa, "b_out": ob, "holds": ok,
+                       "why": why})
+    return checks
+
+
+#: The case fields a scenario may not use: they live in its ``[scenario]`` table.
+_FORBIDDEN = ("rows", "batches", "defaults", "invariants", "draws")
+
+
+def _runner(impl):
+    run = getattr(impl, "run_scenario", None)
+    if run is None:
+        raise ScenarioUnsupported(f"{impl.name} has no run_scenario: it cannot run multi-step scenarios")
+    return run
+
+
+def _keys(e: dict) -> list:
+    return sorted(set(e) - {"probs"} | {"error", "tokens", "finish_reason"})
+
+
+def _outside_support(spec, req, got, profile) -> list:
+    """Tokens of a request drawn under another RNG that its profile's target distribution forbids.
+
+    Each emitted token is checked against the target's filtered distribution
+    at its position (:func:`impls.reference.speculative.target_distribution`
+    with the step's finalised history for the rewrites and the tokens emitted
+    before it for the model), so a stochastic request is compared in support
+    even where its tokens cannot be compared one for one. Beam requests and
+    failed requests are not checked here (their error is compared).
+    """
+    from impls.reference.speculative import target_distribution
+    if got.error or req.use_beam_search:
+        return []
+    out, base = [], []
+    for step in got.steps:
+        for i, t in enumerate(step.tokens):
+            try:
+                p = target_distribution(spec, req.id, profile, torch.float32,  # the dtype runs use
+                                        history=tuple(base + list(step.tokens[:i])), base=tuple(base))
+            except (RowError, ModelError):
+                return out  # the request's own error is compared instead
+            if not 0 <= t < p.shape[-1] or not float(p[t]) > 0:
+                out.append(f"token {t} at generated position {len(base) + i} (step {step.step}) is outside the "
+                           f"{profile.name} target's support")
+        base += list(step.tokens)
+    return out
+
+
+class ScenarioKind(CheckKind):
+    """A multi-step decode, judged request by request (and by its relations)."""
+
+    name = "scenario"
+    # validated in detail by load_scenario (SCENARIO_SCHEMA)
+    case_fields = {"scenario": {"type": "object"}}
+    exclusive_fields = ("scenario",)
+    #: What run records keep of a request (schema 1 of the records; the request's tokens are not kept).
+    record_keys = ("error", "finish_reason", "message")
+
+    # -- corpus --------------------------------------------------------------------------
+    def load(self, data: dict, shown: str) -> tuple:
+        """The ``[scenario]`` table (:func:`load_scenario`); the single-step fields are not allowed."""
+        if "scenario" not in data:
+            raise CaseError(shown, "scenario", "required when check = 'scenario'")
+        for key in _FORBIDDEN:
+            if key in data:
+                raise CaseError(shown, key, "not allowed when check = 'scenario' (requests, defaults, relations and "
+                                "draws live in the [scenario] table)")
+        sc, used = load_scenario(data, shown)
+        return {"scenario": sc}, used
+
+    def statistical_checks(self, data: dict) -> int:
+        """One check for a ``[scenario.statistical]`` table."""
+        sc = data.get("scenario")
+        return 1 if isinstance(sc, dict) and isinstance(sc.get("statistical"), dict) else 0
+
+    def is_statistical(self, case) -> bool:
+        """Whether the case has a ``[scenario.statistical]`` table."""
+        return case.scenario is not None and case.scenario.statistical is not None
+
+    def feature_set(self, impl) -> frozenset:
+        """What ``run_scenario`` can express (``scenario_features``), when more than single steps."""
+        return getattr(impl, "scenario_features", impl.features)
+
+    # -- predictions ---------------------------------------------------------------------
+    def predict(self, judge, case, profile: Profile, dtype: torch.dtype = torch.float32, cache: bool = True):
+        """The reference's decode under ``profile``: a :class:`~impls.reference.scenario.ScenarioResult`.
+
+        Cached by the judge under ``("scenario", case id, profile, dtype)``.
+        """
+        return judge.cached(("scenario", case.id, profile, dtype),
+                            lambda: Reference(profile, dtype=dtype).run_scenario(case.scenario.spec), cache)
+
+    def _explain(self, judge, case, profile: Profile, keys: dict) -> list:
+        """The profile fields behind a difference in requests' observations (``keys``: request id -> compared keys)."""
+        default = self.predict(judge, case, TRTLLM)
+
+        def changes(probe_profile) -> bool:
+            pred = self.predict(judge, case, probe_profile, cache=False)
+            return any(mismatches(observe(pred.requests[r], k), observe(default.requests[r], k), case.atol,
+                                  case.rtol) for r, k in keys.items())
+        found, _ = blame(profile, changes)
+        return field_entries(profile, found) if found else field_entries(profile)
+
+    def _explain_relations(self, judge, case, profile: Profile, idx: list) -> list:
+        """The profile fields that break relation(s) ``idx`` of a scenario: alone, else in pairs."""
+        def breaks(probe_profile) -> bool:
+            rel = _relations(case.scenario, self.predict(judge, case, probe_profile, cache=False))
+            return any(not rel[i]["holds"] for i in idx)
+        found, together = blame(profile, breaks, pairs=True)
+        return field_entries(profile, found, together) if found else field_entries(profile)
+
+    def _hand(self, case, default) -> list:
+        sc = case.scenario
+        bad = []
+        for rid, e in sc.expect.items():
+            want = {k: v for k, v in e.items() if k != "probs"}
+            if want:
+                m = mismatches(observe(default.requests[rid], _keys(e)), want, case.atol, case.rtol)
+                if m:
+                    bad.append(f"{rid}: {'; '.join(m)}")
+        for c in _relations(sc, default):
+            if not c["holds"]:
+                bad.append(f"{c['kind']}({c['a']}, {c['b']}): {'; '.join(c['why'])}")
+        return bad
+
+    # -- judging -------------------------------------------------------------------------
+    def evaluate(self, judge, case, impl, version: str):
+        """Judge a scenario case on ``impl`` (the module docstring).
+
+        Returns
+        -------
+        harness.judge.result.Result
+            ``n/a`` when the implementation cannot run the scenario; otherwise the
+            verdict ladder's status. Exceptions propagate to
+            :meth:`harness.judge.Judge.evaluate`, which makes them ``error`` results.
+        """
+        try:
+            run = _runner(impl)
+        except ScenarioUnsupported as e:
+            return Result(case.id, impl.name, "n/a", case.check, details={"message": str(e)})
+        if case.scenario.statistical is not None:
+            try:
+                return self._statistical(judge, case, impl, version, run)
+            except ScenarioUnsupported as e:
+                return Result(case.id, impl.name, "n/a", case.check, details={"message": str(e)})
+        default = self.predict(judge, case, TRTLLM)
+        hand = self._hand(case, default)
+        try:
+            actual = run(case.scenario.spec, judge.device)
+        except ScenarioUnsupported as e:
+            return Result(case.id, impl.name, "n/a", case.check, details={"message": str(e)})
+        pred = self.predict(judge, case, impl.profile)
+        canonical = impl.profile.rng == "canonical"
+        rows, own, vs_default, keys = [], [], [], {}
+        for req in case.scenario.spec.requests:
+            rid = req.id
+            k = _keys(case.scenario.expect.get(rid, {}))
+            p = pred.requests[rid]
+            stochastic = not canonical and any(s.offsets for s in p.steps)
+            if stochastic:
+                k = ["error"]  # drew random numbers: comparable in support and distribution only
+            if actual.keys is not None:
+                k = [x for x in k if x in actual.keys]  # what this implementation reports
+            keys[rid] = k
+            want, got, d = observe(p, k), observe(actual.requests[rid], k), observe(default.requests[rid], k)
+            bad = mismatches(got, want, case.atol, case.rtol)
+            if stochastic:
+                bad += _outside_support(case.scenario.spec, req, actual.requests[rid], impl.profile)
+            diff = mismatches(want, d, case.atol, case.rtol)
+            rows.append({"row": rid, "expected": case.scenario.expect.get(rid, {}), "predicted": want, "actual": got,
+                         "default": d, "mismatches": bad, "profile_differences": diff})
+            if bad:
+                own.append(rid)
+            if diff:
+                vs_default.append(rid)
+        rel = _relations(case.scenario, actual)
+        name = impl.profile.name
+        ev = Evidence(details={"rows": rows, "profile": name, "invariants": rel})
+        if hand:
+            ev.details["hand_mismatches"] = hand
+            ev.broken_case = HAND_PREFIX + " | ".join(hand)
+        broken = [f"{c['kind']}({c['a']}, {c['b']})" for c in rel if not c["holds"]]
+        idx = [i for i, c in enumerate(rel) if not c["holds"]]
+        # The profile itself predicts the broken relations (e.g. a stream keyed by batch
+        # position): a design difference, as for single-step invariants.
+        predicted_broken = bool(broken) and not own and all(
+            not _relations(case.scenario, pred)[i]["holds"] for i in idx)
+        if own or (broken and not predicted_broken):
+            msg = f"{len(own)} request(s) differ from the {name} prediction: {', '.join(own)}" if own else ""
+            if broken:
+                msg = "; ".join(x for x in (msg, "relation(s) broken: " + ", ".join(broken)) if x)
+            ev.own = msg
+        if predicted_broken:
+            ev.differs = True
+            ev.explain = lambda: self._explain_relations(judge, case, impl.profile, idx)
+            ev.diff_message = lambda fields: (f"relation(s) broken as its profile {name!r} predicts: "
+                                              + ", ".join(broken) + " — because of: "
+                                              + ", ".join(f["field"] for f in fields))
+        elif vs_default:
+            ev.differs = True
+            ev.explain = lambda: self._explain(judge, case, impl.profile, keys)
+            ev.diff_message = lambda fields: (f"matches its profile {name!r}, which differs from the default on "
+                                              f"{', '.join(vs_default)} because of: "
+                                              f"{', '.join(f['field'] for f in fields)}")
+        return verdict(judge, case, impl, version, ev)
+
+    def _statistical(self, judge, case, impl, version, run):
+        """A ``[scenario.statistical]`` check: the first token at ``position`` over ``draws`` seeded copies."""
+        from impls.reference.speculative import target_distribution
+        st = case.scenario.statistical
+        rid, pos = st["request"], st.get("position", 0)
+        spec = case.scenario.spec
+        p64 = target_distribution(spec, rid, impl.profile, torch.float64)
+        d64 = target_distribution(spec, rid, TRTLLM, torch.float64)
+        hand = []
+        e = case.scenario.expect.get(rid, {})
+        if "probs" in e and not all(close(a, b, case.atol, case.rtol) for a, b in zip(d64.tolist(), e["probs"])):
+            hand.append(f"{rid}: probs: predicted {[round(v, 7) for v in d64.tolist()]}, hand-written {e['probs']}")
+        if "support" in e and e["support"] and sorted(e["support"][0]) != torch.nonzero(d64 > 0).flatten().tolist():
+            hand.append(f"{rid}: support: predicted {torch.nonzero(d64 > 0).flatten().tolist()}, "
+                        f"hand-written {e['support'][0]}")
+        seeds = [case.draw_seed + i for i in range(st["draws"])]
+        res = run(replicate(spec, rid, seeds), judge.device)
+        counts = np.zeros(p64.shape[-1], dtype=np.int64)
+        errors = []
+        for i in range(len(seeds)):
+            rr = res.requests[f"{rid}#{i}"]
+            if rr.error or len(rr.tokens) <= pos:
+                errors.append(f"{rid}#{i}: {rr.error or 'fewer than ' + str(pos + 1) + ' tokens'} {rr.message}")
+                continue
+            counts[rr.tokens[pos]] += 1
+        # the judge's per-check level counts every statistical check of the declared corpus,
+        # statistical scenarios included (statistical_checks)
+        alpha = judge.alpha
+        # The same test as single-step statistical cases (harness/judge/stats.py check_draws: support,
+        # then an exact multinomial test or Williams' G-test); N is the case's fixed ``draws``.
+        gof = check_draws(counts, p64.numpy(), alpha, FAMILY_ALPHA)
+        diff = not torch.allclose(p64, d64, atol=1e-12, rtol=1e-9)
+        name = impl.profile.name
+        ev = Evidence(details={
+            "profile": name, "alpha": alpha,
+            "test": f"support check, then {gof.test} (N = {len(seeds)} fixed by the case)",
+            "rows": [{"row": f"{rid} (token {pos}, {len(seeds)} draws)", "verdict": gof.verdict,
+                      "actual": {"counts": counts.tolist()}, "predicted": {"probs": p64.tolist()},
+                      "mismatches": [] if gof.verdict == "pass" else [gof.reason], "reason": gof.reason,
+                      "p_value": gof.p_value, "p_adjusted": gof.p_adjusted, "tv": gof.tv,
+                      "bins": gof.bins[:40], "outside_support": gof.outside_support}]})
+        if hand:
+            ev.broken_case = HAND_PREFIX + " | ".join(hand)
+        if errors:
+            ev.own = f"{len(errors)} draw(s) failed: {errors[0]}"
+        elif gof.verdict == "fail":
+            ev.own = gof.reason
+        if gof.verdict == "error":
+            ev.undecided = gof.reason
+        ev.differs = diff
+        ev.explain = lambda: field_entries(impl.profile, profile_diff(TRTLLM, impl.profile))
+        ev.diff_message = lambda fields: f"draws fit its profile {name!r}, whose distribution differs from the default"
+        ev.pass_message = gof.reason
+        return verdict(judge, case, impl, version, ev)
+
+    # -- golden records ------------------------------------------------------------------
+    def golden_record(self, judge, case, profile_name: str) -> dict:
+        """Per request: every observation of :func:`observe` that is set, floats rounded to 1e-6.
+
+        For beam requests this includes ``predecessors``, the predecessor map of every
+        step, and ``beam_tokens``. A statistical case records the predicted distribution
+        of the observed token instead of draws.
+        """
+        from impls.profiles import PROFILES
+        from impls.reference import REFERENCE_VERSION
+        profile = PROFILES[profile_name]
+        rec = {"case": case.id, "profile": profile_name, "reference_version": REFERENCE_VERSION}
+        st = case.scenario.statistical
+        if st is not None:
+            from impls.reference.speculative import target_distribution
+            p = target_distribution(case.scenario.spec, st["request"], profile, torch.float64)
+            rec["scenario"] = {st["request"]: {"probs": golden_round([float(v) for v in p.tolist()])}}
+            return rec
+        res = self.predict(judge, case, profile)
+        out = {}
+        for rid, rr in res.requests.items():
+            o = {k: v for k, v in observe(rr).items() if v not in (None, [], "") and k != "message"}
+            out[rid] = {k: golden_round(v) for k, v in o.items()}
+        rec["scenario"] = out
+        return rec
+
+    def golden_diff(self, old: dict, new: dict) -> list:
+        """Lines naming each request key whose golden value changed."""
+        diffs = []
+        a, b = old.get("scenario", {}), new.get("scenario", {})
+        for rid in sorted(set(a) | set(b)):
+            ra, rb = a.get(rid, {}), b.get(rid, {})
+            for k in sorted(set(ra) | set(rb)):
+                if ra.get(k) != rb.get(k):
+                    diffs.append(f"{rid}.{k}: golden {ra.get(k)!r}, now {rb.get(k)!r}")
+        return diffs
+
+    # -- the report ----------------------------------------------------------------------
+    def report_inputs(self, case) -> list:
+        """One entry per request (``where`` = its id)."""
+        scen = (case.raw or {}).get("scenario")
+        if not isinstance(scen, dict):
+            return []
+        return [{"where": str(req.get("id", "")), "fields": {k: v for k, v in req.items() if k not in ("id", "expect")},
+                 "expect": dict(req.get("expect") or {})} for req in scen.get("requests", [])]
+
+    def report_setup(self, case) -> dict:
+        """The scenario's shared set-up (model, defaults, limits, relations)."""
+        scen = (case.raw or {}).get("scenario")
+        return {k: v for k, v in scen.items() if k != "requests"} if isinstance(scen, dict) else {}

@@ -1,0 +1,109 @@
+"""``check = "statistical"``: each row's draws against the float64 prediction of its profile (DESIGN.md decision 3).
+
+Per row (:mod:`harness.judge.stats`, ``docs/statistics.md``): the float64 prediction under
+the implementation's profile, a sample size from the power analysis
+(:func:`harness.judge.stats.plan_draws`, capped at the case's ``draws``), draws with seeds
+``draw_seed + i`` (:meth:`harness.judge.Judge.draw_counts`), then
+:func:`harness.judge.stats.check_draws` at the per-check level: the support first (a draw
+outside it is a failure, never a statistic), then an exact multinomial test or a binned
+G-test with Williams' correction. A row whose prediction is an error, or that the test
+refuses to judge, makes the case an ``error``; any failed row a ``fail`` (or
+``known-bug``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.corpus.load import CaseError
+from harness.judge.compare import mismatches, observe
+from harness.judge.stats import DEFAULT_EPSILON, FAMILY_ALPHA, TARGET_POWER, check_draws, plan_draws
+from harness.judge.verdict import HAND_PREFIX, Evidence, verdict
+from impls.base import RowError
+from impls.profiles import TRTLLM
+
+from .rows import RowsKind, expect_keys, where
+
+__all__ = ["StatisticalKind"]
+
+#: What the result's ``test`` says.
+TEST = ("support check, then an exact multinomial test (support of 2-3 tokens) or the G-test with Williams' "
+        "correction on bins with expected count >= 5; N from a power analysis")
+
+
+class StatisticalKind(RowsKind):
+    """The distribution each row samples from, judged by draws at a stated false-alarm rate."""
+
+    name = "statistical"
+    case_fields = {**RowsKind.case_fields,
+                   "draws": {"type": "integer", "minimum": 1000, "maximum": 10_000_000},
+                   "epsilon": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}}
+    draws_view = True
+
+    def load(self, data: dict, shown: str) -> tuple:
+        """The batches, and ``draws`` (required)."""
+        attrs, used = super().load(data, shown)
+        if "draws" not in data:
+            raise CaseError(shown, "draws", "required when check = 'statistical'")
+        attrs["draws"] = data["draws"]
+        return attrs, used
+
+    def statistical_checks(self, data: dict) -> int:
+        """One check per row (of ``rows``, or of every batch)."""
+        if isinstance(data.get("rows"), list):
+            return len(data["rows"])
+        if isinstance(data.get("batches"), list):
+            return sum(len(b.get("rows", [])) for b in data["batches"] if isinstance(b, dict))
+        return 0
+
+    def is_statistical(self, case) -> bool:
+        """Always."""
+        return True
+
+    def evaluate(self, judge, case, impl, version: str):
+        """Judge a statistical case (the module docstring)."""
+        default32 = self.predict(judge, case, TRTLLM)
+        default64 = self.predict(judge, case, TRTLLM, torch.float64)
+        pred64 = self.predict(judge, case, impl.profile, torch.float64)
+        epsilon = float(case.raw.get("epsilon", DEFAULT_EPSILON))
+        rows, worst, errors, diffs, hand = [], [], [], [], []
+        for b, d32b, d64b, p64b in zip(case.batches, default32, default64, pred64):
+            for r, d32, d64, p64 in zip(b.rows, d32b, d64b, p64b):
+                label = where(b, r)
+                if r.expect:
+                    bad = mismatches(observe(d32, expect_keys(r.expect)), r.expect, case.atol, case.rtol)
+                    if bad:
+                        hand.append(f"{label}: {', '.join(bad)}")
+                if p64.error:
+                    errors.append(f"{label}: the prediction is an error ({p64.error}); nothing to draw")
+                    continue
+                probs = p64.probs.to(torch.float64).cpu().numpy()
+                plan = plan_draws(probs, judge.alpha, epsilon, case.draws)
+                try:
+                    counts = judge.draw_counts(impl, r.to_row(), range(case.draw_seed, case.draw_seed + plan.n))
+                except RowError as e:
+                    worst.append(f"{label}: rejected the row ({e.kind}: {e.message})")
+                    continue
+                res = check_draws(counts, probs, judge.alpha, FAMILY_ALPHA, plan)
+                diff = mismatches(observe(p64, ["support", "probs"]), observe(d64, ["support", "probs"]), 1e-9, 1e-9)
+                if diff:
+                    diffs.append(label)
+                rows.append({"row": label, **res.to_json(), "profile_differences": diff, "expected": r.expect})
+                if res.verdict == "fail":
+                    worst.append(f"{label}: {res.reason}")
+                elif res.verdict == "error":
+                    errors.append(f"{label}: {res.reason}")
+        name = impl.profile.name
+        ev = Evidence(details={"rows": rows, "profile": name, "alpha": judge.alpha, "family_alpha": FAMILY_ALPHA,
+                               "epsilon": epsilon, "target_power": TARGET_POWER, "test": TEST})
+        if hand:
+            ev.broken_case = HAND_PREFIX + "; ".join(hand)
+        ev.own = " | ".join(worst) or None
+        ev.undecided = " | ".join(errors) or None
+        ev.differs = bool(diffs)
+        keys = [[["support", "probs"] for _ in b.rows] for b in case.batches]
+        ev.explain = lambda: self.explain(judge, case, impl.profile, keys)
+        ev.diff_message = lambda fields: (f"draws fit its profile {name!r}, whose distribution differs from the "
+                                          f"default on {', '.join(diffs)}")
+        ev.pass_message = "; ".join(f"{r['row']}: {r['reason']}" for r in rows)
+        return verdict(judge, case, impl, version, ev)
