@@ -98,6 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--check", default="exact", choices=["exact", "statistical"],
                    help="the template's check (default: exact)")
     c.add_argument("--force", action="store_true", help="overwrite an existing file")
+    ck = sub.add_parser("check-impl", help="the adapter conformance kit: protocol checks, then the smoke corpus "
+                                           "(docs/adapters.md)")
+    ck.add_argument("impl", metavar="NAME", help="a registered implementation or package.module:Class")
+    ck.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ck.add_argument("--no-smoke", action="store_true", help="the protocol checks only")
+    ck.add_argument("--out", metavar="DIR", help="where the smoke run's results.json and index.html go "
+                                                 "(default: a temporary folder)")
+    _add_impl_options(ck)
     dc = sub.add_parser("docs", help="write the files generated from the parameter registry (cases/features.txt, "
                                       "the field tables of cases/README.md)")
     dc.add_argument("--check", action="store_true", help="write nothing; exit 1 when a generated file is stale")
@@ -438,6 +446,40 @@ def _cmd_diff(args) -> int:
     return 1 if result["changed"] else 0
 
 
+def _cmd_check_impl(args) -> int:
+    from collections import Counter
+
+    from impls import registry
+
+    from .conformance import protocol_checks, smoke
+    try:
+        impl = registry.create(args.impl)
+    except KeyError as e:
+        print(f"sampcheck check-impl: {e.args[0]}", file=sys.stderr)
+        return 2
+    except registry.ImplLoadError as e:
+        print(f"sampcheck check-impl: {e}", file=sys.stderr)
+        return 2
+    problems = protocol_checks(impl, args.device)
+    for p in problems:
+        print(p)
+    print(f"{impl.name}: protocol checks: {len(problems)} problem(s)")
+    if problems or args.no_smoke:
+        return 1 if problems else 0
+    if "conformance" not in registry.roles_of(impl):
+        print(f"{impl.name}: a latency-only peer: no smoke corpus")
+        return 0
+    out = smoke(args.impl, args.device, Path(args.out) if args.out else None, progress=False)
+    c = Counter(r["status"] for r in out.doc["results"])
+    print(f"{impl.name}: smoke corpus ({len(out.doc['results'])} cases): "
+          + ", ".join(f"{c[s]} {s}" for s in ("pass", "known-diff", "known-bug", "fail", "n/a", "skip", "error") if c[s]))
+    bad = [r for r in out.doc["results"] if r["status"] in ("fail", "error")]
+    for r in bad:
+        print(f"  {r['status'].upper():5} {r['case']}: {str(r['details'].get('message', ''))[:300]}")
+    print(f"wrote {out.results_path} and {out.html_path}")
+    return 1 if bad else 0
+
+
 def _cmd_docs(args) -> int:
     from harness.corpus import docs
     try:
@@ -476,7 +518,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     _export_impl_options(args)
     handlers = {"run": _cmd_run, "list": _cmd_list, "golden": _cmd_golden, "record": _cmd_record,
-                "diff": _cmd_diff, "case": _cmd_case, "report": _cmd_report, "docs": _cmd_docs}
+                "diff": _cmd_diff, "case": _cmd_case, "report": _cmd_report, "docs": _cmd_docs,
+                "check-impl": _cmd_check_impl}
     try:
         return handlers[args.command](args)
     except BrokenPipeError:

@@ -422,8 +422,20 @@ def discover(root: Path = CASES_DIR) -> list:
                   and not (p.name == "findings.toml" and p.parent == root))
 
 
+def _tags(path: Path) -> list:
+    """The ``tags`` of a case file ([] when it does not parse or has none)."""
+    try:
+        tags = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("tags", [])
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return []
+    return tags if isinstance(tags, list) else []
+
+
 def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> list:
-    """Filter case files by ``patterns``: ids, id globs, or file/directory paths.
+    """Filter case files by ``patterns``: ids, id globs, file/directory paths, or ``tag:NAME``.
+
+    ``tag:smoke`` selects the files whose ``tags`` list holds ``smoke`` (the smoke corpus
+    of ``sampcheck check-impl``).
 
     Returns
     -------
@@ -442,7 +454,9 @@ def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> lis
     for pat in patterns:
         p = Path(pat)
         hits = []
-        if p.exists():
+        if pat.startswith("tag:"):
+            hits = [q for q in paths if pat[4:] in _tags(q)]
+        elif p.exists():
             p = p.resolve()
             hits = [q for q in paths if q.resolve() == p or p in q.resolve().parents] if p.is_dir() or p.suffix == ".toml" else []
             if p.is_file() and p not in [q.resolve() for q in paths]:
@@ -451,6 +465,7 @@ def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> lis
             ids = {_rel_id(q.resolve(), root) if root in q.resolve().parents else q.stem: q for q in paths}
             hits = [q for i, q in ids.items() if fnmatch.fnmatchcase(i, pat) or fnmatch.fnmatchcase(i, pat.rstrip("/") + "/*")]
         if not hits:
-            raise ValueError(f"--cases {pat!r} matches no case (ids look like 'filters/top-p-dyadic-boundary')")
+            raise ValueError(f"--cases {pat!r} matches no case (ids look like 'filters/top-p-dyadic-boundary'; "
+                             "'tag:NAME' selects by tag)")
         chosen.extend(h for h in hits if h not in chosen)
     return chosen

@@ -1,0 +1,121 @@
+"""The adapter conformance kit (harness/conformance.py): each planted defect is found and located."""
+
+import pytest
+
+from harness.cli import main
+from harness.conformance import assert_conforms, protocol_checks
+from impls.base import RowResult
+from impls.profiles import TRTLLM
+from impls.reference import Reference
+
+
+class Good(Reference):
+    def __init__(self):
+        super().__init__(TRTLLM, name="good")
+
+
+def _with_step(fix):
+    """A Reference whose session's step output passes through ``fix(rows, out) -> out``."""
+    class Planted(Reference):
+        def __init__(self):
+            super().__init__(TRTLLM, name="planted")
+
+        def open_session(self, device="cpu"):
+            inner = super().open_session(device)
+
+            class S:
+                def step(self, rows):
+                    return fix(rows, inner.step(rows))
+            return S()
+    return Planted()
+
+
+def _checks(impl) -> list:
+    return [(p.check, p.message) for p in protocol_checks(impl)]
+
+
+def test_a_correct_implementation_has_no_problem():
+    assert protocol_checks(Good()) == []
+
+
+def test_one_result_short():
+    found = _checks(_with_step(lambda rows, out: out[:-1]))
+    assert ("step-length", "step() on 3 rows returned 2 results (impls/base.py Session.step: one RowResult per "
+                           "row, in order)") in found
+
+
+def test_token_outside_the_vocabulary_and_both_token_and_error():
+    def fix(rows, out):
+        out[0].token = rows[0].vocab
+        if len(out) > 2:
+            out[2].error = "nan_logits"
+        return out
+    found = _checks(_with_step(fix))
+    assert ("token-range", "step(), row 0: token 5 outside the vocabulary [0, 5)") in found
+    # row 2 is [0, 0, 4, 1, 1]: greedy (nothing set) picks token 2
+    assert ("token-xor-error", "step(), row 2: token=2, error='nan_logits': exactly one is set (impls/base.py "
+                               "RowResult)") in found
+
+
+def test_unknown_error_kind():
+    def fix(rows, out):
+        return [RowResult(error="oops")] + out[1:]
+    found = _checks(_with_step(fix))
+    assert ("error-kind", "step(), row 0: error kind 'oops' is not one of the fixed kinds (impls/params.py ERRORS; "
+                          "cases/README.md, error kinds)") in found
+
+
+def test_a_reused_slot_must_be_the_later_rows_error():
+    def fix(rows, out):
+        return [RowResult(token=0) if r.error == "duplicate_slot" else r for r in out]
+    found = _checks(_with_step(fix))
+    assert ("duplicate-slot", "row 1 reuses slot 0 and got token 0, want error 'duplicate_slot' "
+                              "(impls/base.py claim_slot)") in found
+
+
+def test_a_step_that_raises_instead_of_failing_a_row():
+    def fix(rows, out):
+        raise ValueError("bad row")
+    found = dict(_checks(_with_step(fix)))
+    assert found["step"].startswith("step() on 3 plain rows raised ValueError: bad row (a bad row is that row's error")
+
+
+def test_a_seeded_row_must_repeat_on_a_fresh_session():
+    counter = iter(range(1000))
+
+    def fix(rows, out):
+        for r in out:
+            if r.token is not None and r.mode == "sampling":
+                r.token = next(counter) % rows[0].vocab
+        return out
+    found = dict(_checks(_with_step(fix)))
+    assert found["seed-fresh-session"].startswith("one seeded row on two fresh sessions gave tokens 0 and 1")
+
+
+def test_the_declaration_is_checked():
+    impl = Good()
+    impl.features = frozenset({"top_k", "typical_p"})
+    impl.devices = frozenset({"tpu"})
+    impl.stages = {"sorting": "own"}
+    found = dict(_checks(impl))
+    assert found["features"] == "unknown feature(s) ['typical_p'] (cases/features.txt lists the known)"
+    assert found["devices"].startswith("devices is frozenset({'tpu'}): a non-empty frozenset of cpu, cuda")
+    assert found["stages"] == ("good: stages: unknown stage 'sorting'; known: validation, logit_bias, penalties, bans, "
+                               "filters, draw, seeds, logprobs, finish, decode, beam, speculative (impls/base.py "
+                               "STAGES, PROVENANCE)")
+
+
+def test_unavailable_stops_the_checks():
+    impl = Good()
+    impl.available = lambda device: "no engine here"
+    assert _checks(impl) == [("available", "not available on cpu: no engine here (the other checks need it)")]
+
+
+def test_assert_conforms_and_the_command(capsys):
+    assert_conforms(Good(), smoke_corpus=False)
+    with pytest.raises(AssertionError, match=r"FAIL step-length"):
+        assert_conforms(_with_step(lambda rows, out: out[:-1]), smoke_corpus=False)
+    assert main(["check-impl", "reference"]) == 0
+    out = capsys.readouterr().out
+    assert "reference: protocol checks: 0 problem(s)" in out and "smoke corpus (16 cases): 16 pass" in out
+    assert main(["check-impl", "no-such-impl"]) == 2
