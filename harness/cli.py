@@ -7,8 +7,9 @@ Commands:
   — run cases (each implementation in its own worker process, with a time
   limit per case), write ``DIR/results.json`` and ``DIR/index.html``; exit 0
   when nothing failed or errored, 1 otherwise, 2 for bad usage.
-* ``sampcheck list impls|cases`` — what can be run (cases are validated;
-  a malformed file is listed with its error).
+* ``sampcheck list impls [-v]|cases`` — what can be run: the implementation
+  registry (with ``-v`` each one's features and stage provenance), or the
+  cases (validated; a malformed file is listed with its error).
 * ``sampcheck golden update|check [--cases PATTERN]... [--accept]`` —
   ``update`` shows a unified diff of every golden file that would change and
   writes them only with ``--accept`` (exit 1 when changes were refused);
@@ -22,6 +23,14 @@ Commands:
 * ``sampcheck diff A B [--html FILE] [--text FILE]`` — compare two run
   records (:mod:`harness.report.diff`); exit 0 when nothing changed, 1 when
   something did, 2 for bad usage or an unreadable record.
+* ``sampcheck report --bench FILE [--out DIR]`` — the latency report.
+* ``sampcheck check-impl NAME [--device] [--no-smoke]`` — the adapter
+  conformance kit (:mod:`harness.conformance`).
+* ``sampcheck docs [--check]`` — the files generated from the parameter
+  registry (:mod:`harness.corpus.docs`).
+
+Options an implementation declares (``impls.base.CliOption``, e.g.
+``--trtllm-src``) are added to ``run``, ``list``, ``record`` and ``check-impl``.
 """
 
 from __future__ import annotations

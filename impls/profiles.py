@@ -105,28 +105,28 @@ class Profile:
         First Philox offset of unseeded rows (§1.6: ``2**62``).
     unset_top_k : int
         The ``top_k`` of a sampling row that leaves ``top_k`` unset (0: no
-        top-k). Read by: ``impls/reference/modes.py`` ``resolve`` (not yet).
+        top-k). Read by: ``impls/reference/modes.py`` ``resolve``.
     unset_max_new_tokens : int or None
         The ``max_new_tokens`` of a row that sets neither ``max_new_tokens``
         nor ``max_seq_len`` (None: no limit). Read by:
-        ``impls/reference/finish.py`` ``finish_reason`` (not yet).
+        ``impls/reference/finish.py`` ``finish_reason``.
     max_new_tokens_overrides_max_seq_len : bool
         With both set, only ``max_new_tokens`` limits the length (the
-        ``max_seq_len`` test is dropped). Read by: ``finish_reason`` (not yet).
+        ``max_seq_len`` test is dropped). Read by: ``finish_reason``.
     logit_bias_duplicates : {"sum", "last"}
         A token id listed twice in ``logit_bias``: the values add up, or the
         last one wins. Read by: ``impls/reference/rewrites.py``
-        ``apply_logit_bias`` (not yet).
+        ``apply_logit_bias``.
     bad_words_skip_end_id : bool
         A one-token bad word equal to the row's end id (set, ``>= 0``, not
         ``ignore_eos``) is dropped instead of banned. Read by:
-        ``impls/reference/bans.py`` ``bad_word_bans`` (not yet).
+        ``impls/reference/bans.py`` ``bad_word_bans``.
     prompt_ignore_length_scope : {"presence_frequency", "repetition"}
         Which penalty ``prompt_ignore_length`` applies to: presence/frequency
         counts (trtllm: the ignored prefix still counts as *seen* for
         repetition), or the repetition penalty's seen set (the prefix is not
         penalised; presence/frequency n/a). Read by: ``rewrites.py``
-        ``apply_repetition`` and ``apply_presence_frequency`` (not yet).
+        ``apply_repetition`` and ``apply_presence_frequency``.
     greedy_degenerate : {"error", "argmax"}
         A GREEDY row whose logits hold NaN (input, or produced by a rewrite)
         or are all ``-inf`` after the rewrites: ``"error"`` (``nan_logits`` /
@@ -134,7 +134,7 @@ class Profile:
         returns (a NaN counts as the maximum, first NaN wins; all ``-inf``
         gives id 0). Sampling rows still fail. Read by:
         ``impls/reference/sampler.py`` ``ReferenceSession._prepare`` and
-        ``_choose_deterministic``, ``rewrite_logits`` (not yet).
+        ``_choose_deterministic``, ``rewrite_logits``.
     validation_skips : frozenset of str
         Checks of ``impls/reference/modes.py`` ``validate`` the engine does
         not make: ``"inactive_params"`` (a parameter is checked only when the
@@ -147,7 +147,7 @@ class Profile:
         accepted; one outside ``[0, V)`` never stops and bans nothing),
         ``"logit_bias_nan"`` (a NaN bias is added, giving a NaN logit),
         ``"empty_bad_word"`` (an empty bad word is ignored). Read by:
-        ``validate`` (not yet).
+        ``validate``.
     validation_extras : frozenset of str
         Checks the engine makes beyond ``validate``'s: ``"max_new_tokens_zero"``
         (``max_new_tokens == 0`` is ``invalid_length``),
@@ -267,8 +267,7 @@ class Profile:
     stop_words_see_prompt: bool = True
     global_seed: int = 42
     unseeded_offset_base: int = 1 << 62
-    # Added for the hf profile; the defaults are trtllm's behaviour (the
-    # reference pipeline does not read them yet: see each field's docstring).
+    # Added for the hf profile; the defaults are trtllm's behaviour.
     unset_top_k: int = 0
     unset_max_new_tokens: Optional[int] = None
     max_new_tokens_overrides_max_seq_len: bool = False
@@ -311,6 +310,28 @@ class Profile:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
 
 
+# Beam search rules (SEMANTICS §3), read in the engines' sources on 2026-11-29.
+_TRT_BEAM = "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/sampler/beam_search.py@095443e5"
+_TRT_BEAM_CITATIONS = {
+    "beam_logprob_stage": f"{_TRT_BEAM} _beam_step_preprocess (logits / max(temperature, 1e-5), log_softmax) after "
+                          "penalties.py@0a0ceb0c PenaltyHandler.apply ('bias -> penalty -> bans -> temperature')",
+    "beam_early_stopping_true": f"{_TRT_BEAM} BeamSearchEarlyStop.TRUE (regular path) and beam_candidate_topk "
+                                "('finished beams stay frozen in their slots rather than in a separate pool'); "
+                                "_check_beam_search_stop_criteria (all py_beam_width beams finished)",
+    "beam_finish_candidates": f"{_TRT_BEAM} _cba_step_math (is_end = cand_tok == end_id; stop words latched by the "
+                              "finish handler and harvested at the next step; LENGTH fires on all beams at once)",
+    "beam_done_bound": f"{_TRT_BEAM} _cba_step_math (best_attainable = cand_cum[:, 0] / bound_len ** exponent)",
+    "beam_final_includes_running": f"{_TRT_BEAM} _prepare_beam_history_cba (CBA entries and active slot paths "
+                                   "ranked together by normalised score)",
+    "beam_never_bound": f"{_TRT_BEAM} _cba_step_math (max_gen = max_seq_len - prompt when early_stopping != FALSE "
+                        "and length_penalty > 0)",
+    "beam_diversity": f"{_TRT_BEAM} beam_candidate_topk ((cum_log_prob + diversity_rate * source_beam_index) / "
+                      "gen_length ** length_penalty)",
+    "beam_length_penalty_unset": f"{_TRT_BEAM} beam_search_sampling_batch ('scalar 0 (or None) disables "
+                                 "normalization') and _prepare_beam_history_cba (length_penalty or 0.0)",
+    "beam_early_stopping_unset": f"{_TRT_BEAM} BeamSearchEarlyStop.from_raw (None -> TRUE)",
+}
+
 #: Default profile: TensorRT-LLM's PyTorch sampler (fused production path).
 TRTLLM = Profile(
     name="trtllm",
@@ -338,6 +359,7 @@ TRTLLM = Profile(
         "finish_order": f"{SEED_TRTLLM} § 结束判定 (END_ID, then LENGTH, then STOP_WORDS)",
         "global_seed": f"{SEED_TRTLLM} § 三套计数器 (_SeedManager)",
         "unseeded_offset_base": f"{SEED_TRTLLM} § 三套计数器 (UNSEEDED_OFFSET_BASE = 1 << 62)",
+        **_TRT_BEAM_CITATIONS,
     },
 )
 
@@ -347,6 +369,45 @@ _HF_SRC = f"{_HF_REPO}/logits_process.py{_HF_V}"
 _HF_UTILS = f"{_HF_REPO}/utils.py{_HF_V}"
 _HF_CFG = f"{_HF_REPO}/configuration_utils.py{_HF_V}"
 _HF_STOP = f"{_HF_REPO}/stopping_criteria.py{_HF_V}"
+
+_HF_BEAM = "huggingface/transformers:src/transformers/generation/utils.py@v5.24.0"
+#: Hugging Face's beam search rules (SEMANTICS §3), read in transformers 5.24.0 on 2026-11-29.
+_HF_BEAM_FIELDS = dict(
+    beam_logprob_stage="processors_on_logprobs",
+    beam_early_stopping_true="pool",
+    beam_finish_candidates="stopping_criteria",
+    beam_done_bound="best_running",
+    beam_final_includes_running=False,
+    beam_never_bound="max_new_tokens",
+    beam_diversity="none",
+    beam_length_penalty_unset=1.0,
+    beam_early_stopping_unset=False,
+)
+_HF_BEAM_CITATIONS = {
+               "beam_logprob_stage": f"{_HF_BEAM} GenerationMixin._beam_search (log_softmax(logits), then "
+                                     "logits_processor(input_ids, log_probs); warpers such as temperature only with "
+                                     "do_sample)",
+               "beam_early_stopping_true": f"{_HF_BEAM} GenerationMixin._update_finished_beams and "
+                                           "_beam_search_has_unfinished_sequences (finished hypotheses kept in "
+                                           "'sequences'; True stops once all num_beams are finished)",
+               "beam_finish_candidates": f"{_HF_BEAM} GenerationMixin._beam_search step d "
+                                         "(next_token_hits_stopping_criteria: EOS and MaxLengthCriteria on the top-K "
+                                         "candidates; did_top_num_beams_just_finished)",
+               "beam_done_bound": f"{_HF_BEAM} GenerationMixin._check_early_stop_heuristic "
+                                  "(running_beam_scores[:, :1])",
+               "beam_final_includes_running": f"{_HF_BEAM} GenerationMixin._beam_search step 5 (returns "
+                                              "'sequences', the finished pool, only)",
+               "beam_never_bound": f"{_HF_BEAM} GenerationMixin._check_early_stop_heuristic (max_length - "
+                                   "decoder_prompt_len)",
+               "beam_diversity": f"{_HF_BEAM} GenerationMixin._beam_search (no diversity term; group beam search "
+                                 "left the library for the Hub in 4.56)",
+               "beam_length_penalty_unset": "huggingface/transformers:src/transformers/generation/"
+                                            "configuration_utils.py@v5.24.0 GenerationConfig."
+                                            "_get_default_generation_params (length_penalty=1.0)",
+               "beam_early_stopping_unset": "huggingface/transformers:src/transformers/generation/"
+                                            "configuration_utils.py@v5.24.0 GenerationConfig."
+                                            "_get_default_generation_params (early_stopping=False)",
+}
 
 #: Hugging Face transformers 5.24 ``generate``: logits processors, warpers,
 #: multinomial sampling and stopping criteria, as driven by
@@ -380,7 +441,9 @@ HF = dataclasses.replace(
     greedy_degenerate="argmax",
     validation_skips=frozenset({"inactive_params", "end_id_range", "logit_bias_nan", "empty_bad_word"}),
     validation_extras=frozenset({"max_new_tokens_zero", "max_seq_len_above_prompt", "negative_history_ids"}),
+    **_HF_BEAM_FIELDS,
     citations={
+        **_HF_BEAM_CITATIONS,
         "mode_source": f"{_HF_CFG} GenerationConfig.get_generation_mode (do_sample=False with num_beams=1 is "
                        "GREEDY_SEARCH); the harness resolves an unset do_sample as 'any of temperature/top_k/top_p/"
                        "min_p set' (GenerationConfig._get_default_generation_params says False)",
@@ -442,66 +505,6 @@ HF = dataclasses.replace(
                              "GenerationMixin._validate_generated_length (input length >= max_length raises); "
                              f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (torch.gather on a negative id raises)",
     },
-)
-
-# Beam search rules (SEMANTICS §3), read in the engines' sources on 2026-11-29.
-_TRT_BEAM = "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/sampler/beam_search.py@095443e5"
-TRTLLM.citations.update({
-    "beam_logprob_stage": f"{_TRT_BEAM} _beam_step_preprocess (logits / max(temperature, 1e-5), log_softmax) after "
-                          "penalties.py@0a0ceb0c PenaltyHandler.apply ('bias -> penalty -> bans -> temperature')",
-    "beam_early_stopping_true": f"{_TRT_BEAM} BeamSearchEarlyStop.TRUE (regular path) and beam_candidate_topk "
-                                "('finished beams stay frozen in their slots rather than in a separate pool'); "
-                                "_check_beam_search_stop_criteria (all py_beam_width beams finished)",
-    "beam_finish_candidates": f"{_TRT_BEAM} _cba_step_math (is_end = cand_tok == end_id; stop words latched by the "
-                              "finish handler and harvested at the next step; LENGTH fires on all beams at once)",
-    "beam_done_bound": f"{_TRT_BEAM} _cba_step_math (best_attainable = cand_cum[:, 0] / bound_len ** exponent)",
-    "beam_final_includes_running": f"{_TRT_BEAM} _prepare_beam_history_cba (CBA entries and active slot paths "
-                                   "ranked together by normalised score)",
-    "beam_never_bound": f"{_TRT_BEAM} _cba_step_math (max_gen = max_seq_len - prompt when early_stopping != FALSE "
-                        "and length_penalty > 0)",
-    "beam_diversity": f"{_TRT_BEAM} beam_candidate_topk ((cum_log_prob + diversity_rate * source_beam_index) / "
-                      "gen_length ** length_penalty)",
-    "beam_length_penalty_unset": f"{_TRT_BEAM} beam_search_sampling_batch ('scalar 0 (or None) disables "
-                                 "normalization') and _prepare_beam_history_cba (length_penalty or 0.0)",
-    "beam_early_stopping_unset": f"{_TRT_BEAM} BeamSearchEarlyStop.from_raw (None -> TRUE)",
-})
-_HF_BEAM = "huggingface/transformers:src/transformers/generation/utils.py@v5.24.0"
-HF = dataclasses.replace(
-    HF,
-    beam_logprob_stage="processors_on_logprobs",
-    beam_early_stopping_true="pool",
-    beam_finish_candidates="stopping_criteria",
-    beam_done_bound="best_running",
-    beam_final_includes_running=False,
-    beam_never_bound="max_new_tokens",
-    beam_diversity="none",
-    beam_length_penalty_unset=1.0,
-    beam_early_stopping_unset=False,
-    citations={**HF.citations,
-               "beam_logprob_stage": f"{_HF_BEAM} GenerationMixin._beam_search (log_softmax(logits), then "
-                                     "logits_processor(input_ids, log_probs); warpers such as temperature only with "
-                                     "do_sample)",
-               "beam_early_stopping_true": f"{_HF_BEAM} GenerationMixin._update_finished_beams and "
-                                           "_beam_search_has_unfinished_sequences (finished hypotheses kept in "
-                                           "'sequences'; True stops once all num_beams are finished)",
-               "beam_finish_candidates": f"{_HF_BEAM} GenerationMixin._beam_search step d "
-                                         "(next_token_hits_stopping_criteria: EOS and MaxLengthCriteria on the top-K "
-                                         "candidates; did_top_num_beams_just_finished)",
-               "beam_done_bound": f"{_HF_BEAM} GenerationMixin._check_early_stop_heuristic "
-                                  "(running_beam_scores[:, :1])",
-               "beam_final_includes_running": f"{_HF_BEAM} GenerationMixin._beam_search step 5 (returns "
-                                              "'sequences', the finished pool, only)",
-               "beam_never_bound": f"{_HF_BEAM} GenerationMixin._check_early_stop_heuristic (max_length - "
-                                   "decoder_prompt_len)",
-               "beam_diversity": f"{_HF_BEAM} GenerationMixin._beam_search (no diversity term; group beam search "
-                                 "left the library for the Hub in 4.56)",
-               "beam_length_penalty_unset": "huggingface/transformers:src/transformers/generation/"
-                                            "configuration_utils.py@v5.24.0 GenerationConfig."
-                                            "_get_default_generation_params (length_penalty=1.0)",
-               "beam_early_stopping_unset": "huggingface/transformers:src/transformers/generation/"
-                                            "configuration_utils.py@v5.24.0 GenerationConfig."
-                                            "_get_default_generation_params (early_stopping=False)",
-               },
 )
 
 _VLLM_V = "@v0.32.0"

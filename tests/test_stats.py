@@ -276,11 +276,6 @@ def test_exact_path_in_check_draws():
     assert [b["tokens"] for b in r.bins] == [[0], [2]]
 
 
-def test_legacy_goodness_of_fit_is_still_plain_chi_square():
-    r = stats.goodness_of_fit(np.array([60, 40]), np.array([0.5, 0.5]), 0.01)
-    assert r.statistic == pytest.approx(4.0) and r.p_value == pytest.approx(0.04550026, rel=1e-6)
-
-
 # ---------------------------------------------------------------- draws through the judge
 
 class StepOnly(Reference):

@@ -6,8 +6,8 @@ implementation's profile (DESIGN.md decision 3, ``docs/statistics.md``).
 :func:`check_draws` runs, in order:
 
 1. **Support** — a draw of a token whose predicted probability is 0 is an
-   exact failure, never a statistic (STYLE.md: "pair every frequency check
-   with a support check that cannot fail by chance").
+   exact failure, never a statistic (a support check cannot fail by chance:
+   docs/statistics.md, "One check, step by step").
 2. **Goodness of fit** — chosen by the size ``k`` of the predicted support:
 
    * ``k == 1``: nothing random is left; the support check is the check;
@@ -54,8 +54,8 @@ from scipy import stats as sps
 __all__ = [
     "FAMILY_ALPHA", "DEFAULT_EPSILON", "TARGET_POWER", "POWER_MARGIN", "MAX_DRAWS", "MIN_DRAWS", "MIN_EXPECTED",
     "MAX_SINGLE_BINS", "EXACT_MAX_SUPPORT", "TV_CONFIDENCE", "BOOTSTRAP_REPS", "BOOTSTRAP_SEED",
-    "GofResult", "Alternative", "Plan", "StatResult",
-    "per_check_alpha", "make_bins", "bin_probs", "goodness_of_fit", "exact_multinomial_pvalue", "g_test",
+    "Alternative", "Plan", "StatResult",
+    "per_check_alpha", "make_bins", "bin_probs", "exact_multinomial_pvalue", "g_test",
     "chisquare_power", "alternatives", "power_against", "plan_draws", "tv_interval", "check_draws",
     "draw_grid",
 ]
@@ -75,7 +75,7 @@ POWER_MARGIN = 0.003
 MAX_DRAWS = 1_000_000
 #: Fewest draws one row takes (the bottom of the sample-size grid).
 MIN_DRAWS = 1000
-#: Smallest expected count of a bin (Cochran's rule, STYLE.md).
+#: Smallest expected count of a bin (Cochran 1954; docs/statistics.md, "The error budget").
 MIN_EXPECTED = 5.0
 #: At most this many tokens get a bin of their own; the rest are
 #: pooled. Bounds the degrees of freedom, which would otherwise dilute the
@@ -199,36 +199,7 @@ def bin_probs(probs: np.ndarray, bins: list) -> np.ndarray:
     return np.array([float(probs[b].sum()) for b in bins], dtype=np.float64)
 
 
-# ---------------------------------------------------------------- the chi-square path
-
-@dataclass
-class GofResult:
-    """Outcome of :func:`goodness_of_fit` (support check + binned chi-square).
-
-    Attributes
-    ----------
-    verdict : {"pass", "fail", "error"}
-    reason : str
-    n : int
-        Number of draws.
-    alpha : float
-        The per-check level used.
-    statistic, p_value : float or None
-    bins : list of dict
-        ``{"tokens": [...] or "K tokens", "observed", "expected"}``.
-    outside_support : dict
-        ``{token: count}`` of draws outside the predicted support.
-    """
-
-    verdict: str
-    reason: str
-    n: int
-    alpha: float
-    statistic: Optional[float] = None
-    p_value: Optional[float] = None
-    bins: list = field(default_factory=list)
-    outside_support: dict = field(default_factory=dict)
-
+# ---------------------------------------------------------------- support and bins
 
 def _outside(counts: np.ndarray, probs: np.ndarray) -> dict:
     return {int(t): int(counts[t]) for t in np.flatnonzero((probs <= 0) & (counts > 0))}
@@ -237,66 +208,6 @@ def _outside(counts: np.ndarray, probs: np.ndarray) -> dict:
 def _bin_info(bins, obs, exp) -> list:
     return [{"tokens": (b.tolist() if len(b) <= 8 else f"{len(b)} tokens"), "observed": int(o), "expected": float(e)}
             for b, o, e in zip(bins, obs, exp)]
-
-
-def goodness_of_fit(counts: np.ndarray, probs: np.ndarray, alpha: float) -> GofResult:
-    """Support check, then Pearson's chi-square on bins (no exact test, no power).
-
-    The building block of :func:`check_draws` for supports of more than
-    :data:`EXACT_MAX_SUPPORT` tokens.
-
-    Parameters
-    ----------
-    counts : numpy.ndarray
-        ``(V,)`` int64 observed counts.
-    probs : numpy.ndarray
-        ``(V,)`` float64 predicted distribution (zeros outside the support;
-        renormalised here).
-    alpha : float
-        Per-check false-alarm rate.
-
-    Returns
-    -------
-    GofResult
-        ``fail`` for any draw outside the support, or ``p < alpha``;
-        ``error`` when the draws give fewer than two bins (and the support
-        has more than one token); else ``pass``.
-
-    Notes
-    -----
-    Pearson's test as ``scipy.stats.chisquare(observed, expected)`` with
-    ``len(bins) - 1`` degrees of freedom (no parameters are estimated).
-
-    Examples
-    --------
-    >>> r = goodness_of_fit(np.array([60, 40]), np.array([0.5, 0.5]), 0.01)
-    >>> round(r.statistic, 6), round(r.p_value, 6), r.verdict
-    (4.0, 0.0455, 'pass')
-    """
-    counts = np.asarray(counts, dtype=np.int64)
-    probs = np.asarray(probs, dtype=np.float64)
-    probs = probs / probs.sum()
-    n = int(counts.sum())
-    outside = _outside(counts, probs)
-    if outside:
-        return GofResult("fail", f"{sum(outside.values())} draws outside the predicted support "
-                                 f"(tokens {sorted(outside)[:10]})", n, alpha, outside_support=outside)
-    bins = make_bins(probs, n)
-    obs = np.array([counts[b].sum() for b in bins], dtype=np.float64)
-    exp = bin_probs(probs, bins) * n
-    info = _bin_info(bins, obs, exp)
-    if len(bins) < 2:
-        if int((probs > 0).sum()) == 1:
-            return GofResult("pass", "single-token support: every draw is that token", n, alpha, bins=info)
-        return GofResult("error", f"too few draws: {n} draws give fewer than two bins with expected count >= 5",
-                         n, alpha, bins=info)
-    exp = exp * (obs.sum() / exp.sum())
-    res = sps.chisquare(obs, exp)
-    stat, p = float(res.statistic), float(res.pvalue)
-    verdict = "pass" if p >= alpha else "fail"
-    reason = (f"chi-square {stat:.4g} on {len(bins) - 1} d.o.f., p = {p:.3g} "
-              f"{'>=' if p >= alpha else '<'} alpha = {alpha:.3g} (N = {n})")
-    return GofResult(verdict, reason, n, alpha, stat, p, info)
 
 
 # ---------------------------------------------------------------- the exact test
