@@ -50,6 +50,7 @@ FEATURES = {
     "presence_penalty": "the additive presence penalty (§1.3)",
     "frequency_penalty": "the additive frequency penalty (§1.3)",
     "prompt_ignore_length": "a prompt prefix the penalties ignore (§1.3)",
+    "penalty_last_n": "a window of the most recent tokens the penalties count (§1.3; llama.cpp)",
     "logit_bias": "a sparse additive logit bias (§1.2)",
     "min_length": "banning the end id before a minimum length (§1.4)",
     "bad_words": "banned token sequences (§1.4)",
@@ -255,6 +256,15 @@ PARAMS = (
     Param("prompt_ignore_length", _INT, "int", "a prompt prefix the penalties do not count", unset="0",
           feature="prompt_ignore_length", rule="<= 0 has no effect; which penalty it applies to is the profile's "
           "prompt_ignore_length_scope (§1.3)", annotation=_O[int]),
+    Param("penalty_last_n", _INT, "int", "only the last n tokens of the history (prompt then generated) count for "
+          "the repetition, presence and frequency penalties", unset="the whole history",
+          feature="penalty_last_n", errors=("invalid_penalty",),
+          rule=">= 0; 0 turns the three penalties off; the window is taken before each penalty's own scope "
+               "(presence_counts_prompt, prompt_ignore_length) (§1.3)",
+          citation="ggml-org/llama.cpp:src/llama-sampling.cpp@0344068c llama_sampler_init_penalties, "
+                   "llama_sampler_penalties_accept, llama_sampler_penalties_apply (a ring buffer of the last "
+                   "penalty_last_n accepted tokens; 0 disables; init clamps a negative value to 0)",
+          annotation=_O[int]),
     Param("logit_bias", _PAIRS, "array of `[id, value]` pairs", "a sparse additive bias (may be -inf: a ban)",
           feature="logit_bias", errors=("invalid_logit_bias",),
           rule="ids in [0, V); NaN values rejected unless the profile skips the check; a token listed twice sums "

@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from _hand import NEG_INF, POS_INF, row, step
-from impls.profiles import TRTLLM
+from impls.base import RowError
+from impls.profiles import TRTLLM, VLLM
+from impls.reference import rewrites
 from impls.reference import rewrite_logits
 
 F32_MAX = float(np.finfo(np.float32).max)
@@ -233,3 +235,33 @@ def test_bans_come_after_penalties():
     assert rewritten([2.0, 3.0, 1.0], **kw) == [NEG_INF, 3.0, 1.0]
     (r,) = step(row([2.0, 3.0, 1.0], **kw))
     assert r.token == 1
+
+
+def test_penalty_last_n_windows_the_history_for_every_penalty():
+    """llama.cpp's penalty_last_n (src/llama-sampling.cpp@0344068c): the last n positions of prompt + generated."""
+    x = torch.tensor([3.0, 2.5, 1.0, 0.0])
+    # repetition 2 over prompt [0, 1] + generated [2]: last 1 -> token 2 only (1.0 / 2); last 2 -> 1 and 2
+    r = row(x.tolist(), prompt=[0, 1], generated=[2], repetition_penalty=2.0, penalty_last_n=1)
+    assert rewrites.apply_repetition(x, r, TRTLLM).tolist() == [3.0, 2.5, 0.5, 0.0]
+    r = r.replace(penalty_last_n=2)
+    assert rewrites.apply_repetition(x, r, TRTLLM).tolist() == [3.0, 1.25, 0.5, 0.0]
+    # 0 turns the penalties off; a window past the history is the whole history
+    assert rewrites.apply_repetition(x, r.replace(penalty_last_n=0), TRTLLM).tolist() == x.tolist()
+    assert rewrites.apply_repetition(x, r.replace(penalty_last_n=9), TRTLLM).tolist() == [1.5, 1.25, 0.5, 0.0]
+    # presence 1 + frequency 0.5 over prompt [0] + generated [3, 3], last 3: token 0 once, token 3 twice
+    p = row(x.tolist(), prompt=[0], generated=[3, 3], presence_penalty=1.0, frequency_penalty=0.5, penalty_last_n=3)
+    assert rewrites.apply_presence_frequency(x, p, TRTLLM).tolist() == [1.5, 2.5, 1.0, -2.0]
+    # the window comes first, then the profile's scope: vLLM counts generated tokens only
+    assert rewrites.apply_presence_frequency(x, p, VLLM).tolist() == [3.0, 2.5, 1.0, -2.0]
+    # ... and prompt_ignore_length: the first prompt token is ignored whatever the window
+    p2 = row(x.tolist(), prompt=[0, 1], generated=[3], presence_penalty=1.0, penalty_last_n=3, prompt_ignore_length=1)
+    assert rewrites.apply_presence_frequency(x, p2, TRTLLM).tolist() == [3.0, 1.5, 1.0, -1.0]
+    # a prompt_ignore_length beyond the prompt never eats generated tokens
+    p3 = row(x.tolist(), prompt=[0], generated=[3], presence_penalty=1.0, prompt_ignore_length=5)
+    assert rewrites.apply_presence_frequency(x, p3, TRTLLM).tolist() == [3.0, 2.5, 1.0, -1.0]
+
+
+def test_a_negative_penalty_last_n_is_invalid():
+    from impls.reference.modes import resolve
+    with pytest.raises(RowError, match=r"invalid_penalty: penalty_last_n=-1: must be >= 0"):
+        resolve(row([1.0, 2.0], penalty_last_n=-1), TRTLLM)

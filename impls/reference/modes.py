@@ -86,7 +86,7 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         (outside ``[0, 1]`` or NaN; ``(0, 1]`` when the profile rejects 0),
         ``invalid_top_k`` (below the profile's lower bound),
         ``invalid_min_p`` (outside ``[0, 1]`` or NaN),
-        ``invalid_penalty`` (NaN, or repetition ``<= 0``),
+        ``invalid_penalty`` (NaN, repetition ``<= 0``, ``penalty_last_n < 0``),
         ``invalid_top_p_decay`` (outside ``(0, 1]``, or active together with
         ``use_beam_search``, SEMANTICS §2), ``invalid_top_p_min`` (outside
         ``(0, 1]``), ``invalid_seed``
@@ -126,6 +126,9 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         r = row.repetition_penalty
         if r is not None and not r > 0 and not (lazy and r == 1.0):
             raise RowError("invalid_penalty", f"repetition_penalty={r!r}: must be > 0")
+        n = row.penalty_last_n
+        if n is not None and n < 0:
+            raise RowError("invalid_penalty", f"penalty_last_n={n}: must be >= 0")
         bound = profile.penalty_abs_max
         if bound is not None:
             for name in ("presence_penalty", "frequency_penalty"):

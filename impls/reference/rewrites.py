@@ -69,6 +69,18 @@ def _in_vocab(tokens, V: int) -> list:
     return [t for t in tokens if 0 <= t < V]
 
 
+def _window_start(row: Row) -> int:
+    """First position of ``prompt + generated`` the penalties see: the last ``penalty_last_n`` ones (§1.3).
+
+    ``penalty_last_n`` unset: 0 (the whole history). ``0`` (penalties off) is handled by the callers.
+    Source: ggml-org/llama.cpp:src/llama-sampling.cpp@0344068c ``llama_sampler_penalties_accept`` (a ring
+    buffer of the last ``penalty_last_n`` accepted tokens).
+    """
+    n = row.penalty_last_n
+    total = len(row.prompt) + len(row.generated)
+    return 0 if n is None else max(total - n, 0)
+
+
 def _finish(x_in: torch.Tensor, y: torch.Tensor, profile: Profile) -> torch.Tensor:
     if not profile.penalty_clamp_finite:
         return y
@@ -79,7 +91,7 @@ def _finish(x_in: torch.Tensor, y: torch.Tensor, profile: Profile) -> torch.Tens
 
 
 def apply_repetition(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tensor:
-    """Repetition penalty over every token seen in prompt + generated.
+    """Repetition penalty over every token seen in prompt + generated (its last ``penalty_last_n``: §1.3).
 
     ``x < 0 ? x * r : x / r`` for each distinct seen token, so ``r > 1``
     always lowers a logit (dividing a negative logit would raise it). The
@@ -104,14 +116,16 @@ def apply_repetition(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tenso
     branching on the sign of the logit).
     """
     r = row.repetition_penalty
-    if r is None or r == 1.0:
+    if r is None or r == 1.0 or row.penalty_last_n == 0:
         return x
     V = x.shape[-1]
-    prompt = list(row.prompt)
+    start = _window_start(row)
+    skip = 0
     if profile.prompt_ignore_length_scope == "repetition":
         # Hugging Face: the ignored prefix is left out of the seen set.
-        prompt = prompt[max(row.prompt_ignore_length or 0, 0):]
-    seen = sorted(set(_in_vocab(prompt + list(row.generated), V)))
+        skip = min(max(row.prompt_ignore_length or 0, 0), len(row.prompt))
+    history = list(row.prompt) + list(row.generated)
+    seen = sorted(set(_in_vocab(history[max(start, skip):], V)))
     if not seen:
         return x
     idx = torch.tensor(seen, dtype=torch.long, device=x.device)
@@ -129,7 +143,8 @@ def apply_presence_frequency(x: torch.Tensor, row: Row, profile: Profile) -> tor
     ``prompt[prompt_ignore_length:] + generated`` when
     ``profile.presence_counts_prompt`` (trtllm: prompt tokens count, unlike
     vLLM and OpenAI), else in ``generated`` only. ``prompt_ignore_length <=
-    0`` or None has no effect.
+    0`` or None has no effect. With ``penalty_last_n`` only the last that
+    many positions of ``prompt + generated`` count (0: no penalty).
 
     Parameters
     ----------
@@ -145,14 +160,16 @@ def apply_presence_frequency(x: torch.Tensor, row: Row, profile: Profile) -> tor
     """
     a = row.presence_penalty or 0.0
     f = row.frequency_penalty or 0.0
-    if a == 0.0 and f == 0.0:
+    if (a == 0.0 and f == 0.0) or row.penalty_last_n == 0:
         return x
     V = x.shape[-1]
     if profile.presence_counts_prompt:
         skip = max(row.prompt_ignore_length or 0, 0) if profile.prompt_ignore_length_scope == "presence_frequency" else 0
-        counted = list(row.prompt)[skip:] + list(row.generated)
+        skip = min(skip, len(row.prompt))  # the ignored prefix never reaches into the generated tokens
     else:
-        counted = list(row.generated)
+        skip = len(row.prompt)
+    history = list(row.prompt) + list(row.generated)
+    counted = history[max(_window_start(row), skip):]
     counts = Counter(_in_vocab(counted, V))
     if not counts:
         return x
