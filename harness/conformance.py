@@ -23,8 +23,7 @@ from typing import Optional
 import torch
 
 from impls import params, registry
-from impls.base import DEVICES, FEATURES, ROLES, Row, RowResult, stage_provenance
-from impls.profiles import Profile
+from impls.base import Row, RowResult, declaration_problems
 
 __all__ = ["Problem", "protocol_checks", "smoke", "assert_conforms", "SMOKE_TAG"]
 
@@ -52,38 +51,8 @@ class Problem:
 
 
 def _declaration(impl) -> list:
-    out = []
-    name = getattr(impl, "name", None)
-    if not isinstance(name, str) or not name:
-        out.append(Problem("name", f"name is {name!r}: a non-empty str (impls/base.py Implementation.name)"))
-    roles = registry.roles_of(impl)
-    if not roles <= set(ROLES):
-        out.append(Problem("roles", f"roles {sorted(roles)}: each one of {', '.join(ROLES)} (impls/base.py ROLES)"))
-    devices = getattr(impl, "devices", None)
-    if not isinstance(devices, (set, frozenset)) or not devices or not set(devices) <= set(DEVICES):
-        out.append(Problem("devices", f"devices is {devices!r}: a non-empty frozenset of {', '.join(DEVICES)} "
-                                      "(impls/base.py DEVICES)"))
-    if not isinstance(getattr(impl, "slow", None), bool):
-        out.append(Problem("slow", f"slow is {getattr(impl, 'slow', None)!r}: a bool (impls/base.py Implementation)"))
-    try:
-        stage_provenance(impl)
-    except ValueError as e:
-        out.append(Problem("stages", f"{e} (impls/base.py STAGES, PROVENANCE)"))
-    if "conformance" in roles:
-        if not isinstance(getattr(impl, "profile", None), Profile):
-            out.append(Problem("profile", f"profile is {getattr(impl, 'profile', None)!r}: an impls.profiles.Profile "
-                                          "(docs/adapters.md, section 5)"))
-        feats = getattr(impl, "features", None)
-        if not isinstance(feats, (set, frozenset)):
-            out.append(Problem("features", f"features is {feats!r}: a frozenset of feature names"))
-        else:
-            unknown = sorted(set(feats) - set(FEATURES))
-            if unknown:
-                out.append(Problem("features", f"unknown feature(s) {unknown} (cases/features.txt lists the known)"))
-        if not getattr(impl, "stages", None):
-            out.append(Problem("stages", "declares no stage: say whose code performs each stage it performs "
-                                         "(impls/base.py STAGES)"))
-    return out
+    """:func:`impls.base.declaration_problems` as :class:`Problem` objects."""
+    return [Problem(field_, message) for field_, message in declaration_problems(impl)]
 
 
 def _plain_rows(impl, vocab: int = 5) -> list:

@@ -23,7 +23,8 @@ from . import params as _params
 from .profiles import Profile
 
 __all__ = ["Row", "RowResult", "Session", "Implementation", "RowError", "FEATURES", "STAGES", "PROVENANCE", "ROLES",
-           "DEVICES", "CliOption", "LatencyBatch", "LatencyUnsupported", "claim_slot", "active", "stage_provenance"]
+           "DEVICES", "CliOption", "LatencyBatch", "LatencyUnsupported", "claim_slot", "active", "stage_provenance",
+           "declaration_problems"]
 
 #: The fixed feature list (:data:`impls.params.FEATURES`; ``cases/features.txt`` is generated from
 #: it). A case declares the features it needs; an implementation lacking one reports ``n/a``.
@@ -292,6 +293,58 @@ class Implementation(Protocol):
     def open_session(self, device: str) -> Session:
         """Return a fresh session (all slot counters at their initial values)."""
         ...
+
+
+def declaration_problems(impl) -> list:
+    """What is wrong with what ``impl`` declares: ``[(field, message)]`` (empty: nothing).
+
+    Checks: ``name`` a non-empty str; ``roles`` from :data:`ROLES`; ``devices`` a non-empty set
+    of :data:`DEVICES`; ``slow`` a bool; ``stages`` (:func:`stage_provenance`); and for the
+    ``conformance`` role: a :class:`~impls.profiles.Profile` whose every field that differs from
+    the default profile carries a citation, ``features`` a set of names from :data:`FEATURES`, at
+    least one stage. ``field`` is the attribute at fault (``citations`` for a missing citation).
+    The runner skips an implementation with problems (the reason lists them);
+    ``sampcheck check-impl`` prints them.
+    """
+    from .profiles import TRTLLM, Profile, profile_diff
+    out = []
+    name = getattr(impl, "name", None)
+    if not isinstance(name, str) or not name:
+        out.append(("name", f"name is {name!r}: a non-empty str (impls/base.py Implementation.name)"))
+    roles = frozenset(getattr(impl, "roles", None) or ("conformance",))
+    if not roles <= set(ROLES):
+        out.append(("roles", f"roles {sorted(roles)}: each one of {', '.join(ROLES)} (impls/base.py ROLES)"))
+    devices = getattr(impl, "devices", None)
+    if not isinstance(devices, (set, frozenset)) or not devices or not set(devices) <= set(DEVICES):
+        out.append(("devices", f"devices is {devices!r}: a non-empty frozenset of {', '.join(DEVICES)} "
+                               "(impls/base.py DEVICES)"))
+    if not isinstance(getattr(impl, "slow", None), bool):
+        out.append(("slow", f"slow is {getattr(impl, 'slow', None)!r}: a bool (impls/base.py Implementation)"))
+    try:
+        stage_provenance(impl)
+    except ValueError as e:
+        out.append(("stages", f"{e} (impls/base.py STAGES, PROVENANCE)"))
+    if "conformance" in roles:
+        profile = getattr(impl, "profile", None)
+        if not isinstance(profile, Profile):
+            out.append(("profile", f"profile is {profile!r}: an impls.profiles.Profile (docs/adapters.md, section 5)"))
+        else:
+            uncited = [f for f in profile_diff(TRTLLM, profile) if not str(profile.citations.get(f, "")).strip()]
+            if uncited:
+                out.append(("citations", f"profile {profile.name!r}: field(s) {', '.join(uncited)} differ from the "
+                                         "default profile without a citation (Profile.citations: where the engine's "
+                                         "rule was read, 'repo:path@version Symbol'; docs/adapters.md, section 5)"))
+        feats = getattr(impl, "features", None)
+        if not isinstance(feats, (set, frozenset)):
+            out.append(("features", f"features is {feats!r}: a frozenset of feature names"))
+        else:
+            unknown = sorted(set(feats) - set(FEATURES))
+            if unknown:
+                out.append(("features", f"unknown feature(s) {unknown} (cases/features.txt lists the known)"))
+        if not getattr(impl, "stages", None):
+            out.append(("stages", "declares no stage: say whose code performs each stage it performs "
+                                  "(impls/base.py STAGES)"))
+    return out
 
 
 def stage_provenance(impl) -> dict:

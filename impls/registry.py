@@ -76,7 +76,8 @@ class Entry:
                                 f"{type(e).__name__}: {e}") from e
         got = getattr(impl, "name", None)
         if got != self.name:
-            raise ImplLoadError(f"implementation {self.name!r} ({self.origin}): the object's name is {got!r}")
+            raise ImplLoadError(f"implementation {self.name!r} ({self.origin}): the object's name is {got!r}; it "
+                                "must equal the name it is registered under (the entry point's name)")
         return impl
 
 
@@ -179,25 +180,32 @@ def load_spec(spec: str) -> Entry:
     ImplLoadError
         The module does not import or has no such attribute (the message says which).
     """
+    import os
+    import sys
     mod_name, _, attr = spec.partition(":")
     if not mod_name or not attr:
         raise ImplLoadError(f"{spec!r}: expected 'package.module:Class'")
+    # a module in the folder the command runs from imports, as with 'python -m' (worker processes
+    # inherit this path)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         mod = importlib.import_module(mod_name)
     except Exception as e:
-        raise ImplLoadError(f"--impl {spec}: module {mod_name!r} does not import: {type(e).__name__}: {e}") from e
+        raise ImplLoadError(f"{spec}: module {mod_name!r} does not import: {type(e).__name__}: {e} (it must be "
+                            "importable: in the folder you run from, or on PYTHONPATH)") from e
     obj = mod
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ImplLoadError(f"--impl {spec}: {mod_name} has no attribute {attr!r}") from None
+            raise ImplLoadError(f"{spec}: {mod_name} has no attribute {attr!r}") from None
     if not callable(obj):
-        raise ImplLoadError(f"--impl {spec}: {attr} is a {type(obj).__name__}, not a class or callable")
+        raise ImplLoadError(f"{spec}: {attr} is a {type(obj).__name__}, not a class or callable")
     try:
         name = getattr(obj, "name", None) if isinstance(getattr(obj, "name", None), str) else obj().name
     except Exception as e:
-        raise ImplLoadError(f"--impl {spec}: building it raised {type(e).__name__}: {e}") from e
+        raise ImplLoadError(f"{spec}: building it raised {type(e).__name__}: {e}") from e
     return Entry(name, obj, spec)
 
 

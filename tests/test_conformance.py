@@ -119,3 +119,34 @@ def test_assert_conforms_and_the_command(capsys):
     out = capsys.readouterr().out
     assert "reference: protocol checks: 0 problem(s)" in out and "smoke corpus (16 cases): 16 pass" in out
     assert main(["check-impl", "no-such-impl"]) == 2
+
+
+def test_a_changed_profile_field_needs_a_citation():
+    import dataclasses
+    impl = Good()
+    impl.profile = dataclasses.replace(TRTLLM, name="mine", rng="other", top_p_rule="ascending_cumsum",
+                                       citations={"rng": "my-org/engine:sampler.py@v1 sample"})
+    assert ("citations", "profile 'mine': field(s) top_p_rule differ from the default profile without a citation "
+                         "(Profile.citations: where the engine's rule was read, 'repo:path@version Symbol'; "
+                         "docs/adapters.md, section 5)") in _checks(impl)
+
+
+def test_the_run_judges_no_row_of_a_step_that_returns_too_few(tmp_path):
+    """A batch whose step returns fewer results than rows is an error, never a verdict on the rows it did return."""
+    from harness.run.runner import run
+    out = run([_with_step(lambda rows, out: out[:-1])], ["greedy/argmax-ties-lowest-id"], tmp_path, progress=False,
+              isolate=False)
+    (r,) = out.doc["results"]
+    assert r["status"] == "error" and r["details"]["message"] == (
+        "TypeError: batch 'main': step() on 3 row(s) returned 2 item(s): one RowResult per row, in order "
+        "(impls/base.py Session.step)")
+
+
+def test_the_run_skips_an_implementation_whose_declaration_is_wrong(tmp_path):
+    from harness.run.runner import run
+    impl = Good()
+    impl.features = frozenset({"top_kk"})
+    out = run([impl], ["greedy/argmax-ties-lowest-id"], tmp_path, progress=False, isolate=False)
+    assert [r["status"] for r in out.doc["results"]] == ["skip"]
+    assert out.doc["run"]["impls"]["good"]["skip_reason"] == (
+        "its declaration is invalid: unknown feature(s) ['top_kk'] (cases/features.txt lists the known)")

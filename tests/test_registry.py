@@ -157,3 +157,15 @@ def test_cli_runs_a_module_class_spec(tmp_path, monkeypatch, capsys):
     assert rc == 0, out
     assert "toy-cli: 1 pass" in out
     assert (tmp_path / "out" / "workers" / "toy-cli.log").exists()   # it ran isolated, under its own name
+
+
+def test_a_module_in_the_working_folder_imports(tmp_path, monkeypatch):
+    """``--impl mymodule:MyImpl`` from the folder that holds mymodule.py, as ``python -m`` would."""
+    import sys
+    (tmp_path / "toy_cwd_mod.py").write_text("from impls.reference import Reference\n"
+                                             "class Toy(Reference):\n"
+                                             "    def __init__(self):\n"
+                                             "        super().__init__(name='toy-cwd')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert registry.create("toy_cwd_mod:Toy").name == "toy-cwd"

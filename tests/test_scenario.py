@@ -169,6 +169,9 @@ class NoScenarios:
     name = "plain"
     features = registry.create("reference").features
     profile = TRTLLM
+    devices = frozenset({"cpu"})
+    slow = False
+    stages = {"decode": "own"}
 
     def version(self):
         return "1"

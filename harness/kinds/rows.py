@@ -69,8 +69,25 @@ class RowsKind(CheckKind):
         return judge.cached((case.id, profile, dtype), run, cache)
 
     def run(self, judge, case, impl) -> list:
-        """The implementation's outputs: one list per batch, each batch on a fresh session."""
-        return [impl.open_session(judge.device).step([r.to_row() for r in b.rows]) for b in case.batches]
+        """The implementation's outputs: one list per batch, each batch on a fresh session.
+
+        Raises
+        ------
+        TypeError
+            ``step`` did not return one :class:`~impls.base.RowResult` per row (the judge makes the
+            case an ``error`` with this message, never a verdict on the rows it did return).
+        """
+        from impls.base import RowResult
+        out = []
+        for b in case.batches:
+            rows = [r.to_row() for r in b.rows]
+            got = impl.open_session(judge.device).step(rows)
+            if not isinstance(got, list) or len(got) != len(rows) or not all(isinstance(r, RowResult) for r in got):
+                seen = f"{len(got)} item(s)" if isinstance(got, list) else f"a {type(got).__name__}"
+                raise TypeError(f"batch {b.name!r}: step() on {len(rows)} row(s) returned {seen}: one RowResult per "
+                                "row, in order (impls/base.py Session.step)")
+            out.append(got)
+        return out
 
     def hand(self, judge, case, default: Optional[list] = None) -> list:
         """Rows whose hand-written expectations the default profile's prediction contradicts.

@@ -86,6 +86,12 @@ def label_of(spec) -> str:
 
 
 def _describe(impl, device: str) -> WorkerInfo:
+    from impls.base import declaration_problems
+    problems = declaration_problems(impl)
+    if problems:  # an adapter whose declaration is wrong is not judged (sampcheck check-impl shows the same)
+        return WorkerInfo(name=getattr(impl, "name", "?"), version="unknown", profile=getattr(impl, "profile", None),
+                          skip_reason="its declaration is invalid: " + "; ".join(m for _, m in problems), facts={},
+                          is_prediction=False, stages={})
     reason = impl.available(device)
     try:
         version = impl.version() if reason is None else "unavailable"
