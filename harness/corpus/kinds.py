@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from typing import Optional
 
-__all__ = ["CheckKind", "builtin", "register", "unregister", "get", "names", "all_kinds", "runtime_kinds",
+__all__ = ["CheckKind", "RECORD_KEYS", "builtin", "register", "unregister", "get", "names", "all_kinds", "runtime_kinds",
            "ENTRY_POINT_GROUP", "BUILTIN_MODULES", "version"]
 
 #: The entry-point group third-party check kinds register under.
@@ -149,6 +149,12 @@ class CheckKind:
         """The relations the case declares (``{kind, a, b}``), shown with its inputs."""
         return []
 
+
+#: The output keys run records (schema 1) keep of a result row's ``actual``, for the project's kinds:
+#: whatever of these a row observed (``message`` is kept, never compared; a scenario request's tokens
+#: are not among them).
+RECORD_KEYS = ("error", "token", "mode", "finish_reason", "logprob", "processed_logprob", "rank", "top_logprobs",
+               "support", "probs", "rewritten_logits", "message")
 
 _KINDS: dict = {}
 _RUNTIME: list = []

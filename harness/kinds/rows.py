@@ -17,18 +17,14 @@ from typing import Optional
 
 import torch
 
-from harness.corpus.kinds import CheckKind
+from harness.corpus.kinds import RECORD_KEYS, CheckKind
 from harness.corpus.load import BATCH_FIELDS, load_batches
 from harness.judge.blame import blame, field_entries
 from harness.judge.compare import golden_round, mismatches, observe
 from impls.profiles import TRTLLM, Profile
 from impls.reference import Reference
 
-__all__ = ["RowsKind", "expect_keys", "where", "RECORD_KEYS"]
-
-#: The outputs of a row that run records keep (harness/records/records.py; ``message`` is kept, never compared).
-RECORD_KEYS = ("error", "token", "mode", "finish_reason", "logprob", "processed_logprob", "rank", "top_logprobs",
-               "support", "probs", "rewritten_logits", "message")
+__all__ = ["RowsKind", "expect_keys", "where"]
 
 
 def expect_keys(expect: dict) -> list:

@@ -35,7 +35,7 @@ from impls.reference import Reference
 from impls.reference.scenario import RequestSpec, ScenarioSpec, ScenarioUnsupported, replicate
 from impls.reference.scripted import ModelError, make_model
 
-from harness.corpus.kinds import CheckKind
+from harness.corpus.kinds import RECORD_KEYS, CheckKind
 from harness.corpus.load import ERROR_KINDS, CaseError
 from harness.judge.blame import blame, field_entries
 from harness.judge.compare import close, golden_round
@@ -365,8 +365,9 @@ class ScenarioKind(CheckKind):
     # validated in detail by load_scenario (SCENARIO_SCHEMA)
     case_fields = {"scenario": {"type": "object"}}
     exclusive_fields = ("scenario",)
-    #: What run records keep of a request (schema 1 of the records; the request's tokens are not kept).
-    record_keys = ("error", "finish_reason", "message")
+    #: What run records keep of a request (schema 1 of the records: its error, finish reason and
+    #: supports; the request's tokens are not kept).
+    record_keys = RECORD_KEYS
 
     # -- corpus --------------------------------------------------------------------------
     def load(self, data: dict, shown: str) -> tuple:
