@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from impls.base import FEATURES, Row
+from impls.base import Row
 from impls.trtllm import TrtllmImpl, loader
 
 SRC = os.environ.get(loader.ENV_VAR)
