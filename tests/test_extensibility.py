@@ -7,6 +7,8 @@ module level so that they pickle into the worker processes the run starts.
 
 import json
 
+import pytest
+
 from harness.corpus import kinds
 from harness.corpus.load import CaseError, load_case
 from harness.judge import Judge
@@ -175,30 +177,21 @@ def test_a_broken_case_of_the_new_kind_is_a_located_error(tmp_path):
         (root / "filters").mkdir(parents=True)
         path = root / "filters" / "kept-count-demo.toml"
         path.write_text(CASE.replace("kept = [2, 1]", "kept = [2]"))
-        try:
+        with pytest.raises(CaseError) as e:
             load_case(path, root)
-        except CaseError as e:
-            assert (e.field, e.reason) == ("kept", "needs one size per row (2)")
-        else:
-            raise AssertionError("the kind's own check did not run")
+        assert (e.value.field, e.value.reason) == ("kept", "needs one size per row (2)")
         # its exclusive field in another kind's case
         path.write_text(CASE.replace('check = "kept-count"', 'check = "exact"'))
-        try:
+        with pytest.raises(CaseError) as e:
             load_case(path, root)
-        except CaseError as e:
-            assert (e.field, e.reason) == ("kept", "only allowed when check = 'kept-count' (check is 'exact')")
-        else:
-            raise AssertionError("an exclusive field was accepted")
+        assert (e.value.field, e.value.reason) == ("kept", "only allowed when check = 'kept-count' (check is 'exact')")
     finally:
         kinds.unregister(KEPT.name)
     # without the kind, the check is unknown to the schema
     path.write_text(CASE)
-    try:
+    with pytest.raises(CaseError) as e:
         load_case(path, root)
-    except CaseError as e:
-        assert e.field == "check" and "kept-count" not in e.reason
-    else:
-        raise AssertionError("an unregistered kind was accepted")
+    assert e.value.field == "check" and "kept-count" not in e.value.reason
 
 
 def test_the_registry_refuses_a_clash():
@@ -206,12 +199,8 @@ def test_the_registry_refuses_a_clash():
         pass
     kinds.register(KEPT)
     try:
-        try:
+        with pytest.raises(ValueError, match=r"check kind 'kept-count' is already registered \(test_extensibility\)"):
             kinds.register(Other())
-        except ValueError as e:
-            assert "check kind 'kept-count' is already registered" in str(e)
-        else:
-            raise AssertionError("a second kind took the name")
     finally:
         kinds.unregister(KEPT.name)
     assert set(kinds.names()) == {"exact", "statistical", "invariant", "scenario"}
