@@ -204,3 +204,28 @@ def test_the_registry_refuses_a_clash():
     finally:
         kinds.unregister(KEPT.name)
     assert set(kinds.names()) == {"exact", "statistical", "invariant", "scenario"}
+
+
+def test_a_kind_registers_through_an_entry_point(tmp_path, monkeypatch):
+    """The 'sampcheck.check_kinds' group: a distribution on the path that names a CheckKind is loaded with the builtins."""
+    import textwrap
+    info = tmp_path / "toy_kind_dist-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-kind-dist\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[sampcheck.check_kinds]\ntoy = toy_kind_mod:Toy\n")
+    (tmp_path / "toy_kind_mod.py").write_text(textwrap.dedent("""
+        from harness.corpus.kinds import CheckKind
+        class Toy(CheckKind):
+            name = "toy-kind"
+            case_fields = {"toy": {"type": "integer"}}
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # a fresh registry: what a new process sees on its first lookup
+    monkeypatch.setattr(kinds, "_KINDS", {})
+    monkeypatch.setattr(kinds, "_RUNTIME", [])
+    monkeypatch.setattr(kinds, "_STATE", {"loaded": False, "version": 0})
+    import sys
+    for mod in [m for m in sys.modules if m == "harness.kinds" or m.startswith("harness.kinds.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    assert kinds.names() == ["exact", "statistical", "invariant", "scenario", "toy-kind"]
+    assert type(kinds.get("toy-kind")).__module__ == "toy_kind_mod" and kinds.runtime_kinds() == []
