@@ -16,6 +16,7 @@ from harness.corpus.load import CaseError, load_case
 from harness.cli import main
 from harness.run.runner import run
 from harness.judge.stats import make_bins
+from harness.judge.verdict import BROKEN_PREFIX
 from impls.profiles import HF, TRTLLM
 from impls.reference import Reference
 
@@ -190,17 +191,17 @@ def test_known_diff_names_the_profile_field(tmp_path):
     assert out.exit_code == 0
 
 
-def test_hand_expectation_disagreeing_with_reference_fails(tmp_path):
+def test_hand_expectation_disagreeing_with_reference_is_a_broken_case(tmp_path):
     root = tmp_path / "cases"
     write_case(root, "greedy/bad", GREEDY_OK.replace("token = 1", "token = 2"))
     out = run(["reference"], None, tmp_path / "r", progress=False, root=root)
     r = out.doc["results"][0]
-    assert r["status"] == "fail" and r["details"]["message"] == (
-        "the reference under the default profile disagrees with the case's hand-written expectations: "
-        "main:0: token: got 1, want 2")
+    assert r["status"] == "error" and r["details"]["broken_case"] is True and r["details"]["message"] == (
+        "case disagrees with the reference: main:0: token: got 1, want 2 (got: the reference under the default "
+        "profile; want: the case)")
 
 
-def test_invariant_broken_is_a_fail(tmp_path):
+def test_an_invariant_the_default_profile_breaks_is_a_broken_case(tmp_path):
     root = tmp_path / "cases"
     write_case(root, "invariants/pair", """
         [[batches]]
@@ -220,8 +221,26 @@ def test_invariant_broken_is_a_fail(tmp_path):
         """, check="invariant")
     out = run(["reference"], None, tmp_path / "r", progress=False, root=root)
     r = out.doc["results"][0]
-    assert r["status"] == "fail" and "token: got 1, want 2" in r["details"]["message"]
-    assert "does not hold for the reference under the default profile" in r["details"]["message"]
+    assert r["status"] == "error" and r["details"]["message"] == (
+        "case disagrees with the reference: the invariant does not hold for the reference under the default "
+        "profile: same_token(a:0, b:0): token: got 1, want 2 (got: the reference under the default profile; "
+        "want: the case)")
+
+
+def test_five_broken_cases_are_five_errors_and_no_engine_fails(tmp_path):
+    """Issue 14's experiment: each case's hand-written truth is wrong; the engines cannot be judged against it."""
+    root = tmp_path / "cases"
+    for i in range(5):
+        write_case(root, f"greedy/bad{i}", GREEDY_OK.replace("token = 1", f"token = {(i % 2) * 2}"))
+    out = run(["reference", "reference-hf", "transformers", WrongArgmax()], None, tmp_path / "r", progress=False,
+              root=root)
+    statuses_ = [(r["case"], r["impl"], r["status"]) for r in out.doc["results"]]
+    assert {s for _, _, s in statuses_} == {"error"} and len(statuses_) == 20
+    assert all(r["details"]["broken_case"] for r in out.doc["results"])
+    html = out.html_path.read_text()
+    # the summary lists each broken case once, with its implementations on one line
+    section = html.split('id="attention"')[1].split("</ul>")[0]
+    assert section.count("<li>") == 5 and section.count("case disagrees with the reference") == 5
 
 
 def test_invariant_broken_by_the_implementation_only(tmp_path):
@@ -318,7 +337,8 @@ def test_statistical_case_end_to_end(tmp_path):
 
 def test_penalty_monotonicity_invariant_catches_the_sign_bug(tmp_path, monkeypatch):
     # Mutation test: dividing a negative logit by r > 1 raises it (the classic
-    # sign bug); invariants/repetition-penalty-monotone-negative-logit must fail.
+    # sign bug). The mutated reference now disagrees with the case's invariant, so
+    # invariants/repetition-penalty-monotone-negative-logit becomes a broken case (error).
     from impls.reference import rewrites
 
     def buggy(x, row, profile):
@@ -336,7 +356,9 @@ def test_penalty_monotonicity_invariant_catches_the_sign_bug(tmp_path, monkeypat
     monkeypatch.setattr(rewrites, "apply_repetition", buggy)
     bad = run(["reference"], [case], tmp_path / "bad", progress=False, isolate=False)
     r = bad.doc["results"][0]
-    assert r["status"] == "fail" and "prob_not_greater(main:0, main:1)" in r["details"]["message"]
+    assert r["status"] == "error" and r["details"]["broken_case"] is True
+    assert r["details"]["message"].startswith(BROKEN_PREFIX)
+    assert "prob_not_greater(main:0, main:1)" in r["details"]["message"]
 
 
 def test_a_finding_may_name_several_implementations(tmp_path):

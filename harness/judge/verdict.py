@@ -4,7 +4,9 @@ Every check kind gathers its :class:`Evidence` and calls :func:`verdict`, which 
 this order:
 
 1. **the case is broken** — the reference under the default profile contradicts the
-   case's hand-written truth (or a relation the case declares): ``fail``;
+   case's hand-written truth (or a relation the case declares): ``error`` for every
+   implementation ("case disagrees with the reference: ..."; ``details["broken_case"]``
+   true), since no implementation can be judged against a wrong truth;
 2. **the implementation disagrees with its own profile's prediction** — ``known-bug``
    when a registered finding (``cases/findings.toml``) covers the case and version, else
    ``fail``;
@@ -23,10 +25,10 @@ from typing import Callable, Optional
 
 from .result import Result
 
-__all__ = ["Evidence", "verdict", "HAND_PREFIX"]
+__all__ = ["Evidence", "verdict", "BROKEN_PREFIX"]
 
-#: How a message about a broken case starts.
-HAND_PREFIX = "the reference under the default profile disagrees with the case's hand-written expectations: "
+#: How the message of a broken case starts.
+BROKEN_PREFIX = "case disagrees with the reference: "
 
 
 @dataclass
@@ -39,8 +41,9 @@ class Evidence:
         The result's details so far (rows, invariants, profile, ...); the ladder adds
         ``message``, and ``fields`` or ``finding`` where they apply.
     broken_case : str or None
-        Step 1: the whole message when the reference under the default profile contradicts
-        the case (begin it with :data:`HAND_PREFIX` for expectations).
+        Step 1: where the reference under the default profile contradicts the case (e.g.
+        ``"main:0: token: got 1, want 2"``: the reference gave 1, the case wants 2); the
+        message is :data:`BROKEN_PREFIX` followed by it.
     own : str or None
         Step 2: the message when the implementation's outputs differ from its profile's
         prediction.
@@ -90,7 +93,9 @@ def verdict(judge, case, impl, version: str, ev: Evidence) -> Result:
         return Result(case.id, impl.name, status, case.check, details=details)
 
     if ev.broken_case:
-        return out("fail", ev.broken_case)
+        details["broken_case"] = True
+        legend = " (got: the reference under the default profile; want: the case)" if "want " in ev.broken_case else ""
+        return out("error", BROKEN_PREFIX + ev.broken_case + legend)
     if ev.own:
         finding = judge.finding(impl.name, version, case.id)
         if finding:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from harness.judge.compare import DRAW_KEYS, mismatches, observe
-from harness.judge.verdict import HAND_PREFIX, Evidence, verdict
+from harness.judge.verdict import Evidence, verdict
 from impls.profiles import TRTLLM
 from impls.reference.sampler import token_outputs
 
@@ -95,7 +95,7 @@ class ExactKind(RowsKind):
         ev = Evidence(details={"rows": rows, "profile": name})
         if hand:
             ev.details["hand_mismatches"] = hand
-            ev.broken_case = HAND_PREFIX + "; ".join(f"{h['row']}: {', '.join(h['mismatches'])}" for h in hand)
+            ev.broken_case = "; ".join(f"{h['row']}: {', '.join(h['mismatches'])}" for h in hand)
         if own:
             ev.own = f"{len(own)} row(s) differ from the {name} prediction: {', '.join(own)}"
         ev.differs = bool(vs_default)

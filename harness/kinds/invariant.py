@@ -22,7 +22,7 @@ import torch
 from harness.corpus.load import CaseError
 from harness.judge.blame import blame, field_entries
 from harness.judge.compare import mismatches, observe
-from harness.judge.verdict import HAND_PREFIX, Evidence, verdict
+from harness.judge.verdict import Evidence, verdict
 from impls.profiles import TRTLLM, Profile
 
 from .rows import RowsKind
@@ -180,10 +180,10 @@ class InvariantKind(RowsKind):
         ev = Evidence(details={"invariants": checks, "profile": name})
         default_broken = [c for c in relations(case, default) if not c["holds"]]
         if hand:
-            ev.broken_case = HAND_PREFIX + "; ".join(f"{h['row']}: {', '.join(h['mismatches'])}" for h in hand)
+            ev.broken_case = "; ".join(f"{h['row']}: {', '.join(h['mismatches'])}" for h in hand)
         elif default_broken:
-            ev.broken_case = ("the invariant does not hold for the reference under the default profile (the case "
-                              "or the reference is wrong): " + " | ".join(_line(c) for c in default_broken))
+            ev.broken_case = ("the invariant does not hold for the reference under the default profile: "
+                              + " | ".join(_line(c) for c in default_broken))
         if impl.profile.rng != "canonical" and broken:
             # Under another RNG a relation between rows the profile makes stochastic
             # is a matter of chance unless both rows draw with the same seed from the

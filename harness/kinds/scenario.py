@@ -41,7 +41,7 @@ from harness.judge.blame import blame, field_entries
 from harness.judge.compare import close, golden_round
 from harness.judge.result import Result
 from harness.judge.stats import FAMILY_ALPHA, check_draws
-from harness.judge.verdict import HAND_PREFIX, Evidence, verdict
+from harness.judge.verdict import Evidence, verdict
 from impls import params
 
 __all__ = ["ScenarioKind", "ScenarioCase", "load_scenario", "observe", "mismatches", "EXPECT_KEYS"]
@@ -491,7 +491,7 @@ class ScenarioKind(CheckKind):
         ev = Evidence(details={"rows": rows, "profile": name, "invariants": rel})
         if hand:
             ev.details["hand_mismatches"] = hand
-            ev.broken_case = HAND_PREFIX + " | ".join(hand)
+            ev.broken_case = " | ".join(hand)
         broken = [f"{c['kind']}({c['a']}, {c['b']})" for c in rel if not c["holds"]]
         idx = [i for i, c in enumerate(rel) if not c["holds"]]
         # The profile itself predicts the broken relations (e.g. a stream keyed by batch
@@ -559,7 +559,7 @@ class ScenarioKind(CheckKind):
                       "p_value": gof.p_value, "p_adjusted": gof.p_adjusted, "tv": gof.tv,
                       "bins": gof.bins[:40], "outside_support": gof.outside_support}]})
         if hand:
-            ev.broken_case = HAND_PREFIX + " | ".join(hand)
+            ev.broken_case = " | ".join(hand)
         if errors:
             ev.own = f"{len(errors)} draw(s) failed: {errors[0]}"
         elif gof.verdict == "fail":

@@ -18,7 +18,7 @@ import torch
 from harness.corpus.load import CaseError
 from harness.judge.compare import mismatches, observe
 from harness.judge.stats import DEFAULT_EPSILON, FAMILY_ALPHA, TARGET_POWER, check_draws, plan_draws
-from harness.judge.verdict import HAND_PREFIX, Evidence, verdict
+from harness.judge.verdict import Evidence, verdict
 from impls.base import RowError
 from impls.profiles import TRTLLM
 
@@ -97,7 +97,7 @@ class StatisticalKind(RowsKind):
         ev = Evidence(details={"rows": rows, "profile": name, "alpha": judge.alpha, "family_alpha": FAMILY_ALPHA,
                                "epsilon": epsilon, "target_power": TARGET_POWER, "test": TEST})
         if hand:
-            ev.broken_case = HAND_PREFIX + "; ".join(hand)
+            ev.broken_case = "; ".join(hand)
         ev.own = " | ".join(worst) or None
         ev.undecided = " | ".join(errors) or None
         ev.differs = bool(diffs)

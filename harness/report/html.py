@@ -144,6 +144,31 @@ def _result_view(case_id: str, r: dict, inputs: dict, device: str) -> dict:
             "named_inputs": [(w, inputs[w]) for w in named]}
 
 
+def _attention(case_list: list) -> list:
+    """*Needs attention*: one entry per case and problem, its implementations on one line.
+
+    Entries: ``{"case", "status", "impls", "anchor", "reason", "broken"}``. A broken case
+    (``details.broken_case``: the reference contradicts the case's truth) is one entry for
+    every implementation; otherwise results of one status and one message are grouped. Broken
+    cases come first, then ``fail``, ``error``, ``known-bug``.
+    """
+    order = {"fail": 1, "error": 2, "known-bug": 3}
+    out = []
+    for c in case_list:
+        groups: dict = {}
+        for v in c["views"]:
+            if not v or v["r"]["status"] not in order:
+                continue
+            det = v["r"].get("details") or {}
+            broken = bool(det.get("broken_case"))
+            key = ("broken",) if broken else (v["r"]["status"], str(det.get("message", "")))
+            g = groups.setdefault(key, {"case": c["id"], "status": v["r"]["status"], "impls": [], "anchor": v["anchor"],
+                                        "reason": str(det.get("message", "")), "broken": broken})
+            g["impls"].append(v["r"]["impl"])
+        out += groups.values()
+    return sorted(out, key=lambda e: (not e["broken"], order[e["status"]]))
+
+
 def render_html(doc: dict, cases: dict, profiles: list) -> str:
     """Render the report page.
 
@@ -198,7 +223,7 @@ def render_html(doc: dict, cases: dict, profiles: list) -> str:
     n_cases_per_cat = Counter(c["category"] for c in case_list)
     # the status chips count cases (as the filter shows them): a case with that status on any implementation
     n_cases_per_status = Counter(st for c in case_list for st in {r["status"] for r in c["results"] if r})
-    attention = [(c, v) for c in case_list for v in c["views"] if v and v["r"]["status"] in ("fail", "error", "known-bug")]
+    attention = _attention(case_list)
     seen, plist = set(), []
     for p in [TRTLLM] + list(profiles):
         if p.name not in seen:
