@@ -125,9 +125,9 @@ def test_top_p_keeps_every_token_tied_with_the_last_kept():
 
 
 def test_top_p_0_9999999_keeps_all_when_fp32_mass_never_reaches_it():
-    """§1.5: "If fp32 accumulation never reaches top_p (e.g. 0.9999999), keep all".
-    q = float32 [0.6, 0.3, 0.0999998] sums to 0.99999982 < float32(0.9999999) = 1 - 2**-23:
-    no prefix reaches top_p, and nothing is dropped (no index past the end)."""
+    """§1.5: top_p = 0.9999999 keeps every token whose mass above is < 0.9999999.
+    q = float32 [0.6, 0.3, 0.0999998] sums to 0.99999982 (< top_p): no prefix reaches top_p,
+    and nothing is dropped (no index past the end)."""
     assert kept(top_p_mask(q32([0.6, 0.3, 0.0999998]), ALL(3), 0.9999999, "mass_above")) == {0, 1, 2}
     # End to end: logits 0, -1, ..., -14. The smallest probability is 5.26e-7, so the mass
     # above it is 1 - 5.26e-7 = 0.99999947 < 0.9999999: all 15 kept.
@@ -135,14 +135,43 @@ def test_top_p_0_9999999_keeps_all_when_fp32_mass_never_reaches_it():
     assert support(r) == set(range(15))
 
 
-def test_top_p_is_compared_in_float32():
-    """top_p is a float32 parameter (TensorRT-LLM's per-slot ``floats`` tensor, seed 000 §
-    SlotSamplingParams): 0.9999999 is 1 - 2**-23 in float32. With q = [2**-1, ..., 2**-23,
-    2**-24, 2**-24] (sum 1), the mass above the two 2**-24 tokens is exactly 1 - 2**-23,
-    not < float32(top_p): they are removed."""
+def test_top_p_is_compared_as_given_not_in_float32():
+    """§1.5: membership is exact arithmetic's for top_p as given. With q = [2**-1, ..., 2**-23,
+    2**-24, 2**-24] (sum 1) the mass above the two 2**-24 tokens is 1 - 2**-23 = 0.99999988,
+    which is < 0.9999999: all 25 kept. (An engine holding top_p in float32, where 0.9999999 is
+    exactly 1 - 2**-23, drops those two: the rule does not follow it.)"""
     q = [2.0 ** -i for i in range(1, 24)] + [2.0 ** -24, 2.0 ** -24]
     assert sum(q) == 1.0
-    assert kept(top_p_mask(q32(q), ALL(25), 0.9999999, "mass_above")) == set(range(23))
+    assert kept(top_p_mask(q32(q), ALL(25), 0.9999999, "mass_above")) == set(range(25))
+    assert float(torch.tensor(0.9999999, dtype=torch.float32)) == 1 - 2.0 ** -23
+
+
+def test_top_p_near_one_has_no_float32_overshoot_in_any_profile():
+    """Issue 14: a float32 exclusive cumsum can round up to >= top_p and drop a token exact
+    arithmetic keeps. Rows: numpy ``default_rng(seed).standard_normal(32000)`` as float32,
+    seeds 0-199, T = 1, top_p = 0.9999999. The float64 check beside it: the smallest
+    probability of every row is >= 1.139e-7 (seed 152; computed with numpy float64), so the
+    mass above every token is <= 1 - 1.139e-7 < top_p and exact arithmetic keeps all 32000.
+    Power: a plain float32 pipeline (softmax, stable descending sort, exclusive cumsum) drops
+    token 5627 (p = 2.33e-7) of seed 42, which this sweep contains."""
+    np = pytest.importorskip("numpy")
+    from impls.profiles import PROFILES
+    res = Resolved(SAMPLING, temperature=1.0, top_k=0, top_p=0.9999999, min_p=0.0)
+    smallest = []
+    for seed in range(200):
+        x = np.random.default_rng(seed).standard_normal(32000).astype(np.float32)
+        x64 = x.astype(np.float64)
+        e = np.exp(x64 - x64.max())
+        smallest.append(float((e / e.sum()).min()))
+        t = torch.from_numpy(x)
+        for name, prof in PROFILES.items():
+            assert int(kept_set(t, res, prof).sum()) == 32000, (seed, name)
+    assert min(smallest) == pytest.approx(1.1391161701705749e-07, rel=1e-9)
+    assert smallest.index(min(smallest)) == 152
+    x = torch.from_numpy(np.random.default_rng(42).standard_normal(32000).astype(np.float32))
+    s, order = torch.sort(torch.softmax(x, -1), descending=True, stable=True)
+    overshoot = (torch.cumsum(s, 0) - s) >= 0.9999999
+    assert order[overshoot].tolist() == [5627]
 
 
 def test_top_p_one_keeps_all():

@@ -2,8 +2,8 @@
 
 :func:`kept_set` returns a boolean mask ``(V,)`` of the tokens that survive
 the filters, and :func:`processed_probs` the renormalised distribution the
-draw uses. Everything runs on one row in the working dtype (float32 by
-default, float64 for oracles). Engine differences (order, joint vs
+draw uses. One row at a time; the kept set is decided in float64 (SEMANTICS §1.5),
+the draw's distribution in the working dtype (float32 by default, float64 for oracles). Engine differences (order, joint vs
 renormalised, tie rules, the top-p boundary rule) are profile fields.
 """
 
@@ -78,13 +78,20 @@ def top_p_mask(q: torch.Tensor, keep: torch.Tensor, top_p: float, rule: str) -> 
     ``rule == "mass_above"`` (trtllm reference, FlashInfer): keep a token iff
     the mass of tokens strictly more likely than it is ``< top_p``. This is
     the minimal descending prefix reaching ``top_p`` plus every token tied
-    with the last one kept; if fp accumulation never reaches ``top_p``
-    (``top_p = 0.9999999`` in fp32), everything is kept.
+    with the last one kept; when the mass above every token is ``< top_p``
+    (``top_p = 0.9999999`` and no token below ~1e-7), everything is kept.
     ``rule == "ascending_cumsum"`` (Hugging Face ``TopPLogitsWarper``):
     sort ascending (stable), remove tokens whose inclusive cumulative sum is
     ``<= 1 - top_p``, always keep the most likely one.
     ``top_p >= 1`` keeps all. Under either rule the most likely token (and
     its ties, under ``"mass_above"``) is always kept.
+
+    Precision (SEMANTICS §1.5): exact arithmetic's answer for the ``top_p`` as given.
+    ``top_p`` stays a float64 (an engine that rounds it to float32, where 0.9999999
+    becomes 1 - 2**-23, differs from exact arithmetic: a finding, not a profile
+    field); the masses are float64 sums of ``q``'s values, so a float32 cumulative
+    sum's round-up near ``top_p = 1`` cannot drop a token. Ties are equal values of
+    ``q``.
 
     Returns
     -------
@@ -93,6 +100,7 @@ def top_p_mask(q: torch.Tensor, keep: torch.Tensor, top_p: float, rule: str) -> 
     """
     if top_p >= 1.0:
         return keep
+    q = q.to(torch.float64)
     vals = torch.where(keep, q, torch.zeros_like(q))
     if rule == "mass_above":
         s, order = torch.sort(vals, descending=True, stable=True)
@@ -137,15 +145,22 @@ def kept_set(x: torch.Tensor, res, profile: Profile) -> torch.Tensor:
     torch.Tensor
         ``(V,)`` bool.
 
-    Source: SEMANTICS §1.5. Profile trtllm: ``probs = softmax(x / T)``, then
+    Membership is decided in float64 whatever the dtype of ``x`` (the probabilities are
+    ``softmax`` of the float64 values of ``x``, cumulative masses are float64 sums), so
+    the kept set is exact arithmetic's up to ~1e-16; tokens tie iff their logits are
+    equal. Source: SEMANTICS §1.5. Profile trtllm: ``probs = softmax(x / T)``, then
     min-p, then top-k, then top-p on the renormalised survivors.
     """
+    # Membership is decided in float64 on the row's logits (SEMANTICS §1.5): a float32
+    # cumulative sum can round up to >= top_p near top_p = 1 and drop a token that exact
+    # arithmetic keeps. Equal logits stay exactly equal, so ties are ties of the logits.
     # Shift by the max before dividing, so a tiny temperature cannot overflow
     # x / T to inf (softmax is shift-invariant; the draw uses the same shift).
-    top = x[torch.isfinite(x)].max()
-    scaled = (x - top) / res.temperature if profile.temperature_first else x - top
+    x64 = x.to(torch.float64)
+    top = x64[torch.isfinite(x64)].max()
+    scaled = (x64 - top) / res.temperature if profile.temperature_first else x64 - top
     p = torch.softmax(scaled, dim=-1)
-    finite = torch.isfinite(x)
+    finite = torch.isfinite(x64)
     keep, cur = finite, p
     filters = {
         "min_p": lambda q, k: min_p_mask(q, k, res.min_p),
