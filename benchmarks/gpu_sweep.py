@@ -29,7 +29,22 @@ from impls.reference.filters import kept_set
 from impls.reference.modes import SAMPLING, Resolved
 from impls.reference.philox import philox4x32, _words_to_uniform
 
-MIXES = ("k50_p09", "p09", "minp005", "k", "all", "untruncated", "p09999999")
+MIXES = ("k50_p09", "p09", "minp005", "k", "all", "untruncated", "p09999999", "p_edge")
+
+
+def edge_top_p(row: torch.Tensor, T: float, rng: random.Random) -> float:
+    """``top_p`` 3e-7 above or below the float64 mass strictly above a random token of the row's
+    most likely 99.9% (mix ``p_edge``). Exact arithmetic decides membership (SEMANTICS §1.5);
+    3e-7 is 5 float32 ulps below 1, above what the kernel's own float32 ``exp`` can move a mass
+    (<= 2 ulps per token, <= 6e-8 for the mass above a token), so a kernel that sums exactly
+    must agree; tests/test_fused.py resolves 1e-8 where ``exp`` is correctly rounded."""
+    p = torch.softmax(row.double().cpu() / T, -1)
+    s = torch.sort(p, descending=True).values
+    excl = torch.cumsum(s, 0) - s
+    n = max(1, int((excl < 0.999).sum()))
+    j = rng.randrange(1, n) if n > 1 else 0
+    # a token tied with the one before has the same mass above; keep to distinct values
+    return min(float(excl[j]) + rng.choice([3e-7, -3e-7]), 1.0 - 1e-12) if j else 0.5
 
 
 def mix_params(mix: str, rng: random.Random, V: int):
@@ -39,7 +54,7 @@ def mix_params(mix: str, rng: random.Random, V: int):
         "k50_p09": (t, 50, 0.9, 0.0), "p09": (t, 0, 0.9, 0.0), "minp005": (t, 0, 1.0, 0.05),
         "k": (t, rng.choice([2, 8, 100, 1000]), 1.0, 0.0),
         "all": (t, rng.choice([20, 200]), rng.choice([0.5, 0.95]), rng.choice([0.01, 0.1])),
-        "untruncated": (t, 0, 1.0, 0.0), "p09999999": (t, 0, 0.9999999, 0.0),
+        "untruncated": (t, 0, 1.0, 0.0), "p09999999": (t, 0, 0.9999999, 0.0), "p_edge": (t, 0, None, 0.0),
     }[mix]
 
 
@@ -85,12 +100,14 @@ def main(argv=None) -> int:
         g = torch.Generator(device=dev).manual_seed(rng.randrange(2 ** 31))
         row = (torch.randn(V, generator=g, device=dev) * sigma).to(dtype)
         T, K, P, M = mix_params(mix, rng, V)
+        if P is None:
+            P = edge_top_p(row, T, rng)
         N = args.per_config
         seeds = torch.tensor([rng.randrange(-2 ** 63, 2 ** 63) for _ in range(N)], dtype=torch.int64, device=dev)
         offs = torch.tensor([rng.randrange(0, 2 ** 63) for _ in range(N)], dtype=torch.int64, device=dev)
         full = lambda v, dt: torch.full((N,), v, dtype=dt, device=dev)
         tok, status, path, _ = fused_sample(row.expand(N, V), full(T, torch.float32), full(K, torch.int64),
-                                            full(P, torch.float32), full(M, torch.float32), seeds, offs)
+                                            full(P, torch.float64), full(M, torch.float32), seeds, offs)
         assert int((status != 0).sum()) == 0, "unexpected rejected rows"
         x = row.float()
         keep = kept_set(x, Resolved(SAMPLING, temperature=T, top_k=K, top_p=P, min_p=M), TRTLLM)
@@ -123,7 +140,7 @@ def main(argv=None) -> int:
         if c % 50 == 0:
             print(f"config {c}/{n_cfg}: {total} draws, {mism} mismatches, {time.time() - t0:.0f} s", flush=True)
     doc = {
-        "schema": 1, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu (Triton interpreter)", "versions": {
+        "schema": 2, "top_p_dtype": "float64", "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu (Triton interpreter)", "versions": {
             "torch": torch.__version__, "triton": __import__("triton").__version__, "python": platform.python_version()},
         "draws": total, "mismatches": mism, "mismatch_rate": mism / max(total, 1),
         "largest_gap_at_mismatch": max(gaps) if gaps else None, "per_mix": per_mix, "mismatch_configs": worst[:50],

@@ -452,3 +452,47 @@ def test_ties_by_probability_at_a_huge_temperature():
     assert torch.equal(probs.cpu(), torch.full((2, 300), 1.0 / 300))
     assert all(torch.allclose(d, torch.full((300,), 1.0 / 300)) for d in want_dist)
     assert tok.tolist() == want_tok
+
+
+@pytest.mark.parametrize("j", [599, 590, 450])
+def test_top_p_membership_is_exact_for_a_float64_top_p(j):
+    """SEMANTICS §1.5: top-p membership is exact arithmetic's for top_p as given. One row
+    (V = 600, randn seed 21, T = 1); A_j = the float64 mass strictly above the j-th most likely
+    token (A_599 = 1 - p_min). top_p = A_j + 1e-8 keeps the j + 1 most likely tokens and
+    A_j - 1e-8 keeps j. 1e-8 is a sixth of float32's spacing below 1, so neither a float32
+    top_p nor a float32 cumulative sum (the kernel before v3) can resolve it; the kernel's own
+    float32 ``exp`` moves A_j (>= 0.95 here) by ~1e-11."""
+    V = 600
+    x = torch.randn(V, generator=torch.Generator().manual_seed(21))
+    p = torch.softmax(x.double(), -1)
+    s = torch.sort(p, descending=True).values
+    A = float(s[:j].sum())
+    assert A > 0.95 and float(s[j]) > 1e-6
+    for top_p, n_kept in ((A + 1e-8, j + 1), (A - 1e-8, j)):
+        P = torch.tensor([top_p], dtype=torch.float64)
+        ref = kept_set(x, Resolved(SAMPLING, temperature=1.0, top_k=0, top_p=top_p, min_p=0.0), TRTLLM)
+        assert int(ref.sum()) == n_kept
+        args = (x[None].to(DEV), t([1.0], torch.float32), t([0], torch.int64), P.to(DEV), t([0.0], torch.float32),
+                t([5], torch.int64), t([0], torch.int64))
+        tok, status, path, probs = fused_sample(*args, want_probs=True)
+        assert status.tolist() == [0]
+        assert torch.equal(probs[0].cpu() > 0, ref), (top_p, PATHS[int(path[0])])
+
+
+@pytest.mark.gpu
+def test_top_p_near_one_has_no_float32_overshoot_on_the_gpu():
+    """Issue 14's sweep on the kernel: numpy ``default_rng(seed).standard_normal(32000)`` rows,
+    seeds 0-199, T = 1, top_p = 0.9999999 (float64): exact arithmetic keeps every token (the
+    smallest probability is 1.139e-7, seed 152; tests/test_reference_filters.py), so must the
+    kernel. (Under the interpreter each row takes the slow path: ~35 s; hence GPU only.)"""
+    np = pytest.importorskip("numpy")
+    rows = torch.stack([torch.from_numpy(np.random.default_rng(s).standard_normal(32000).astype(np.float32))
+                        for s in range(200)]).to(DEV)
+    B = rows.shape[0]
+    full = lambda v, dt: torch.full((B,), v, dtype=dt, device=DEV)
+    tok, status, path, probs = fused_sample(rows, full(1.0, torch.float32), full(0, torch.int64),
+                                            full(0.9999999, torch.float64), full(0.0, torch.float32),
+                                            torch.arange(B, device=DEV), full(0, torch.int64), want_probs=True)
+    assert status.tolist() == [0] * B
+    kept = (probs > 0).sum(1).tolist()
+    assert kept == [32000] * B, [(i, n, PATHS[int(path[i])]) for i, n in enumerate(kept) if n != 32000]

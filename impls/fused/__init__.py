@@ -35,11 +35,11 @@ from ..registry import Entry
 __all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS"]
 
 #: Bumped whenever the kernel's decisions change.
-FUSED_VERSION = "2"
+FUSED_VERSION = "3"
 
 
 #: The per-row arguments of :func:`impls.fused.ops.fused_sample`, by name, with their dtypes.
-_PARAM_DTYPES = {"temperature": torch.float32, "top_k": torch.int64, "top_p": torch.float32, "min_p": torch.float32,
+_PARAM_DTYPES = {"temperature": torch.float32, "top_k": torch.int64, "top_p": torch.float64, "min_p": torch.float32,
                  "seed": torch.int64, "offset": torch.int64}
 #: A greedy row's arguments: temperature 0 (SEMANTICS §1.1), the filters off, no draw.
 _GREEDY_PARAMS = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 0, "offset": 0}
@@ -147,7 +147,7 @@ class FusedSession:
             n = len(part)
             full = lambda v, dt: torch.full((n,), v, dtype=dt, device=self.device)
             tok, status, _, _ = fused_sample(x.expand(n, V), temperature=full(T, torch.float32),
-                                             top_k=full(res.top_k, torch.int64), top_p=full(res.top_p, torch.float32),
+                                             top_k=full(res.top_k, torch.int64), top_p=full(res.top_p, torch.float64),
                                              min_p=full(res.min_p, torch.float32),
                                              seed=torch.tensor(part, dtype=torch.int64, device=self.device),
                                              offset=full(0, torch.int64))

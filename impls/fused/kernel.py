@@ -84,10 +84,16 @@ that no survivor just outside the window ties with the window's edge: from
 the edges' fine bins where that rules a tie out (nearly always), else with
 one exact pass over the row for the neighbours' keys; and the slow path
 bisects top-p on the bits of ``e``. Ties are those of this kernel's float32
-``e``, not of the reference's float32 ``softmax(x / T)`` (which rounds
-``x / T - m / T`` and divides by the sum): near-equal probabilities can tie
-in one and not the other (1-ulp cases at ``T = 1`` with neighbouring-float
-logits; many at ``T`` of 1e3 to 1e8). ``benchmarks/README.md`` has reproducers.
+``e``, not of the reference's (equal logits, SEMANTICS §1.5): distinct logits
+whose ``e`` round to one float32 tie here and not there (1-ulp cases at
+``T = 1`` with neighbouring-float logits; many at ``T`` of 1e3 to 1e8), the
+kernel's own known difference. ``benchmarks/README.md`` has reproducers.
+
+Top-p membership is exact (SEMANTICS §1.5): a token is kept iff the fixed-point
+mass strictly above it is below ``ceil(top_p * S)``, ``S`` the fixed-point mass
+of the survivors it is renormalised over and ``top_p`` read as float64 (a
+float64 ``top_p`` tensor is compared as given). Version 3 of the kernel; before,
+float32 cumulative sums could round up to ``>= top_p`` near ``top_p = 1``.
 """
 
 from __future__ import annotations
@@ -200,7 +206,8 @@ def _latest_combine(a_flag, a_val, b_flag, b_val):
 def _params(row, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V):
     T = tl.load(temp_ptr + row).to(tl.float32)
     k = tl.load(top_k_ptr + row).to(tl.int64)
-    top_p = tl.load(top_p_ptr + row).to(tl.float32)
+    # top_p in float64: a float64 caller's value is compared as given (SEMANTICS §1.5)
+    top_p = tl.load(top_p_ptr + row).to(tl.float64)
     min_p = tl.load(min_p_ptr + row).to(tl.float32)
     # validation (SEMANTICS §1.1 rule 5; reference order: temperature, top_p, top_k, min_p)
     status = tl.where((T != T) | (T < 0), 4,
@@ -537,7 +544,7 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1
     # may sit anywhere in it: a midpoint estimate is off by several bins on rows whose mass is held
     # by a few top tokens)
     e_lo, e_hi = _mass_bounds(bins * _NB2, bins * _NB2 + _NB2, C * T, NBF)
-    p_lo, p_hi = _bracket(H, e_lo, e_hi, 0.0, 0.0, E_A, top_p * E_A, NB1 - 2)
+    p_lo, p_hi = _bracket(H, e_lo, e_hi, 0.0, 0.0, E_A, top_p.to(tl.float32) * E_A, NB1 - 2)
     b_lo = tl.where(k_act, b_k, p_lo)
     b_hi = tl.where(k_act, b_k, p_hi)
     before = tl.sum(tl.where(bins < b_lo, H, 0), 0)
@@ -662,7 +669,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
         # collects the rest
         rsh = tl.load(ri + _I_RSH)
         W = (rsh * 0 + (NBS - 1)) << rsh
-        top_p = tl.load(top_p_ptr + row).to(tl.float32)
+        top_p = tl.load(top_p_ptr + row).to(tl.float64)
         p_on = top_p < 1.0
         lo = part * CH
         hi = tl.minimum(lo + CH, V)
@@ -699,7 +706,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             # survivors below the refined range: their count, and e at most that of the range's end
             n_below = tl.load(ri + _I_NA) - n_ab0 - tl.sum(H, 0)
             _e, e_end = _mass_bounds(f0 + W, f0 + W, C * T, NBF)
-            target = top_p * E_A
+            target = top_p.to(tl.float32) * E_A
             p_lo, p_hi = _bracket(H, e_lo, e_hi, mass0, n_below.to(tl.float32) * e_end, E_A, target, NBS - 1)
             j_lo = tl.where(k_act, j_k, tl.minimum(p_lo, NBS - 2))
             j_hi = tl.where(k_act, j_k, tl.minimum(p_hi, NBS - 2))
@@ -796,11 +803,12 @@ def _draw_unsorted(ws, n, m, T, seed, offset, N: tl.constexpr):
 
 
 @triton.jit
-def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, E_A, has_top, n_below,
+def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
                    N: tl.constexpr):
     """Sort the window and decide exactly as the reference (min-p survivors renormalised, top-k ties
     kept, top-p on the mass strictly above, ties grouped by probability); verify that the boundary lies
-    in the window. Returns the kept set as a threshold on ``e``, and for the caller's check that no tie
+    in the window. Top-p membership is exact: the masses are fixed-point sums (int64) and a token is
+    kept iff the mass above it is below ``ceil(top_p * S)``, ``top_p`` float64 (SEMANTICS §1.5). Returns the kept set as a threshold on ``e``, and for the caller's check that no tie
     in probability crosses the window's edges: ``e_cut`` (no survivor below the window may be as likely)
     and ``e_top`` (the window's largest ``e``)."""
     i = tl.arange(0, N)
@@ -815,11 +823,12 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
     r_k = k - 1 - n_above
     e_kth = tl.sum(tl.where(i == r_k, es, 0.0), 0)
     keep_k = valid & ((k_act == 0) | (es >= e_kth))
-    Ek_q = mass_q + tl.sum(tl.where(keep_k, _fix(es), 0), 0)
-    S_use = tl.where(k_act, Ek_q.to(tl.float32) * _UNFIX, E_A)
-    above0 = tl.div_rn(mass_q.to(tl.float32) * _UNFIX, S_use)
-    cur = tl.where(keep_k, tl.div_rn(es, S_use), 0.0)
-    excl = tl.cumsum(cur, 0) - cur + above0
+    cur_q = tl.where(keep_k, _fix(es), 0)
+    Ek_q = mass_q + tl.sum(cur_q, 0)
+    S_q = tl.where(k_act, Ek_q, EA_q)
+    # keep iff mass above (an integer) < top_p * S_q  <=>  mass above < ceil(top_p * S_q)
+    lim_q = tl.math.ceil(top_p * S_q.to(tl.float64)).to(tl.int64)
+    excl = tl.cumsum(cur_q, 0) - cur_q + mass_q
     ones = tl.full([N], 1, tl.int32)
     # a group of equal probabilities has the mass strictly above its first member (SEMANTICS §1.5)
     _len, prev_e, _cur = tl.associative_scan((ones, es, es), 0, _shift_combine)
@@ -827,13 +836,13 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
     _flag, above = tl.associative_scan((start_flag, excl), 0, _latest_combine)
     e_top = tl.max(tl.where(valid, es, -1.0), 0)
     top_group = has_top & (es == e_top)
-    keep = keep_k & ((p_on == 0) | (above < top_p) | top_group)
-    total = above0 + tl.sum(cur, 0)
+    keep = keep_k & ((p_on == 0) | (above < lim_q) | top_group)
+    total_q = mass_q + tl.sum(cur_q, 0)
     missed = (k_act & ((r_k < 0) | (r_k >= n_g)))
     # the top-p boundary must lie inside the window: the survivors above it are kept (mass above
     # the window < top_p) and the first survivor below it is not (mass above it >= top_p)
-    missed = missed | (p_on & (n_above > 0) & (above0 >= top_p))
-    missed = missed | (p_on & (k_act == 0) & (n_below > 0) & (total < top_p))
+    missed = missed | (p_on & (n_above > 0) & (mass_q >= lim_q))
+    missed = missed | (p_on & (k_act == 0) & (n_below > 0) & (total_q < lim_q))
     # ties in probability across the window's edges: a survivor below it as likely as the least likely
     # kept one (top-k: as the k-th), or one above it as likely as the window's first (top-p groups)
     e_thr = tl.min(tl.where(keep, es, float("inf")), 0)
@@ -861,7 +870,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
     xA = tl.load(rf + _F_XA)
     C = tl.load(rf + _F_C)
     k = tl.load(top_k_ptr + row).to(tl.int64)
-    top_p = tl.load(top_p_ptr + row).to(tl.float32)
+    top_p = tl.load(top_p_ptr + row).to(tl.float64)
     p_on = top_p < 1.0
     seed = tl.load(seed_ptr + row)
     offset = tl.load(offset_ptr + row)
@@ -893,7 +902,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             n_A = tl.load(ri + _I_NA)
             n_above = tl.load(ri + _I_NABOVE)
             k_act = tl.load(ri + _I_KACT) != 0
-            E_A = tl.load(r64 + _Q_EA).to(tl.float32) * _UNFIX
+            EA_q = tl.load(r64 + _Q_EA)
             n_g = tl.load(cnt + 2)
             n_ab = tl.load(cnt + 3)
             ab_best = tl.full([], float("-inf"), tl.float32)
@@ -910,15 +919,15 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 has_top = f_lo == 0
                 if n_g <= 64:
                     e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_window(
-                        cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, E_A, has_top, n_below,
+                        cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
                         64)
                 elif n_g <= 512:
                     e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_window(
-                        cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, E_A, has_top, n_below,
+                        cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
                         512)
                 else:
                     e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_window(
-                        cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, E_A, has_top, n_below,
+                        cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
                         KMAX)
                 e_thr = tl.where(n_g == 0, 0.0, e_thr)
                 take_ab = (ab_best > best) | ((ab_best == best) & (ab_tok < tok))
@@ -969,9 +978,10 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             e = tl.exp(tl.div_rn(x - m, T))
             A = (x > float("-inf")) & (x < float("inf")) & (x >= xA) & (e >= e_k)
             ek_v += tl.where(A, _fix(e), 0)
-        E_k = tl.sum(ek_v, 0).to(tl.float32) * _UNFIX
-        # top-p: the smallest v (a float in [0, 1], bisected on its bits) with mass(e > v) / E_k < top_p;
-        # a token is kept iff its e >= v (the mass strictly above it is then < top_p)
+        # top-p: the smallest v (a float in [0, 1], bisected on its bits) with mass(e > v) < top_p * E_k,
+        # in fixed point as in the window; a token is kept iff its e >= v (the mass strictly above it is
+        # then < top_p)
+        lim_k = tl.math.ceil(top_p * tl.sum(ek_v, 0).to(tl.float64)).to(tl.int64)
         lo = tl.full([], -1, tl.int64)  # v = -1: every kept token is above it, mass ratio 1
         hi = tl.full([], 1065353216, tl.int64)  # the bits of 1.0: nothing is above it
         n_p = tl.where(p_on, 31, 0)
@@ -985,7 +995,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 e = tl.exp(tl.div_rn(x - m, T))
                 A = (x > float("-inf")) & (x < float("inf")) & (x >= xA) & (e >= e_k) & (e > v)
                 mq += tl.where(A, _fix(e), 0)
-            ok = tl.div_rn(tl.sum(mq, 0).to(tl.float32) * _UNFIX, E_k) < top_p
+            ok = tl.sum(mq, 0) < lim_k
             hi = tl.where(ok, mid, hi)
             lo = tl.where(ok, lo, mid)
         e_p = tl.where(p_on, hi.to(tl.int32).to(tl.float32, bitcast=True), 0.0)

@@ -172,11 +172,12 @@ def plan_key(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict) -> tuple
     -------
     tuple
         Device index, logits dtype, shape and row stride, ``S``, ``CH``, ``want_probs``, the tuning
-        constants, and whether each caller tensor's address is a multiple of 16 (Triton specialises on it).
+        constants, the parameters' dtypes (``top_p`` may be float32 or float64), and whether each caller
+        tensor's address is a multiple of 16 (Triton specialises on it).
     """
     x = vals[0]
     return (x.device.index, x.dtype, x.shape, x.stride(0), S, CH, want_probs, tuple(cfg.items()),
-            tuple(t.data_ptr() & 15 == 0 for t in vals[:7]))
+            tuple(t.dtype for t in vals[1:7]), tuple(t.data_ptr() & 15 == 0 for t in vals[:7]))
 
 
 def _jit(specs: list, vals: tuple, first: int = 0) -> list:

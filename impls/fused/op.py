@@ -30,7 +30,7 @@ def _args_doc(f):
     logits : torch.Tensor
         ``(batch, vocab)`` float32, bfloat16 or float16.
     temperature, top_p, min_p : torch.Tensor
-        ``(batch,)`` float32 (0 temperature / 0 top_p / 1 min_p: greedy;
+        ``(batch,)`` float32, ``top_p`` float32 or float64 (0 temperature / 0 top_p / 1 min_p: greedy;
         ``top_p >= 1`` and ``min_p <= 0``: off).
     top_k : torch.Tensor
         ``(batch,)`` int64 (1: greedy; 0 or ``>= vocab``: off).

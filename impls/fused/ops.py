@@ -81,7 +81,9 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         ``(batch, vocab)`` float32, bfloat16 or float16 (upcast to float32
         inside the kernel); rows contiguous in the last dimension.
     temperature, top_p, min_p : torch.Tensor
-        ``(batch,)`` float32. ``temperature == 0``, ``top_p == 0`` or
+        ``(batch,)`` float32; ``top_p`` float32 or float64 (a float64 value is
+        compared as given: 0.9999999 is not rounded to float32's 1 - 2**-23,
+        SEMANTICS §1.5). ``temperature == 0``, ``top_p == 0`` or
         ``min_p == 1`` make the row greedy; ``top_p >= 1`` and ``min_p <= 0``
         are neutral (SEMANTICS §1.1).
     top_k : torch.Tensor
@@ -114,7 +116,8 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     TypeError
         A parameter that is not a tensor, a boolean or complex parameter, a
         ``top_k``/``seed``/``offset`` that is not of an integer dtype (the others
-        are converted to float32, these to int64); an unknown tuning option.
+        are converted to float32, ``top_p`` kept float64 when it is, these to int64); an unknown
+        tuning option.
     ValueError
         Logits that are not 2-D or not float32/bfloat16/float16, a parameter
         whose shape is not ``(batch,)`` or that is on another device than the
@@ -144,7 +147,8 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
             raise ValueError("logits on the CPU: the fused sampler runs there only under Triton's interpreter "
                              "(TRITON_INTERPRET=1 in the environment before triton is imported); use a CUDA device")
     temperature = _check(temperature, "temperature", torch.float32, B, dev)
-    top_p = _check(top_p, "top_p", torch.float32, B, dev)
+    top_p = _check(top_p, "top_p", torch.float64 if getattr(top_p, "dtype", None) == torch.float64 else torch.float32,
+                   B, dev)
     min_p = _check(min_p, "min_p", torch.float32, B, dev)
     top_k = _check(top_k, "top_k", torch.int64, B, dev)
     seed = _check(seed, "seed", torch.int64, B, dev)
