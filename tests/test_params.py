@@ -46,7 +46,7 @@ def test_row_is_built_from_the_registry():
 
 
 def test_loader_schema_and_features_come_from_the_registry():
-    assert set(ROW_PROPS) == {p.name for p in params.step_fields()} | {"expect"}
+    assert set(ROW_PROPS) == {p.name for p in params.step_fields()} | {"expect", "expect_by_profile"}
     assert ROW_PROPS["top_p"] is params.param("top_p").schema
     assert params.field_feature("no_repeat_ngram_size", 2) == "no_repeat_ngram"
     assert params.field_feature("logits_dtype", "float32") is None

@@ -122,6 +122,21 @@ class CheckKind:
         """The reference's outputs for ``case`` under ``profile`` (the kind's own shape)."""
         raise NotImplementedError
 
+    # -- hand-written truths (harness.corpus.truths) ------------------------------------
+    def truth_profiles(self, case) -> set:
+        """The profiles the case gives a hand-written truth for (the default's name for ``expect``)."""
+        return set()
+
+    def truth_mismatches(self, judge, case, profile, truth_name: str) -> list:
+        """Where the reference under ``profile`` contradicts the case's truth for ``truth_name``.
+
+        Returns
+        -------
+        list of str
+            One line per contradicting row or request; empty when none (or no truth).
+        """
+        return []
+
     # -- golden files ----------------------------------------------------------------
     def golden_record(self, judge, case, profile_name: str) -> dict:
         """The golden content of ``case`` under one profile (JSON-ready, deterministic)."""

@@ -28,7 +28,7 @@ import torch
 from impls import params
 from impls.base import FEATURES, Row
 
-from . import kinds
+from . import kinds, truths
 from .paths import CASES_DIR
 
 __all__ = ["CaseError", "Case", "Batch", "CaseRow", "load_case", "load_batches", "discover", "select", "CASES_DIR",
@@ -55,22 +55,32 @@ _NUM = {"type": "number"}
 _INT = {"type": "integer"}
 _INTS = {"type": "array", "items": _INT}
 _PAIRS = {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2, "items": _NUM}}
+_EXPECT_OUTPUTS = {
+    "token": _INT, "support": _INTS, "mode": {"enum": ["greedy", "sampling", "beam"]},
+    "error": {"enum": list(ERROR_KINDS)},
+    "finish_reason": {"enum": ["end_id", "length", "stop_words", "none"]},
+    "logprob": _NUM, "processed_logprob": _NUM, "top_logprobs": _PAIRS, "rank": _INT,
+    "rewritten_logits": {"type": "array", "items": _NUM}, "probs": {"type": "array", "items": _NUM},
+}
 _EXPECT = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "token": _INT, "support": _INTS, "mode": {"enum": ["greedy", "sampling", "beam"]},
-        "error": {"enum": list(ERROR_KINDS)},
-        "finish_reason": {"enum": ["end_id", "length", "stop_words", "none"]},
-        "logprob": _NUM, "processed_logprob": _NUM, "top_logprobs": _PAIRS, "rank": _INT,
-        "rewritten_logits": {"type": "array", "items": _NUM}, "probs": {"type": "array", "items": _NUM},
+        **_EXPECT_OUTPUTS,
+        # assertions (harness.judge.compare.ASSERTION_KEYS)
+        "any_of": {"type": "array", "minItems": 2, "items": {
+            "type": "object", "minProperties": 1, "additionalProperties": False, "properties": _EXPECT_OUTPUTS}},
+        "finite_logprobs": {"const": True},
     },
 }
-#: A single-step row's fields: the parameter registry's (:func:`impls.params.row_schema`) and ``expect``.
-ROW_PROPS = {**params.row_schema(), "expect": _EXPECT}
+#: A single-step row's fields: the parameter registry's (:func:`impls.params.row_schema`), ``expect``
+#: (the default profile's truth) and ``expect_by_profile`` (other profiles' truths: :mod:`.truths`).
+ROW_PROPS = {**params.row_schema(), "expect": _EXPECT, "expect_by_profile": truths.by_profile_schema(_EXPECT)}
+#: Row keys that are expectations, not inputs.
+TRUTH_FIELDS = ("expect", "expect_by_profile")
 _ROW = {"type": "object", "additionalProperties": False, "properties": ROW_PROPS}
 _DEFAULTS = {"type": "object", "additionalProperties": False,
-             "properties": {k: v for k, v in ROW_PROPS.items() if k != "expect"}}
+             "properties": {k: v for k, v in ROW_PROPS.items() if k not in TRUTH_FIELDS}}
 _SOURCE = {
     "anyOf": [
         {"type": "object", "required": ["seed", "section"], "additionalProperties": False,
@@ -178,6 +188,11 @@ class CaseRow:
     fields: dict
     expect: dict
     index: int
+    expect_by_profile: dict = field(default_factory=dict)
+
+    def truth(self, profile_name: str) -> Optional[dict]:
+        """The hand-written truth for a profile (:func:`harness.corpus.truths.truth_of`), or None."""
+        return truths.truth_of(self.expect, self.expect_by_profile, profile_name)
 
     def to_row(self) -> Row:
         """Build the implementation-facing :class:`~impls.base.Row` (values converted as each
@@ -372,7 +387,7 @@ def load_batches(data: dict, shown: str) -> tuple:
         rows = []
         for r_i, r in enumerate(b["rows"]):
             where = f"rows[{r_i}]" if "rows" in data else f"batches[{b_i}].rows[{r_i}]"
-            merged = {**defaults, **{k: v for k, v in r.items() if k != "expect"}}
+            merged = {**defaults, **{k: v for k, v in r.items() if k not in TRUTH_FIELDS}}
             if "logits" not in merged:
                 raise CaseError(shown, f"{where}.logits", "missing (and no defaults.logits)")
             expect = r.get("expect", {})
@@ -382,15 +397,13 @@ def load_batches(data: dict, shown: str) -> tuple:
                     tok = pair[0]
                     if tok != int(tok) or not 0 <= tok < V:
                         raise CaseError(shown, f"{where}.logits.set[{j}]", f"token id {tok} outside [0, {V})")
-            for key in ("token",):
-                if key in expect and not 0 <= expect[key] < V:
-                    raise CaseError(shown, f"{where}.expect.{key}", f"{expect[key]} outside [0, {V})")
-            for key in ("support",):
-                if key in expect and any(not 0 <= t < V for t in expect[key]):
-                    raise CaseError(shown, f"{where}.expect.{key}", f"ids outside [0, {V})")
-            for key in ("rewritten_logits", "probs"):
-                if key in expect and len(expect[key]) != V:
-                    raise CaseError(shown, f"{where}.expect.{key}", f"has {len(expect[key])} values, vocab is {V}")
+            try:
+                by_profile = truths.resolve(r.get("expect_by_profile", {}), expect, where)
+            except truths.TruthError as e:
+                raise CaseError(shown, e.field, e.reason) from None
+            _check_expect(expect, V, shown, f"{where}.expect")
+            for name, truth in by_profile.items():
+                _check_expect(truth, V, shown, f"{where}.expect_by_profile.{name}")
             for k, v in merged.items():
                 prm = params.param(k)
                 if prm.convert is not None:
@@ -401,12 +414,32 @@ def load_batches(data: dict, shown: str) -> tuple:
                 feat = params.field_feature(k, v)
                 if feat is not None:
                     used.add((feat, f"{where}.{k}"))
-            for k in expect:
-                if k in EXPECT_FEATURES:
-                    used.add((EXPECT_FEATURES[k], f"{where}.expect.{k}"))
-            rows.append(CaseRow(fields=merged, expect=expect, index=r_i))
+            for label, truth in [("expect", expect)] + [(f"expect_by_profile.{n}", t) for n, t in by_profile.items()]:
+                for k in truths.output_keys(truth):
+                    if k in EXPECT_FEATURES:
+                        used.add((EXPECT_FEATURES[k], f"{where}.{label}.{k}"))
+            rows.append(CaseRow(fields=merged, expect=expect, index=r_i, expect_by_profile=by_profile))
         batches.append(Batch(b["name"], rows))
     return batches, used
+
+
+def _check_expect(expect: dict, V: int, shown: str, where: str) -> None:
+    """Token ids in ``[0, V)`` and vectors of length ``V``, in an expectation and its ``any_of`` alternatives.
+
+    Raises
+    ------
+    CaseError
+        At ``<where>.<key>`` (``<where>.any_of[i].<key>`` in an alternative).
+    """
+    tables = [(where, expect)] + [(f"{where}.any_of[{i}]", alt) for i, alt in enumerate(expect.get("any_of") or [])]
+    for at, e in tables:
+        if "token" in e and not 0 <= e["token"] < V:
+            raise CaseError(shown, f"{at}.token", f"{e['token']} outside [0, {V})")
+        if "support" in e and any(not 0 <= t < V for t in e["support"]):
+            raise CaseError(shown, f"{at}.support", f"ids outside [0, {V})")
+        for key in ("rewritten_logits", "probs"):
+            if key in e and len(e[key]) != V:
+                raise CaseError(shown, f"{at}.{key}", f"has {len(e[key])} values, vocab is {V}")
 
 
 def discover(root: Path = CASES_DIR) -> list:

@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 
 from impls.profiles import TRTLLM, Profile, profile_diff
 
-__all__ = ["probe", "blame", "field_entries", "show_value", "MAX_PAIR_FIELDS"]
+__all__ = ["probe", "blame", "suspects", "field_entries", "show_value", "MAX_PAIR_FIELDS"]
 
 #: Largest number of differing fields for which the pair search runs (at most 780 probes).
 MAX_PAIR_FIELDS = 40
@@ -84,6 +84,47 @@ def blame(profile: Profile, reproduces: Callable[[Profile], bool], pairs: bool =
         return found, False
     hits = [(f, g) for i, f in enumerate(diffs) for g in diffs[i + 1:] if ok((f, g))]
     return sorted({f for pair in hits for f in pair}, key=diffs.index), bool(hits)
+
+
+def suspects(profile: Profile, agrees: Callable[[Profile], bool]) -> list:
+    """Single-field changes of ``profile`` after which its prediction agrees with the case's truth for it.
+
+    Each semantic field is set, one at a time, to each other value some registered profile
+    (:data:`impls.profiles.PROFILES`) gives it, or to its negation for a bool; the probe is
+    named ``<profile>~<field>`` (predictions of probes are not cached).
+
+    Parameters
+    ----------
+    profile : Profile
+        The profile whose prediction contradicts its hand-written truth.
+    agrees : callable
+        ``agrees(probe_profile) -> bool``; an exception counts as ``False``.
+
+    Returns
+    -------
+    list of dict
+        ``{"field", "profile", "would_agree_with"}``: the field, its value in ``profile``
+        and the value that makes the prediction agree (both as :func:`show_value` writes them),
+        in field order.
+    """
+    from impls.profiles import PROFILES
+    out = []
+    for f in profile.semantic_fields():
+        mine = getattr(profile, f)
+        values = [] if not isinstance(mine, bool) else [not mine]
+        for p in PROFILES.values():
+            v = getattr(p, f)
+            if v != mine and v not in values:
+                values.append(v)
+        for v in values:
+            try:
+                ok = bool(agrees(dataclasses.replace(profile, name=f"{profile.name}~{f}", **{f: v})))
+            except Exception:
+                ok = False
+            if ok:
+                out.append({"field": f, "profile": show_value(mine), "would_agree_with": show_value(v)})
+                break
+    return out
 
 
 def show_value(v) -> str:

@@ -13,9 +13,11 @@ from typing import Optional
 
 import torch
 
+from harness.corpus.truths import ASSERTION_KEYS, LOGPROB_KEYS, output_keys
 from impls.base import RowResult
 
-__all__ = ["observe", "mismatches", "close", "EXPECT_KEYS", "jsonable", "golden_round", "DRAW_KEYS"]
+__all__ = ["observe", "mismatches", "close", "EXPECT_KEYS", "jsonable", "golden_round", "DRAW_KEYS", "ASSERTION_KEYS",
+           "output_keys", "check_truth", "assertion_failures"]
 
 #: Outputs of a sampling row that follow its drawn token: compared one for one only when the
 #: same token was drawn (the judge under another RNG; ``sampcheck diff`` between two records).
@@ -139,6 +141,50 @@ def mismatches(got: dict, want: dict, atol: float = 1e-6, rtol: float = 1e-6,
     if "token" in got and got.get("token") is not None and got.get("support") and "support" in want \
             and got["token"] not in got["support"]:
         out.append(f"token: {got['token']} drawn outside the returned support")
+    return out
+
+
+def assertion_failures(got: dict, expect: dict) -> list:
+    """What ``got`` (from :func:`observe`) breaks of ``expect``'s profile-independent assertions
+    (``finite_logprobs``: :data:`harness.corpus.truths.ASSERTION_KEYS`).
+
+    A row that returned an error has no logprobs to check (its error is compared elsewhere).
+    """
+    if not expect.get("finite_logprobs") or got.get("error") is not None:
+        return []
+    out = []
+    for k in ("logprob", "processed_logprob"):
+        v = got.get(k)
+        if v is not None and not math.isfinite(float(v)):
+            out.append(f"finite_logprobs: {k} is {_fmt(float(v))}")
+    for i, v in (got.get("top_logprobs") or []):
+        v = float(v)
+        if math.isnan(v) or v == math.inf:
+            out.append(f"finite_logprobs: top_logprobs of token {int(i)} is {_fmt(v)}")
+            break
+    return out
+
+
+def check_truth(got: dict, truth: dict, atol: float = 1e-6, rtol: float = 1e-6) -> list:
+    """Mismatches of an observed row against a hand-written truth, assertion keys included.
+
+    With ``any_of``, the row matches when one alternative (merged over the truth's other
+    keys) matches; otherwise the line lists what each alternative found.
+
+    Returns
+    -------
+    list of str
+        As :func:`mismatches`; e.g. ``"any_of: none matches: [token: got 2, want 1] [error: got None (), want
+        'posinf_logits']"``.
+    """
+    plain = {k: v for k, v in truth.items() if k not in ASSERTION_KEYS}
+    out = assertion_failures(got, truth)
+    alts = truth.get("any_of")
+    if not alts:
+        return mismatches(got, plain, atol, rtol) + out
+    found = [mismatches(got, {**plain, **alt}, atol, rtol) for alt in alts]
+    if all(found):
+        out.insert(0, "any_of: none matches: " + " ".join(f"[{'; '.join(f)}]" for f in found))
     return out
 
 

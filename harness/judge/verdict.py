@@ -7,14 +7,21 @@ this order:
    case's hand-written truth (or a relation the case declares): ``error`` for every
    implementation ("case disagrees with the reference: ..."; ``details["broken_case"]``
    true), since no implementation can be judged against a wrong truth;
-2. **the implementation disagrees with its own profile's prediction** — ``known-bug``
+2. **the implementation's profile contradicts its own hand-written truth** — the case gives
+   a truth for that profile (``expect_by_profile``: :mod:`harness.corpus.truths`) and the
+   reference under the profile contradicts it: ``fail`` for the reference under that
+   profile (``reference-<profile>``: it is the code at fault), naming the output fields and
+   the profile fields one change of which would agree (``details["suspects"]``); ``error``
+   for an engine with that profile, which cannot be judged against a wrong prediction
+   (``details["broken_profile"]`` true in both);
+3. **the implementation disagrees with its own profile's prediction** — ``known-bug``
    when a registered finding (``cases/findings.toml``) covers the case and version, else
    ``fail``;
-3. **the check could not decide** (too few draws, a prediction that is an error):
+4. **the check could not decide** (too few draws, a prediction that is an error):
    ``error``;
-4. **the prediction differs from the default profile's** — ``known-diff``, the details
+5. **the prediction differs from the default profile's** — ``known-diff``, the details
    naming the profile fields responsible (:mod:`.blame`) and their citations;
-5. otherwise ``pass``.
+6. otherwise ``pass``.
 """
 
 from __future__ import annotations
@@ -44,13 +51,19 @@ class Evidence:
         Step 1: where the reference under the default profile contradicts the case (e.g.
         ``"main:0: token: got 1, want 2"``: the reference gave 1, the case wants 2); the
         message is :data:`BROKEN_PREFIX` followed by it.
+    profile_truth : str or None
+        Step 2: where the prediction of the implementation's profile contradicts the case's
+        truth for that profile (``"main:0: token: got 1, want 2"``).
+    suspects : callable or None
+        ``suspects() -> list of dict`` (:func:`harness.judge.blame.suspects`); called only
+        at step 2.
     own : str or None
-        Step 2: the message when the implementation's outputs differ from its profile's
+        Step 3: the message when the implementation's outputs differ from its profile's
         prediction.
     undecided : str or None
-        Step 3: the message when the check cannot be judged.
+        Step 4: the message when the check cannot be judged.
     differs : bool
-        Step 4: the profile's prediction differs from the default profile's.
+        Step 5: the profile's prediction differs from the default profile's.
     explain : callable or None
         ``explain() -> list of dict``: the profile fields behind the difference
         (:func:`harness.judge.blame.field_entries`); called only for ``known-diff``.
@@ -61,6 +74,8 @@ class Evidence:
 
     details: dict = field(default_factory=dict)
     broken_case: Optional[str] = None
+    profile_truth: Optional[str] = None
+    suspects: Optional[Callable[[], list]] = None
     own: Optional[str] = None
     undecided: Optional[str] = None
     differs: bool = False
@@ -96,6 +111,19 @@ def verdict(judge, case, impl, version: str, ev: Evidence) -> Result:
         details["broken_case"] = True
         legend = " (got: the reference under the default profile; want: the case)" if "want " in ev.broken_case else ""
         return out("error", BROKEN_PREFIX + ev.broken_case + legend)
+    if ev.profile_truth:
+        details["broken_profile"] = True
+        name = impl.profile.name
+        found = ev.suspects() if ev.suspects else []
+        details["suspects"] = found
+        what = (f"the {name!r} profile's prediction contradicts the case's truth for {name!r}: {ev.profile_truth} "
+                f"(got: the reference under {name!r}; want: the case's expect_by_profile.{name})")
+        what += ("; it would agree with " + ", ".join(f"{s['field']} = {s['would_agree_with']} (now {s['profile']})"
+                                                      for s in found)) if found else (
+            "; no single profile field change makes it agree")
+        if getattr(impl, "is_prediction", False):
+            return out("fail", what)
+        return out("error", f"cannot be judged: {what}")
     if ev.own:
         finding = judge.finding(impl.name, version, case.id)
         if finding:

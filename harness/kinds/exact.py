@@ -3,9 +3,11 @@
 :meth:`ExactKind.evaluate`, in order (cases/README.md, "Checks"):
 
 1. the reference under the default profile against the case's hand-written ``expect``
-   (a contradiction: the case or the reference is wrong);
+   (a contradiction: the case or the reference is wrong), and the reference under the
+   implementation's profile against the case's truth for that profile, where one is given
+   (``expect_by_profile``: a contradiction, the profile is wrong);
 2. the implementation runs each batch on a fresh session;
-3. each row's outputs (the keys its ``expect`` names, plus token and error) against the
+3. each row's outputs (the keys its truths read, plus token and error) against the
    reference under the implementation's profile; under an RNG that is not the canonical
    one (profile field ``rng``) a sampling row's token is checked as membership in the
    predicted support, and the outputs that follow from the token (logprobs, rank, top
@@ -19,12 +21,12 @@ from __future__ import annotations
 
 import torch
 
-from harness.judge.compare import DRAW_KEYS, mismatches, observe
+from harness.judge.compare import DRAW_KEYS, assertion_failures, mismatches, observe
 from harness.judge.verdict import Evidence, verdict
 from impls.profiles import TRTLLM
 from impls.reference.sampler import token_outputs
 
-from .rows import RowsKind, expect_keys, where
+from .rows import RowsKind, row_keys, where
 
 __all__ = ["ExactKind", "compare_rows"]
 
@@ -45,7 +47,7 @@ def compare_rows(kind, judge, case, impl, actual: list, pred: list, default: lis
     for b, ab, pb, db in zip(case.batches, actual, pred, default):
         kb = []
         for r, a, p, d in zip(b.rows, ab, pb, db):
-            keys = expect_keys(r.expect)
+            keys = row_keys(r)
             kb.append(keys)
             want = observe(p, keys)
             support = None
@@ -60,6 +62,8 @@ def compare_rows(kind, judge, case, impl, actual: list, pred: list, default: lis
                         want["top_logprobs"] = [[int(i), float(v)] for i, v in want["top_logprobs"]]
             got = observe(a, keys)
             bad = mismatches(got, want, case.atol, case.rtol, token_in_support=support)
+            truth = r.truth(impl.profile.name)
+            bad += assertion_failures(got, truth if truth is not None else r.expect)
             d_obs = observe(d, keys)
             if (support is not None and d.mode == "sampling" and d.probs is not None
                     and torch.equal(d.probs > 0, p.probs > 0)):
@@ -69,7 +73,9 @@ def compare_rows(kind, judge, case, impl, actual: list, pred: list, default: lis
                     d_obs[k] = want.get(k)
             diff = mismatches(want, d_obs, case.atol, case.rtol)
             label = where(b, r)
-            rows.append({"row": label, "expected": r.expect, "predicted": want, "actual": got,
+            rows.append({"row": label, "expected": truth if truth is not None else r.expect,
+                         "expected_for": impl.profile.name if truth is not None else TRTLLM.name,
+                         "predicted": want, "actual": got,
                          "default": observe(d, keys), "mismatches": bad, "profile_differences": diff})
             if bad:
                 own.append(label)
@@ -96,6 +102,12 @@ class ExactKind(RowsKind):
         if hand:
             ev.details["hand_mismatches"] = hand
             ev.broken_case = "; ".join(f"{h['row']}: {', '.join(h['mismatches'])}" for h in hand)
+        if name != TRTLLM.name and self.has_truths(case, name):
+            mine = self.hand(judge, case, pred, impl.profile)
+            if mine:
+                ev.details["profile_truth_mismatches"] = mine
+                ev.profile_truth = "; ".join(f"{h['row']}: {', '.join(h['mismatches'])}" for h in mine)
+                ev.suspects = lambda: self.suspects(judge, case, impl.profile)
         if own:
             ev.own = f"{len(own)} row(s) differ from the {name} prediction: {', '.join(own)}"
         ev.differs = bool(vs_default)

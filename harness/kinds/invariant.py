@@ -5,9 +5,12 @@ Relations need no agreement on semantics (DESIGN.md decision 4): ``same_token``,
 ``prob_not_greater`` (``P_a(t) <= P_b(t)`` for listed tokens). :meth:`InvariantKind.evaluate`:
 
 1. the relations must hold for the reference under the default profile (else the case or
-   the reference is wrong), and the rows' ``expect`` must match it;
+   the reference is wrong), and the rows' ``expect`` must match it (and each
+   ``expect_by_profile`` entry the prediction of its profile);
 2. the implementation runs each batch on a fresh session and the relations are checked
-   on its outputs; under an RNG that is not the canonical one, a relation between rows
+   on its outputs; each row with a hand-written truth is compared with the prediction of
+   the implementation's profile, as an exact row is
+   (:func:`harness.kinds.exact.compare_rows`); under an RNG that is not the canonical one, a relation between rows
    the profile makes stochastic is chance unless both draw with one seed from one
    distribution, and is reported but not judged (:func:`by_chance`);
 3. a broken relation its own profile predicts broken is ``known-diff`` (the profile
@@ -25,7 +28,7 @@ from harness.judge.compare import mismatches, observe
 from harness.judge.verdict import Evidence, verdict
 from impls.profiles import TRTLLM, Profile
 
-from .rows import RowsKind
+from .rows import RowsKind, where
 
 __all__ = ["InvariantKind", "relations", "by_chance"]
 
@@ -169,6 +172,7 @@ class InvariantKind(RowsKind):
 
     def evaluate(self, judge, case, impl, version: str):
         """Judge an invariant case (the module docstring's steps)."""
+        from .exact import compare_rows
         default = self.predict(judge, case, TRTLLM)
         hand = self.hand(judge, case, default)
         actual = self.run(judge, case, impl)
@@ -178,6 +182,19 @@ class InvariantKind(RowsKind):
         broken = [_line(c) for c in checks if not c["holds"]]
         name = impl.profile.name
         ev = Evidence(details={"invariants": checks, "profile": name})
+        # rows with a hand-written truth: their outputs against the profile's prediction, as exact rows
+        rows, own_rows, _, _ = compare_rows(self, judge, case, impl, actual, pred, default)
+        with_truth = {where(b, r) for b in case.batches for r in b.rows if r.expect or r.expect_by_profile}
+        rows = [x for x in rows if x["row"] in with_truth]
+        own_rows = [x for x in own_rows if x in with_truth]
+        if rows:
+            ev.details["rows"] = rows
+        if name != TRTLLM.name and self.has_truths(case, name):
+            mine = self.hand(judge, case, pred, impl.profile)
+            if mine:
+                ev.details["profile_truth_mismatches"] = mine
+                ev.profile_truth = "; ".join(f"{h['row']}: {', '.join(h['mismatches'])}" for h in mine)
+                ev.suspects = lambda: self.suspects(judge, case, impl.profile)
         default_broken = [c for c in relations(case, default) if not c["holds"]]
         if hand:
             ev.broken_case = "; ".join(f"{h['row']}: {', '.join(h['mismatches'])}" for h in hand)
@@ -201,8 +218,13 @@ class InvariantKind(RowsKind):
                                             "chance")
             checks = checks_j
         as_predicted = all(p["holds"] == c["holds"] for p, c in zip(predicted, checks))
+        own = []
         if broken and not as_predicted:
-            ev.own = "invariant broken: " + " | ".join(broken)
+            own.append("invariant broken: " + " | ".join(broken))
+        if own_rows:
+            own.append(f"{len(own_rows)} row(s) differ from the {name} prediction: {', '.join(own_rows)}")
+        if own:
+            ev.own = "; ".join(own)
         # The profile itself predicts the broken relation: a design difference
         # (e.g. a spelling that one engine rejects), not a defect.
         ev.differs = bool(broken) and as_predicted

@@ -20,16 +20,26 @@ import torch
 from harness.corpus.kinds import RECORD_KEYS, CheckKind
 from harness.corpus.load import BATCH_FIELDS, load_batches
 from harness.judge.blame import blame, field_entries
-from harness.judge.compare import golden_round, mismatches, observe
+from harness.judge.compare import check_truth, golden_round, mismatches, observe, output_keys
 from impls.profiles import TRTLLM, Profile
 from impls.reference import Reference
 
-__all__ = ["RowsKind", "expect_keys", "where"]
+__all__ = ["RowsKind", "expect_keys", "row_keys", "where"]
 
 
 def expect_keys(expect: dict) -> list:
-    """The output keys compared for a row: its expectations, plus ``token`` and ``error`` always."""
-    return sorted(set(expect) | {"token", "error"})
+    """The output keys compared for a row: those its expectation reads
+    (:func:`harness.judge.compare.output_keys`), plus ``token`` and ``error`` always."""
+    return sorted(output_keys(expect) | {"token", "error"})
+
+
+def row_keys(row) -> list:
+    """The output keys compared for a row under every profile: what its ``expect`` and every
+    ``expect_by_profile`` entry read (one set, so predictions of two profiles compare alike)."""
+    keys = set(expect_keys(row.expect))
+    for truth in row.expect_by_profile.values():
+        keys |= set(expect_keys(truth))
+    return sorted(keys)
 
 
 def where(batch, row) -> str:
@@ -85,23 +95,58 @@ class RowsKind(CheckKind):
             out.append(got)
         return out
 
-    def hand(self, judge, case, default: Optional[list] = None) -> list:
-        """Rows whose hand-written expectations the default profile's prediction contradicts.
+    def hand(self, judge, case, pred: Optional[list] = None, profile: Profile = TRTLLM,
+             truth_name: Optional[str] = None) -> list:
+        """Rows whose hand-written truth for ``profile`` its prediction contradicts.
+
+        Parameters
+        ----------
+        pred : list, optional
+            The prediction under ``profile`` (computed when not given).
+        profile : Profile
+            The default (truth: ``expect``) or another profile (truth: its
+            ``expect_by_profile`` entry; rows without one are skipped).
+        truth_name : str, optional
+            Whose truth to read (default ``profile.name``; a probe profile reads its origin's).
 
         Returns
         -------
         list of dict
             ``{"row", "mismatches"}`` per such row.
         """
-        default = self.predict(judge, case, TRTLLM) if default is None else default
+        pred = self.predict(judge, case, profile) if pred is None else pred
         out = []
-        for b, preds in zip(case.batches, default):
+        for b, preds in zip(case.batches, pred):
             for r, p in zip(b.rows, preds):
-                if r.expect:
-                    bad = mismatches(observe(p, expect_keys(r.expect)), r.expect, case.atol, case.rtol)
+                truth = r.truth(truth_name or profile.name)
+                if truth:
+                    bad = check_truth(observe(p, expect_keys(truth)), truth, case.atol, case.rtol)
                     if bad:
                         out.append({"row": where(b, r), "mismatches": bad})
         return out
+
+    def has_truths(self, case, profile_name: str) -> bool:
+        """Whether any row gives a hand-written truth for ``profile_name``."""
+        return any(r.truth(profile_name) for b in case.batches for r in b.rows)
+
+    def truth_profiles(self, case) -> set:
+        """The profiles the case's rows give a truth for (the default's name where any row has ``expect``)."""
+        out = set()
+        for b in case.batches:
+            for r in b.rows:
+                out |= set(r.expect_by_profile) | ({TRTLLM.name} if r.expect else set())
+        return out
+
+    def truth_mismatches(self, judge, case, profile: Profile, truth_name: str) -> list:
+        """:meth:`hand` as lines ``"<row>: <mismatch>; ..."``."""
+        return [f"{h['row']}: {'; '.join(h['mismatches'])}"
+                for h in self.hand(judge, case, self.predict(judge, case, profile, cache=False), profile, truth_name)]
+
+    def suspects(self, judge, case, profile: Profile) -> list:
+        """Profile fields one change of which makes ``profile`` agree with its truths (:func:`harness.judge.blame.suspects`)."""
+        from harness.judge.blame import suspects
+        return suspects(profile, lambda probe_profile: not self.hand(
+            judge, case, self.predict(judge, case, probe_profile, cache=False), probe_profile, profile.name))
 
     def explain(self, judge, case, profile: Profile, keys_per_row: list) -> list:
         """Profile fields whose value alone changes the default prediction of ``case`` (:func:`harness.judge.blame.blame`).
@@ -128,15 +173,20 @@ class RowsKind(CheckKind):
         return field_entries(profile, found) if found else field_entries(profile)
 
     # -- golden records ------------------------------------------------------------------
-    def golden_record(self, judge, case, profile_name: str) -> dict:
-        """Per row of every batch: token, error, mode, finish reason, RAW/PROCESSED logprobs (1e-6), rank, support.
+    def golden_record(self, judge, case, profile_name) -> dict:
+        """``profile_name``: a registered profile's name, or a :class:`Profile` (a probe; not cached).
+
+        Per row of every batch: token, error, mode, finish reason, RAW/PROCESSED logprobs (1e-6), rank, support.
 
         The support is listed up to 64 ids, otherwise its size and a CRC-32 of the ids.
         """
         from impls.profiles import PROFILES
         from impls.reference import REFERENCE_VERSION
         batches = []
-        for b, preds in zip(case.batches, self.predict(judge, case, PROFILES[profile_name])):
+        registered = isinstance(profile_name, str)
+        profile = PROFILES[profile_name] if registered else profile_name
+        profile_name = profile.name
+        for b, preds in zip(case.batches, self.predict(judge, case, profile, cache=registered)):
             rows = []
             for p in preds:
                 row = {"token": p.token, "error": p.error, "mode": p.mode, "finish_reason": p.finish_reason,
@@ -170,7 +220,8 @@ class RowsKind(CheckKind):
 
     def report_inputs(self, case) -> list:
         """One entry per row (``where`` = ``batch:index``, as the judge names rows)."""
-        return [{"where": where(b, r), "fields": dict(r.fields), "expect": dict(r.expect)}
+        return [{"where": where(b, r), "fields": dict(r.fields), "expect": dict(r.expect),
+                 "expect_by_profile": {n: dict(t) for n, t in r.expect_by_profile.items()}}
                 for b in case.batches for r in b.rows]
 
     def relations(self, case) -> list:

@@ -35,9 +35,10 @@ from impls.reference import Reference
 from impls.reference.scenario import RequestSpec, ScenarioSpec, ScenarioUnsupported, replicate
 from impls.reference.scripted import ModelError, make_model
 
+from harness.corpus import truths
 from harness.corpus.kinds import RECORD_KEYS, CheckKind
 from harness.corpus.load import ERROR_KINDS, CaseError
-from harness.judge.blame import blame, field_entries
+from harness.judge.blame import blame, field_entries, suspects
 from harness.judge.compare import close, golden_round
 from harness.judge.result import Result
 from harness.judge.stats import FAMILY_ALPHA, check_draws
@@ -64,9 +65,12 @@ _EXPECT_PROPS = {
 EXPECT_KEYS = tuple(_EXPECT_PROPS)
 _FLOAT_KEYS = {"top_p", "cum_logprobs", "scores", "probs"}
 #: A request's fields: the parameter registry's (:func:`impls.params.request_schema`) and ``expect``.
+_EXPECT_SCHEMA = {"type": "object", "additionalProperties": False, "properties": _EXPECT_PROPS}
 _REQUEST = {"type": "object", "required": ["id", "slot"], "additionalProperties": False,
-            "properties": {**params.request_schema(),
-                           "expect": {"type": "object", "additionalProperties": False, "properties": _EXPECT_PROPS}}}
+            "properties": {**params.request_schema(), "expect": _EXPECT_SCHEMA,
+                           "expect_by_profile": truths.by_profile_schema(_EXPECT_SCHEMA)}}
+#: Request keys that are expectations, not inputs.
+_TRUTH_FIELDS = ("expect", "expect_by_profile")
 SCENARIO_SCHEMA = {
     "type": "object", "required": ["model", "requests"], "additionalProperties": False,
     "properties": {
@@ -100,7 +104,9 @@ class ScenarioCase:
     spec : ScenarioSpec
         What implementations decode.
     expect : dict
-        Request id -> hand-written expectations (cases/README.md).
+        Request id -> hand-written expectations under the default profile (cases/README.md).
+    expect_by_profile : dict
+        Request id -> profile name -> that profile's truth (:mod:`harness.corpus.truths`).
     relations : list of dict
         ``{kind, a, b}`` between requests, checked on every implementation.
     statistical : dict or None
@@ -111,6 +117,11 @@ class ScenarioCase:
     expect: dict = field(default_factory=dict)
     relations: list = field(default_factory=list)
     statistical: Optional[dict] = None
+    expect_by_profile: dict = field(default_factory=dict)
+
+    def truth(self, rid: str, profile_name: str) -> Optional[dict]:
+        """The hand-written truth of request ``rid`` for a profile, or None."""
+        return truths.truth_of(self.expect.get(rid, {}), self.expect_by_profile.get(rid, {}), profile_name)
 
 
 def _model(spec: dict, shown: str, where: str):
@@ -155,7 +166,7 @@ def load_scenario(data: dict, shown: str) -> tuple:
     model = _model(sc["model"], shown, "scenario.model")
     draft = _model(sc["draft_model"], shown, "scenario.draft_model") if "draft_model" in sc else None
     defaults = sc.get("defaults", {})
-    used, reqs, expect, seen = set(), [], {}, {}
+    used, reqs, expect, seen, by_profile = set(), [], {}, {}, {}
     for i, raw in enumerate(sc["requests"]):
         where = f"scenario.requests[{i}]"
         r = {**defaults, **raw}
@@ -167,7 +178,7 @@ def load_scenario(data: dict, shown: str) -> tuple:
         V = (rmodel or model).vocab
         fields = {}
         for k, v in r.items():
-            prm = params.param(k) if k != "expect" else None
+            prm = params.param(k) if k not in _TRUTH_FIELDS else None
             if prm is None or not prm.row_field:
                 continue
             try:
@@ -193,21 +204,21 @@ def load_scenario(data: dict, shown: str) -> tuple:
                                 diversity_rate=r.get("diversity_rate"), draft_len=K, drafts=drafts,
                                 d2t=r.get("d2t"), model=rmodel))
         for k, v in r.items():
-            feat = params.field_feature(k, v) if k != "expect" else None
+            feat = params.field_feature(k, v) if k not in _TRUTH_FIELDS else None
             if feat is not None:
                 used.add((feat, f"{where}.{k}"))
         e = raw.get("expect", {})
-        for key in ("tokens", "support", "beams", "emitted", "drafts", "beam_tokens"):
-            vals = e.get(key, [])
-            flat = [t for v in vals for t in (v if isinstance(v, list) else [v])]
-            bad = [t for t in flat if not (0 <= t < V or (key == "beam_tokens" and t == -1))]
-            if bad:
-                raise CaseError(shown, f"{where}.expect.{key}", f"ids {bad[:5]} outside [0, {V})")
-        if "probs" in e and len(e["probs"]) != V:
-            raise CaseError(shown, f"{where}.expect.probs", f"has {len(e['probs'])} values, vocab is {V}")
-        if "finish_reason" in e:
-            used.add(("finish_reason", f"{where}.expect.finish_reason"))
+        try:
+            mine = truths.resolve(raw.get("expect_by_profile", {}), e, where)
+        except truths.TruthError as err:
+            raise CaseError(shown, err.field, err.reason) from None
+        for label, t in [("expect", e)] + [(f"expect_by_profile.{n}", t) for n, t in mine.items()]:
+            _check_expect(t, V, shown, f"{where}.{label}")
+            if "finish_reason" in t:
+                used.add(("finish_reason", f"{where}.{label}.finish_reason"))
         expect[rid] = e
+        if mine:
+            by_profile[rid] = mine
     for s, ids in enumerate(sc.get("schedule", [])):
         for rid in ids:
             if rid not in seen:
@@ -224,7 +235,25 @@ def load_scenario(data: dict, shown: str) -> tuple:
     spec = ScenarioSpec(model=model, requests=reqs, draft_model=draft, max_beam_width=sc.get("max_beam_width", 4),
                         max_steps=sc.get("max_steps", 32), max_seq_len=sc.get("max_seq_len"),
                         schedule=sc.get("schedule"))
-    return ScenarioCase(spec, expect, sc.get("relations", []), stat), used
+    return ScenarioCase(spec, expect, sc.get("relations", []), stat, by_profile), used
+
+
+def _check_expect(e: dict, V: int, shown: str, where: str) -> None:
+    """Token ids in ``[0, V)`` (``-1`` allowed in ``beam_tokens``) and ``probs`` of length ``V``.
+
+    Raises
+    ------
+    CaseError
+        At ``<where>.<key>``.
+    """
+    for key in ("tokens", "support", "beams", "emitted", "drafts", "beam_tokens"):
+        vals = e.get(key, [])
+        flat = [t for v in vals for t in (v if isinstance(v, list) else [v])]
+        bad = [t for t in flat if not (0 <= t < V or (key == "beam_tokens" and t == -1))]
+        if bad:
+            raise CaseError(shown, f"{where}.{key}", f"ids {bad[:5]} outside [0, {V})")
+    if "probs" in e and len(e["probs"]) != V:
+        raise CaseError(shown, f"{where}.probs", f"has {len(e['probs'])} values, vocab is {V}")
 
 
 # -- observations and comparison -------------------------------------------------
@@ -422,19 +451,49 @@ class ScenarioKind(CheckKind):
         found, together = blame(profile, breaks, pairs=True)
         return field_entries(profile, found, together) if found else field_entries(profile)
 
-    def _hand(self, case, default) -> list:
+    def _hand(self, case, pred, profile_name: str = TRTLLM.name) -> list:
+        """Where ``pred`` contradicts the truths written for ``profile_name`` (``"<rid>: <mismatches>"``).
+
+        Under the default profile the relations count too (they hold for every profile
+        that the case does not say otherwise of, and are judged on implementations anyway).
+        """
         sc = case.scenario
         bad = []
-        for rid, e in sc.expect.items():
-            want = {k: v for k, v in e.items() if k != "probs"}
+        for req in sc.spec.requests:
+            e = sc.truth(req.id, profile_name)
+            want = {k: v for k, v in (e or {}).items() if k != "probs"}
             if want:
-                m = mismatches(observe(default.requests[rid], _keys(e)), want, case.atol, case.rtol)
+                m = mismatches(observe(pred.requests[req.id], _keys(e)), want, case.atol, case.rtol)
                 if m:
-                    bad.append(f"{rid}: {'; '.join(m)}")
-        for c in _relations(sc, default):
-            if not c["holds"]:
-                bad.append(f"{c['kind']}({c['a']}, {c['b']}): {'; '.join(c['why'])}")
+                    bad.append(f"{req.id}: {'; '.join(m)}")
+        if profile_name == TRTLLM.name:
+            for c in _relations(sc, pred):
+                if not c["holds"]:
+                    bad.append(f"{c['kind']}({c['a']}, {c['b']}): {'; '.join(c['why'])}")
         return bad
+
+    def truth_profiles(self, case) -> set:
+        """The profiles the case's requests give a truth for (the default's name where any has ``expect``)."""
+        sc = case.scenario
+        out = {TRTLLM.name} if any(sc.expect.values()) or sc.relations else set()
+        for by in sc.expect_by_profile.values():
+            out |= set(by)
+        return out
+
+    def truth_mismatches(self, judge, case, profile: Profile, truth_name: str) -> list:
+        """Where the reference under ``profile`` contradicts the truths written for ``truth_name``
+        (a statistical scenario: none are read here)."""
+        if case.scenario.statistical is not None:
+            return []
+        return self._hand(case, self.predict(judge, case, profile, cache=False), truth_name)
+
+    def _keys_of(self, case, rid: str) -> list:
+        """The keys compared for request ``rid``: what its truths (every profile's) read."""
+        sc = case.scenario
+        keys = set(_keys(sc.expect.get(rid, {})))
+        for t in sc.expect_by_profile.get(rid, {}).values():
+            keys |= set(_keys(t))
+        return sorted(keys)
 
     # -- judging -------------------------------------------------------------------------
     def evaluate(self, judge, case, impl, version: str):
@@ -467,7 +526,7 @@ class ScenarioKind(CheckKind):
         rows, own, vs_default, keys = [], [], [], {}
         for req in case.scenario.spec.requests:
             rid = req.id
-            k = _keys(case.scenario.expect.get(rid, {}))
+            k = self._keys_of(case, rid)
             p = pred.requests[rid]
             stochastic = not canonical and any(s.offsets for s in p.steps)
             if stochastic:
@@ -480,7 +539,10 @@ class ScenarioKind(CheckKind):
             if stochastic:
                 bad += _outside_support(case.scenario.spec, req, actual.requests[rid], impl.profile)
             diff = mismatches(want, d, case.atol, case.rtol)
-            rows.append({"row": rid, "expected": case.scenario.expect.get(rid, {}), "predicted": want, "actual": got,
+            truth = case.scenario.truth(rid, impl.profile.name)
+            rows.append({"row": rid, "expected": truth if truth is not None else case.scenario.expect.get(rid, {}),
+                         "expected_for": impl.profile.name if truth is not None else TRTLLM.name,
+                         "predicted": want, "actual": got,
                          "default": d, "mismatches": bad, "profile_differences": diff})
             if bad:
                 own.append(rid)
@@ -492,6 +554,13 @@ class ScenarioKind(CheckKind):
         if hand:
             ev.details["hand_mismatches"] = hand
             ev.broken_case = " | ".join(hand)
+        if name != TRTLLM.name and any(case.scenario.truth(r.id, name) for r in case.scenario.spec.requests):
+            mine = self._hand(case, pred, name)
+            if mine:
+                ev.details["profile_truth_mismatches"] = mine
+                ev.profile_truth = " | ".join(mine)
+                ev.suspects = lambda: suspects(impl.profile, lambda probe_profile: not self._hand(
+                    case, self.predict(judge, case, probe_profile, cache=False), name))
         broken = [f"{c['kind']}({c['a']}, {c['b']})" for c in rel if not c["holds"]]
         idx = [i for i, c in enumerate(rel) if not c["holds"]]
         # The profile itself predicts the broken relations (e.g. a stream keyed by batch
@@ -573,8 +642,10 @@ class ScenarioKind(CheckKind):
         return verdict(judge, case, impl, version, ev)
 
     # -- golden records ------------------------------------------------------------------
-    def golden_record(self, judge, case, profile_name: str) -> dict:
+    def golden_record(self, judge, case, profile_name) -> dict:
         """Per request: every observation of :func:`observe` that is set, floats rounded to 1e-6.
+
+        ``profile_name``: a registered profile's name, or a :class:`Profile` (a probe; not cached).
 
         For beam requests this includes ``predecessors``, the predecessor map of every
         step, and ``beam_tokens``. A statistical case records the predicted distribution
@@ -582,7 +653,9 @@ class ScenarioKind(CheckKind):
         """
         from impls.profiles import PROFILES
         from impls.reference import REFERENCE_VERSION
-        profile = PROFILES[profile_name]
+        registered = isinstance(profile_name, str)
+        profile = PROFILES[profile_name] if registered else profile_name
+        profile_name = profile.name
         rec = {"case": case.id, "profile": profile_name, "reference_version": REFERENCE_VERSION}
         st = case.scenario.statistical
         if st is not None:
@@ -590,7 +663,7 @@ class ScenarioKind(CheckKind):
             p = target_distribution(case.scenario.spec, st["request"], profile, torch.float64)
             rec["scenario"] = {st["request"]: {"probs": golden_round([float(v) for v in p.tolist()])}}
             return rec
-        res = self.predict(judge, case, profile)
+        res = self.predict(judge, case, profile, cache=registered)
         out = {}
         for rid, rr in res.requests.items():
             o = {k: v for k, v in observe(rr).items() if v not in (None, [], "") and k != "message"}
@@ -615,8 +688,10 @@ class ScenarioKind(CheckKind):
         scen = (case.raw or {}).get("scenario")
         if not isinstance(scen, dict):
             return []
-        return [{"where": str(req.get("id", "")), "fields": {k: v for k, v in req.items() if k not in ("id", "expect")},
-                 "expect": dict(req.get("expect") or {})} for req in scen.get("requests", [])]
+        return [{"where": str(req.get("id", "")), "fields": {k: v for k, v in req.items()
+                                                            if k != "id" and k not in _TRUTH_FIELDS},
+                 "expect": dict(req.get("expect") or {}),
+                 "expect_by_profile": dict(req.get("expect_by_profile") or {})} for req in scen.get("requests", [])]
 
     def report_setup(self, case) -> dict:
         """The scenario's shared set-up (model, defaults, limits, relations)."""
