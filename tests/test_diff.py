@@ -10,8 +10,8 @@ from harness.records import records
 from harness.cli import main
 
 
-def _rec(cases, n_declared=None, version="1"):
-    return {"format": "sampcheck-record", "schema": 1,
+def _rec(cases, n_declared=None, version="1", schema=1):
+    return {"format": "sampcheck-record", "schema": schema,
             "engine": {"impl": "x", "version": version, "profile": "hf"},
             "environment": {"packages": {"x": version}, "reference_version": "2"},
             "run": {"cases_declared": n_declared if n_declared is not None else len(cases)}, "cases": cases}
@@ -117,6 +117,8 @@ def test_identical_records_no_change_and_text():
         "sampcheck diff: A = a.json (x 1, profile hf, 9 cases)\n"
         "                B = b.json (x 1, profile hf, 9 cases)\n"
         "two-sample tests: 2, family-wise false-alarm rate 0.001 (each at 0.0005, Bonferroni)\n"
+        "a.json: record schema 1, before stage provenance: whose code decided its verdicts is unknown (not compared)\n"
+        "b.json: record schema 1, before stage provenance: whose code decided its verdicts is unknown (not compared)\n"
         "summary: 0 newly failing, 0 newly passing, 0 status changed, 0 changed output, 0 added, 0 removed, "
         "9 unchanged\n"
         "\n"
@@ -273,3 +275,22 @@ def test_invariant_holds_follows_the_draw_of_its_stochastic_side():
     # no stochastic side: counted
     r = D.diff(_rec({"i": inv(7, 7, False, None)}), _rec({"i": inv(7, 5, True, None)}))
     assert r["cases"][0]["kind"] == "changed output"
+
+
+def test_provenance_is_counted_and_compared_between_schema_2_records():
+    a = {"p/own": {**_exact("pass", 1), "own_code": True},
+         "q/borrowed": {**_exact("pass", 1), "own_code": False, "borrowed": ["logprobs"]},
+         "r/na": {"status": "n/a", "check": "exact", "message": "cannot express"}}
+    b = copy.deepcopy(a)
+    b["q/borrowed"] = {**_exact("pass", 1), "own_code": True}     # the adapter now does its own logprobs
+    r = D.diff(_rec(a, schema=2), _rec(b, schema=2), "a.json", "b.json")
+    assert r["a"]["verdicts"] == 2 and r["a"]["own_code"] == 1 and r["b"]["own_code"] == 2
+    (c,) = [c for c in r["cases"] if c["case"] == "q/borrowed"]
+    assert c["kind"] == "changed output" and c["details"] == ["decided by: borrowed (logprobs) -> own code"]
+    text = D.render_text(r)
+    assert "a.json: 1 of 2 verdicts decided by its own code (pass 1 of 2)\n" in text
+    assert "b.json: 2 of 2 verdicts decided by its own code (pass 2 of 2)\n" in text
+    # a schema-1 record against a schema-2 one: provenance unknown on one side, not compared
+    r1 = D.diff(_rec(copy.deepcopy(A)), _rec({**copy.deepcopy(A), "a/same": {**A["a/same"], "own_code": False,
+                                                                             "borrowed": ["draw"]}}, schema=2))
+    assert [c["kind"] for c in r1["cases"] if c["case"] == "a/same"] == ["unchanged"]

@@ -21,11 +21,14 @@ def _doc():
                                           "tv": {"estimate": 0.01}, "outside_support": 0,
                                           "bins": [{"tokens": [2], "observed": 20, "expected": 19.5},
                                                    {"tokens": [0, 1], "observed": 10, "expected": 10.5}]}]}},
-            {"case": "a/exact", "impl": "reference", "status": "fail", "check": "exact", "details": {
+            {"case": "a/exact", "impl": "reference", "status": "fail", "check": "exact",
+             "provenance": {"stages": {"filters": "own", "logprobs": "reference"}, "own_code": False,
+                            "borrowed": ["logprobs"]}, "details": {
                 "message": "token differs", "rows": [{"row": "main:0", "expected": {"token": 1},
                                                       "actual": {"token": 2, "error": None, "logprob": -0.12345678,
                                                                  "probs": [0.5, float("inf")], "extra": 1}}]}},
-            {"case": "m/inv", "impl": "reference", "status": "pass", "check": "invariant", "details": {
+            {"case": "m/inv", "impl": "reference", "status": "pass", "check": "invariant",
+             "provenance": {"stages": {"draw": "own"}, "own_code": True, "borrowed": []}, "details": {
                 "message": "1 invariant(s) hold", "invariants": [
                     {"kind": "same_token", "a": "x:0", "b": "y:0", "a_out": {"token": 3, "error": None},
                      "b_out": {"token": 3, "error": None}, "holds": True, "why": []}]}},
@@ -35,15 +38,19 @@ def _doc():
 
 def test_from_results_condenses_each_check_kind():
     rec = records.from_results(_doc(), "reference")
-    assert rec["format"] == "sampcheck-record" and rec["schema"] == 1
+    assert rec["format"] == "sampcheck-record" and rec["schema"] == 2
     assert rec["engine"]["impl"] == "reference" and rec["engine"]["version"] == "9"
     assert rec["environment"]["created"] == "2026-11-29T12:00:00+00:00"
     assert rec["run"] == {"cases_selected": 3, "cases_declared": 3, "alpha_per_check": 1.25e-05,
                           "statistical_checks_in_corpus": 1}
     assert list(rec["cases"]) == ["a/exact", "m/inv", "z/stat"]  # sorted by id
     # exact: the kept outputs, floats to 7 significant digits, inf as a string, unknown keys dropped
+    # provenance: own_code on every verdict that has it, the borrowed stages when not own
     assert rec["cases"]["a/exact"] == {"status": "fail", "check": "exact", "message": "token differs", "rows": [
-        {"row": "main:0", "actual": {"token": 2, "error": None, "logprob": -0.1234568, "probs": [0.5, "inf"]}}]}
+        {"row": "main:0", "actual": {"token": 2, "error": None, "logprob": -0.1234568, "probs": [0.5, "inf"]}}],
+        "own_code": False, "borrowed": ["logprobs"]}
+    assert rec["cases"]["m/inv"]["own_code"] is True and "borrowed" not in rec["cases"]["m/inv"]
+    assert "own_code" not in rec["cases"]["z/stat"]   # a results.json entry without provenance
     # statistical: draws as counts per bin, never as lists
     assert rec["cases"]["z/stat"]["rows"] == [{"row": "main:0", "verdict": "pass", "n": 30, "p_value": 0.5123457,
                                                "tv": 0.01, "outside_support": 0, "counts": [[[2], 20], [[0, 1], 10]]}]
@@ -73,7 +80,7 @@ def test_write_then_load_round_trips_stably(tmp_path):
                             "'sampcheck record')"),
     ('{"run": {}, "results": []}', "this is the results file of a run (sampcheck run), not a run record: make "
                                    "records with 'sampcheck record --impl NAME --out FILE' and diff those"),
-    ('{"format": "sampcheck-record", "schema": 2}', "unsupported record schema 2 (this sampcheck reads schema 1)"),
+    ('{"format": "sampcheck-record", "schema": 3}', "unsupported record schema 3 (this sampcheck reads schemas 1, 2)"),
     ('{"format": "sampcheck-record", "schema": 1, "engine": {"impl": "x"}, "environment": {}, "run": {}}',
      "field 'cases' is missing or not a JSON object"),
     ('{"format": "sampcheck-record", "schema": 1, "engine": {"impl": "x"}, "environment": {}, "run": {}, '

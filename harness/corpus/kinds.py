@@ -122,6 +122,22 @@ class CheckKind:
         """The reference's outputs for ``case`` under ``profile`` (the kind's own shape)."""
         raise NotImplementedError
 
+    def exercised_stages(self, case, output_stages: dict, error_stages: dict) -> set:
+        """The pipeline stages the case exercises beyond its declared features (:mod:`harness.judge.provenance`).
+
+        Parameters
+        ----------
+        output_stages, error_stages : dict
+            Output key -> stage, error kind -> stage (:data:`harness.judge.provenance.OUTPUT_STAGES`,
+            :data:`~harness.judge.provenance.ERROR_STAGES`).
+
+        Returns
+        -------
+        set of str
+            Default: ``{"draw"}`` (a token is judged).
+        """
+        return {"draw"}
+
     # -- hand-written truths (harness.corpus.truths) ------------------------------------
     def truth_profiles(self, case) -> set:
         """The profiles the case gives a hand-written truth for (the default's name for ``expect``)."""

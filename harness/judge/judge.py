@@ -11,7 +11,10 @@
    the implementation's outputs, the comparison) and ends in the one verdict ladder,
    :func:`harness.judge.verdict.verdict`;
 3. any exception of the implementation becomes an ``error`` with its message; nothing
-   else is lost.
+   else is lost;
+4. a verdict gets its provenance (:func:`harness.judge.provenance.provenance`): the stages
+   the case exercises and whose code performs each, so counts can say how many verdicts the
+   implementation's own code decided.
 
 The judge holds what every kind shares: the registered findings, the per-check level of
 the statistical budget, the device, a cache of predictions (:meth:`Judge.cached`) and
@@ -30,6 +33,7 @@ import torch
 from impls.base import RowError
 from harness.corpus.findings import match_finding
 
+from .provenance import provenance
 from .result import STATUSES, Result
 from .stats import FAMILY_ALPHA
 
@@ -112,6 +116,11 @@ class Judge:
             res = Result(case.id, impl.name, "error", case.check,
                          details={"message": f"{type(e).__name__}: {e}",
                                   "traceback": traceback.format_exc(limit=6)[-3000:]})
+        try:
+            res.provenance = provenance(case, impl, res.status)
+        except (KeyError, ValueError) as e:  # a stage table or a declaration is incomplete: say so
+            res = Result(case.id, impl.name, "error", case.check,
+                         details={"message": f"cannot say whose code decided the verdict: {type(e).__name__}: {e}"})
         res.seconds = time.perf_counter() - t0
         return res
 

@@ -129,6 +129,17 @@ class RowsKind(CheckKind):
         """Whether any row gives a hand-written truth for ``profile_name``."""
         return any(r.truth(profile_name) for b in case.batches for r in b.rows)
 
+    def exercised_stages(self, case, output_stages: dict, error_stages: dict) -> set:
+        """``draw`` (every row's token is compared), and the stages of the outputs and error kinds its truths check."""
+        out = {"draw"}
+        for b in case.batches:
+            for r in b.rows:
+                for truth in [r.expect, *r.expect_by_profile.values()]:
+                    out |= {output_stages[k] for k in output_keys(truth) if k != "error"}
+                    errors = [truth.get("error")] + [a.get("error") for a in truth.get("any_of") or []]
+                    out |= {error_stages[e] for e in errors if e}
+        return out
+
     def truth_profiles(self, case) -> set:
         """The profiles the case's rows give a truth for (the default's name where any row has ``expect``)."""
         out = set()

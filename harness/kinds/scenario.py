@@ -472,6 +472,24 @@ class ScenarioKind(CheckKind):
                     bad.append(f"{c['kind']}({c['a']}, {c['b']}): {'; '.join(c['why'])}")
         return bad
 
+    def exercised_stages(self, case, output_stages: dict, error_stages: dict) -> set:
+        """``decode``, ``draw``; ``beam`` for a beam request, ``speculative`` for drafts; and the stages
+        of the outputs and error kinds its truths check (a statistical scenario: ``filters`` too)."""
+        sc = case.scenario
+        out = {"decode", "draw", "finish"}  # tokens, error and finish reason are compared for every request
+        for req in sc.spec.requests:
+            if req.beam_width > 1:
+                out.add("beam")
+            if req.draft_len or req.drafts:
+                out.add("speculative")
+            for truth in [sc.expect.get(req.id, {}), *sc.expect_by_profile.get(req.id, {}).values()]:
+                out |= {output_stages[k] for k in truth if k not in ("error",)}
+                if truth.get("error"):
+                    out.add(error_stages[truth["error"]])
+        if sc.statistical is not None:
+            out.add("filters")
+        return out
+
     def truth_profiles(self, case) -> set:
         """The profiles the case's requests give a truth for (the default's name where any has ``expect``)."""
         sc = case.scenario

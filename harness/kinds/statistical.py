@@ -60,6 +60,10 @@ class StatisticalKind(RowsKind):
         """Always."""
         return True
 
+    def exercised_stages(self, case, output_stages: dict, error_stages: dict) -> set:
+        """The rows' stages, and ``filters`` and ``draw``: the draws test the distribution sampled from."""
+        return super().exercised_stages(case, output_stages, error_stages) | {"filters", "draw"}
+
     def evaluate(self, judge, case, impl, version: str):
         """Judge a statistical case (the module docstring)."""
         default32 = self.predict(judge, case, TRTLLM)

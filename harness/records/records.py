@@ -11,7 +11,7 @@ Layout (keys sorted, indent 1, floats rounded to 7 significant digits, non-finit
 the strings ``"inf"``, ``"-inf"``, ``"nan"``)::
 
     {
-     "format": "sampcheck-record", "schema": 1,
+     "format": "sampcheck-record", "schema": 2,
      "engine": {"impl": "transformers", "version": "5.24.0", "profile": "hf", "facts": {...}},
      "environment": {"python": ..., "platform": ..., "packages": {"torch": ..., ...},
                      "reference_version": ..., "created": ...},
@@ -41,6 +41,13 @@ Per case (only the keys that apply):
   reason, logprobs, rank, its top-logprobs entry, an invariant's ``holds``)
   only when both records drew the same token.
 * ``fields``: names of the profile fields that explain a ``known-diff``.
+* ``own_code`` (schema 2) on a verdict (``pass``, ``known-diff``, ``known-bug``, ``fail``):
+  whether the implementation's own code performed every stage the case exercises
+  (:mod:`harness.judge.provenance`), and ``borrowed``, the stages it did not, when false.
+
+Schemas: 1 (before stage provenance) and 2 (``own_code``/``borrowed`` added) are both read;
+:func:`load` gives a schema-1 record's verdicts no ``own_code`` (unknown), and
+:mod:`harness.report.diff` compares provenance only where both records have it.
 """
 
 from __future__ import annotations
@@ -55,11 +62,13 @@ from typing import Optional
 
 from harness.corpus.paths import project_dir
 
-__all__ = ["RECORD_FORMAT", "RECORD_SCHEMA", "ENGINES_DIR", "RecordError", "from_results", "record",
+__all__ = ["RECORD_FORMAT", "RECORD_SCHEMA", "READABLE_SCHEMAS", "ENGINES_DIR", "RecordError", "from_results", "record",
            "dumps", "write", "load", "default_path"]
 
 RECORD_FORMAT = "sampcheck-record"
-RECORD_SCHEMA = 1
+RECORD_SCHEMA = 2
+#: Record schemas this version reads (:func:`load`).
+READABLE_SCHEMAS = (1, 2)
 ENGINES_DIR = project_dir("golden") / "engines"
 
 _STATUSES = {"pass", "known-diff", "known-bug", "fail", "n/a", "skip", "error"}
@@ -154,6 +163,11 @@ def _case_entry(res: dict, rng_canonical: bool = True) -> dict:
             entry["invariants"].append(out)
     if det.get("fields"):
         entry["fields"] = sorted({str(f.get("field")) for f in det["fields"]})
+    prov = res.get("provenance")
+    if prov is not None:
+        entry["own_code"] = bool(prov.get("own_code"))
+        if not entry["own_code"]:
+            entry["borrowed"] = list(prov.get("borrowed") or [])
     return entry
 
 
@@ -282,9 +296,9 @@ def _check(rec, path) -> None:
         got = "no 'format' key" if "format" not in rec else f"'format' is {rec.get('format')!r}"
         raise RecordError(path, f"not a run record: {got}, want {RECORD_FORMAT!r} (files written by "
                                 "'sampcheck record')")
-    if rec.get("schema") != RECORD_SCHEMA:
+    if rec.get("schema") not in READABLE_SCHEMAS:
         raise RecordError(path, f"unsupported record schema {rec.get('schema')!r} (this sampcheck reads "
-                                f"schema {RECORD_SCHEMA})")
+                                f"schemas {', '.join(map(str, READABLE_SCHEMAS))})")
     for key, typ in (("engine", dict), ("environment", dict), ("run", dict), ("cases", dict)):
         if not isinstance(rec.get(key), typ):
             raise RecordError(path, f"field '{key}' is missing or not a JSON object")

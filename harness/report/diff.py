@@ -15,11 +15,12 @@ Every case id of either record gets one kind, in this order of precedence:
     any other change of status (e.g. ``n/a`` -> ``pass``, ``pass`` ->
     ``known-diff``), except one that follows the draw (below).
 ``changed output``
-    same status, different outputs: an exact row's outputs differ (token,
+    same status, different outputs or provenance: an exact row's outputs differ (token,
     error kind, mode, finish reason, support, probabilities, logprobs, rank,
     top logprobs, rewritten logits; floats beyond ``1e-6 + 2e-6 |b|``, the rounding of a record; the
     free-text error message is not compared), an invariant's outcome differs,
-    the profile fields named for a ``known-diff`` differ, a statistical
+    the profile fields named for a ``known-diff`` differ, whose code decided the verdict
+    differs (``own_code``/``borrowed``, when both records are schema 2), a statistical
     row's verdict differs, or a statistical row's two samples differ by the
     two-sample test below; stochastic rows by the rule below.
 ``unchanged``
@@ -326,12 +327,26 @@ def _compare_case(ea: dict, eb: dict, alpha: float) -> tuple:
     if ea.get("fields", []) != eb.get("fields", []):
         out.append(f"profile fields of the known-diff: {', '.join(ea.get('fields', [])) or '-'} -> "
                    f"{', '.join(eb.get('fields', [])) or '-'}")
+    if "own_code" in ea and "own_code" in eb and (ea["own_code"], ea.get("borrowed")) != (eb["own_code"],
+                                                                                         eb.get("borrowed")):
+        out.append(f"decided by: {_decided(ea)} -> {_decided(eb)}")
     return out, drawn
+
+
+def _decided(entry: dict) -> str:
+    """``"own code"`` or ``"borrowed (penalties, logprobs)"`` for a schema-2 verdict entry."""
+    return "own code" if entry.get("own_code") else f"borrowed ({', '.join(entry.get('borrowed') or []) or '-'})"
 
 
 def _side(rec: dict, name: str) -> dict:
     eng = rec["engine"]
+    verdicts = [e for e in rec["cases"].values() if e.get("status") in _PASSING | {"fail", "known-bug"}]
+    own = (sum(1 for e in verdicts if e.get("own_code")) if rec.get("schema", 1) >= 2 else None)
     return {"name": name, "impl": eng.get("impl"), "version": eng.get("version"), "profile": eng.get("profile"),
+            "schema": rec.get("schema", 1), "verdicts": len(verdicts), "own_code": own,
+            "own_code_by_status": ({st: [sum(1 for e in verdicts if e["status"] == st and e.get("own_code")),
+                                         sum(1 for e in verdicts if e["status"] == st)]
+                                    for st in ("pass", "known-diff", "known-bug", "fail")} if own is not None else None),
             "cases": len(rec["cases"]), "cases_declared": rec["run"].get("cases_declared"),
             "packages": rec["environment"].get("packages", {}),
             "reference_version": rec["environment"].get("reference_version")}
@@ -427,6 +442,14 @@ def render_text(result: dict) -> str:
         lines.append(f"NOTE: two implementations ({a['impl']}, profile {a['profile']} vs {b['impl']}, profile "
                      f"{b['profile']}), not two versions of one: each is judged against its own profile, so a "
                      "changed status compares engines")
+    for side in (a, b):
+        if side["own_code"] is None:
+            lines.append(f"{side['name']}: record schema {side['schema']}, before stage provenance: whose code "
+                         "decided its verdicts is unknown (not compared)")
+        else:
+            split = ", ".join(f"{st} {own} of {n}" for st, (own, n) in side["own_code_by_status"].items() if n)
+            lines.append(f"{side['name']}: {side['own_code']} of {side['verdicts']} verdicts decided by its own code"
+                         + (f" ({split})" if split else ""))
     lines.append("summary: " + ", ".join(f"{result['counts'][k]} {k}" for k in KINDS))
     for kind in KINDS[:-1]:
         group = [c for c in result["cases"] if c["kind"] == kind]

@@ -419,7 +419,7 @@ class Worker:
             # A CUDA error leaves the worker's device context unusable: start afresh.
             self._kill()
             d["details"]["worker_restarted"] = "after a device error"
-        return Result(d["case"], d["impl"], d["status"], d["check"], d["seconds"], d["details"])
+        return Result(d["case"], d["impl"], d["status"], d["check"], d["seconds"], d["details"], d.get("provenance"))
 
 
 class InProcess:
