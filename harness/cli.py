@@ -16,8 +16,10 @@ Commands:
   ``check`` fails (exit 1) on drift.
 * ``sampcheck golden add ID... [--accept]`` — the golden files of new cases,
   shown, written only with ``--accept``.
-* ``sampcheck case new CATEGORY NAME [--check exact|statistical]`` — a
-  commented template at ``cases/CATEGORY/NAME.toml``.
+* ``sampcheck case new CATEGORY NAME [--check exact|statistical] [--features A,B]``
+  — a commented template at ``cases/CATEGORY/NAME.toml`` (refused by the loader
+  until its ``TODO`` values are replaced), then the existing cases that share
+  the most of the features.
 * ``sampcheck record --impl NAME [--out FILE]`` — a run record
   (:mod:`harness.records.records`).
 * ``sampcheck diff A B [--html FILE] [--text FILE]`` — compare two run
@@ -107,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--check", default="exact", choices=["exact", "statistical"],
                    help="the template's check (default: exact)")
     c.add_argument("--force", action="store_true", help="overwrite an existing file")
+    c.add_argument("--features", action="append", metavar="A,B",
+                   help="the case's features (cases/features.txt; comma-separated, repeatable): written into the "
+                        "template, and the existing cases declaring the most of them are listed")
     ck = sub.add_parser("check-impl", help="the adapter conformance kit: protocol checks, then the smoke corpus "
                                            "(docs/adapters.md)")
     ck.add_argument("impl", metavar="NAME", help="a registered implementation or package.module:Class")
@@ -511,16 +516,34 @@ def _cmd_docs(args) -> int:
 
 
 def _cmd_case(args) -> int:
-    from harness.corpus.authoring import new_case
+    """``sampcheck case new``: the template (:func:`harness.corpus.authoring.new_case`), then the existing cases
+    that share the most of ``--features`` (:func:`harness.corpus.authoring.similar_cases`)."""
+    from harness.corpus.authoring import new_case, similar_cases
+    features = list(dict.fromkeys(f.strip() for opt in args.features or [] for f in opt.split(",") if f.strip()))
     try:
-        path = new_case(args.category, args.name, check=args.check, force=args.force)
+        path = new_case(args.category, args.name, check=args.check, force=args.force, features=features)
     except (ValueError, FileExistsError) as e:
         print(f"sampcheck case new: {e}", file=sys.stderr)
         return 2
+    case_id = f"{path.parent.name}/{path.stem}"
     print(f"wrote {path}")
-    print("next: fill in the places marked TODO, then 'sampcheck list cases' (validates it), "
-          f"'sampcheck run --cases {path.parent.name}/{path.stem}', and "
-          f"'sampcheck golden add {path.parent.name}/{path.stem} --accept'")
+    if features:
+        similar = similar_cases(features, root=path.parent.parent, exclude=[case_id])
+        if similar:
+            print("existing cases sharing the most of these features (read them first: extend one rather than "
+                  "add a duplicate):")
+            width = max(len(s["id"]) for s in similar)
+            for s in similar:
+                print(f"  {s['id']:<{width}}  {len(s['shared'])}/{len(features)} shared ({', '.join(s['shared'])}): "
+                      f"{s['description']}")
+        else:
+            print("no existing case declares any of these features")
+    else:
+        print("(with --features A,B the template lists them, and the existing cases that declare the most of "
+              "them are shown)")
+    print("next: replace every value that starts with TODO (until then the loader refuses the file and names "
+          f"each one left), then 'sampcheck list cases' (validates it), 'sampcheck run --cases {case_id}', and "
+          f"'sampcheck golden add {case_id} --accept'")
     return 0
 
 

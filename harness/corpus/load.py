@@ -294,7 +294,10 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
     Raises
     ------
     CaseError
-        Unreadable file, TOML syntax error, schema violation, or a rule of
+        Unreadable file, TOML syntax error, values still starting with ``TODO``
+        (field ``<unfinished>``; the reason lists every one, in document order, as
+        ``description, source[0], rows[0].logits``: the placeholders of
+        :func:`harness.corpus.authoring.template`), schema violation, or a rule of
         ``cases/README.md`` broken; the message names file, field, reason.
     """
     path = Path(path)
@@ -307,6 +310,23 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
         raise CaseError(shown, "<file>", f"not UTF-8: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise CaseError(shown, "<toml>", f"syntax error: {e}") from None
+    # the values 'sampcheck case new' leaves to the author start with "TODO": name every one left at once
+    todo = []
+
+    def find_todo(value, at: str) -> None:
+        if isinstance(value, str) and value.lstrip().startswith("TODO"):
+            todo.append(at or "<top>")
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                find_todo(v, f"{at}.{k}" if at else str(k))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                find_todo(v, f"{at}[{i}]")
+    find_todo(data, "")
+    if todo:
+        raise CaseError(shown, "<unfinished>", f"{len(todo)} value(s) still start with 'TODO' (the template's "
+                        f"placeholders): {', '.join(todo)}; replace each (cases/README.md, 'Turn a bug report "
+                        "into a case in five minutes')")
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise CaseError(shown, "<top>", f"missing required field(s): {', '.join(missing)} (cases/README.md, "

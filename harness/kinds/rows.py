@@ -187,7 +187,10 @@ class RowsKind(CheckKind):
     def golden_record(self, judge, case, profile_name) -> dict:
         """``profile_name``: a registered profile's name, or a :class:`Profile` (a probe; not cached).
 
-        Per row of every batch: token, error, mode, finish reason, RAW/PROCESSED logprobs (1e-6), rank, support.
+        Per row of every batch: token, error, mode, finish reason, RAW/PROCESSED logprobs (1e-6), rank, support,
+        and ``rewritten_logits`` (each rounded to 1e-6, non-finite ones as strings: :func:`golden_round`) for a
+        row whose truths check them (its ``expect`` or an ``expect_by_profile`` entry names them:
+        :func:`row_keys`), under every profile.
 
         The support is listed up to 64 ids, otherwise its size and a CRC-32 of the ids.
         """
@@ -199,10 +202,12 @@ class RowsKind(CheckKind):
         profile_name = profile.name
         for b, preds in zip(case.batches, self.predict(judge, case, profile, cache=registered)):
             rows = []
-            for p in preds:
+            for r, p in zip(b.rows, preds):
                 row = {"token": p.token, "error": p.error, "mode": p.mode, "finish_reason": p.finish_reason,
                        "logprob": golden_round(p.logprob), "processed_logprob": golden_round(p.processed_logprob),
                        "rank": p.rank}
+                if "rewritten_logits" in row_keys(r):
+                    row["rewritten_logits"] = golden_round(observe(p, ("rewritten_logits",))["rewritten_logits"])
                 if p.probs is not None:
                     support = [int(i) for i in (p.probs > 0).nonzero().flatten().tolist()]
                     if len(support) <= 64:
@@ -215,13 +220,33 @@ class RowsKind(CheckKind):
         return {"case": case.id, "profile": profile_name, "reference_version": REFERENCE_VERSION, "batches": batches}
 
     def golden_diff(self, old: dict, new: dict) -> list:
-        """``"<batch>:<i>.<key>: golden X, now Y"`` for every row key that changed."""
+        """``"<batch>:<i>.<key>: golden X, now Y"`` for every row key that changed.
+
+        ``rewritten_logits`` of the same length are shown by the ids that changed, e.g.
+        ``"main:0.rewritten_logits: 1 of 3 values differ: token 0: golden 6.0, now 5.0"`` (the
+        first three such ids, then ``...``); a vector of more than 8 values on one side only
+        is shown by its length.
+        """
+        def shown(v) -> str:
+            return f"[{len(v)} values]" if isinstance(v, list) and len(v) > 8 else repr(v)
+
         diffs = []
         for bo, bn in zip(old.get("batches", []), new.get("batches", [])):
             for i, (ro, rn) in enumerate(zip(bo["rows"], bn["rows"])):
                 for k in sorted(set(ro) | set(rn)):
-                    if ro.get(k) != rn.get(k):
-                        diffs.append(f"{bn['name']}:{i}.{k}: golden {ro.get(k)!r}, now {rn.get(k)!r}")
+                    was, now = ro.get(k), rn.get(k)
+                    if was == now:
+                        continue
+                    at = f"{bn['name']}:{i}.{k}"
+                    if k != "rewritten_logits":
+                        diffs.append(f"{at}: golden {was!r}, now {now!r}")
+                    elif isinstance(was, list) and isinstance(now, list) and len(was) == len(now):
+                        ids = [j for j, (x, y) in enumerate(zip(was, now)) if x != y]
+                        each = "; ".join(f"token {j}: golden {was[j]!r}, now {now[j]!r}" for j in ids[:3])
+                        diffs.append(f"{at}: {len(ids)} of {len(was)} values differ: {each}"
+                                     + ("; ..." if len(ids) > 3 else ""))
+                    else:
+                        diffs.append(f"{at}: golden {shown(was)}, now {shown(now)}")
         return diffs
 
     # -- records and the report ----------------------------------------------------------
