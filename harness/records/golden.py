@@ -5,7 +5,8 @@ case under that profile, in the shape its check kind writes
 (:meth:`harness.corpus.kinds.CheckKind.golden_record`): for the single-step
 kinds, every row of every batch (token, error, mode, finish reason,
 RAW/PROCESSED logprobs rounded to 1e-6, rank and the support: listed up to 64
-ids, otherwise its size and a CRC-32 of the ids); for scenarios, per request,
+ids, otherwise its size and a CRC-32 of the ids; and the rewritten logits of a
+row whose truths check them); for scenarios, per request,
 every observation (for beam search the predecessor map of every step). Each
 file names the case, the profile and :data:`REFERENCE_VERSION`.
 
