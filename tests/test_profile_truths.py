@@ -100,6 +100,45 @@ def test_a_wrong_truth_for_a_profile_fails_only_that_profile(tmp_path):
     assert _evaluate(case, TRTLLM).status == "pass"
 
 
+def test_holds_by_profile_is_a_relation_truth(tmp_path):
+    # Two rows with seed 7 at batch positions 0 and 1 over a 3-token row, T = 1: under the default
+    # the stream is (seed, offset) alone, so both draw the same token (the relation holds);
+    # flashinfer keys the stream on the row index as well (seed_keyed_by_batch_row), which the
+    # case says breaks the relation. A wrong truth ("true" under flashinfer) makes it fail.
+    def case(value):
+        body = """
+[defaults]
+logits = { dist = "normal", vocab = 64, seed = 3, sigma = 3.0 }
+temperature = 1.0
+[[batches]]
+name = "a"
+[[batches.rows]]
+seed = 7
+[[batches]]
+name = "b"
+[[batches.rows]]
+seed = 1
+[[batches.rows]]
+seed = 7
+[[invariants]]
+kind = "same_token"
+a = "a:0"
+b = "b:1"
+holds_by_profile = { flashinfer = %s }
+""" % value
+        p = _doubles.write_case(tmp_path, "seeds/x", _doubles.CASE_HEADER, body, features='["temperature", "seed"]',
+                                check="invariant", source=_doubles.ONE_SOURCE)
+        return load_case(p, tmp_path)
+    assert _evaluate(case("false"), FLASHINFER).status == "known-diff"
+    wrong = _evaluate(case("true"), FLASHINFER)
+    assert wrong.status == "fail"
+    assert "same_token(a:0, b:1): predicted to hold: False, the case says True under flashinfer" in \
+        wrong.details["message"]
+    assert {"field": "seed_keyed_by_batch_row", "profile": "True", "would_agree_with": "False"} in \
+        wrong.details["suspects"]
+    assert _evaluate(case("true"), TRTLLM).status == "pass"
+
+
 # ---------------------------------------------------------------- assertions
 
 def test_any_of_matches_one_alternative():
@@ -117,3 +156,25 @@ def test_finite_logprobs_flags_nan_and_posinf_but_not_a_masked_minus_inf():
     bad = {"token": 1, "error": None, "logprob": math.nan, "top_logprobs": [[1, math.nan]]}
     assert check_truth(bad, truth) == ["finite_logprobs: logprob is nan",
                                        "finite_logprobs: top_logprobs of token 1 is nan"]
+
+
+# ---------------------------------------------------------------- the corpus's truths catch every flip
+
+def test_every_profile_field_flip_that_changes_a_prediction_is_caught_by_a_truth():
+    """issue #14, "Done when": flip one profile field at a time (harness/judge/mutation.py ``flips``:
+    each field of the default to every other profile's value, each field where another
+    profile differs from the default back to the default's); every flip that changes some
+    case's prediction must be caught by a hand-written truth for that profile (``expect`` for
+    the default: a broken case; ``expect_by_profile`` for the others: ``reference-<profile>``
+    fails). About 90 s on 2 cores."""
+    from harness.corpus.load import discover
+    from harness.judge.mutation import coverage
+    cases = [load_case(p) for p in discover()]
+    res = coverage(cases)
+    gaps = [(r["profile"], r["field"], r["value"], r["changes"]) for r in res if not r["caught_by"] and r["changes"]]
+    assert gaps == []
+    caught = {}
+    for r in res:
+        caught[r["profile"]] = caught.get(r["profile"], 0) + bool(r["caught_by"])
+    # every profile has flips its truths catch (the test has power on each)
+    assert all(caught[p] > 0 for p in ("trtllm", "hf", "vllm", "flashinfer", "flashinfer-joint")), caught

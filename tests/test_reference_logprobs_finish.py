@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from _hand import NEG_INF, POS_INF, gumbel_by_hand, log_softmax64, row, softmax64, step
-from impls.base import Row
-from impls.profiles import TRTLLM
+from impls.base import Row, RowError
+from impls.profiles import TRTLLM, VLLM
 from impls.reference import Reference
+from impls.reference.finish import finish_reason
 from impls.reference.logprobs import rank
 
 approx = lambda v: pytest.approx(v, rel=1e-6, abs=1e-7)
@@ -204,6 +205,69 @@ def test_end_id_minus_one_never_matches_token_v_minus_1():
     assert r.token == 3 and r.finish_reason == "none"
 
 
+@pytest.mark.parametrize("kw,expected", [
+    (dict(end_id=(3,)), "end_id"),                         # a set of one is the single id
+    (dict(end_id=(1, 3)), "end_id"),                       # any id of the set, not only the first
+    (dict(end_id=(3, 1)), "end_id"),
+    (dict(end_id=(-1, 3)), "end_id"),                      # -1 names no token
+    (dict(end_id=(0, 1, 2)), "none"),
+    (dict(end_id=(-1,)), "none"),
+    (dict(end_id=(1, 3), ignore_eos=True), "none"),        # ignore_eos: no id of the set finishes
+    (dict(end_id=(1, 3), ignore_eos=True, max_new_tokens=1), "length"),
+    (dict(end_id=(1, 3), max_new_tokens=1), "end_id"),     # END_ID > LENGTH for every id
+    (dict(end_id=(1, 3), stop_words=[[3]]), "end_id"),     # END_ID > STOP_WORDS
+])
+def test_eos_set_any_id_finishes(kw, expected):
+    """§1.8: with an EOS set, sampling any id of it finishes the request as END_ID (default)."""
+    (r,) = step(row(F, **kw))
+    assert r.token == 3
+    assert r.finish_reason == expected
+
+
+@pytest.mark.parametrize("kw,expected", [
+    (dict(end_id=(3, 1)), "end_id"),                       # the first id: vLLM's eos_token_id
+    (dict(end_id=(1, 3)), "stop_words"),                   # a later id: one of vLLM's stop_token_ids
+    (dict(end_id=(-1, 3)), "end_id"),                      # -1 dropped, 3 is the first id
+    (dict(end_id=(1, 3), max_new_tokens=1), "stop_words"),  # vllm finish_order: stop words before length
+    (dict(end_id=(1, 3), ignore_eos=True), "none"),        # ignore_eos: not added to stop_token_ids
+    (dict(end_id=(1, 3), ignore_eos=True, max_new_tokens=1), "length"),
+])
+def test_eos_set_later_ids_finish_as_stop_words_under_vllm(kw, expected):
+    """§1.8, profile field end_id_set_others_reason = "stop_words" (vLLM 0.32.0:
+    update_from_generation_config moves the ids after eos_token_id into stop_token_ids, and
+    check_stop reports them with stop_reason = the id). vLLM samples the row (temperature
+    unset), so it is made greedy with temperature 0; finish_order is end_id, stop_words, length."""
+    (r,) = step(row(F, temperature=0.0, **kw), profile=VLLM)
+    assert r.token == 3
+    assert r.finish_reason == expected
+
+
+def test_finish_reason_reads_an_eos_set_from_the_row():
+    """finish_reason itself (no session): the set (2, 4) under each profile rule, token by token."""
+    r = Row(logits=torch.zeros(6), end_id=(2, 4))
+    assert [finish_reason(r, t, TRTLLM) for t in range(6)] == ["none", "none", "end_id", "none", "end_id", "none"]
+    assert [finish_reason(r, t, VLLM) for t in range(6)] == ["none", "none", "end_id", "none", "stop_words", "none"]
+
+
+@pytest.mark.parametrize("end_id,bad,vllm_reason", [
+    ((2, 4), 4, "none"),           # 3 is not in the set
+    ((-2, 3), -2, "stop_words"),   # -2 (not -1) is kept as the first id, so 3 is a later id
+    ((3, 2, 9), 9, "end_id"),      # 3 is the first id
+])
+def test_each_id_of_an_eos_set_is_validated(end_id, bad, vllm_reason):
+    """§5: every id of an EOS set must be -1 or in [0, V) (V = 4), under the default profile;
+    a profile that skips end_id_range (vllm) accepts the row, whose out-of-range ids name no
+    token: greedy token 3 finishes only where 3 is in the set."""
+    (r,) = step(row(F, end_id=end_id))
+    assert r.error == "invalid_end_id"
+    assert r.message == f"end_id={list(end_id)}: id {bad}: must be -1 (none) or in [0, 4)"
+    (r,) = step(row(F, end_id=end_id, temperature=0.0), profile=VLLM)
+    assert r.error is None and r.token == 3
+    assert r.finish_reason == vllm_reason
+    (r,) = step(row(F, end_id=(-1, 2, 3)))
+    assert r.error is None and r.finish_reason == "end_id"
+
+
 def test_finish_over_a_multi_step_decode():
     """§1.8 across steps: a greedy decode that appends its tokens stops on the stop word
     [2, 1] at step 3 (tokens 2, 2, 1 via a logit bias schedule)."""
@@ -252,6 +316,99 @@ def test_greedy_row_with_plus_inf_takes_it():
     """A greedy row has a well-defined argmax even with +inf."""
     (r,) = step(row([0.0, POS_INF, 1.0]))
     assert r.token == 1
+
+
+# ---- profile field posinf_logits (SEMANTICS §5) ------------------------------------
+
+POSINF_ARGMAX = dataclasses.replace(TRTLLM, name="posinf-argmax", posinf_logits="argmax")
+
+
+def test_default_profile_rejects_posinf_in_sampling_rows_with_or_without_filters():
+    """trtllm: posinf_logits = "error"; the check is on the rewritten logits, so a +inf
+    logit bias on a finite logit is rejected too ([0, 1, 2] + inf on id 2)."""
+    assert TRTLLM.posinf_logits == "error"
+    rs = step(row([0.0, POS_INF, 1.0], temperature=1.0, seed=1),
+              row([0.0, POS_INF, 1.0], temperature=1.0, top_k=2, seed=2, slot=1),
+              row([0.0, 1.0, 2.0], temperature=1.0, logit_bias=[(2, POS_INF)], slot=2))
+    assert [r.error for r in rs] == ["posinf_logits"] * 3
+    with pytest.raises(RowError, match="posinf_logits"):
+        Reference().open_session().sample_many(row([0.0, POS_INF, 1.0], temperature=1.0), range(4))
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=1.0), dict(temperature=1.0, top_k=2), dict(temperature=0.5, top_p=0.3),
+                                dict(temperature=1.7, min_p=0.9)])
+def test_posinf_argmax_draws_the_posinf_token_with_probability_1_and_logprob_0(kw):
+    """posinf_logits = "argmax": [0, +inf, 1] is the point mass on id 1, whatever the
+    temperature and filters. RAW = PROCESSED = log 1 = 0 for id 1, -inf for ids 0 and 2;
+    top-2 logprobs [(1, 0), (0, -inf)] (ties at -inf: lowest id first); rank 1 + 0 = 1.
+    The seeded row is still a sampling row: it takes its slot's offset 0."""
+    (r,) = step(row([0.0, POS_INF, 1.0], seed=9, logprobs=2, **kw), profile=POSINF_ARGMAX)
+    assert (r.error, r.mode, r.token) == (None, "sampling", 1)
+    assert r.probs.tolist() == [0.0, 1.0, 0.0]
+    assert r.raw_logprobs.tolist() == [NEG_INF, 0.0, NEG_INF]
+    assert (r.logprob, r.processed_logprob, r.rank) == (0.0, 0.0, 1)
+    assert r.top_logprobs == [(1, 0.0), (0, NEG_INF)]
+    assert (r.extra["seed"], r.extra["offset"]) == (9, 0)
+
+
+def test_posinf_argmax_takes_the_lowest_of_several_posinf_ids_on_every_seed():
+    """[+inf, 0, +inf]: id 0, the first +inf, holds all the mass; id 2 gets probability 0 and
+    logprob -inf (not log 1/2), so the rank is 1. 64 draws from seeds 0..63: all id 0."""
+    (r,) = step(row([POS_INF, 0.0, POS_INF], temperature=1.0, seed=5, logprobs=1), profile=POSINF_ARGMAX)
+    assert (r.token, r.logprob, r.processed_logprob, r.rank) == (0, 0.0, 0.0, 1)
+    assert r.probs.tolist() == [1.0, 0.0, 0.0]
+    assert r.top_logprobs == [(0, 0.0)]
+    counts = Reference(POSINF_ARGMAX).open_session().sample_many(row([POS_INF, 0.0, POS_INF], temperature=1.0),
+                                                                 range(64))
+    assert counts.tolist() == [64, 0, 0]
+
+
+def test_posinf_argmax_applies_to_a_posinf_made_by_a_rewrite_and_leaves_the_batch_alone():
+    """[0, 1, 2] + bias +inf on id 2 -> [0, 1, +inf]: token 2, logprob 0 (RAW after the
+    rewrites under trtllm's stage). The neighbour row [0, 1, 3] with seed 7 in the same
+    batch draws what it draws alone under the default profile (the +inf row does not
+    disturb the batched draw)."""
+    a, b = step(row([0.0, 1.0, 2.0], temperature=1.0, logit_bias=[(2, POS_INF)], seed=3),
+                row([0.0, 1.0, 3.0], temperature=1.0, seed=7, slot=1), profile=POSINF_ARGMAX)
+    assert (a.token, a.logprob, a.processed_logprob) == (2, 0.0, 0.0)
+    assert a.rewritten_logits.tolist() == [0.0, 1.0, POS_INF]
+    (alone,) = step(row([0.0, 1.0, 3.0], temperature=1.0, seed=7, slot=1))
+    assert (b.token, b.probs.tolist()) == (alone.token, alone.probs.tolist())
+    assert b.token == _hand([0.0, 1.0, 3.0], [0, 1, 2], 1.0, 7)
+
+
+def test_vllm_profile_takes_posinf_with_raw_logprobs_before_processing():
+    """vllm: posinf_logits = "argmax", RAW before processing. Sampling [0, +inf, 1] -> token 1,
+    logprob 0, rank 1 (greater_equal: one token has logprob >= 0). Greedy (T = 0) [0, +inf, 1]:
+    argmax 1, and its RAW logprob is the same point mass: 0, not NaN (under trtllm a greedy
+    row keeps plain log_softmax, NaN)."""
+    from impls.profiles import VLLM
+    assert VLLM.posinf_logits == "argmax"
+    s, g = step(row([0.0, POS_INF, 1.0], temperature=1.0, seed=1, logprobs=0),
+                row([0.0, POS_INF, 1.0], temperature=0.0, logprobs=2, slot=1), profile=VLLM)
+    assert (s.mode, s.token, s.logprob, s.processed_logprob, s.rank) == ("sampling", 1, 0.0, 0.0, 1)
+    assert s.top_logprobs == [(1, 0.0)]
+    assert (g.mode, g.token, g.logprob, g.rank) == ("greedy", 1, 0.0, 1)
+    assert g.top_logprobs == [(1, 0.0), (0, NEG_INF)]
+    (t,) = step(row([0.0, POS_INF, 1.0], top_k=1, logprobs=0))
+    assert t.token == 1 and math.isnan(t.logprob)
+
+
+def test_raw_logprobs_point_mass_rule():
+    """raw_logprobs: "argmax" -> 0 at the first +inf, -inf elsewhere; "error" -> log_softmax
+    (all NaN with +inf; [0, log 3] -> [-log 4, log 3 - log 4] without); unknown rule rejected."""
+    from impls.reference.logprobs import posinf_point_mass, raw_logprobs
+    x = torch.tensor([1.0, POS_INF, 2.0, POS_INF])
+    assert raw_logprobs(x, "argmax").tolist() == [NEG_INF, 0.0, NEG_INF, NEG_INF]
+    assert all(math.isnan(v) for v in raw_logprobs(x, "error").tolist())
+    assert posinf_point_mass(x).tolist() == [False, True, False, False]
+    y = torch.tensor([0.0, math.log(3.0)], dtype=torch.float64)
+    for rule in ("error", "argmax"):
+        assert raw_logprobs(y, rule).tolist() == approx([-math.log(4.0), math.log(3.0) - math.log(4.0)])
+    with pytest.raises(ValueError, match="unknown posinf_logits"):
+        raw_logprobs(x, "first")
+    with pytest.raises(ValueError, match="no \\+inf"):
+        posinf_point_mass(y)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

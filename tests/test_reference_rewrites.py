@@ -16,8 +16,8 @@ import torch
 
 from _hand import NEG_INF, POS_INF, row, step
 from impls.base import RowError
-from impls.profiles import TRTLLM, VLLM
-from impls.reference import rewrites
+from impls.profiles import HF, TRTLLM, VLLM
+from impls.reference import bans, rewrites
 from impls.reference import rewrite_logits
 
 F32_MAX = float(np.finfo(np.float32).max)
@@ -188,6 +188,51 @@ def test_end_id_none_or_minus_one_bans_nothing(end_id):
     assert rewritten(logits, end_id=end_id, min_length=5) == logits
     (r,) = step(row(logits, end_id=end_id, min_length=5))
     assert r.token == 2
+
+
+def test_min_length_bans_every_id_of_an_eos_set():
+    """§1.4: an EOS set is banned whole while len(generated) < min_length, in any order; -1
+    and ids outside [0, V) name no token and ban nothing. logits [0, 1, 3, 2, 2.5]: with 2 and
+    4 banned the argmax is 3 (2.0); once 3 tokens exist nothing is banned and 2 (3.0) wins."""
+    logits = [0.0, 1.0, 3.0, 2.0, 2.5]
+    both = [0.0, 1.0, NEG_INF, 2.0, NEG_INF]
+    assert rewritten(logits, end_id=(2, 4), min_length=3, generated=[1]) == both
+    assert rewritten(logits, end_id=(4, -1, 2), min_length=3, generated=[1]) == both
+    assert rewritten(logits, end_id=(2, 4), min_length=3, generated=[1, 1, 1]) == logits
+    # ids 5 and 7 lie outside V = 5 (possible only where the profile skips end_id_range)
+    assert rewritten(logits, end_id=(5, 4, 7), min_length=3, generated=[]) == [0.0, 1.0, 3.0, 2.0, NEG_INF]
+    (r,) = step(row(logits, end_id=(2, 4), min_length=3, generated=[1]))
+    assert r.token == 3 and r.finish_reason == "none"
+
+
+def test_min_length_with_ignore_eos_still_bans_every_id_of_the_set():
+    """§1.4: with ignore_eos the whole EOS set is still banned (vLLM: all_stop_token_ids
+    holds every generation-config EOS id whether or not ignore_eos)."""
+    logits = [0.0, 1.0, 3.0, 2.0, 2.5]
+    assert rewritten(logits, end_id=(2, 4), min_length=1, ignore_eos=True) == [0.0, 1.0, NEG_INF, 2.0, NEG_INF]
+    for p in (TRTLLM, VLLM, HF):
+        r = row(logits, end_id=(2, 4), min_length=1, ignore_eos=True)
+        assert bans.min_length_bans(r, p) == [2, 4], p.name
+
+
+def test_min_length_ban_of_a_set_under_vllm_adds_one_token_stop_words():
+    """vLLM's MinTokens bans all_stop_token_ids: the EOS set and the one-token stop words
+    (profile field min_length_bans_stop_words); the set keeps its order, stop words follow."""
+    r = row([0.0] * 6, end_id=(4, 2), min_length=2, stop_words=[[5], [0, 1]])
+    assert bans.min_length_bans(r, VLLM) == [4, 2, 5]
+    assert bans.min_length_bans(r, TRTLLM) == [4, 2]
+
+
+def test_hf_drops_a_one_token_bad_word_equal_to_any_id_of_the_eos_set():
+    """§1.4, profile field bad_words_skip_end_id (transformers NoBadWordsLogitsProcessor filters
+    one-token words against every eos_token_id): [4] and [2] are dropped, [3] and the
+    two-token [1, 4] (prefix 1 not at the end of the empty history) are not one-token EOS words:
+    [3] is banned, [1, 4] bans nothing. With ignore_eos nothing is dropped; trtllm drops nothing."""
+    words = [[4], [2], [3], [1, 4]]
+    r = row([0.0] * 5, end_id=(2, 4), bad_words=words)
+    assert bans.bad_word_bans(r, HF) == [3]
+    assert bans.bad_word_bans(r.replace(ignore_eos=True), HF) == [4, 2, 3]
+    assert bans.bad_word_bans(r, TRTLLM) == [4, 2, 3]
 
 
 def test_bad_word_single_token_is_always_banned():

@@ -428,6 +428,50 @@ def test_multi_step_matches_real_generate(tiny_generate):
     assert got == [(10, "none"), (10, "none"), (6, "end_id")]
 
 
+@needs_transformers
+def test_eos_set_multi_step_matches_real_generate(tiny_generate):
+    # EOS set (10, 6) as eos_token_id=[10, 6], min_new_tokens 2: MinNewTokensLengthLogitsProcessor
+    # bans both for two steps, so the best left is 2.5, tied at ids 1 and 2: argmax takes 1; the
+    # third step may end on 6 (3.0, the argmax), the set's second id: EosTokenCriteria stops on it.
+    row = Row(logits=TINY, prompt=[3, 4], end_id=(10, 6), min_length=2, max_new_tokens=5)
+    toks, scores, _ = tiny_generate(row, steps=5)
+    assert toks == [1, 1, 6]
+    assert scores[0][0, 6].item() == -INF and scores[0][0, 10].item() == -INF
+    s = TransformersImpl().open_session()
+    got, gen = [], []
+    for _ in range(3):
+        r = s.step([row.replace(generated=list(gen))])[0]
+        got.append((r.token, r.finish_reason))
+        gen.append(r.token)
+    assert got == [(1, "none"), (1, "none"), (6, "end_id")]
+
+
+def test_eos_set_translation():
+    # an EOS set is a list (-1 dropped, first occurrence first); one end id stays an int; with
+    # ignore_eos none is given; ignore_eos with min_length and a set is n/a (no way to ban it).
+    from impls.transformers.translate import end_ids, unsupported_reason
+    L = T(0.0, 1.0, 2.0)
+    assert end_ids(Row(logits=L, end_id=(2, -1, 0, 2))) == [2, 0]
+    assert end_ids(Row(logits=L, end_id=2)) == 2 and end_ids(Row(logits=L, end_id=-1)) is None
+    assert end_ids(Row(logits=L, end_id=(-1,))) is None
+    assert end_ids(Row(logits=L, end_id=(2, 0), ignore_eos=True)) is None
+    assert unsupported_reason(Row(logits=L, end_id=(2, 0), ignore_eos=True, min_length=2))
+    assert unsupported_reason(Row(logits=L, end_id=(-1,), ignore_eos=True, min_length=2)) is None
+    assert unsupported_reason(Row(logits=L, end_id=(2, 0), ignore_eos=True)) is None
+
+
+@needs_transformers
+def test_eos_set_bad_word_and_finish():
+    # NoBadWordsLogitsProcessor drops a one-token bad word equal to any id of eos_token_id:
+    # [4] is the set's second id, so it stays (token 4, 3.0, the argmax) and EosTokenCriteria
+    # stops on it; with ignore_eos (eos_token_id=None) the word bans 4 and 2 (2.5) is drawn.
+    L = T(0.5, 1.0, 2.5, 2.0, 3.0)
+    (a,) = step(Row(logits=L, end_id=(2, 4), bad_words=[[4]]))
+    assert (a.token, a.finish_reason) == (4, "end_id") and a.rewritten_logits.tolist() == L.tolist()
+    (b,) = step(Row(logits=L, end_id=(2, 4), bad_words=[[4]], ignore_eos=True))
+    assert (b.token, b.finish_reason) == (2, "none") and b.rewritten_logits[4].item() == -INF
+
+
 def test_import_without_transformers():
     code = ("import sys; sys.modules['transformers'] = None\n"
             "import impls.transformers as m\n"

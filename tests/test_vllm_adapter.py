@@ -123,6 +123,19 @@ def test_translation_is_pure_python():
     assert classify_validation_error(ValueError("frequency_penalty must be in [-2, 2]")) == "invalid_penalty"
 
 
+def test_an_eos_set_is_the_tokenizer_eos_plus_the_generation_config_list():
+    # The first id of the set plays the tokenizer's eos_token_id; the set (without -1) is the
+    # generation config's eos_token_id list. One end id keeps the old spelling: no config.
+    from impls.vllm.translate import eos_id, generation_config
+    r = Row(logits=torch.zeros(6), end_id=(4, -1, 2, 4))
+    assert eos_id(r) == 4 and generation_config(r) == {"eos_token_id": [4, 2]}
+    r = Row(logits=torch.zeros(6), end_id=3)
+    assert eos_id(r) == 3 and generation_config(r) == {}
+    r = Row(logits=torch.zeros(6), end_id=(-1,))
+    assert eos_id(r) is None and generation_config(r) == {}
+    assert eos_id(Row(logits=torch.zeros(6), end_id=-1)) is None
+
+
 # --------------------------------------------------------------------------- (b) the adapter
 def T(*v):
     return torch.tensor(v, dtype=torch.float32)
@@ -227,6 +240,29 @@ def test_finish_reasons_check_stop_order():
 
 
 @needs_vllm
+def test_eos_set_params_finish_and_min_tokens():
+    # SamplingParams after update_from_generation_config({"eos_token_id": [2, 4]}, 2): eos 2,
+    # stop_token_ids gain 4 (not with ignore_eos), all_stop_token_ids hold both either way.
+    from impls.vllm.engine import make_params
+    sp = make_params(Row(logits=torch.zeros(6), end_id=(2, 4), stop_words=[[5]]))
+    assert sp.eos_token_id == 2 and sorted(sp.stop_token_ids) == [4, 5] and sp.all_stop_token_ids == {2, 4, 5}
+    sp = make_params(Row(logits=torch.zeros(6), end_id=(2, 4), ignore_eos=True))
+    assert sp.eos_token_id is None and sp.stop_token_ids == [] and sp.all_stop_token_ids == {2, 4}
+    # check_stop: 2 stops as the EOS, 4 with stop_reason 4 (a stop token), before the length limit
+    a, b, c, d = step(Row(logits=T(0.0, 1.0, 5.0, 0.5, 3.0), temperature=0.0, end_id=(2, 4)),
+                      Row(logits=T(0.0, 1.0, 3.0, 0.5, 5.0), temperature=0.0, end_id=(2, 4), max_new_tokens=1),
+                      Row(logits=T(0.0, 1.0, 3.0, 0.5, 5.0), temperature=0.0, end_id=(2, 4), ignore_eos=True),
+                      Row(logits=T(0.0, 1.0, 3.0, 0.5, 5.0), temperature=0.0, end_id=(4, 2)))
+    assert [r.token for r in (a, b, c, d)] == [2, 4, 4, 4]
+    assert [r.finish_reason for r in (a, b, c, d)] == ["end_id", "stop_words", "none", "end_id"]
+    # MinTokens bans every id of the set, ignore_eos or not: [0, 1, 3, 2, 2.5] -> 2 and 4 at -inf, token 3
+    for ignore in (False, True):
+        (e,) = step(Row(logits=T(0.0, 1.0, 3.0, 2.0, 2.5), temperature=0.0, end_id=(2, 4), min_length=2,
+                        ignore_eos=ignore))
+        assert e.token == 3 and e.rewritten_logits.tolist() == [0.0, 1.0, -INF, 2.0, -INF]
+
+
+@needs_vllm
 def test_logprobs_raw_before_processing_and_rank():
     # Sampler.forward: raw logprobs of the input logits; rank = #(logprob >= sampled's);
     # the output processor keeps the top-k dict and the sampled token.
@@ -302,6 +338,24 @@ def test_agrees_with_reference_under_vllm_profile():
 
 
 # --------------------------------------------------------------------------- (c) version shims
+@needs_vllm
+def test_posinf_row_draws_by_the_installed_kernel_and_returns_nan_logprobs():
+    # Profile field posinf_logits = "argmax" (read at 0.32.0): forward_cpu's fused_gumbel_argmax keeps the
+    # first +inf it meets, whatever the seed: [0, +inf, 1] -> 1 and [+inf, 0, +inf] -> 0. 0.29.0's
+    # probs / q path (softmax all NaN, argmax takes the first NaN) answers 0 for both (finding
+    # vllm-029-posinf-logit-yields-token-0). On both, log_softmax of such a row is NaN everywhere, so the
+    # sampled token's logprob and the top logprobs come back NaN (finding vllm-posinf-logit-nan-logprobs;
+    # the profile's truth is 0 for the +inf token).
+    from impls.vllm import engine
+    rows = [Row(logits=T(0.0, INF, 1.0), temperature=1.0, seed=s, logprobs=1, slot=s) for s in range(8)]
+    rows.append(Row(logits=T(INF, 0.0, INF), temperature=1.0, seed=9, slot=8))
+    out = step(*rows)
+    assert [r.error for r in out] == [None] * 9
+    assert [r.token for r in out] == ([1] * 8 + [0] if engine.FUSED_GUMBEL_CPU else [0] * 9)
+    assert all(math.isnan(r.logprob) for r in out)
+    assert all(math.isnan(v) for r in out[:8] for _, v in r.top_logprobs)
+
+
 @needs_vllm
 def test_min_tokens_above_the_derived_max_tokens_follows_the_installed_vllm():
     # InputProcessor.process_inputs: max_tokens None -> max_model_len - prompt_len (4 - 2 = 2). Since 0.31.0

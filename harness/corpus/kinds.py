@@ -153,6 +153,10 @@ class CheckKind:
         """
         return []
 
+    def predicted_relations(self, judge, case, profile) -> list:
+        """Whether each relation the case declares holds for the reference under ``profile`` (default: none)."""
+        return []
+
     # -- golden files ----------------------------------------------------------------
     def golden_record(self, judge, case, profile_name: str) -> dict:
         """The golden content of ``case`` under one profile (JSON-ready, deterministic)."""

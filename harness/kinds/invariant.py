@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import torch
 
+from harness.corpus import truths
 from harness.corpus.load import CaseError
-from harness.judge.blame import blame, field_entries
+from harness.judge.blame import blame, field_entries, suspects
 from harness.judge.compare import mismatches, observe
 from harness.judge.verdict import Evidence, verdict
 from impls.profiles import TRTLLM, Profile
@@ -37,7 +38,8 @@ _INVARIANTS = {"type": "array", "minItems": 1, "items": {
     "properties": {"kind": {"enum": ["same_token", "same_result", "different_token", "prob_not_greater"]},
                    "a": {"type": "string", "pattern": r"^[\w-]+:[0-9]+$"},
                    "b": {"type": "string", "pattern": r"^[\w-]+:[0-9]+$"},
-                   "tokens": {"type": "array", "minItems": 1, "items": {"type": "integer"}}}}}
+                   "tokens": {"type": "array", "minItems": 1, "items": {"type": "integer"}},
+                   "holds_by_profile": {"type": "object", "additionalProperties": {"type": "boolean"}}}}}
 
 
 def relations(case, outputs: list) -> list:
@@ -146,8 +148,49 @@ class InvariantKind(RowsKind):
             if (inv["kind"] == "prob_not_greater") != ("tokens" in inv):
                 raise CaseError(shown, f"invariants[{i}].tokens",
                                 "required with kind 'prob_not_greater', and only allowed there")
+            for name in inv.get("holds_by_profile", {}):
+                if name == truths.default_profile_name():
+                    raise CaseError(shown, f"invariants[{i}].holds_by_profile.{name}",
+                                    f"{name!r} is the default profile: every relation must hold under it")
+                if name not in truths.profile_names():
+                    raise CaseError(shown, f"invariants[{i}].holds_by_profile.{name}",
+                                    f"unknown profile {name!r}; known: {', '.join(truths.profile_names())}")
         attrs["invariants"] = data["invariants"]
         return attrs, used
+
+    def truth_profiles(self, case) -> set:
+        """The rows' truths' profiles, the default (its relations must hold), and those of ``holds_by_profile``."""
+        out = super().truth_profiles(case) | {TRTLLM.name}
+        for inv in case.invariants:
+            out |= set(inv.get("holds_by_profile", {}))
+        return out
+
+    def relation_truths(self, case, checks: list, truth_name: str) -> list:
+        """Where predicted relations contradict the case for ``truth_name``: under the default every
+        relation holds; under another profile, the relations with a ``holds_by_profile`` entry for it.
+
+        Returns
+        -------
+        list of str
+            ``"<kind>(<a>, <b>): predicted to hold: False, the case says True under <profile>"``.
+        """
+        out = []
+        for inv, c in zip(case.invariants, checks):
+            want = True if truth_name == TRTLLM.name else inv.get("holds_by_profile", {}).get(truth_name)
+            if want is not None and bool(c["holds"]) != want:
+                out.append(f"{c['kind']}({c['a']}, {c['b']}): predicted to hold: {bool(c['holds'])}, the case says "
+                           f"{want} under {truth_name}")
+        return out
+
+    def truth_mismatches(self, judge, case, profile: Profile, truth_name: str) -> list:
+        """The rows' truths (:meth:`RowsKind.truth_mismatches`) and the relations' (:meth:`relation_truths`)."""
+        pred = self.predict(judge, case, profile, cache=False)
+        rows = [f"{h['row']}: {'; '.join(h['mismatches'])}" for h in self.hand(judge, case, pred, profile, truth_name)]
+        return rows + self.relation_truths(case, relations(case, pred), truth_name)
+
+    def predicted_relations(self, judge, case, profile: Profile) -> list:
+        """Whether each relation holds for the reference under ``profile`` (not cached)."""
+        return [bool(c["holds"]) for c in relations(case, self.predict(judge, case, profile, cache=False))]
 
     def explain_relations(self, judge, case, profile: Profile, checks: list) -> list:
         """Profile fields that break a relation broken in ``checks``: alone, else in pairs (:func:`harness.judge.blame.blame`).
@@ -189,12 +232,14 @@ class InvariantKind(RowsKind):
         own_rows = [x for x in own_rows if x in with_truth]
         if rows:
             ev.details["rows"] = rows
-        if name != TRTLLM.name and self.has_truths(case, name):
-            mine = self.hand(judge, case, pred, impl.profile)
+        if name != TRTLLM.name and name in self.truth_profiles(case):
+            mine = [f"{h['row']}: {', '.join(h['mismatches'])}" for h in self.hand(judge, case, pred, impl.profile)]
+            mine += self.relation_truths(case, predicted, name)
             if mine:
                 ev.details["profile_truth_mismatches"] = mine
-                ev.profile_truth = "; ".join(f"{h['row']}: {', '.join(h['mismatches'])}" for h in mine)
-                ev.suspects = lambda: self.suspects(judge, case, impl.profile)
+                ev.profile_truth = "; ".join(mine)
+                ev.suspects = lambda: suspects(impl.profile, lambda probe_profile: not self.truth_mismatches(
+                    judge, case, probe_profile, name))
         default_broken = [c for c in relations(case, default) if not c["holds"]]
         if hand:
             ev.broken_case = "; ".join(f"{h['row']}: {', '.join(h['mismatches'])}" for h in hand)

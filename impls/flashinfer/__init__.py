@@ -98,8 +98,8 @@ SUPPORTED_FEATURES = frozenset({"temperature", "top_k", "top_p", "min_p", "seed"
 #: Features of a speculative scenario this adapter can run: the finish rules
 #: are the reference runner's there. The judge's feature check reads it
 #: (:attr:`FlashInferImpl.scenario_features`) for scenario cases.
-SCENARIO_FEATURES = SUPPORTED_FEATURES | frozenset({"end_id", "ignore_eos", "stop_words", "max_new_tokens",
-                                                     "max_seq_len", "finish_reason"})
+SCENARIO_FEATURES = SUPPORTED_FEATURES | frozenset({"end_id", "end_id_set", "ignore_eos", "stop_words",
+                                                     "max_new_tokens", "max_seq_len", "finish_reason"})
 
 #: Row kind → the FlashInfer function that samples it.
 FUNCTIONS = {

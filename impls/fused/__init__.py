@@ -169,8 +169,8 @@ class FusedImpl:
     features = frozenset({
         "temperature", "top_k", "top_p", "min_p", "top_p_decay", "beam_search", "repetition_penalty",
         "presence_penalty", "frequency_penalty", "prompt_ignore_length", "logit_bias", "min_length", "bad_words",
-        "no_repeat_ngram", "end_id", "ignore_eos", "stop_words", "max_new_tokens", "max_seq_len", "seed",
-        "logprobs", "processed_logits", "canonical_rng", "low_precision_logits", "finish_reason",
+        "no_repeat_ngram", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens", "max_seq_len",
+        "seed", "logprobs", "processed_logits", "canonical_rng", "low_precision_logits", "finish_reason",
     })
     devices = frozenset({"cpu", "cuda"})
     #: Timed on a GPU only (on a CPU it runs under Triton's interpreter, a correctness tool).

@@ -9,27 +9,36 @@ from __future__ import annotations
 import torch
 
 from ..base import Row
+from ..params import end_id_set
 from ..profiles import Profile
 
 __all__ = ["min_length_bans", "bad_word_bans", "no_repeat_ngram_bans", "apply_bans"]
 
 
 def min_length_bans(row: Row, profile: Profile) -> list:
-    """Ban the end id while fewer than ``min_length`` tokens exist.
+    """Ban the end id (every id of an EOS set) while fewer than ``min_length`` tokens exist.
 
     The count is ``len(generated)`` (plus ``len(prompt)`` when
     ``profile.min_length_counts_prompt``). With ``ignore_eos`` the original
-    end id is still banned; an end id of ``None``/``-1`` bans nothing (a bug
-    once banned token ``V-1``). With ``profile.min_length_bans_stop_words``
-    (vLLM) every one-token stop word is banned too.
+    end ids are still banned; an end id of ``None``/``-1`` bans nothing (a bug
+    once banned token ``V-1``), and so do ids outside ``[0, V)`` (a profile
+    may accept them). With ``profile.min_length_bans_stop_words`` (vLLM)
+    every one-token stop word is banned too.
 
     Returns
     -------
     list of int
-        ``[end_id]`` (and stop words) or ``[]``.
+        The ids of :func:`impls.params.end_id_set` in ``[0, V)``, in order
+        (and stop words), or ``[]``.
 
     Source: SEMANTICS §1.4; seed 000 § token_ban (min_length bans EOS from a
-    length count, never from token values).
+    length count, never from token values). An EOS set is banned whole in
+    every engine that takes one: transformers ``MinNewTokensLengthLogitsProcessor``
+    (``torch.isin`` of the vocabulary against every ``eos_token_id``,
+    logits_process.py@v5.24.0) and vLLM ``MinTokensLogitsProcessor``
+    (``SamplingParams.all_stop_token_ids``, which holds every id of the set
+    whether or not ``ignore_eos``, v1/sample/logits_processor/builtin.py and
+    sampling_params.py@v0.32.0).
     """
     if not row.min_length:
         return []
@@ -37,9 +46,8 @@ def min_length_bans(row: Row, profile: Profile) -> list:
     if n >= row.min_length:
         return []
     V = row.vocab
-    out = []
-    if row.end_id is not None and 0 <= row.end_id < V:
-        out.append(row.end_id)  # no end id, or one outside the vocabulary (a profile may accept it): nothing
+    # no end id, or one outside the vocabulary (a profile may accept it): nothing
+    out = [t for t in end_id_set(row.end_id) if 0 <= t < V]
     if getattr(profile, "min_length_bans_stop_words", False):
         out += [int(w[0]) for w in row.stop_words if len(w) == 1 and 0 <= w[0] < V]
     return out
@@ -50,8 +58,9 @@ def bad_word_bans(row: Row, profile: Profile = None) -> list:
     bans ``tk-1`` when ``prompt + generated`` ends with ``[t0..tk-2]`` (the
     prefix may lie in the prompt, unless ``profile.bad_words_see_prompt`` is
     False: then only ``generated`` is matched). With
-    ``profile.bad_words_skip_end_id`` a one-token word equal to the end id is
-    dropped.
+    ``profile.bad_words_skip_end_id`` a one-token word equal to the end id
+    (any id of an EOS set; transformers ``NoBadWordsLogitsProcessor`` filters
+    against every ``eos_token_id``) is dropped unless ``ignore_eos``.
 
     Returns
     -------
@@ -61,14 +70,14 @@ def bad_word_bans(row: Row, profile: Profile = None) -> list:
     """
     see_prompt = profile is None or profile.bad_words_see_prompt
     hist = (list(row.prompt) if see_prompt else []) + list(row.generated)
-    eos = row.end_id if (row.end_id is not None and row.end_id >= 0 and not row.ignore_eos) else None
+    eos = () if row.ignore_eos else end_id_set(row.end_id)
     skip_eos = profile is not None and profile.bad_words_skip_end_id
     out = []
     for w in row.bad_words:
         w = list(w)
         if not w:
             continue  # rejected by validation unless the profile ignores empty words
-        if skip_eos and len(w) == 1 and w[0] == eos:
+        if skip_eos and len(w) == 1 and w[0] in eos:
             continue  # Hugging Face drops a one-token bad word equal to the EOS id
         prefix = w[:-1]
         if not prefix or (len(hist) >= len(prefix) and hist[len(hist) - len(prefix):] == prefix):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..base import Row
+from ..params import end_id_set
 from ..profiles import Profile
 
 __all__ = ["finish_reason", "END_ID", "LENGTH", "STOP_WORDS", "NOT_FINISHED"]
@@ -17,8 +18,13 @@ def _ends_with(hist: list, word: list) -> bool:
 def finish_reason(row: Row, token: int, profile: Profile) -> str:
     """Finish reason of ``row`` once ``token`` is appended to ``generated``.
 
-    Conditions: END_ID if ``token == end_id`` (end id set, ``>= 0``, and not
-    ``ignore_eos``); LENGTH if ``len(generated) >= max_new_tokens`` or
+    Conditions: END_ID if ``token`` is an id of the EOS set
+    (:func:`impls.params.end_id_set`: the one ``end_id``, or any id of an
+    array) and not ``ignore_eos``; under
+    ``profile.end_id_set_others_reason == "stop_words"`` only the set's first
+    id is END_ID and the others count as one-token stop words (vLLM: the
+    generation config's EOS ids join ``stop_token_ids``); LENGTH if
+    ``len(generated) >= max_new_tokens`` or
     ``len(prompt) + len(generated) >= max_seq_len``; STOP_WORDS if the
     history ends with a stop word (``prompt + generated`` when
     ``profile.stop_words_see_prompt``, so a match may straddle the prompt
@@ -35,7 +41,7 @@ def finish_reason(row: Row, token: int, profile: Profile) -> str:
         ``"end_id"``, ``"length"``, ``"stop_words"`` or ``"none"``.
 
     Source: seed 000 § 结束判定 ("Order matches handle_stop_criteria: END_ID,
-    then LENGTH, then STOP_WORDS").
+    then LENGTH, then STOP_WORDS"); an EOS set: SEMANTICS §1.8.
     """
     gen = list(row.generated) + [int(token)]
     max_new, max_seq = row.max_new_tokens, row.max_seq_len
@@ -44,11 +50,14 @@ def finish_reason(row: Row, token: int, profile: Profile) -> str:
     if max_new is not None and profile.max_new_tokens_overrides_max_seq_len:
         max_seq = None
     hist = list(row.prompt) + gen if profile.stop_words_see_prompt else gen
+    eos = () if row.ignore_eos else end_id_set(row.end_id)
+    ends, stops = (eos, ()) if profile.end_id_set_others_reason == END_ID else (eos[:1], eos[1:])
+    token = int(token)
     checks = {
-        END_ID: row.end_id is not None and row.end_id >= 0 and not row.ignore_eos and token == row.end_id,
+        END_ID: token in ends,
         LENGTH: (max_new is not None and len(gen) >= max_new)
         or (max_seq is not None and len(row.prompt) + len(gen) >= max_seq),
-        STOP_WORDS: any(_ends_with(hist, w) for w in row.stop_words),
+        STOP_WORDS: token in stops or any(_ends_with(hist, w) for w in row.stop_words),
     }
     for reason in profile.finish_order:
         if checks[reason]:

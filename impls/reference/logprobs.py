@@ -4,15 +4,69 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["raw_logprobs", "top_logprobs", "rank"]
+__all__ = ["raw_logprobs", "posinf_point_mass", "top_logprobs", "rank"]
 
 
-def raw_logprobs(x: torch.Tensor) -> torch.Tensor:
+def posinf_point_mass(x: torch.Tensor) -> torch.Tensor:
+    """The limit of ``softmax(x)`` when ``x`` holds ``+inf``: the point mass on its first ``+inf``.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``(V,)`` logits holding at least one ``+inf``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(V,)`` bool, True only at the lowest token id holding ``+inf``
+        (the id ``torch.argmax`` returns for a row without NaN).
+
+    Raises
+    ------
+    ValueError
+        If ``x`` holds no ``+inf``.
+
+    Source: profile field ``posinf_logits == "argmax"`` (SEMANTICS §5).
+    """
+    ids = torch.nonzero(torch.isposinf(x)).flatten()
+    if ids.numel() == 0:
+        raise ValueError("posinf_point_mass: the logits hold no +inf")
+    out = torch.zeros(x.shape, dtype=torch.bool, device=x.device)
+    out[int(ids[0])] = True
+    return out
+
+
+def raw_logprobs(x: torch.Tensor, posinf_logits: str = "error") -> torch.Tensor:
     """``log_softmax`` at temperature 1 of ``x`` (``(V,)``), same dtype.
 
     Which logits ``x`` are (after rewrites, or before any processing) is the
     profile's ``raw_logprobs_stage``.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``(V,)`` logits.
+    posinf_logits : {"error", "argmax"}
+        The profile's field. ``"argmax"``: logits holding ``+inf`` give the
+        point mass of :func:`posinf_point_mass` (0 at the lowest ``+inf``
+        id, ``-inf`` everywhere else, another ``+inf`` included);
+        ``"error"``: plain ``log_softmax`` (NaN everywhere for such logits).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(V,)`` logprobs, dtype of ``x``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``posinf_logits``.
     """
+    if posinf_logits not in ("error", "argmax"):
+        raise ValueError(f"unknown posinf_logits rule {posinf_logits!r}")
+    if posinf_logits == "argmax" and bool(torch.isposinf(x).any()):
+        mass = posinf_point_mass(x)
+        return torch.where(mass, torch.zeros_like(x), torch.full_like(x, float("-inf")))
     return torch.log_softmax(x, dim=-1)
 
 

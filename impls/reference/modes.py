@@ -92,8 +92,8 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         ``(0, 1]``), ``invalid_seed``
         (not an integer, or outside ``[-2**63, 2**64)``), ``invalid_length`` (negative
         ``min_length``, ``max_new_tokens``, ``max_seq_len``,
-        ``no_repeat_ngram_size``), ``invalid_end_id`` (outside
-        ``[-1, V)``), ``invalid_bad_words`` / ``invalid_stop_words`` (empty
+        ``no_repeat_ngram_size``), ``invalid_end_id`` (an end id, or
+        an id of an EOS set, outside ``[-1, V)``), ``invalid_bad_words`` / ``invalid_stop_words`` (empty
         word or an id outside ``[0, V)``), ``invalid_token_id`` (history id
         outside ``[0, V)`` when the profile says ``history_out_of_range =
         "error"``).
@@ -180,8 +180,12 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         raise RowError("invalid_length", f"min_length={row.min_length} exceeds the room max_seq_len - len(prompt) = "
                                          f"{row.max_seq_len - len(row.prompt)} left for new tokens")
     e = row.end_id
-    if e is not None and not -1 <= e < V and "end_id_range" not in profile.validation_skips:
-        raise RowError("invalid_end_id", f"end_id={e}: must be -1 (none) or in [0, {V})")
+    if e is not None and "end_id_range" not in profile.validation_skips:
+        many = isinstance(e, (list, tuple))  # an EOS set: each id is checked as one end id is
+        for t_ in (e if many else (e,)):
+            if not -1 <= t_ < V:
+                where = f"end_id={list(e)}: id {t_}" if many else f"end_id={e}"
+                raise RowError("invalid_end_id", f"{where}: must be -1 (none) or in [0, {V})")
     for name, words in (("bad_words", row.bad_words), ("stop_words", row.stop_words)):
         for w in words:
             if len(w) == 0 and name == "bad_words" and "empty_bad_word" in profile.validation_skips:

@@ -14,7 +14,9 @@ fields choose the variants, never the engine's name):
 6. RAW logprobs from the stage ``profile.raw_logprobs_stage`` (§1.7);
 7. GREEDY: argmax, ties → lowest id. BEAM (one step, width 1): argmax of
    ``log_softmax(x / T)``. SAMPLING: the kept set of :mod:`.filters`
-   (§1.5), then the canonical draw of :mod:`.draw` with ``(seed, offset)``
+   (§1.5; a ``+inf`` logit is ``posinf_logits``, or under
+   ``profile.posinf_logits == "argmax"`` the point mass on the lowest
+   ``+inf`` id), then the canonical draw of :mod:`.draw` with ``(seed, offset)``
    from :mod:`.seeds` (§1.6), all sampling rows drawn in one batched call;
 8. PROCESSED logprob, top-k logprobs and rank (:mod:`.logprobs`);
 9. finish reason (:mod:`.finish`, §1.8).
@@ -36,7 +38,7 @@ from . import bans, rewrites
 from .draw import gumbel_argmax
 from .filters import kept_set, processed_probs
 from .finish import finish_reason
-from .logprobs import rank, raw_logprobs, top_logprobs
+from .logprobs import posinf_point_mass, rank, raw_logprobs, top_logprobs
 from .modes import BEAM, GREEDY, SAMPLING, Resolved, effective_seed, resolve
 from .philox import seed_bits
 from .seeds import SeedManager
@@ -168,11 +170,37 @@ class ReferenceSession:
         return int(torch.argmax(x))
 
     def _kept(self, res: Resolved, x: torch.Tensor) -> torch.Tensor:
+        """The kept set of a SAMPLING row: ``(V,)`` bool.
+
+        A ``+inf`` in ``x`` is ``posinf_logits`` under ``profile.posinf_logits
+        == "error"``; under ``"argmax"`` the kept set is the point mass on the
+        lowest ``+inf`` id (:func:`.logprobs.posinf_point_mass`).
+
+        Raises
+        ------
+        RowError
+            ``posinf_logits``; ``no_valid_token`` (every token ``-inf``).
+        """
         if torch.isposinf(x).any():
+            if self.profile.posinf_logits == "argmax":
+                return posinf_point_mass(x)
             raise RowError("posinf_logits", "+inf logit in a sampling row: the distribution is undefined")
         if not (x > float("-inf")).any():
             raise RowError("no_valid_token", "every token is -inf after bias, penalties and bans")
         return kept_set(x, res, self.profile)
+
+    @staticmethod
+    def _draw_logits(x: torch.Tensor) -> torch.Tensor:
+        # The logits the canonical draw sees: a +inf (kept alone, posinf_logits == "argmax")
+        # becomes 0, so the draw's max-shift stays finite and that token wins on every seed.
+        return torch.where(torch.isposinf(x), torch.zeros_like(x), x)
+
+    def _sampled_probs(self, res: Resolved, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        # The distribution a SAMPLING row is drawn from (PROCESSED logprobs): the point mass
+        # of its kept +inf token under posinf_logits == "argmax", else softmax(x / T) on keep.
+        if torch.isposinf(x[keep]).any():
+            return keep.to(x.dtype)
+        return processed_probs(x, keep, res.temperature)
 
     # -- the step ---------------------------------------------------------
     def step(self, rows: Sequence[Row]) -> list[RowResult]:
@@ -223,7 +251,7 @@ class ReferenceSession:
             by_vocab.setdefault(rows[i].vocab, []).append(i)
         seeds_offsets = {i: self.seeds.take(rows[i].slot) for i in draw_idx}
         for V, idx in by_vocab.items():
-            x = torch.stack([staged[i][2] for i in idx])
+            x = self._draw_logits(torch.stack([staged[i][2] for i in idx]))
             keep = torch.stack([staged[i][3] for i in idx])
             temp = torch.tensor([staged[i][0].temperature for i in idx], dtype=self.dtype, device=self.device)
             seeds = torch.tensor([seeds_offsets[i][0] for i in idx], dtype=torch.int64)
@@ -244,11 +272,11 @@ class ReferenceSession:
             probs = torch.zeros_like(x)
             probs[tok] = 1.0
         else:
-            probs = processed_probs(x, keep, res.temperature)
+            probs = self._sampled_probs(res, x, keep)
         result.rewritten_logits = x
         result.probs = probs
         raw_src = x if self.profile.raw_logprobs_stage == "after_rewrites" else x0
-        lp = raw_logprobs(raw_src)
+        lp = raw_logprobs(raw_src, self.profile.posinf_logits)
         result.raw_logprobs = lp
         for k, v in token_outputs(row, tok, lp, probs, self.profile).items():
             setattr(result, k, v)
@@ -286,12 +314,13 @@ class ReferenceSession:
             counts[tok] = len(seeds)
             return counts
         keep = self._kept(res, x)
+        xd = self._draw_logits(x)
         # the signed 64-bit view of each seed (SEMANTICS §1.6), without building a Row per draw
         sv = [b - (1 << 64) if b >= (1 << 63) else b for b in (seed_bits(int(s)) for s in seeds)]
         for start in range(0, len(sv), chunk):
             part = sv[start:start + chunk]
             n = len(part)
-            toks = gumbel_argmax(x.expand(n, V), keep.expand(n, V),
+            toks = gumbel_argmax(xd.expand(n, V), keep.expand(n, V),
                                  torch.full((n,), res.temperature, dtype=self.dtype, device=self.device),
                                  torch.tensor(part, dtype=torch.int64), torch.zeros(n, dtype=torch.int64))
             counts += torch.bincount(toks.cpu(), minlength=V)

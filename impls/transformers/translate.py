@@ -33,7 +33,12 @@ Row field                   Hugging Face spelling
                             -> ``MinNewTokensLengthLogitsProcessor`` (and the
                             ``MinLengthLogitsProcessor`` that ``_prepare_generated_length``
                             derives from it)
-``end_id``                  ``eos_token_id`` (``-1``/None: none) -> ``EosTokenCriteria``
+``end_id``                  ``eos_token_id`` (``-1``/None: none) -> ``EosTokenCriteria``;
+                            an EOS set (an array) is passed as the list of its ids
+                            (``eos_token_id: int | list[int]``): ``EosTokenCriteria``
+                            stops on any, ``MinNewTokensLengthLogitsProcessor`` bans
+                            all, ``NoBadWordsLogitsProcessor`` drops any one-token word
+                            equal to one
 ``ignore_eos``              ``eos_token_id=None`` (transformers has no ignore-EOS flag)
 ``max_new_tokens``          ``max_new_tokens`` -> ``MaxLengthCriteria``
 ``max_seq_len``             ``max_length`` (prompt + generated) -> ``MaxLengthCriteria``
@@ -47,16 +52,17 @@ reason (the harness reports ``n/a``).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 from ..base import Row, active
+from ..params import end_id_set
 
 __all__ = ["resolve_do_sample", "end_ids", "generate_kwargs", "unsupported_reason", "SUPPORTED_FEATURES"]
 
 #: Features (names from :data:`impls.base.FEATURES`) the adapter can express.
 SUPPORTED_FEATURES = frozenset({
     "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "prompt_ignore_length",
-    "logit_bias", "min_length", "bad_words", "no_repeat_ngram", "end_id", "ignore_eos",
+    "logit_bias", "min_length", "bad_words", "no_repeat_ngram", "end_id", "end_id_set", "ignore_eos",
     "stop_words", "max_new_tokens", "max_seq_len", "seed", "logprobs", "processed_logits",
     "low_precision_logits", "finish_reason",
 })
@@ -84,17 +90,21 @@ def resolve_do_sample(row: Row) -> bool:
     return any(v is not None for v in (row.temperature, row.top_k, row.top_p, row.min_p))
 
 
-def end_ids(row: Row) -> Optional[int]:
-    """The ``eos_token_id`` given to transformers, or None.
+def end_ids(row: Row) -> Union[int, list, None]:
+    """The ``eos_token_id`` given to transformers: an int, a list of ints (an EOS set), or None.
 
-    None when ``end_id`` is None or ``-1`` (no end id) or when ``ignore_eos``
-    is set: transformers has no ignore-EOS switch, and an EOS id always
-    builds ``EosTokenCriteria`` (utils.py ``_get_stopping_criteria``@v5.24.0),
-    so not giving one is the way to generate past it.
+    None when ``end_id`` is None or ``-1`` (no end id), an EOS set holds no
+    id but ``-1``, or ``ignore_eos`` is set: transformers has no ignore-EOS
+    switch, and an EOS id always builds ``EosTokenCriteria`` (utils.py
+    ``_get_stopping_criteria``@v5.24.0), so not giving one is the way to
+    generate past it. An EOS set is the list of
+    :func:`impls.params.end_id_set` (``eos_token_id`` takes ``int |
+    list[int]``; ``_prepare_special_tokens`` makes either a 1-D tensor).
     """
-    if row.end_id is None or row.end_id == -1 or row.ignore_eos:
+    ids = end_id_set(row.end_id)
+    if not ids or row.ignore_eos:
         return None
-    return int(row.end_id)
+    return list(ids) if isinstance(row.end_id, (list, tuple)) else ids[0]
 
 
 def _float(v):
@@ -158,9 +168,10 @@ def unsupported_reason(row: Row) -> Optional[str]:
         or frequency penalty (no such processor in logits_process.py@v5.24.0);
         top-p decay (no such warper); a multi-token stop word given as token
         ids (``StopStringCriteria`` matches strings through a tokenizer);
-        ``ignore_eos`` together with a ``min_length`` ban of the end id (the
-        only way not to stop at EOS is ``eos_token_id=None``, which also
-        removes the id ``MinNewTokensLengthLogitsProcessor`` bans).
+        ``ignore_eos`` together with a ``min_length`` ban of the end id or
+        an EOS set (the only way not to stop at EOS is ``eos_token_id=None``,
+        which also removes the ids ``MinNewTokensLengthLogitsProcessor``
+        bans).
     """
     if row.use_beam_search:
         return "beam search: transformers runs beams across steps (_beam_search); one step has no generate() spelling"
@@ -170,7 +181,7 @@ def unsupported_reason(row: Row) -> Optional[str]:
         return "top-p decay: transformers has no such warper"
     if any(len(w) > 1 for w in row.stop_words):
         return "multi-token stop words as token ids: transformers matches stop strings through a tokenizer"
-    if row.ignore_eos and row.min_length and row.end_id is not None and row.end_id != -1:
+    if row.ignore_eos and row.min_length and end_id_set(row.end_id):
         return ("ignore_eos with min_length: transformers has no ignore-EOS flag; eos_token_id=None also "
                 "drops the id MinNewTokensLengthLogitsProcessor would ban")
     return None

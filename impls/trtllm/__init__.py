@@ -113,7 +113,10 @@ class TrtllmImpl:
 
     #: What a given checkout cannot run (beam search without ``beam_search.py``, its
     #: candidate-beams-array path, draft tokens) is ``n/a`` through :meth:`run_scenario` and
-    #: :meth:`unsupported`, whose reasons name the file or the path.
+    #: :meth:`unsupported`, whose reasons name the file or the path. No ``end_id_set``: a request
+    #: has one end id (``SamplingParams.end_id: Optional[int]``, tensorrt_llm/sampling_params.py
+    #: @a98a9061; ``LlmRequest.py_end_id``), the one ``token_ban.py``'s ``_add_min_length_bans``
+    #: bans; other EOS ids can only be ``stop_token_ids``, which a case writes as ``stop_words``.
     features = frozenset({
         "temperature", "top_k", "top_p", "min_p", "top_p_decay", "beam_search", "repetition_penalty",
         "presence_penalty", "frequency_penalty", "prompt_ignore_length", "logit_bias", "min_length", "bad_words",

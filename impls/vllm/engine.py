@@ -10,7 +10,8 @@ model, a tokenizer and a scheduler:
    greedy reset of top-p/top-k/min-p), then what
    ``InputProcessor.process_inputs`` (v1/engine/input_processor.py) does for
    a request: ``max_tokens=None`` -> ``max_model_len - prompt_len``,
-   ``update_from_generation_config({}, eos)``, ``update_from_tokenizer``
+   ``update_from_generation_config(config, eos)`` (``config`` holds an EOS
+   set's ids, as a model's generation config would), ``update_from_tokenizer``
    (bad words), the id checks ``_validate_logprobs``, ``_validate_logit_bias``,
    ``_validate_stop_token_ids`` of ``SamplingParams.verify``, and the
    prompt checks ``InputProcessor._validate_prompt_len`` and
@@ -68,7 +69,7 @@ from vllm.v1.sample.metadata import SamplingMetadata
 from vllm.v1.sample.ops import topk_topp_sampler as tts
 
 from ..base import Row, RowError
-from .translate import bad_word_index, classify_validation_error, eos_id, sampling_kwargs
+from .translate import bad_word_index, classify_validation_error, eos_id, generation_config, sampling_kwargs
 
 __all__ = ["version", "seed_engine", "make_params", "make_metadata", "run_batch", "finish_reason", "path_description",
            "BatchOutput", "UNBOUNDED_MODEL_LEN", "default_max_logprobs"]
@@ -261,7 +262,7 @@ def make_params(row: Row) -> SamplingParams:
             if CHECKS_MIN_TOKENS_FOR_UNSET_MAX and sp.min_tokens > sp.max_tokens:
                 raise VLLMValidationError(f"min_tokens must be less than or equal to max_tokens={sp.max_tokens}, "
                                           f"got {sp.min_tokens}.")
-        sp.update_from_generation_config({}, eos_id(row))
+        sp.update_from_generation_config(generation_config(row), eos_id(row))
         if row.bad_words:
             sp.update_from_tokenizer(tok)
     except (VLLMValidationError, ValueError, TypeError) as e:
@@ -496,7 +497,10 @@ def finish_reason(row: Row, sp: SamplingParams, token: int) -> str:
     str
         ``"end_id"`` (FINISHED_STOPPED by the EOS id), ``"stop_words"``
         (FINISHED_STOPPED by a ``stop_token_ids`` entry: ``stop_reason`` is
-        the token), ``"length"`` (FINISHED_LENGTH_CAPPED) or ``"none"``.
+        the token; this includes an id of an EOS set other than its first,
+        which ``update_from_generation_config`` put there: profile field
+        ``end_id_set_others_reason``), ``"length"`` (FINISHED_LENGTH_CAPPED)
+        or ``"none"``.
     """
     req = Request(request_id="sampcheck", prompt_token_ids=list(row.prompt), sampling_params=sp,
                   pooling_params=None)

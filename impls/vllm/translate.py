@@ -24,7 +24,11 @@ Row field                   vLLM spelling
 ``end_id``                  the model's EOS id, passed as
                             ``SamplingParams.update_from_generation_config({}, eos)``
                             as ``InputProcessor.process_inputs`` does (``-1``/None:
-                            no EOS)
+                            no EOS). An EOS set (an array) is the model's
+                            generation config ``{"eos_token_id": [ids]}`` with its
+                            first id as the tokenizer's EOS (:func:`generation_config`):
+                            the others join ``stop_token_ids`` (unless ``ignore_eos``)
+                            and ``all_stop_token_ids`` (the min_tokens ban)
 ``ignore_eos``              ``ignore_eos``
 ``bad_words``               ``bad_words`` (strings in vLLM): each word is given as a
                             placeholder string that a stand-in tokenizer encodes to
@@ -51,14 +55,15 @@ from __future__ import annotations
 from typing import Optional
 
 from ..base import Row, active
+from ..params import end_id_set
 
 __all__ = ["SUPPORTED_FEATURES", "sampling_kwargs", "unsupported_reason", "classify_validation_error",
-           "bad_word_text", "eos_id", "bad_word_index"]
+           "bad_word_text", "eos_id", "generation_config", "bad_word_index"]
 
 #: Features (names from :data:`impls.base.FEATURES`) the adapter can express.
 SUPPORTED_FEATURES = frozenset({
     "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
-    "logit_bias", "min_length", "bad_words", "end_id", "ignore_eos", "stop_words", "max_new_tokens",
+    "logit_bias", "min_length", "bad_words", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens",
     "max_seq_len", "seed", "logprobs", "processed_logits", "low_precision_logits", "finish_reason",
 })
 
@@ -84,10 +89,29 @@ def bad_word_index(text: str) -> Optional[int]:
 
 
 def eos_id(row: Row) -> Optional[int]:
-    """The EOS id the engine is told about: ``end_id`` unless None or ``-1``."""
-    if row.end_id is None or row.end_id == -1:
-        return None
-    return int(row.end_id)
+    """The EOS id the engine is told about (the tokenizer's ``eos_token_id``), or None.
+
+    ``end_id`` unless None or ``-1``; for an EOS set, its first id
+    (:func:`impls.params.end_id_set`, which drops ``-1``).
+    """
+    ids = end_id_set(row.end_id)
+    return ids[0] if ids else None
+
+
+def generation_config(row: Row) -> dict:
+    """The generation-config fields the engine is told about: ``{"eos_token_id": [ids]}`` or ``{}``.
+
+    Only for an EOS set (``end_id`` given as an array): every id of
+    :func:`impls.params.end_id_set`, as a model's ``generation_config.json``
+    lists them. ``SamplingParams.update_from_generation_config``
+    (sampling_params.py@v0.32.0) drops the :func:`eos_id` from the list, adds
+    the rest to ``all_stop_token_ids`` and, unless ``ignore_eos``, to
+    ``stop_token_ids``. A single ``end_id`` gives ``{}``, as before.
+    """
+    if not isinstance(row.end_id, (list, tuple)):
+        return {}
+    ids = end_id_set(row.end_id)
+    return {"eos_token_id": list(ids)} if ids else {}
 
 
 def sampling_kwargs(row: Row):
