@@ -247,7 +247,7 @@ PARAMS = (
           "the row's logits over the vocabulary; its length is the vocabulary V", scope="step",
           errors=("nan_logits", "posinf_logits", "bad_logits"),
           rule="1-D; NaN rejected (nan_logits; a greedy row may hold NaN where the profile's greedy_degenerate "
-               "says argmax); +inf rejected in a sampling row (SEMANTICS §1, §5)", annotation="torch.Tensor"),
+               "says argmax); +inf rejected in a sampling row (posinf_logits), or taken with probability 1 where the profile's posinf_logits says argmax (SEMANTICS §1, §5)", annotation="torch.Tensor"),
     Param("logits_dtype", {"enum": ["float32", "bfloat16", "float16"]}, '`"float32"` (default), `"bfloat16"`, '
           '`"float16"`', "the dtype the logits are handed over in", unset="float32",
           feature="low_precision_logits", feature_when=lambda v: v != "float32", scope="step"),
