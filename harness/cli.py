@@ -3,10 +3,13 @@
 Commands:
 
 * ``sampcheck run [--impl NAME]... [--cases PATTERN]... [--out DIR] [--device cpu|cuda]
-  [--timeout SECONDS] [--resume] [--no-isolation]``
+  [--timeout SECONDS] [--resume] [--no-isolation] [--no-progress]``
   — run cases (each implementation in its own worker process, with a time
-  limit per case), write ``DIR/results.json`` and ``DIR/index.html``; exit 0
-  when nothing failed or errored, 1 otherwise, 2 for bad usage.
+  limit per case), write ``DIR/results.json`` and ``DIR/index.html`` (default
+  ``reports/latest``; with ``--cases``, ``reports/latest-subset``, which leaves
+  the full run's report alone), print per implementation its cases of each
+  status and how many verdicts its own code decided (:func:`run_summary`);
+  exit 0 when nothing failed or errored, 1 otherwise, 2 for bad usage.
 * ``sampcheck list impls [-v]|cases`` — what can be run: the implementation
   registry (with ``-v`` each one's features and stage provenance), or the
   cases (validated; a malformed file is listed with its error).
@@ -42,7 +45,11 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "FULL_OUT", "SUBSET_OUT", "run_summary"]
+
+#: Where ``sampcheck run`` writes by default; a run of a subset (``--cases``) writes to ``SUBSET_OUT``.
+FULL_OUT = "reports/latest"
+SUBSET_OUT = "reports/latest-subset"
 
 
 def _impl_options():
@@ -79,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="implementation to run (repeatable; default: reference). See 'sampcheck list impls'.")
     r.add_argument("--cases", action="append", metavar="PATTERN",
                    help="case id, id glob (e.g. 'filters/*'), category, or path (repeatable; default: all)")
-    r.add_argument("--out", default="reports/latest", metavar="DIR", help="output directory (default: reports/latest)")
+    r.add_argument("--out", default=None, metavar="DIR",
+                   help=f"output directory (default: {FULL_OUT}; with --cases, {SUBSET_OUT}, so that a subset does not "
+                        f"replace the full run's report)")
     r.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to run on (default: cpu)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
@@ -182,7 +191,12 @@ def _writable_dir(path: Path) -> str:
 
 
 def _usage_problem(args) -> str:
-    """A problem with ``run``'s arguments found before any case runs ('' if none)."""
+    """A problem with ``run``'s arguments found before any case runs ('' if none); the output folder is
+    created only once the other arguments are found good."""
+    if any(p == "" for p in (args.cases or [])):
+        return "--cases '': an empty pattern; give an id, a glob, a category or a path"
+    if args.timeout is not None and not args.timeout > 0:
+        return f"--timeout {args.timeout:g}: must be a positive number of seconds"
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         return f"--out {args.out}: exists and is not a directory"
@@ -203,16 +217,81 @@ def _usage_problem(args) -> str:
     no_cases = _no_cases_problem()
     if no_cases:
         return no_cases
-    if any(p == "" for p in (args.cases or [])):
-        return "--cases '': an empty pattern; give an id, a glob, a category or a path"
-    if args.timeout is not None and not args.timeout > 0:
-        return f"--timeout {args.timeout:g}: must be a positive number of seconds"
     return ""
+
+
+def run_summary(doc: dict) -> list:
+    """The lines ``sampcheck run`` prints at the end: per implementation its cases of each status, then the problems.
+
+    A verdict count that its own code did not wholly decide says how many it did
+    (``80 pass (own code 52)``), and each implementation's line ends with ``decided by own
+    code: N of M verdicts`` (:mod:`harness.judge.provenance`). Then one line per case and
+    problem (``fail`` or ``error``), its implementations together when they say the same (20
+    at most); a case file that does not load is one line with the whole error.
+
+    Parameters
+    ----------
+    doc : dict
+        The results.json document.
+
+    Returns
+    -------
+    list of str
+
+    Examples
+    --------
+    >>> doc = {"run": {"impls": {"fused": {}}}, "results": [
+    ...     {"case": "a/x", "impl": "fused", "status": "pass", "details": {"message": "ok"},
+    ...      "provenance": {"own_code": True}},
+    ...     {"case": "a/y", "impl": "fused", "status": "pass", "details": {"message": "ok"},
+    ...      "provenance": {"own_code": False}},
+    ...     {"case": "a/z", "impl": "fused", "status": "fail", "details": {"message": "1 row(s) differ"},
+    ...      "provenance": {"own_code": True}}]}
+    >>> for line in run_summary(doc):
+    ...     print(line)
+               fused: 2 pass (own code 1), 1 fail; decided by own code: 2 of 3 verdicts
+      FAIL  a/z on fused: 1 row(s) differ
+    """
+    from collections import Counter
+    order = ("pass", "known-diff", "known-bug", "fail", "n/a", "skip", "error")
+    names = list(doc["run"]["impls"])
+    width = max([16] + [len(n) for n in names])
+    lines = []
+    for name in names:
+        mine = [r for r in doc["results"] if r["impl"] == name]
+        c = Counter(r["status"] for r in mine)
+        own = Counter(r["status"] for r in mine if (r.get("provenance") or {}).get("own_code"))
+        judged = [r for r in mine if r.get("provenance") is not None]
+        parts = []
+        for s in order:
+            if c[s]:
+                split = any(r.get("provenance") is not None for r in mine if r["status"] == s) and own[s] < c[s]
+                parts.append(f"{c[s]} {s}" + (f" (own code {own[s]})" if split else ""))
+        tail = f"; decided by own code: {sum(own.values())} of {len(judged)} verdict{'s' if len(judged) != 1 else ''}" \
+            if judged else ""
+        lines.append(f"{name:>{width}}: " + (", ".join(parts) or "no results") + tail)
+    groups: dict = {}
+    for r in doc["results"]:
+        if r["status"] not in ("fail", "error"):
+            continue
+        msg = str((r.get("details") or {}).get("message", ""))
+        groups.setdefault((r["case"], r["status"], msg, r.get("check") == "load"), []).append(r["impl"])
+    for (case, status, msg, load), who in list(groups.items())[:20]:
+        if load:
+            lines.append(f"  {status.upper():5} {case}: the case file does not load (on every implementation): {msg}")
+        else:
+            lines.append(f"  {status.upper():5} {case} on {', '.join(who)}: {msg[:300]}")
+    if len(groups) > 20:
+        lines.append(f"  ... and {len(groups) - 20} more (see the report's Needs attention)")
+    return lines
 
 
 def _cmd_run(args) -> int:
     from harness.run.runner import run
     impls = list(dict.fromkeys(args.impl or ["reference"]))  # a name given twice runs once
+    subset_default = args.out is None and bool(args.cases)
+    if args.out is None:
+        args.out = SUBSET_OUT if args.cases else FULL_OUT
     problem = _usage_problem(args)
     if problem:
         print(f"sampcheck run: {problem}", file=sys.stderr)
@@ -240,18 +319,11 @@ def _cmd_run(args) -> int:
         print(f"\nsampcheck run: interrupted; the results obtained so far are kept in {journal}: re-run the same "
               "command with --resume to continue", file=sys.stderr)
         return 130
-    from collections import Counter
-    width = max([16] + [len(n) for n in outcome.doc["run"]["impls"]])
-    for name in outcome.doc["run"]["impls"]:
-        c = Counter(r["status"] for r in outcome.doc["results"] if r["impl"] == name)
-        print(f"{name:>{width}}: " + ", ".join(f"{c[s]} {s}" for s in
-                                          ("pass", "known-diff", "known-bug", "fail", "n/a", "skip", "error") if c[s]))
-    bad = [r for r in outcome.doc["results"] if r["status"] in ("fail", "error")]
-    for r in bad[:20]:
-        print(f"  {r['status'].upper():5} {r['impl']} {r['case']}: {str(r['details'].get('message', ''))[:300]}")
-    if len(bad) > 20:
-        print(f"  ... and {len(bad) - 20} more (see the report)")
-    print(f"wrote {outcome.results_path} and {outcome.html_path}")
+    for line in run_summary(outcome.doc):
+        print(line)
+    print(f"wrote {outcome.results_path} and {outcome.html_path}"
+          + (f" (a subset, --cases: {FULL_OUT}, the report of the last full run, is left as it was; --out {FULL_OUT} "
+             "replaces it)" if subset_default else ""))
     skipped = {name: m.get("skip_reason") for name, m in outcome.doc["run"]["impls"].items() if m.get("skip_reason")}
     for name, why in skipped.items():
         print(f"sampcheck run: nothing ran on {name}: {why}", file=sys.stderr)

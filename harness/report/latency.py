@@ -146,15 +146,16 @@ def load_bench(path) -> dict:
                            "is the file truncated?") from None
     if not isinstance(doc, dict):
         raise LatencyError(f"{p}: expected a JSON object at the top level, got {type(doc).__name__}")
-    if doc.get("schema") != 1:
-        what = "no 'schema' key" if "schema" not in doc else f"schema {doc.get('schema')!r} is not supported"
-        raise LatencyError(f"{p}: {what} (expected a latency results file, schema 1: see docs/latency.md)")
+    # what the file is, before its schema: a run record or a conformance results file has its own
     if doc.get("format") == "sampcheck-record":
         raise LatencyError(f"{p}: this is a run record (sampcheck record), not a results file of the latency suite "
                            "(docs/latency.md); compare two records with 'sampcheck diff A B'")
     if "run" in doc and "results" in doc:
         raise LatencyError(f"{p}: this is a conformance results file (sampcheck run), not a results file of the "
                            "latency suite (docs/latency.md); its report is the index.html beside it")
+    if doc.get("schema") != 1:
+        what = "no 'schema' key" if "schema" not in doc else f"schema {doc.get('schema')!r} is not supported"
+        raise LatencyError(f"{p}: {what} (expected a latency results file, schema 1: see docs/latency.md)")
     rows = doc.get("rows")
     if not isinstance(rows, list) or not rows:
         raise LatencyError(f"{p}: 'rows' must be a non-empty list of timed points (a latency-suite results file; "

@@ -9,7 +9,8 @@
 4. start one worker process per implementation (:mod:`harness.run.isolation`,
    DESIGN.md decision 5); each builds its implementation, which, when not
    available here, gets ``skip`` on every case, with the reason;
-5. for each case file (with a progress bar): load and validate it — a
+5. for each case file (with a progress bar on a terminal, a line every few seconds
+   otherwise: :class:`Progress`): load and validate it — a
    malformed file is an ``error`` result for every implementation, naming
    file, field and reason, and the run goes on — then have each worker
    judge it (:class:`harness.judge.Judge`) under a time limit: a crash or a
@@ -28,6 +29,7 @@ import os
 import platform
 import socket
 import sys
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +46,7 @@ from .isolation import DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, Journal, Worker
 from harness.judge.result import Result
 from harness.judge.stats import FAMILY_ALPHA
 
-__all__ = ["run", "RunOutcome", "count_statistical_checks", "RESULTS_SCHEMA"]
+__all__ = ["run", "RunOutcome", "count_statistical_checks", "Progress", "RESULTS_SCHEMA"]
 
 RESULTS_SCHEMA = 1
 
@@ -88,6 +90,86 @@ def count_statistical_checks(paths: list) -> int:
     return n
 
 
+class Progress:
+    """Progress of a run on stderr: a tqdm bar on a terminal, else one line every ``interval`` seconds.
+
+    In a log (stderr a pipe or a file) a bar would be one line of ``\\r``-joined updates;
+    there, a line ``sampcheck: 40/187 cases, 12 s`` is written when ``interval`` seconds have
+    passed since the last one, and a last line when the run ends.
+
+    Parameters
+    ----------
+    total : int
+        The cases to run.
+    enabled : bool
+        False: nothing is written.
+    stream : file, optional
+        Where to write (default ``sys.stderr``).
+    interval : float
+        Seconds between two lines in a log (default 5).
+    clock : callable
+        ``clock() -> float`` seconds (default :func:`time.monotonic`).
+    tty : bool, optional
+        Whether ``stream`` is a terminal (default ``stream.isatty()``).
+
+    Examples
+    --------
+    >>> import io
+    >>> t = iter([0.0, 1.0, 6.0, 7.0, 9.0, 10.0])
+    >>> out = io.StringIO()
+    >>> p = Progress(4, stream=out, clock=lambda: next(t), tty=False)
+    >>> for case in ["a", "b", "c", "d"]:
+    ...     p.update(case)
+    >>> p.close()
+    >>> print(out.getvalue(), end="")
+    sampcheck: 2/4 cases, 6 s
+    sampcheck: 4/4 cases, 10 s
+    """
+
+    def __init__(self, total: int, enabled: bool = True, stream=None, interval: float = 5.0,
+                 clock=time.monotonic, tty: Optional[bool] = None):
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.stream = sys.stderr if stream is None else stream
+        self.interval, self.clock = interval, clock
+        if tty is None:
+            try:
+                tty = bool(self.stream.isatty())
+            except (AttributeError, ValueError):
+                tty = False
+        self.bar = tqdm(total=total, desc="sampcheck", unit="case", file=self.stream) if enabled and tty else None
+        self.start = clock() if enabled and not tty else 0.0
+        self.last, self.written = self.start, None
+        self.closed = False
+
+    def _line(self, now: float) -> None:
+        self.stream.write(f"sampcheck: {self.done}/{self.total} cases, {now - self.start:.0f} s\n")
+        self.stream.flush()
+        self.last, self.written = now, self.done
+
+    def update(self, case_id: str) -> None:
+        """One case is done (``case_id``: shown beside a terminal's bar)."""
+        if not self.enabled:
+            return
+        self.done += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(case_id if len(case_id) <= 48 else case_id[:47] + "…", refresh=False)
+            self.bar.update(1)
+            return
+        now = self.clock()
+        if now - self.last >= self.interval:
+            self._line(now)
+
+    def close(self) -> None:
+        """The end of the run: the bar closes; in a log, the last count (unless that line is already written)."""
+        if not self.enabled or self.closed:
+            return
+        self.closed = True
+        if self.bar is not None:
+            self.bar.close()
+        elif self.written != self.done:
+            self._line(self.clock())
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -120,7 +202,8 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
     device : str
         ``"cpu"`` or ``"cuda"``.
     progress : bool
-        Show a progress bar on stderr.
+        Show the progress on stderr (:class:`Progress`: a bar on a terminal, a line every few
+        seconds in a log).
     root : Path
         The corpus root.
     isolate : bool
@@ -181,13 +264,16 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
     try:
         infos = [r.start() for r in runners]
         meta, skip_reason = {}, {}
-        for r, info in zip(runners, infos):
+        for spec, r, info in zip(impl_names, runners, infos):
             name = info["name"]
             skip_reason[name] = info["skip_reason"]
             meta[name] = {"version": info["version"], "device": device, "profile": info["profile"].name,
                           "profile_versions": info["profile"].versions,
                           "profile_verified": (None if info.get("is_prediction")
                                                else version_verified(info["profile"], info["version"] or "")),
+                          "is_prediction": bool(info.get("is_prediction")),
+                          # a package.module:Class spec runs under its object's name: how to ask for it again
+                          **({"spec": spec} if isinstance(spec, str) and spec != name else {}),
                           "stages": info.get("stages", {}), "rng": info["profile"].rng,
                           **({"skip_reason": info["skip_reason"]} if info["skip_reason"] else {}),
                           **({"facts": info["facts"]} if info.get("facts") else {}),
@@ -197,10 +283,9 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
         journal.open({"journal": 1, "impls": labels, "cases": selected, "started": started}, list(kept.values()))
         results: list = []
         cases = {}
-        bar = tqdm(paths, desc="sampcheck", unit="case", disable=not progress, file=sys.stderr)
-        for path in bar:
+        bar = Progress(len(paths), enabled=progress)
+        for path in paths:
             cid = _case_id_of(path, root)
-            bar.set_postfix_str(cid if len(cid) <= 48 else cid[:47] + "…", refresh=False)
             try:
                 case = load_case(path, root)
             except CaseError as e:
@@ -209,6 +294,7 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
                                  details={"message": str(e), "file": e.path, "field": e.field, "reason": e.reason})
                     results.append(res.to_json())
                 cases[cid] = {"id": cid, "error": str(e), "path": str(path)}
+                bar.update(cid)
                 continue
             cases[case.id] = case
             for runner, info in zip(runners, infos):
@@ -223,6 +309,7 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
                 doc_r = res.to_json()
                 journal.append(doc_r)
                 results.append(doc_r)
+            bar.update(cid)
         bar.close()
         for r, info in zip(runners, infos):
             if getattr(r, "restarts", 0):
