@@ -399,6 +399,43 @@ def test_under_another_rng_a_draw_is_not_a_profile_difference(tmp_path):
     assert all(r["profile_differences"] == [] for r in res.details["rows"])
 
 
+def test_under_another_rng_a_rank_rule_difference_is_still_a_profile_difference(tmp_path):
+    """Issue #20 item 1: logits [1, 1, 0], T = 1, logprobs = 1, a non-canonical RNG and one support.
+    Whichever token is drawn, a tied token's rank is 2 under the '>=' rule and 1 under the default
+    (1 + strictly greater): the judge must compare it (known-diff naming rank_rule), not copy it."""
+    import dataclasses
+    from harness.judge.judge import Judge
+    from harness.kinds.exact import support_differences
+    prof = dataclasses.replace(TRTLLM, name="gerank", rng="other", rank_rule="greater_equal",
+                               citations={"rng": "test", "rank_rule": "test"})
+    body = """
+    [[rows]]
+    logits = [1.0, 1.0, 0.0]
+    temperature = 1.0
+    logprobs = 1
+    [rows.expect]
+    support = [0, 1, 2]
+    any_of = [{ token = 0, rank = 1 }, { token = 1, rank = 1 }, { token = 2, rank = 3 }]
+    """
+    case = load_case(write_case(tmp_path, "logprobs/x", body, features='["temperature", "logprobs"]'), tmp_path)
+    judge = Judge([], 1)
+    pred, default = judge.predict(case, prof)[0][0], judge.predict(case, TRTLLM)[0][0]
+    row = case.batches[0].rows[0].to_row()
+    lines = support_differences(row, [0, 1, 2], pred, default, prof, ["rank", "support", "token"], 1e-6, 1e-6)
+    assert lines == ["rank at token 0 of the support: got 2, want 1"]
+    # only the rule differs: logprobs and finish reasons agree at every token of the support
+    assert support_differences(row, [0, 1, 2], pred, default, prof,
+                               ["logprob", "processed_logprob", "top_logprobs", "finish_reason"], 1e-6, 1e-6) == []
+    res = judge.evaluate(case, Reference(prof, name="gerank"), "1")
+    assert res.status == "known-diff", res.details
+    assert pred.token == 0                            # the canonical unseeded draw (global seed)
+    assert [r["profile_differences"] for r in res.details["rows"]] == [["rank: got 2, want 1"]]
+    # a drawn token 2 (rank 3 under both rules) still shows the difference at token 0
+    other = dataclasses.replace(pred, token=2, rank=3)
+    assert support_differences(row, [0, 1, 2], other, default, prof, ["rank"], 1e-6, 1e-6) == [
+        "rank at token 0 of the support: got 2, want 1"]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["run", "--timeout", "-5", "--cases", "greedy"], "--timeout -5: must be a positive number of seconds"),
     (["run", "--timeout", "0", "--cases", "greedy"], "--timeout 0: must be a positive number of seconds"),
@@ -435,15 +472,16 @@ def test_a_run_where_no_implementation_could_run_exits_1(tmp_path, capsys, monke
 
 
 def test_an_invariant_known_diff_names_the_fields_that_break_it():
-    """greedy-spellings-agree under hf: no field alone breaks it; do_sample mode with the explicit
-    spellings and the temperature-zero error do together (a pair search), and nothing else is named."""
+    """greedy-tie-lowest-id-generated under hf: no field alone breaks it; the explicit greedy
+    spellings (hf: only temperature 0, so a top_p = 0 row samples) and hf's top-p rule
+    (ascending cumulative sum) do together (a pair search), and nothing else is named."""
     from harness.corpus.load import CASES_DIR
     from harness.judge.judge import Judge
-    case = load_case(CASES_DIR / "invariants/greedy-spellings-agree.toml")
+    case = load_case(CASES_DIR / "invariants/greedy-tie-lowest-id-generated.toml")
     res = Judge([], 1).evaluate(case, Reference(HF, name="reference-hf"), "2")
     assert res.status == "known-diff"
     fields = res.details["fields"]
-    assert [f["field"] for f in fields] == ["mode_source", "explicit_greedy", "temperature_zero"]
+    assert [f["field"] for f in fields] == ["explicit_greedy", "top_p_rule"]
     assert all(f.get("combination") for f in fields)
 
 

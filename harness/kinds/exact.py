@@ -13,7 +13,9 @@
    predicted support, and the outputs that follow from the token (logprobs, rank, top
    logprobs, finish reason) are predicted at the token it drew;
 4. the profile's prediction against the default's (a difference: ``known-diff``, the
-   profile fields responsible named);
+   profile fields responsible named); under an RNG that is not canonical, where both keep
+   one support, the default is predicted at the same token and the token-dependent
+   outputs are compared at every token of the support (:func:`support_differences`);
 5. the verdict ladder (:func:`harness.judge.verdict.verdict`).
 """
 
@@ -21,14 +23,95 @@ from __future__ import annotations
 
 import torch
 
-from harness.judge.compare import DRAW_KEYS, assertion_failures, mismatches, observe
+from harness.judge.compare import DRAW_KEYS, assertion_failures, close, mismatches, observe
 from harness.judge.verdict import Evidence, verdict
+from impls.params import end_id_set
 from impls.profiles import TRTLLM
+from impls.reference.finish import finish_reason
+from impls.reference.logprobs import ranks, top_logprobs
 from impls.reference.sampler import token_outputs
 
 from .rows import RowsKind, row_keys, where
 
-__all__ = ["ExactKind", "compare_rows"]
+__all__ = ["ExactKind", "compare_rows", "support_differences"]
+
+
+#: Token-dependent outputs that follow from the row and the profile's rules at any token.
+_AT_ANY_TOKEN = ("logprob", "processed_logprob", "rank", "top_logprobs", "finish_reason")
+
+
+def support_differences(row, support: list, pred, default, profile, keys, atol: float, rtol: float) -> list:
+    """Where two predictions with one support differ at some token of it, whichever is drawn.
+
+    Under an RNG that is not canonical the drawn token is any kept token, so a
+    token-dependent output (logprob, processed logprob, rank, top logprobs, finish
+    reason) whose rule differs between the profile and the default must be compared at
+    every token of the support, not only at the token drawn (issue #20 item 1: logits
+    ``[1, 1, 0]`` give rank 2 under vLLM's ``>=`` rule and 1 under the default).
+
+    Parameters
+    ----------
+    row : impls.base.Row
+    support : list of int
+        The shared kept set.
+    pred, default : impls.base.RowResult
+        The predictions under ``profile`` and under the default profile (``raw_logprobs``
+        and ``probs`` ``(V,)`` set).
+    profile : Profile
+        The implementation's profile.
+    keys : list of str
+        The output keys compared for the row (:func:`.rows.row_keys`).
+    atol, rtol : float
+        The case's tolerances.
+
+    Returns
+    -------
+    list of str
+        One line per differing key, e.g. ``"rank at token 0 of the support: got 2, want 1"``
+        (got: the profile's prediction, want: the default's); empty when none differs.
+    """
+    want = [k for k in _AT_ANY_TOKEN if k in keys]
+    if not want:
+        return []
+    ids = torch.tensor(support, dtype=torch.int64)
+    vals = {}
+    for name, res, prof in (("pred", pred, profile), ("default", default, TRTLLM)):
+        lp, pr = res.raw_logprobs.to(torch.float64), res.probs.to(torch.float64)
+        vals[name] = {
+            "logprob": lp[ids].tolist(),
+            "processed_logprob": torch.log(pr[ids]).tolist(),
+            "rank": ranks(res.raw_logprobs, ids, prof.rank_rule).tolist(),
+        }
+        if row.logprobs is not None:
+            n_top = row.logprobs  # the head of the list: the same whichever token was drawn
+            vals[name]["top_logprobs"] = top_logprobs(res.raw_logprobs, n_top,
+                                                      int(torch.argmax(res.raw_logprobs)))[:n_top]
+    out = []
+    for k in want:
+        if k == "finish_reason":
+            # Only an EOS id or a stop word's last token finishes differently from the rest.
+            special = set(end_id_set(row.end_id)) | {w[-1] for w in row.stop_words if w}
+            probe = [t for t in support if t in special] + [next((t for t in support if t not in special), None)]
+            for t in (t for t in probe if t is not None):
+                g, w = finish_reason(row, t, profile), finish_reason(row, t, TRTLLM)
+                if g != w:
+                    out.append(f"finish_reason at token {t} of the support: got {g!r}, want {w!r}")
+                    break
+            continue
+        if k not in vals["pred"]:
+            continue
+        g, w = vals["pred"][k], vals["default"][k]
+        if k == "top_logprobs":
+            if [i for i, _ in g] != [i for i, _ in w] or not all(close(a[1], b[1], atol, rtol) for a, b in zip(g, w)):
+                out.append(f"top_logprobs at every token of the support (top {row.logprobs}): got "
+                           f"{[[i, round(v, 6)] for i, v in g]}, want {[[i, round(v, 6)] for i, v in w]}")
+            continue
+        for t, a, b in zip(support, g, w):
+            if not (a == b if k == "rank" else close(a, b, atol, rtol)):
+                out.append(f"{k} at token {t} of the support: got {a:.9g}, want {b:.9g}" if k != "rank"
+                           else f"rank at token {t} of the support: got {a}, want {b}")
+                break
+    return out
 
 
 def compare_rows(kind, judge, case, impl, actual: list, pred: list, default: list) -> tuple:
@@ -65,13 +148,21 @@ def compare_rows(kind, judge, case, impl, actual: list, pred: list, default: lis
             truth = r.truth(impl.profile.name)
             bad += assertion_failures(got, truth if truth is not None else r.expect)
             d_obs = observe(d, keys)
+            extra = []
             if (support is not None and d.mode == "sampling" and d.probs is not None
                     and torch.equal(d.probs > 0, p.probs > 0)):
-                # Under another RNG a single draw shows the support, not the stream: two
-                # predictions with one support differ by design only where that shows.
-                for k in DRAW_KEYS & set(d_obs):
-                    d_obs[k] = want.get(k)
+                # Under another RNG a single draw shows the support, not the stream: the default
+                # is predicted at the token the profile's prediction is read at, and the
+                # token-dependent outputs are compared at every token of the support.
+                tok = a.token if a.token is not None and a.token in support else p.token
+                at = token_outputs(r.to_row(), tok, d.raw_logprobs, d.probs, TRTLLM)
+                d_obs.update({k: at[k] for k in DRAW_KEYS & set(d_obs) if k in at})
+                if d_obs.get("top_logprobs") is not None:
+                    d_obs["top_logprobs"] = [[int(i), float(v)] for i, v in d_obs["top_logprobs"]]
+                d_obs["token"] = want.get("token")
+                extra = support_differences(r.to_row(), support, p, d, impl.profile, keys, case.atol, case.rtol)
             diff = mismatches(want, d_obs, case.atol, case.rtol)
+            diff += [x for x in extra if x.split(" at ")[0] not in {m.split(":")[0] for m in diff}]
             label = where(b, r)
             rows.append({"row": label, "expected": truth if truth is not None else r.expect,
                          "expected_for": impl.profile.name if truth is not None else TRTLLM.name,

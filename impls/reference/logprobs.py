@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["raw_logprobs", "posinf_point_mass", "top_logprobs", "rank"]
+__all__ = ["raw_logprobs", "posinf_point_mass", "top_logprobs", "rank", "ranks"]
 
 
 def posinf_point_mass(x: torch.Tensor) -> torch.Tensor:
@@ -96,15 +96,39 @@ def top_logprobs(lp: torch.Tensor, k: int, token: int) -> list:
 
 
 def rank(lp: torch.Tensor, token: int, rule: str) -> int:
-    """Rank of ``token`` under ``lp`` (``(V,)``).
+    """Rank of ``token`` under ``lp`` (``(V,)``): :func:`ranks` of one token."""
+    return int(ranks(lp, torch.tensor([int(token)]), rule)[0])
 
-    ``rule == "strict_plus_one"`` (trtllm): 1 + number of tokens with a
-    strictly greater logprob. ``"greater_equal"`` (vLLM): number of tokens
-    with logprob ``>=`` (ties get the worst rank).
+
+def ranks(lp: torch.Tensor, tokens: torch.Tensor, rule: str) -> torch.Tensor:
+    """Ranks of ``tokens`` under ``lp``, one sort for all of them.
+
+    Parameters
+    ----------
+    lp : torch.Tensor
+        ``(V,)`` logprobs (NaN-free).
+    tokens : torch.Tensor
+        ``(n,)`` int64 token ids.
+    rule : {"strict_plus_one", "greater_equal"}
+        The profile's ``rank_rule``. ``"strict_plus_one"`` (trtllm): 1 +
+        number of tokens with a strictly greater logprob. ``"greater_equal"``
+        (vLLM): number of tokens with logprob ``>=`` (ties get the worst rank).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(n,)`` int64.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``rule``.
     """
-    v = lp[token]
+    if rule not in ("strict_plus_one", "greater_equal"):
+        raise ValueError(f"unknown rank rule {rule!r}")
+    srt = torch.sort(lp).values
+    v = lp[tokens.to(torch.int64)]
+    n = srt.numel()
     if rule == "strict_plus_one":
-        return 1 + int((lp > v).sum())
-    if rule == "greater_equal":
-        return int((lp >= v).sum())
-    raise ValueError(f"unknown rank rule {rule!r}")
+        return 1 + n - torch.searchsorted(srt, v, right=True)
+    return n - torch.searchsorted(srt, v, right=False)
