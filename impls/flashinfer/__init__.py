@@ -411,14 +411,23 @@ class FlashInferScenarioSession(ReferenceSession):
         Parameters
         ----------
         draft_probs : torch.Tensor
-            ``(K, V)``, the draft distributions ``q``.
+            ``(K, V)``, the draft distributions ``q`` (for the literal drafts
+            of a greedy request under ``greedy_as_top_k_1``, the one-hot of
+            each draft: :func:`impls.reference.speculative.greedy_by_convention`).
         draft_ids : torch.Tensor
-            ``(K,)``, the draft tokens.
+            ``(K,)``, the draft tokens the runner examines, all in ``[0, V)``:
+            a literal list padded with ``-1`` arrives cut before its first
+            pad (``K`` = that position, ``target_probs`` rows ``0..K``), so
+            the pad's position is the bonus draw and the kernel never reads a
+            ``-1`` as an index (FlashInfer 0.7.2 does, flashinfer-ai/flashinfer#879;
+            PR #3551's fix rejects it instead, the same token with a zero ``q``
+            row there).
         target_probs : torch.Tensor
             ``(K + 1, V)``, the target's processed distributions ``p``.
         seed, offset : int
             The request's Philox seed (signed 64-bit view) and the first of
-            the ``K + 1`` offsets the runner took from its slot, passed as
+            the offsets the runner took from its slot (one per declared
+            draft, pads included, plus one), passed as
             one-element int64 tensors: batch row 0, so the stream depends on
             the request's seed and offset only.
 

@@ -18,12 +18,25 @@ __all__ = ["min_length_bans", "bad_word_bans", "no_repeat_ngram_bans", "apply_ba
 def min_length_bans(row: Row, profile: Profile) -> list:
     """Ban the end id (every id of an EOS set) while fewer than ``min_length`` tokens exist.
 
-    The count is ``len(generated)`` (plus ``len(prompt)`` when
-    ``profile.min_length_counts_prompt``). With ``ignore_eos`` the original
-    end ids are still banned; an end id of ``None``/``-1`` bans nothing (a bug
-    once banned token ``V-1``), and so do ids outside ``[0, V)`` (a profile
-    may accept them). With ``profile.min_length_bans_stop_words`` (vLLM)
-    every one-token stop word is banned too.
+    The count is ``len(generated) + draft_position`` (plus ``len(prompt)``
+    when ``profile.min_length_counts_prompt``): a speculative verification
+    row counts the drafts ahead of it in its chain, row ``i`` of a
+    verification ``i`` of them (``row.draft_position``, 0 for every other
+    row; SEMANTICS §4). vLLM masks draft position ``i`` iff ``current_len +
+    i < min_tokens`` (``MinTokensLogitsProcessor.apply_with_spec_decode``,
+    v1/sample/logits_processor/builtin.py@v0.32.0; not modelled: it leaves
+    the stop ids unmasked where masking would make a row all ``-inf``, and
+    it masks the bonus row by ``current_len`` alone through ``apply``);
+    TensorRT-LLM bans the end id at step ``s`` of a request's rows iff
+    ``generated + s < min_length`` (``TokenBanHandler._add_min_length_bans``,
+    token_ban.py@0a1f13c0). The penalties and the other bans of a
+    verification row still read the finalised history only.
+
+    With ``ignore_eos`` the original end ids are still banned; an end id of
+    ``None``/``-1`` bans nothing (a bug once banned token ``V-1``), and so
+    do ids outside ``[0, V)`` (a profile may accept them). With
+    ``profile.min_length_bans_stop_words`` (vLLM) every one-token stop word
+    is banned too.
 
     Returns
     -------
@@ -42,7 +55,7 @@ def min_length_bans(row: Row, profile: Profile) -> list:
     """
     if not row.min_length:
         return []
-    n = len(row.generated) + (len(row.prompt) if profile.min_length_counts_prompt else 0)
+    n = len(row.generated) + int(row.draft_position or 0) + (len(row.prompt) if profile.min_length_counts_prompt else 0)
     if n >= row.min_length:
         return []
     V = row.vocab

@@ -15,13 +15,19 @@ import torch
 from ..base import Row, RowError
 from .scripted import ScriptedModel
 
-__all__ = ["PAD", "RequestSpec", "ScenarioSpec", "StepRecord", "RequestResult", "ScenarioResult", "SlotState",
+__all__ = ["PAD", "DRAFT_PAD", "RequestSpec", "ScenarioSpec", "StepRecord", "RequestResult", "ScenarioResult", "SlotState",
            "ScenarioUnsupported", "replicate", "fail_request"]
 
 
 #: Token written for a beam that is frozen (finished) this step (TensorRT-LLM's
 #: ``BEAM_SEARCH_PAD_TOKEN``, beam_search.py@095443e5).
 PAD = -1
+
+#: A padding entry of a literal draft list (FlashInfer's ``chain_speculative_sampling``
+#: convention, flashinfer-ai/flashinfer#879 and PR #3551; vLLM's rejection sampler,
+#: rejection_sampler.py@v0.32.0): the first one ends the drafts examined that step
+#: (SEMANTICS §4). Never an index.
+DRAFT_PAD = -1
 
 
 class ScenarioUnsupported(Exception):
@@ -54,7 +60,8 @@ class RequestSpec:
     draft_len : int
         Draft tokens per step ``K`` (SEMANTICS §4); 0: no speculation.
     drafts : list of list of int or None
-        Literal draft tokens per step (else the draft model proposes them).
+        Literal draft tokens per step (else the draft model proposes them);
+        a ``-1`` pads a list (:data:`DRAFT_PAD`, SEMANTICS §4).
     d2t : list of int or None
         Draft-to-target offsets, ``(V_draft,)``: ``token += d2t[token]``.
     model : ScriptedModel or None
@@ -80,7 +87,7 @@ class RequestSpec:
         """Whether the request asks for beam search (``fields["use_beam_search"]``)."""
         return bool(self.fields.get("use_beam_search", False))
 
-    def row(self, logits: torch.Tensor, generated: list, slot: Optional[int] = None) -> Row:
+    def row(self, logits: torch.Tensor, generated: list, slot: Optional[int] = None, draft_position: int = 0) -> Row:
         """The :class:`~impls.base.Row` of this request at one step.
 
         Parameters
@@ -91,9 +98,13 @@ class RequestSpec:
             The finalised history before this step.
         slot : int, optional
             Defaults to :attr:`slot`.
+        draft_position : int
+            Speculative verification row ``i``: the ``i`` drafts ahead of it,
+            which ``min_length`` counts (:func:`.bans.min_length_bans`); 0
+            for every other row.
         """
         return Row(logits=logits, generated=list(generated), slot=self.slot if slot is None else slot,
-                   request_id=self.id, **self.fields)
+                   request_id=self.id, draft_position=int(draft_position), **self.fields)
 
 
 @dataclass
@@ -160,7 +171,9 @@ class StepRecord:
     predecessors, cum_logprobs : list or None
         Beam search: predecessor beam and cumulative logprob per new beam.
     drafts : list of int or None
-        Speculative: the draft tokens verified this step (target vocabulary).
+        Speculative: the draft tokens verified this step (target vocabulary):
+        for a literal list padded with ``-1``, the prefix before the first
+        pad.
     accepted, rewind : int or None
         Speculative: accepted draft count and ``K - accepted``.
     finish_reason : str or None

@@ -15,13 +15,27 @@ all such requests of a scenario step:
    translates a draft id into the target vocabulary (``token +=
    d2t[token]``) and is greedy-only (checked at admission). Literal
    ``drafts`` in the case replace the draw (``q`` still comes from the
-   draft model);
+   draft model, except under the greedy convention below). A ``-1`` in a
+   literal list is padding (:func:`examined_drafts`, "Padded drafts"
+   below);
 2. the plain rows of the target batch (:meth:`.scenario._Runner.plain`);
 3. **verification**, rows ``i = 0..K`` with the target model's logits on
    ``prompt + finalised + d_<=i``; the rewrites (penalties, bans) read the
    **finalised** history only, as TensorRT-LLM's per-slot counts serve every
    verification row of a request (penalties.py@0a0ceb0c ``apply``: request
-   ``r`` owns ``num_steps`` rows, one counts row per slot).
+   ``r`` owns ``num_steps`` rows, one counts row per slot). One exception:
+   ``min_length`` judges row ``i`` with the ``i`` drafts ahead of it
+   (``Row.draft_position = i``: the end id is banned iff ``finalised + i <
+   min_length``), as vLLM (``MinTokensLogitsProcessor.apply_with_spec_decode``,
+   v1/sample/logits_processor/builtin.py@v0.32.0) and TensorRT-LLM
+   (``TokenBanHandler._add_min_length_bans``, token_ban.py@0a1f13c0) both
+   do. (vLLM's penalties read finalised + the preceding drafts instead,
+   ``RejectionSampler._combine_outputs_with_spec_tokens``,
+   rejection_sampler.py@v0.32.0; the reference keeps TensorRT-LLM's rule.)
+   A greedy row's token and errors (``nan_logits``, ``no_valid_token``, or
+   ``torch.argmax`` under ``greedy_degenerate = "argmax"``) come from the
+   single-step path's own rule,
+   :meth:`.sampler.ReferenceSession._prepare` and ``_choose_deterministic``.
 
    * greedy target: ``t_i = argmax``; accept ``d_{i+1}`` while it equals
      ``t_i``; the first target token that differs (or ``t_K``) is emitted
@@ -41,8 +55,39 @@ all such requests of a scenario step:
    Emission stops at the first token that finishes the request (an
    accepted draft included: no correction token then). ``rewind =
    draft_len - accepted`` (the declared ``K``: padded drafts occupy KV cache
-   too, seed 000 § 验收: ``py_rewind_len`` keeps the padded length). Only emitted tokens are finalised, so rejected drafts never
-   reach the penalty counts.
+   too, seed 000 § 验收: ``py_rewind_len`` keeps the padded length). Only
+   emitted tokens are finalised, so rejected drafts never reach the penalty
+   counts.
+
+**Padded drafts.** In a literal list, the first ``-1``
+(:data:`.scenario_types.DRAFT_PAD`) at position ``j`` ends the examined
+drafts: positions ``< j`` are verified as above, position ``j`` emits the
+target's own token for it exactly as when every draft up to ``j`` was
+accepted (row ``j``'s draw by the bonus-token rule; greedy: its argmax),
+and the entries after it are never read (any value). The step still takes
+the ``len(list) + 1`` offsets of a sampling request and reports ``rewind =
+draft_len - accepted``; its ``drafts`` record is the examined prefix. A
+``-1`` is never an index (``row[-1]`` would read token ``V - 1``); any
+other id outside ``[0, V)`` before the first pad is ``invalid_draft``.
+FlashInfer's convention (flashinfer-ai/flashinfer#879, PR #3551: a
+negative id is an immediate rejection; with a zero ``q`` row the residual
+``max(0, p_j - q_j)`` is ``p_j``) and vLLM's (rejection_sampler.py@v0.32.0
+``rejection_random_sample_kernel``: ``draft_token_id < 0`` is padding,
+rejected; the recovered token is drawn from ``p_j``).
+
+**Greedy convention.** Under ``profile.greedy_as_top_k_1`` a greedy request
+samples with ``temperature = 1, top_k = 1`` (:func:`greedy_by_convention`).
+Its literal drafts are verified with ``q_i = one-hot(d_i)`` (a deterministic
+proposal, as vLLM's rejection sampler treats drafts that come without
+probabilities, ``NO_DRAFT_PROBS``), draft model or not: such a request
+needs no draft model, so the profile's greedy convention never decides
+whether a verification request is valid. Where the target row is a point
+mass (no tie at the maximum) the test and the residual do not depend on
+``q`` at all: ``d = argmax`` is accepted (``min(1, p/q) = 1``), any other
+``d`` has ``p(d) = 0`` and is rejected, and ``max(0, p - q) = p`` is the
+argmax. Under a tie the one-hot ``q`` keeps the emitted distribution equal
+to the target's (a tied draft is accepted with probability ``p(d)``). The
+request keeps the profile's accounting: ``K + 1`` Philox offsets a step.
 
 The acceptance uniform and the residual draw are this project's canonical
 choices: TensorRT-LLM draws them from one shared ``torch.Generator``
@@ -55,25 +100,29 @@ the ``K + 1`` offsets taken from the slot, emission and finish rules, the
 accounting): :func:`_verify_chain` hands it ``q`` ``(K, V)``, the drafts,
 ``p`` ``(K + 1, V)``, the seed and the first offset, and emits what it
 returns. :mod:`impls.flashinfer` uses it to run FlashInfer's
-``chain_speculative_sampling``. Greedy requests keep the canonical path.
+``chain_speculative_sampling``. GREEDY requests keep the canonical path; a
+request under the greedy convention goes to the hook with the one-hot ``q``
+of its literal drafts. For a padded list the hook gets only the examined
+drafts (``K = j``, ``p`` rows ``0..j``), never a ``-1``: FlashInfer 0.7.2's
+kernel reads a negative id as an index (#879).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
 
 from ..base import Row, RowError
 from .draw import gumbel_scores
-from .filters import processed_probs
 from .finish import finish_reason
-from .modes import GREEDY, SAMPLING, effective_seed
+from .modes import GREEDY, SAMPLING, effective_seed, resolve
 from .philox import uniforms
-from .scenario_types import StepRecord, fail_request
+from .scenario_types import DRAFT_PAD, StepRecord, fail_request
 from .scripted import ModelError
 
-__all__ = ["speculative_step", "target_distribution", "DRAFT_FIELDS"]
+__all__ = ["speculative_step", "target_distribution", "examined_drafts", "greedy_by_convention", "DRAFT_FIELDS"]
 
 #: Row fields a draft row keeps from its request (mode and filters only).
 DRAFT_FIELDS = ("temperature", "top_k", "top_p", "min_p", "do_sample")
@@ -97,7 +146,17 @@ class _Cache:
         """``(res, x, keep, probs)`` of a draft (``kind="draft"``) or target row.
 
         ``history`` is what the model sees (finalised + drafts); ``base``
-        what the rewrites see (finalised only).
+        what the rewrites see (finalised only), except that ``min_length``
+        also counts the ``len(history) - len(base)`` drafts ahead of a target
+        row (``Row.draft_position``, module docstring item 3).
+
+        Every rule comes from the single-step path's own methods of
+        :class:`.sampler.ReferenceSession`, so one row gets the same token
+        and errors on both paths: ``_prepare`` (input checks, mode, rewrites);
+        for a GREEDY row ``_choose_deterministic`` (``probs``: the one-hot of
+        its token); for a SAMPLING row ``_kept``, ``_sampled_probs`` (the
+        distribution drawn from) and ``_draw_logits`` (``x``: the logits the
+        canonical draw reads).
         """
         key = (kind, self.signature(req), tuple(req.fields.get("prompt", [])), history, base)
         hit = self.rows.get(key)
@@ -113,17 +172,18 @@ class _Cache:
             row = Row(logits=x, slot=req.slot, **{k: req.fields[k] for k in DRAFT_FIELDS if k in req.fields})
         else:
             x = runner.model_of(req).logits(prompt, list(history))
-            row = req.row(x, list(base))
+            row = req.row(x, list(base), draft_position=len(history) - len(base))
         res, _x0, y = session._prepare(row)
         if res.mode == SAMPLING:
             keep = session._kept(res, y)
-            probs = processed_probs(y, keep, res.temperature)
+            probs = session._sampled_probs(res, y, keep)
+            y = session._draw_logits(y)
         else:
-            if not (y > float("-inf")).any():
-                raise RowError("no_valid_token", "every token is -inf after bias, penalties and bans")
+            # the one rule for a greedy row (token and errors), shared with the single-step path
+            tok = session._choose_deterministic(res, y)
             keep = None
             probs = torch.zeros_like(y)
-            probs[int(torch.argmax(y))] = 1.0
+            probs[tok] = 1.0
         hit = (res, y, keep, probs)
         self.rows[key] = hit
         return hit
@@ -176,7 +236,7 @@ def _drafts(runner, cache: _Cache, states: list, step: int) -> dict:
                 draws.append((st, y, keep, res.temperature))
                 draw_pairs.append(runner.session.seeds.take_unseeded())
             else:
-                toks.append(int(torch.argmax(y)))
+                toks.append(int(torch.argmax(q)))  # the one-hot of _choose_deterministic's token
         if draws:
             u = _uniforms(draw_pairs, max(d[1].shape[-1] for d in draws))
             by_v: dict = {}
@@ -195,6 +255,62 @@ def _drafts(runner, cache: _Cache, states: list, step: int) -> dict:
     return out
 
 
+def examined_drafts(toks: list) -> list:
+    """The drafts of a literal list that verification examines: those before the first pad.
+
+    Parameters
+    ----------
+    toks : list of int
+        One step's literal drafts, as the case gives them (``DRAFT_PAD =
+        -1`` pads the list).
+
+    Returns
+    -------
+    list of int
+        ``toks[:j]`` for the first ``j`` with ``toks[j] == -1``, else
+        ``toks``. The entries from ``j`` on are never read (any value);
+        another negative id before ``j`` stays in the prefix, where the
+        vocabulary check makes it ``invalid_draft``.
+
+    Source: FlashInfer's ``chain_speculative_sampling`` pads with ``-1``
+    (flashinfer-ai/flashinfer#879; PR #3551 makes a negative id an
+    immediate rejection); vLLM 0.32.0 ``rejection_random_sample_kernel`` and
+    ``rejection_greedy_sample_kernel`` reject a ``-1`` padding id
+    (v1/sample/rejection_sampler.py). SEMANTICS §4.
+    """
+    toks = [int(t) for t in toks]
+    return toks[:toks.index(DRAFT_PAD)] if DRAFT_PAD in toks else toks
+
+
+def greedy_by_convention(runner, req) -> bool:
+    """Whether ``req`` samples only because of the profile's greedy convention.
+
+    True when ``profile.greedy_as_top_k_1`` turned a request that resolves
+    to GREEDY under the profile's other rules into ``temperature = 1, top_k
+    = 1`` sampling. Its literal drafts are verified with ``q = one-hot(d)``
+    (module docstring, "Greedy convention"), so that convention never
+    decides whether a verification request is valid.
+
+    Parameters
+    ----------
+    runner : impls.reference.scenario._Runner
+    req : RequestSpec
+
+    Returns
+    -------
+    bool
+    """
+    profile = runner.profile
+    if not profile.greedy_as_top_k_1:
+        return False
+    vocab = (req.model or runner.spec.model).vocab
+    try:
+        res = resolve(req.row(torch.zeros(vocab), []), dataclasses.replace(profile, greedy_as_top_k_1=False))
+    except RowError:
+        return False
+    return res.mode == GREEDY
+
+
 def _q_for_literal(cache, st, toks: list) -> list:
     # q_i for literal drafts: the draft model on the same history, the request's filtering.
     qs = []
@@ -208,9 +324,12 @@ def _verify_chain(hook, rows: list, toks: list, qs: list, V: int, seed, offsets:
     """Verification by the session's ``verify_chain`` hook (an implementation's own kernel).
 
     ``hook(draft_probs, draft_ids, target_probs, seed, offset)`` gets the
-    draft distributions ``(K, V)``, the draft ids ``(K,)`` int64, the target
-    distributions ``(K + 1, V)`` (the same processed rows the canonical path
-    reads), the request's Philox seed and the first of its ``K + 1`` offsets;
+    draft distributions ``(K, V)`` (the one-hot of each literal draft under
+    the greedy convention), the draft ids ``(K,)`` int64 (the examined
+    drafts: for a padded list the prefix before its first ``-1``, so never a
+    pad), the target distributions ``(K + 1, V)`` (the same processed rows
+    the canonical path reads), the request's Philox seed and the first of
+    the offsets its declared list took;
     it returns the tokens it emits (accepted drafts, then the correction or
     bonus token) and the number of accepted drafts ``n``. The contract
     checks of the canonical path stay here: a draft distribution over another
@@ -239,8 +358,10 @@ def _verify_chain(hook, rows: list, toks: list, qs: list, V: int, seed, offsets:
     return accepted
 
 
-def _verify(runner, cache: _Cache, st, step: int, toks: list, qs: list, u_rows: Optional[torch.Tensor],
+def _verify(runner, cache: _Cache, st, step: int, toks: list, qs: Optional[list], u_rows: Optional[torch.Tensor],
             offsets: list, seed) -> None:
+    # toks: the examined drafts (a padded literal list's prefix, examined_drafts); qs None: q = one-hot(d)
+    # (greedy_by_convention). The K + 1 offsets and rewind follow the declared lengths.
     req, profile = st.request, runner.profile
     K = len(toks)
     base = tuple(st.generated)
@@ -250,6 +371,12 @@ def _verify(runner, cache: _Cache, st, step: int, toks: list, qs: list, u_rows: 
     for t in toks:
         if not 0 <= t < V:
             raise RowError("invalid_draft", f"draft token {t} outside the target vocabulary [0, {V})")
+    if qs is None:
+        qs = []
+        for t in toks:
+            q = torch.zeros_like(rows[0][3])
+            q[t] = 1.0
+            qs.append(q)
     emitted, reason = [], "none"
 
     def emit(t: int) -> bool:
@@ -261,7 +388,8 @@ def _verify(runner, cache: _Cache, st, step: int, toks: list, qs: list, u_rows: 
 
     def canonical() -> int:
         # The canonical verification (module docstring, item 3): the accepted prefix, then the
-        # correction or bonus token unless an accepted draft finished the request.
+        # correction or bonus token unless an accepted draft finished the request. The bonus rule
+        # at i == K also draws the token of a pad's position (K = the examined drafts).
         accepted = 0
         for i in range(K):
             d = toks[i]
@@ -325,17 +453,21 @@ def speculative_step(runner, states: list, step: int, plain: list) -> None:
         if st.status != "running" or st.request.id not in drafts:
             continue
         toks, qs = drafts[st.request.id]
+        literal = st.request.drafts is not None
+        examined = examined_drafts(toks) if literal else toks
         try:
-            if st.request.drafts is not None and st.mode != GREEDY:
-                qs = _q_for_literal(cache, st, toks)
+            if literal and st.mode != GREEDY:
+                # q of literal drafts: one-hot under the greedy convention, else the draft model's
+                qs = None if greedy_by_convention(runner, st.request) else _q_for_literal(cache, st, examined)
             row = st.request.row(torch.zeros(1), st.generated)
             runner.session.seeds.observe(st.request.slot, st.request.id, effective_seed(row, runner.profile))
+            # K + 1 rows of the declared list (pads included: they occupy rows, as they occupy KV cache)
             pairs = [runner.session.seeds.take(st.request.slot) for _ in range(len(toks) + 1)] \
                 if st.mode == SAMPLING else []
         except (RowError, ModelError) as e:
             fail_request(st, e if isinstance(e, RowError) else RowError("bad_logits", f"draft model: {e}"), step)
             continue
-        pending.append((st, toks, qs, pairs))
+        pending.append((st, examined, qs, pairs))
     # One Philox call per vocabulary size: V words of Gumbel noise plus the acceptance word V.
     by_v: dict = {}
     for k, item in enumerate(pending):
@@ -378,7 +510,8 @@ def target_distribution(spec, rid: str, profile, dtype=torch.float64, history: t
     base : tuple of int, optional
         The finalised tokens the rewrites (penalties, bans) see (default:
         ``history``); the verification rows of one step share the counts of
-        the step's start (module docstring, item 3).
+        the step's start, ``min_length`` adding the ``len(history) -
+        len(base)`` drafts ahead (module docstring, item 3).
 
     Returns
     -------
@@ -394,11 +527,12 @@ def target_distribution(spec, rid: str, profile, dtype=torch.float64, history: t
     req = spec.request(rid)
     session = ReferenceSession(profile, "cpu", dtype)
     model = req.model or spec.model
-    row = req.row(model.logits(req.fields.get("prompt", []), list(history)),
-                  list(history if base is None else base))
+    base = tuple(history if base is None else base)
+    row = req.row(model.logits(req.fields.get("prompt", []), list(history)), list(base),
+                  draft_position=len(history) - len(base))
     res, _x0, y = session._prepare(row)
     if res.mode != SAMPLING:
         p = torch.zeros_like(y)
-        p[int(torch.argmax(y))] = 1.0
+        p[session._choose_deterministic(res, y)] = 1.0
         return p
-    return processed_probs(y, session._kept(res, y), res.temperature)
+    return session._sampled_probs(res, y, session._kept(res, y))
