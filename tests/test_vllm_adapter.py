@@ -404,3 +404,69 @@ def test_forward_cpu_draw_is_the_documented_mechanism():
     path = engine.path_description()
     assert ("fused_gumbel_argmax" in path["random"]) == engine.FUSED_GUMBEL_CPU
     assert (path["greedy"] == "torch.ops._C.greedy_argmax") == engine.GREEDY_ARGMAX_OP
+
+
+# --------------------------------------------------------------------------- rows with no usable logit
+NAN = float("nan")
+
+
+def _tokens_over_seeds(row: Row, n: int) -> set:
+    """The tokens vLLM draws for ``row`` with seeds 0..n-1 (one batch, a slot per seed)."""
+    out = step(*[row.replace(seed=s, slot=s) for s in range(n)])
+    assert [r.error for r in out] == [None] * n, out[0].message
+    return {r.token for r in out}
+
+
+@needs_vllm
+def test_nan_sampling_rows_follow_the_profile_rule_first_unmasked():
+    # Profile field nan_logits = "first_unmasked" (read at 0.32.0; each set derived by hand):
+    # [nan x4] -> {0}: id 0 is the first id not -inf and holds NaN;
+    # [-inf, nan, 2, 1] -> {1}: the first id not -inf is the NaN at id 1;
+    # [1, nan, 3, 2], top_k = 2 -> {1}: torch.topk ranks NaN first, the 2nd value is 3, ids 0 and 3 masked;
+    # [1, nan, 3, 2], top_k = 1 -> {0, 2, 3}: the 1st value is NaN, nothing masked, id 0 (a number) first, the
+    #   NaN never wins: softmax([1, 3, 2]) gives id 0 0.090, id 3 0.245 (200 seeds miss one: < 1e-8);
+    # [2, nan, 0, -inf], top_p = min_p = 0.5 -> {0, 2}: both filters see NaN and mask nothing; p(2) = 0.119;
+    # [1, 2, 3] + logit bias NaN on id 0 (not checked by SamplingParams) -> [nan, 2, 3] -> {0}.
+    # 0.29.0's forward_cpu (softmax all NaN, probs / q argmax: the first NaN) answers {0} for every row
+    # (finding vllm-non-finite-logits-yield-a-token). The adapter reports vLLM's NaN processed probabilities
+    # as a NaN PROCESSED logprob, not -inf.
+    from impls.vllm import engine
+    from impls.reference import Reference
+    rows = [(Row(logits=T(NAN, NAN, NAN, NAN), temperature=1.0), {0}),
+            (Row(logits=T(-INF, NAN, 2.0, 1.0), temperature=1.0), {1}),
+            (Row(logits=T(1.0, NAN, 3.0, 2.0), temperature=1.0, top_k=2), {1}),
+            (Row(logits=T(1.0, NAN, 3.0, 2.0), temperature=1.0, top_k=1), {0, 2, 3}),
+            (Row(logits=T(2.0, NAN, 0.0, -INF), temperature=1.0, top_p=0.5, min_p=0.5), {0, 2}),
+            (Row(logits=T(1.0, 2.0, 3.0), temperature=1.0, logit_bias=[(0, NAN)]), {0})]
+    for r, want in rows:
+        got = _tokens_over_seeds(r, 200)
+        assert got == (want if engine.FUSED_GUMBEL_CPU else {0}), (r.logits.tolist(), got)
+        pred = Reference(VLLM).open_session().step([r.replace(seed=0)])[0]
+        assert (pred.error, set(support(pred))) == (None, want)
+    (a,) = step(Row(logits=T(NAN, NAN, NAN, NAN), temperature=1.0, seed=1))
+    assert (a.mode, a.token) == ("sampling", 0)
+    assert math.isnan(a.processed_logprob) and math.isnan(a.logprob)
+
+
+@needs_vllm
+def test_nan_and_all_minus_inf_greedy_rows_take_the_argmax():
+    # greedy_degenerate = "argmax": Sampler.greedy_sample (torch.ops._C.greedy_argmax on 0.32.0, one row:
+    # torch.argmax; logits.argmax on 0.29.0): the first NaN, else the first maximum; all -inf -> id 0.
+    # Several rows in one batch take the op's own scan on 0.32.0: the same answers.
+    rows = [Row(logits=T(NAN, NAN, NAN, NAN), temperature=0.0), Row(logits=T(-INF, NAN, 2.0, 1.0), temperature=0.0),
+            Row(logits=T(-INF, -INF, -INF, -INF), temperature=0.0), Row(logits=T(1.0, 2.0, NAN, NAN), temperature=0.0)]
+    assert [(r.error, r.mode, r.token) for r in step(*rows)] == [(None, "greedy", t) for t in (0, 1, 0, 2)]
+    (one,) = step(Row(logits=T(-INF, -INF, -INF), temperature=0.0))
+    assert (one.mode, one.token) == ("greedy", 0)
+
+
+@needs_vllm
+def test_all_minus_inf_sampling_row_returns_token_0_the_finding():
+    # [-inf x3], T = 1: no token has any probability; the reference under the vllm profile says
+    # no_valid_token, vLLM (0.32.0: fused_gumbel_argmax answers 0 when no id is above -inf; 0.29.0: argmax of
+    # NaN probabilities / q, the first NaN) returns token 0 on every seed: finding
+    # vllm-all-banned-row-yields-token-0, case bad_input/all-neg-inf-sampling-row.
+    from impls.reference import Reference
+    assert _tokens_over_seeds(Row(logits=T(-INF, -INF, -INF), temperature=1.0), 32) == {0}
+    (pred,) = Reference(VLLM).open_session().step([Row(logits=T(-INF, -INF, -INF), temperature=1.0, seed=0)])
+    assert pred.error == "no_valid_token"

@@ -5,7 +5,8 @@ fields choose the variants, never the engine's name):
 
 1. batch checks: a slot used twice in one step rejects the later rows;
 2. per row, input checks: logits must be 1-D and free of NaN (§5; under
-   ``profile.greedy_degenerate == "argmax"`` a GREEDY row may hold NaN);
+   ``profile.greedy_degenerate == "argmax"`` a GREEDY row may hold NaN, under
+   ``profile.nan_logits == "first_unmasked"`` a SAMPLING row);
 3. validation and mode resolution (:mod:`.modes`, §1.1);
 4. upcast to the working dtype (float32; float64 in oracle mode);
 5. logits rewrites in ``profile.rewrite_order`` (:mod:`.rewrites`,
@@ -16,8 +17,9 @@ fields choose the variants, never the engine's name):
    ``log_softmax(x / T)``. SAMPLING: the kept set of :mod:`.filters`
    (§1.5; a ``+inf`` logit is ``posinf_logits``, or under
    ``profile.posinf_logits == "argmax"`` the point mass on the lowest
-   ``+inf`` id), then the canonical draw of :mod:`.draw` with ``(seed, offset)``
-   from :mod:`.seeds` (§1.6), all sampling rows drawn in one batched call;
+   ``+inf`` id; a NaN follows ``profile.nan_logits``), then the canonical
+   draw of :mod:`.draw` with ``(seed, offset)`` from :mod:`.seeds` (§1.6),
+   all sampling rows drawn in one batched call;
 8. PROCESSED logprob, top-k logprobs and rank (:mod:`.logprobs`);
 9. finish reason (:mod:`.finish`, §1.8).
 
@@ -148,13 +150,15 @@ class ReferenceSession:
             raise RowError("bad_logits", f"logits must be 1-D, got shape {tuple(row.logits.shape)}")
         nan = bool(torch.isnan(row.logits).any())
         lenient = self.profile.greedy_degenerate == "argmax"
+        nan_sampling = self.profile.nan_logits == "first_unmasked"
         nan_error = RowError("nan_logits", f"NaN at token ids {torch.nonzero(torch.isnan(row.logits)).flatten()[:5].tolist()}")
-        if nan and not lenient:
+        if nan and not (lenient or nan_sampling):
             raise nan_error
         res = resolve(row, self.profile)
-        # Under greedy_degenerate == "argmax" (Hugging Face) a GREEDY row takes
-        # whatever torch.argmax answers; every other row still needs clean logits.
-        allow = lenient and res.mode == GREEDY
+        # Under greedy_degenerate == "argmax" (Hugging Face, vLLM) a GREEDY row takes
+        # whatever torch.argmax answers; under nan_logits == "first_unmasked" (vLLM) a
+        # SAMPLING row keeps its NaN for _kept; every other row still needs clean logits.
+        allow = (lenient and res.mode == GREEDY) or (nan_sampling and res.mode == SAMPLING)
         if nan and not allow:
             raise nan_error
         x0 = row.logits.to(self.device).to(self.dtype)
@@ -176,11 +180,18 @@ class ReferenceSession:
         == "error"``; under ``"argmax"`` the kept set is the point mass on the
         lowest ``+inf`` id (:func:`.logprobs.posinf_point_mass`).
 
+        A NaN in ``x`` (only under ``profile.nan_logits == "first_unmasked"``;
+        :meth:`_prepare` rejects it otherwise) gives :meth:`_kept_nan`'s set.
+
         Raises
         ------
         RowError
-            ``posinf_logits``; ``no_valid_token`` (every token ``-inf``).
+            ``posinf_logits``; ``no_valid_token`` (every token ``-inf``);
+            ``nan_logits`` (NaN under ``profile.nan_logits == "error"``).
         """
+        nan = torch.isnan(x)
+        if nan.any():
+            return self._kept_nan(res, x, nan)
         if torch.isposinf(x).any():
             if self.profile.posinf_logits == "argmax":
                 return posinf_point_mass(x)
@@ -189,16 +200,70 @@ class ReferenceSession:
             raise RowError("no_valid_token", "every token is -inf after bias, penalties and bans")
         return kept_set(x, res, self.profile)
 
+    def _kept_nan(self, res: Resolved, x: torch.Tensor, nan: torch.Tensor) -> torch.Tensor:
+        """The kept set of a SAMPLING row holding NaN under ``profile.nan_logits == "first_unmasked"``.
+
+        Min-p and top-p mask nothing (their softmax is NaN everywhere); top-k masks
+        the values below the k-th largest, NaN ranked above every number (``torch.topk``'s
+        order; with ``k`` NaN or more nothing is masked). If the lowest id left above
+        ``-inf`` holds NaN, the set is that id alone (drawn on every seed); otherwise it
+        is the unmasked ids less the NaN ones, a ``+inf`` among them following
+        ``profile.posinf_logits``. Source: the profile field's citation (vLLM 0.32.0
+        ``TopKTopPSampler.forward_cpu`` and ``fused_gumbel_argmax``).
+
+        Parameters
+        ----------
+        res : Resolved
+            Reads ``top_k`` (0 or ``>= V``: off).
+        x : torch.Tensor
+            ``(V,)`` rewritten logits holding at least one NaN.
+        nan : torch.Tensor
+            ``(V,)`` bool, ``torch.isnan(x)``.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(V,)`` bool, at least one True.
+
+        Raises
+        ------
+        RowError
+            ``nan_logits`` under ``profile.nan_logits == "error"``; ``posinf_logits``
+            for a kept ``+inf`` under ``profile.posinf_logits == "error"``.
+        """
+        if self.profile.nan_logits != "first_unmasked":
+            raise RowError("nan_logits", f"NaN at token ids {torch.nonzero(nan).flatten()[:5].tolist()}")
+        alive = ~torch.isneginf(x)
+        V = x.shape[-1]
+        if 0 < res.top_k < V:
+            kth = torch.topk(x, res.top_k).values[-1]   # NaN sorts above every number
+            alive &= ~(x < kth)                           # x < NaN is False: nothing masked
+        first = int(torch.nonzero(alive).flatten()[0])   # a NaN is never masked, so one is left
+        if bool(nan[first]):
+            keep = torch.zeros_like(alive)
+            keep[first] = True
+            return keep
+        keep = alive & ~nan
+        if torch.isposinf(x[keep]).any():
+            if self.profile.posinf_logits == "argmax":
+                return posinf_point_mass(torch.where(keep, x, torch.full_like(x, float("-inf"))))
+            raise RowError("posinf_logits", "+inf logit in a sampling row: the distribution is undefined")
+        return keep
+
     @staticmethod
     def _draw_logits(x: torch.Tensor) -> torch.Tensor:
         # The logits the canonical draw sees: a +inf (kept alone, posinf_logits == "argmax")
-        # becomes 0, so the draw's max-shift stays finite and that token wins on every seed.
-        return torch.where(torch.isposinf(x), torch.zeros_like(x), x)
+        # or a NaN (kept alone, nan_logits == "first_unmasked"; a NaN outside the kept set is
+        # masked anyway) becomes 0, so the draw's max-shift stays finite and a token kept
+        # alone wins on every seed.
+        return torch.where(torch.isposinf(x) | torch.isnan(x), torch.zeros_like(x), x)
 
     def _sampled_probs(self, res: Resolved, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         # The distribution a SAMPLING row is drawn from (PROCESSED logprobs): the point mass
-        # of its kept +inf token under posinf_logits == "argmax", else softmax(x / T) on keep.
-        if torch.isposinf(x[keep]).any():
+        # of its kept +inf token under posinf_logits == "argmax" or of its kept NaN token under
+        # nan_logits == "first_unmasked", else softmax(x / T) on keep.
+        kx = x[keep]
+        if torch.isposinf(kx).any() or torch.isnan(kx).any():
             return keep.to(x.dtype)
         return processed_probs(x, keep, res.temperature)
 

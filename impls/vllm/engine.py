@@ -516,5 +516,20 @@ def finish_reason(row: Row, sp: SamplingParams, token: int) -> str:
 
 
 def logprob_of(x: float) -> float:
-    """``math.log`` that maps 0 to ``-inf``."""
+    """``math.log`` of a probability, 0 giving ``-inf`` and NaN staying NaN.
+
+    Parameters
+    ----------
+    x : float
+        A probability in ``[0, 1]``, or NaN (``softmax`` of processed logits
+        holding NaN or ``+inf``).
+
+    Returns
+    -------
+    float
+        ``log(x)``; ``-inf`` for 0; NaN for NaN (vLLM reported no
+        probability: reading it as 0 would claim the token could not be drawn).
+    """
+    if math.isnan(x):
+        return float("nan")
     return math.log(x) if x > 0 else float("-inf")
