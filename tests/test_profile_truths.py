@@ -82,11 +82,12 @@ def test_a_planted_wrong_profile_field_fails_naming_the_fields(tmp_path):
     msg = res.details["message"]
     assert msg.startswith("the 'flashinfer' profile's prediction contradicts the case's truth for 'flashinfer': "
                           "main:0: support: extra [], missing [1]")
-    # Three single changes make the row sample with top_k = 1 (and keep the tie): Hugging Face's
-    # do_sample rule (top_k is set, so the row samples), no explicit greedy spelling (top_k = 1
-    # no longer means greedy), and the planted field itself.
-    assert [s["field"] for s in res.details["suspects"]] == ["mode_source", "explicit_greedy", "greedy_as_top_k_1"]
-    assert res.details["suspects"][2] == {"field": "greedy_as_top_k_1", "profile": "False", "would_agree_with": "True"}
+    # Two single changes make the row sample with top_k = 1 (and keep the tie): no explicit greedy
+    # spelling (top_k = 1 no longer means greedy), and the planted field itself. (Hugging Face's
+    # do_sample rule alone does not: an unset do_sample with an explicit greedy spelling, here
+    # flashinfer's top_k = 1, decodes greedily, as generate() does with temperature 0.)
+    assert [s["field"] for s in res.details["suspects"]] == ["explicit_greedy", "greedy_as_top_k_1"]
+    assert res.details["suspects"][1] == {"field": "greedy_as_top_k_1", "profile": "False", "would_agree_with": "True"}
     assert "greedy_as_top_k_1 = True (now False)" in msg
     assert res.details["broken_profile"] is True
     # an engine whose profile is that wrong one cannot be judged on the case

@@ -177,7 +177,7 @@ def test_min_new_tokens_ban_counts_generated_only():
 
 
 @pytest.mark.parametrize("bad, kind", [
-    (dict(temperature=0.0), "invalid_temperature"),   # TemperatureLogitsWarper: float > 0
+    (dict(temperature=0.0, do_sample=True), "invalid_temperature"),  # TemperatureLogitsWarper: float > 0
     (dict(temperature=-1.0), "invalid_temperature"),
     (dict(top_p=-0.5), "invalid_top_p"),              # TopPLogitsWarper: top_p < 0 rejected
     (dict(top_k=-1), "invalid_top_k"),                # TopKLogitsWarper: top_k <= 0 rejected
@@ -327,11 +327,14 @@ def test_agrees_with_reference_under_hf_profile():
             generated=[2, 0], bad_words=[[0, 4]], end_id=3, min_length=5, max_new_tokens=4),
         Row(logits=T(1.0, 3.0, 3.0, 0.0), top_k=1),
         Row(logits=T(0.0, 0.0, 0.0, 0.0), top_p=0.5, temperature=0.7, seed=4),
-        Row(logits=T(1.0, 2.0, 3.0), temperature=0.0),
+        Row(logits=T(1.0, 2.0, 3.0), temperature=0.0),                  # greedy (do_sample unset)
+        Row(logits=T(1.0, 2.0, 3.0), temperature=0.0, do_sample=True),  # invalid_temperature
+        Row(logits=T(1.0, 2.0, 3.0), temperature=0.0, top_p=2.0),       # greedy: no TopP warper built
     ]
     rows = [r.replace(slot=i) for i, r in enumerate(rows)]
     A = TransformersImpl().open_session().step(rows)
     B = Reference(HF).open_session().step(rows)
+    assert [(a.error, a.mode) for a in A[-3:]] == [(None, "greedy"), ("invalid_temperature", None), (None, "greedy")]
     for a, b in zip(A, B):
         assert (a.error, a.mode) == (b.error, b.mode)
         if a.error:
@@ -365,9 +368,10 @@ def tiny_generate():
 
     model.forward = forward
 
-    def run(row, steps=1):
+    def run(row, steps=1, kw=None):
+        # kw: the generate() arguments as given (default: the adapter's generate_kwargs(row)).
         fixed["logits"] = row.logits.float()
-        kw = generate_kwargs(row)
+        kw = dict(generate_kwargs(row) if kw is None else kw)
         kw.pop("max_new_tokens", None)
         if kw.get("eos_token_id") is None:
             kw["pad_token_id"] = 0
@@ -444,6 +448,65 @@ def test_eos_set_multi_step_matches_real_generate(tiny_generate):
         got.append((r.token, r.finish_reason))
         gen.append(r.token)
     assert got == [(1, "none"), (1, "none"), (6, "end_id")]
+
+
+def test_resolve_do_sample_maps_temperature_zero_to_greedy():
+    # Issue #20 item 5: as a transformers user writes it. An explicit do_sample wins; unset,
+    # temperature 0 is generate()'s default do_sample=False (greedy) whatever else is set;
+    # otherwise any sampling parameter set means do_sample=True.
+    from impls.transformers.translate import generate_kwargs, resolve_do_sample
+    L = T(0.0, 1.0, 2.0)
+    cases = [
+        (dict(), False),
+        (dict(temperature=0.0), False),
+        (dict(temperature=0), False),
+        (dict(temperature=-0.0), False),
+        (dict(temperature=0.0, top_k=3, top_p=0.5, min_p=0.3, seed=1), False),
+        (dict(temperature=0.0, do_sample=True), True),
+        (dict(temperature=0.7, do_sample=False), False),
+        (dict(temperature=0.7), True),
+        (dict(temperature=-1.0), True),
+        (dict(top_k=1), True),
+        (dict(min_p=0.1), True),
+    ]
+    assert [resolve_do_sample(Row(logits=L, **kw)) for kw, _ in cases] == [want for _, want in cases]
+    assert generate_kwargs(Row(logits=L, temperature=0.0, top_k=3)) == {
+        "do_sample": False, "temperature": 0.0, "top_k": 3, "eos_token_id": None}
+
+
+@needs_transformers
+def test_temperature_zero_row_is_greedy_and_do_sample_true_rejects_it():
+    # cases/greedy/temperature-zero-forces-greedy row 0: logits [-1, 0.25, 0.2, 0.24, -0.5],
+    # temperature 0 with top_p 0.5, top_k 3, min_p 0.3, seed 123. do_sample unset -> False: no
+    # warper is built (_get_logits_processor adds them only under do_sample), torch.argmax -> id 1.
+    L = T(-1.0, 0.25, 0.2, 0.24, -0.5)
+    row = Row(logits=L, temperature=0.0, top_p=0.5, top_k=3, min_p=0.3, seed=123)
+    (r,) = step(row)
+    assert (r.token, r.mode, r.error) == (1, "greedy", None)
+    assert r.extra["hf_processors"] == []
+    assert r.probs.tolist() == [0.0, 1.0, 0.0, 0.0, 0.0]
+    assert r.rewritten_logits.tolist() == L.tolist() and r.processed_logprob == 0.0
+    z = sum(math.exp(v) for v in (-1.0, 0.25, 0.2, 0.24, -0.5))
+    assert r.logprob == pytest.approx(0.25 - math.log(z), abs=1e-6)
+    # do_sample = True: TemperatureLogitsWarper(0.0) raises ("has to be a strictly positive float").
+    (e,) = step(row.replace(do_sample=True))
+    assert (e.error, e.token, e.mode) == ("invalid_temperature", None, None)
+
+
+@needs_transformers
+def test_temperature_zero_matches_real_generate(tiny_generate):
+    # generate(temperature=0.0) with no do_sample (its default False) decodes greedily: argmax of
+    # TINY is id 6 (3.0), with top_k 4 too; the adapter gives the same token. generate(do_sample=True,
+    # temperature=0.0) raises the ValueError the adapter reports as invalid_temperature.
+    for extra in ({}, {"top_k": 4}):
+        row = Row(logits=TINY, prompt=[3, 4], temperature=0.0, **extra)
+        toks, scores, _ = tiny_generate(row, kw={"temperature": 0.0, "eos_token_id": None, **extra})
+        (a,) = step(row)
+        assert toks == [6] and (a.token, a.mode) == (6, "greedy")
+        assert torch.equal(scores[0][0], TINY) and torch.equal(a.rewritten_logits, TINY)
+    with pytest.raises(ValueError, match="temperature"):
+        tiny_generate(Row(logits=TINY, prompt=[3, 4]), kw={"do_sample": True, "temperature": 0.0,
+                                                            "eos_token_id": None})
 
 
 def test_eos_set_translation():

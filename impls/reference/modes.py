@@ -258,6 +258,17 @@ def _greedy(profile: Profile) -> "Resolved":
     return Resolved(GREEDY)
 
 
+def _explicit_greedy(row: Row, profile: Profile) -> bool:
+    """Whether ``row`` uses one of ``profile.explicit_greedy``'s spellings (§1.1 rule 2).
+
+    ``"top_k_1"``: ``top_k == 1``; ``"top_p_0"``: ``top_p == 0``;
+    ``"min_p_1"``: ``min_p == 1``; ``"temperature_0"``: ``temperature == 0``.
+    """
+    g = profile.explicit_greedy
+    return (("top_k_1" in g and row.top_k == 1) or ("top_p_0" in g and row.top_p == 0.0)
+            or ("min_p_1" in g and row.min_p == 1.0) or ("temperature_0" in g and row.temperature == 0))
+
+
 def resolve(row: Row, profile: Profile) -> Resolved:
     """Validate ``row`` and resolve its mode and effective filter values.
 
@@ -274,7 +285,12 @@ def resolve(row: Row, profile: Profile) -> Resolved:
        decay, ``top_p`` is the decayed value of :func:`runtime_top_p` (§2).
 
     With ``profile.mode_source == "do_sample"`` (Hugging Face), rules 2-3 are
-    replaced by the ``do_sample`` flag (default: any sampling parameter set).
+    replaced by the ``do_sample`` flag. Unset, it is False for a spelling in
+    ``profile.explicit_greedy`` (hf: ``temperature == 0``, what
+    ``generate()``'s default ``do_sample=False`` decodes greedily), else True
+    iff any sampling parameter is set; a row that sets it is judged by it
+    alone (``do_sample=True`` with ``temperature == 0`` meets
+    ``temperature_zero``).
 
     Raises
     ------
@@ -286,7 +302,7 @@ def resolve(row: Row, profile: Profile) -> Resolved:
     if profile.mode_source == "do_sample" and not row.use_beam_search:
         do_sample = row.do_sample
         if do_sample is None:
-            do_sample = any(v is not None for v in (t, k, p, m))
+            do_sample = not _explicit_greedy(row, profile) and any(v is not None for v in (t, k, p, m))
         validate(row, profile, sampling=do_sample)
         if not do_sample:
             return _greedy(profile)
@@ -295,9 +311,7 @@ def resolve(row: Row, profile: Profile) -> Resolved:
     if row.use_beam_search:
         return Resolved(BEAM, temperature=t if t else 1.0)
     if profile.mode_source != "do_sample":
-        g = profile.explicit_greedy
-        if (("top_k_1" in g and k == 1) or ("top_p_0" in g and p == 0.0)
-                or ("min_p_1" in g and m == 1.0) or ("temperature_0" in g and t == 0)):
+        if _explicit_greedy(row, profile):
             return _greedy(profile)
         if t is None and p is None and k is None and profile.greedy_when_unset:
             forced = ((profile.min_p_forces_sampling and m is not None and m > 0)
