@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from harness.corpus.load import CASES_DIR, load_case  # noqa: E402
 from harness.judge.judge import Judge  # noqa: E402
-from impls.transformers.beam import TransformersBeamImpl  # noqa: E402
+from impls.transformers.scenario import TransformersBeamImpl  # noqa: E402
 
 
 def test_generate_beam_search_matches_the_hf_profile():

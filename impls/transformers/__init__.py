@@ -11,6 +11,12 @@ the token is chosen as ``GenerationMixin._sample`` does (``softmax`` +
 :mod:`.translate` for the Row -> ``generate`` argument mapping, :mod:`.hf`
 for the borrowed machinery and :mod:`.session` for the step.
 
+A row's mode is ``do_sample`` as a transformers user would write the call
+(:func:`.translate.resolve_do_sample`): the row's ``do_sample`` when it sets
+one; else ``temperature = 0`` is greedy (``generate``'s default
+``do_sample=False``; ``do_sample=True`` with it is ``invalid_temperature``);
+else any sampling parameter set means ``do_sample=True``.
+
 ``import impls.transformers`` works without transformers installed; it is
 imported inside the methods that need it.
 """
@@ -22,7 +28,7 @@ from typing import Optional
 from ..base import Row
 from ..profiles import HF, Profile
 from ..registry import Entry
-from .translate import SUPPORTED_FEATURES, unsupported_reason
+from .translate import SCENARIO_FEATURES, SUPPORTED_FEATURES, unsupported_reason
 
 __all__ = ["TransformersImpl", "IMPLEMENTATIONS"]
 
@@ -45,17 +51,27 @@ class TransformersImpl:
         What the adapter can express (:data:`.translate.SUPPORTED_FEATURES`):
         no presence/frequency penalty, top-p decay, beam search or canonical
         RNG.
+    scenario_features : frozenset of str
+        What :meth:`run_scenario` (``generate()`` per request on a scripted
+        model, :mod:`.scenario`) can express: the above less logprobs,
+        processed and low-precision logits, plus beam search.
     """
 
     name = "transformers"
     features = SUPPORTED_FEATURES
+    #: What :meth:`run_scenario` expresses (:data:`.translate.SCENARIO_FEATURES`): beam search
+    #: too, no logprobs (a scenario reports none).
+    scenario_features = SCENARIO_FEATURES
     devices = frozenset({"cpu", "cuda"})
     slow = False
     #: HF's processors validate and rewrite, its warpers filter, ``_sample`` draws and its stopping
     #: criteria finish; the adapter keeps a generator per slot (HF has no per-request seed) and
     #: computes logprobs from HF's raw and processed scores with the reference's rank rules.
+    #: Scenarios: ``generate()``'s loop decodes each request (``_sample``, ``_beam_search``);
+    #: the scenario's schedule is mapped onto it by the adapter (:mod:`.scenario`).
     stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "filters": "own",
-              "draw": "own", "seeds": "adapter", "logprobs": "adapter", "finish": "own"}
+              "draw": "own", "seeds": "adapter", "logprobs": "adapter", "finish": "own", "decode": "own",
+              "beam": "own"}
 
     def __init__(self, profile: Profile = HF):
         self.profile = profile
@@ -101,9 +117,25 @@ class TransformersImpl:
         from .session import TransformersSession
         return TransformersSession(self.profile, device)
 
+    def run_scenario(self, spec, device: str = "cpu"):
+        """Run a multi-step scenario: each request is one ``generate()`` call on the scripted model.
+
+        See :func:`.scenario.run_scenario` (plain requests sample or decode greedily through
+        ``_sample``, beam requests through ``_beam_search``).
+
+        Raises
+        ------
+        impls.reference.scenario.ScenarioUnsupported
+            What ``generate()`` cannot express, with the reason (``n/a``).
+        ImportError
+            When transformers is not installed.
+        """
+        from .scenario import run_scenario
+        return run_scenario(spec, self.profile, device)
+
 
 def _beam():
-    from .beam import TransformersBeamImpl
+    from .scenario import TransformersBeamImpl
     return TransformersBeamImpl()
 
 

@@ -10,7 +10,7 @@ history. The model is input data; ``generate``'s loop (candidate selection,
 finished hypotheses, length normalisation, early stopping, stopping criteria)
 is what is tested.
 
-:class:`TransformersBeamImpl` runs the beam-search requests of a scenario
+:class:`.scenario.TransformersBeamImpl` runs the beam-search requests of a scenario
 (``run_scenario``), one ``generate`` call per request (HF shares one
 ``GenerationConfig`` per call): ``num_beams = num_return_sequences = W``,
 ``do_sample = False`` (beam search, not beam sampling: a temperature is then
@@ -37,10 +37,9 @@ from typing import Optional
 import torch
 
 from ..base import FEATURES, Row
-from ..profiles import HF, Profile
-from ..reference.scenario import RequestResult, ScenarioResult, ScenarioSpec, ScenarioUnsupported, StepRecord
+from ..reference.scenario import RequestResult, StepRecord
 
-__all__ = ["TransformersBeamImpl", "ScriptedLM", "run_beam_request"]
+__all__ = ["ScriptedLM", "run_beam_request", "BEAM_FEATURES"]
 
 #: Features the beam driver can express.
 BEAM_FEATURES = frozenset({"beam_search", "temperature", "repetition_penalty", "no_repeat_ngram", "bad_words",
@@ -82,8 +81,12 @@ def _model_class():
                 self._anchor = torch.nn.Parameter(torch.zeros(1))  # gives the module a device and dtype
 
             def forward(self, input_ids=None, **kwargs):
-                """``(batch, seq, V)`` logits; only the last position is meaningful (the only one used)."""
+                """``(batch, seq, V)`` logits; only the last position is meaningful (the only one used).
+
+                ``self.last_ids`` keeps the first row's history of the last call (where a failing step was).
+                """
                 P = self.prompt_len
+                self.last_ids = input_ids[0].tolist()
                 rows = [self.scripted.logits(ids[:P], ids[P:]) for ids in input_ids.tolist()]
                 last = torch.stack(rows).unsqueeze(1)
                 return CausalLMOutputWithPast(logits=last.expand(-1, input_ids.shape[1], -1))
@@ -172,74 +175,3 @@ def run_beam_request(req, model, device: str = "cpu") -> RequestResult:
     res.finish_reason = res.beam_finish_reasons[0]
     res.steps = [StepRecord(s) for s in range(max(len(b) for b in beams))]
     return res
-
-
-class TransformersBeamImpl:
-    """Hugging Face's ``generate()`` beam search as an implementation under test.
-
-    Parameters
-    ----------
-    profile : Profile
-        Default :data:`impls.profiles.HF`.
-
-    Attributes
-    ----------
-    name : str
-        ``"transformers-beam"``.
-    features : frozenset of str
-        :data:`BEAM_FEATURES`.
-    """
-
-    name = "transformers-beam"
-    features = BEAM_FEATURES
-    devices = frozenset({"cpu", "cuda"})
-    slow = False
-    #: ``generate()`` runs the whole decode with a scripted model; only the model is the project's.
-    stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "logprobs": "own",
-              "finish": "own", "decode": "own", "beam": "own"}
-
-    def __init__(self, profile: Profile = HF):
-        self.profile = profile
-
-    def version(self) -> str:
-        """``transformers.__version__``."""
-        import transformers
-        return transformers.__version__
-
-    def available(self, device: str) -> Optional[str]:
-        """``None`` when transformers imports (and ``device`` is usable), else the reason."""
-        try:
-            import transformers  # noqa: F401
-        except Exception as e:
-            return f"transformers is not importable: {type(e).__name__}: {e}"
-        if str(device).startswith("cuda") and not torch.cuda.is_available():
-            return "no CUDA device"
-        return None
-
-    def unsupported(self, row: Row) -> Optional[str]:
-        """Single-step rows are not this driver's business (scenario cases only)."""
-        return "the beam driver runs scenario cases only"
-
-    def run_scenario(self, spec: ScenarioSpec, device: str = "cpu") -> ScenarioResult:
-        """Run every request of a beam-search scenario through ``generate()``.
-
-        Raises
-        ------
-        ScenarioUnsupported
-            When any request cannot be expressed (see the module docstring),
-            or the scenario has a schedule, pauses or late arrivals (each
-            request runs alone, so its schedule cannot matter, but the case
-            then tests something else).
-        """
-        for r in spec.requests:
-            why = _unsupported(r)
-            if why:
-                raise ScenarioUnsupported(why)
-        out = {}
-        for r in spec.requests:
-            if not 1 <= r.beam_width <= spec.max_beam_width:
-                out[r.id] = RequestResult(r.id, error="invalid_beam_width", error_step=0,
-                                          message=f"beam_width={r.beam_width} above max_beam_width")
-                continue
-            out[r.id] = run_beam_request(r, r.model or spec.model, device)
-        return ScenarioResult(out, max((len(v.steps) for v in out.values()), default=0), keys=REPORTED)

@@ -55,12 +55,14 @@ from . import hf
 from ..reference.logprobs import rank, top_logprobs  # ranking rules are profile fields, not engine code
 from .translate import unsupported_reason
 
-__all__ = ["TransformersSession"]
+__all__ = ["TransformersSession", "finish_reason", "sampling_failure"]
 
 GREEDY, SAMPLING = "greedy", "sampling"
 
 
-def _sampling_failure(raw: torch.Tensor, rewritten: torch.Tensor, err: Exception) -> RowError:
+def sampling_failure(raw: torch.Tensor, rewritten: torch.Tensor, err: Exception) -> RowError:
+    """The row error of a ``torch.multinomial`` ``RuntimeError``: ``nan_logits``, ``posinf_logits``,
+    ``no_valid_token`` (judged on the raw and the processed ``(1, V)`` scores), else ``sampling_failed``."""
     if torch.isnan(raw).any():
         return RowError("nan_logits", f"NaN logits: torch.multinomial refused the probabilities ({err})")
     if torch.isnan(rewritten).any():
@@ -70,6 +72,40 @@ def _sampling_failure(raw: torch.Tensor, rewritten: torch.Tensor, err: Exception
     if not (rewritten > float("-inf")).any():
         return RowError("no_valid_token", f"every token is -inf after the processors ({err})")
     return RowError("sampling_failed", str(err))
+
+
+def finish_reason(prep: hf.Prepared, ids: torch.Tensor, order: Sequence[str]) -> str:
+    """The finish reason of a sequence whose history is ``ids``, from HF's own stopping criteria.
+
+    Parameters
+    ----------
+    prep : hf.Prepared
+        The request's criteria (:func:`.hf.prepare`).
+    ids : torch.Tensor
+        ``(1, L)`` int64: prompt, generated tokens, the new token last.
+    order : sequence of str
+        The precedence (``Profile.finish_order``): ``StoppingCriteriaList`` only ORs its
+        criteria, so transformers keeps no reason.
+
+    Returns
+    -------
+    str
+        ``"end_id"`` (``EosTokenCriteria``), ``"length"`` (``MaxLengthCriteria``),
+        ``"stop_words"`` (the single-token stop words' ``EosTokenCriteria``), the first of
+        ``order`` that fires; ``"none"`` when none does.
+    """
+    def fired(crits, types) -> bool:
+        return any(bool(c(ids, None).any()) for c in crits if isinstance(c, types))
+
+    hits = {
+        "end_id": fired(prep.criteria, hf.sc.EosTokenCriteria),
+        "length": fired(prep.criteria, hf.sc.MaxLengthCriteria),
+        "stop_words": fired(prep.stop_criteria, hf.sc.EosTokenCriteria),
+    }
+    for reason in order:
+        if hits.get(reason):
+            return reason
+    return "none"
 
 
 class TransformersSession:
@@ -133,19 +169,7 @@ class TransformersSession:
 
     def _finish(self, prep: hf.Prepared, token: int) -> str:
         ids = torch.cat([prep.input_ids, torch.tensor([[token]], dtype=torch.long, device=self.device)], dim=1)
-
-        def fired(crits, types) -> bool:
-            return any(bool(c(ids, None).any()) for c in crits if isinstance(c, types))
-
-        hits = {
-            "end_id": fired(prep.criteria, hf.sc.EosTokenCriteria),
-            "length": fired(prep.criteria, hf.sc.MaxLengthCriteria),
-            "stop_words": fired(prep.stop_criteria, hf.sc.EosTokenCriteria),
-        }
-        for reason in self.profile.finish_order:
-            if hits.get(reason):
-                return reason
-        return "none"
+        return finish_reason(prep, ids, self.profile.finish_order)
 
     def _annotate(self, row: Row, res: RowResult, prep, raw, rewritten, final) -> None:
         tok = res.token
@@ -203,7 +227,7 @@ class TransformersSession:
                     try:
                         tok = int(torch.multinomial(probs, num_samples=1, generator=g)[0, 0])
                     except RuntimeError as e:
-                        raise _sampling_failure(raw, rewritten, e) from None
+                        raise sampling_failure(raw, rewritten, e) from None
                 else:
                     tok = int(torch.argmax(final, dim=-1)[0])
                 res = RowResult(token=tok, mode=mode)
@@ -260,7 +284,7 @@ class TransformersSession:
             try:
                 toks = torch.multinomial(probs, num_samples=m, replacement=True, generator=g)[0]
             except RuntimeError as e:
-                raise _sampling_failure(raw, rewritten, e) from None
+                raise sampling_failure(raw, rewritten, e) from None
             counts += torch.bincount(toks.cpu(), minlength=V)
             done += m
         return counts

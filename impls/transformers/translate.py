@@ -10,10 +10,13 @@ huggingface/transformers@v5.24.0):
 ==========================  ==========================================================
 Row field                   Hugging Face spelling
 ==========================  ==========================================================
-``do_sample``               ``do_sample``; unset: True iff any of temperature, top_k,
-                            top_p, min_p is set (the harness convention of
-                            ``Profile.mode_source == "do_sample"``; plain
-                            ``generate`` defaults to ``do_sample=False``)
+``do_sample``               ``do_sample`` when the row sets it; unset: False when
+                            ``temperature == 0`` (how a transformers user asks for
+                            greedy: ``generate`` defaults to ``do_sample=False``,
+                            GREEDY_SEARCH, and only warns about the temperature),
+                            else True iff any of temperature, top_k, top_p, min_p is
+                            set (the harness convention of ``Profile.mode_source ==
+                            "do_sample"``): see :func:`resolve_do_sample`
 ``temperature``             ``temperature`` -> ``TemperatureLogitsWarper`` (built iff
                             ``!= 1.0``, utils.py ``_get_logits_processor``)
 ``top_k``                   ``top_k`` -> ``TopKLogitsWarper`` (built iff ``!= 0``;
@@ -57,7 +60,8 @@ from typing import Optional, Union
 from ..base import Row, active
 from ..params import end_id_set
 
-__all__ = ["resolve_do_sample", "end_ids", "generate_kwargs", "unsupported_reason", "SUPPORTED_FEATURES"]
+__all__ = ["resolve_do_sample", "end_ids", "generate_kwargs", "unsupported_reason", "SUPPORTED_FEATURES",
+           "SCENARIO_FEATURES"]
 
 #: Features (names from :data:`impls.base.FEATURES`) the adapter can express.
 SUPPORTED_FEATURES = frozenset({
@@ -67,12 +71,22 @@ SUPPORTED_FEATURES = frozenset({
     "low_precision_logits", "finish_reason",
 })
 
+#: Features a scenario (:mod:`.scenario`, ``generate()`` per request) may need: the single-step
+#: mapping's less what only a single-step row has (logprobs, processed logits, low-precision
+#: logits: a scenario's scripted model gives float32 rows and its truths hold no logprobs),
+#: plus beam search (:mod:`.beam`).
+SCENARIO_FEATURES = (SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits"}) | {"beam_search"}
+
 
 def resolve_do_sample(row: Row) -> bool:
-    """Hugging Face's ``do_sample`` for ``row``.
+    """Hugging Face's ``do_sample`` for ``row``, as a transformers user would write the row.
 
-    ``row.do_sample`` when given, else True iff any of ``temperature``,
-    ``top_k``, ``top_p``, ``min_p`` is set (not None).
+    1. ``row.do_sample`` when the row sets it (so ``do_sample = True`` with
+       ``temperature = 0`` reaches ``TemperatureLogitsWarper``, which
+       rejects it: ``invalid_temperature``);
+    2. else False when ``temperature == 0`` (``-0.0`` included): greedy;
+    3. else True iff any of ``temperature``, ``top_k``, ``top_p``,
+       ``min_p`` is set (not None).
 
     Returns
     -------
@@ -81,12 +95,25 @@ def resolve_do_sample(row: Row) -> bool:
     Notes
     -----
     ``GenerationConfig._get_default_generation_params`` (configuration_utils.py
-    @v5.24.0) defaults ``do_sample`` to False; the "any parameter set" default
-    is this harness's convention so that engine-neutral cases (which never set
-    ``do_sample``) sample when they give sampling parameters.
+    @v5.24.0) defaults ``do_sample`` to False, and
+    ``GenerationConfig.get_generation_mode`` makes ``do_sample is not True``
+    with one beam GREEDY_SEARCH; ``GenerationConfig.validate`` only records a
+    "minor issue" (a logged warning unless ``strict``) for a temperature set
+    without ``do_sample``. So ``generate(temperature=0.0)`` decodes greedily,
+    and no transformers user who wants that token sets ``do_sample=True``
+    (that raises): rule 2 maps the engine-neutral "temperature 0 is greedy"
+    to that call, whatever top_k/top_p/min_p say (``_get_logits_processor``
+    builds no warper without ``do_sample``, so they are neither applied nor
+    validated). Rule 3 is this harness's convention so that engine-neutral
+    cases (which never set ``do_sample``) sample when they give sampling
+    parameters. The ``hf`` profile says the same
+    (``explicit_greedy = {"temperature_0"}`` under ``mode_source =
+    "do_sample"``).
     """
     if row.do_sample is not None:
         return bool(row.do_sample)
+    if row.temperature is not None and row.temperature == 0:
+        return False
     return any(v is not None for v in (row.temperature, row.top_k, row.top_p, row.min_p))
 
 

@@ -1,0 +1,418 @@
+"""Multi-step scenarios on transformers: each request is one ``generate()`` call on a scripted model.
+
+Hugging Face has no scheduler, slots or per-request state outside one
+``generate()`` call: a request's whole decode (its processors over the real
+history, the stopping criteria, the draws) happens inside that call. So
+:func:`run_scenario` runs every request of a scenario alone, in spec order,
+through ``GenerationMixin.generate`` (transformers 5.24.0,
+``src/transformers/generation/utils.py``) on
+:class:`~impls.transformers.beam.ScriptedLM`, whose ``forward`` returns the
+scripted model's logits for each row's history (the model is input data).
+
+A plain request (no beam search):
+
+* ``generate(prompt, **generate_kwargs(row))`` with the mapping of
+  :mod:`.translate` (``do_sample`` as :func:`.translate.resolve_do_sample`
+  says, so ``_sample`` draws or takes the argmax), ``use_cache=False``,
+  ``pad_token_id`` set (the EOS id, else 0; only silences a warning for a
+  batch of one);
+* ``prompt_ignore_length``: the custom ``RepetitionPenaltyLogitsProcessor``
+  that :func:`.hf.prepare` uses, passed as ``logits_processor`` (it takes the
+  default one's place in ``_merge_criteria_processor_list``);
+* single-token stop words: an ``EosTokenCriteria`` on their ids, passed as
+  ``stopping_criteria`` under a subclass with no code of its own
+  (``_merge_criteria_processor_list`` replaces a default criterion by a custom
+  one of the *same type*; a plain ``EosTokenCriteria`` would replace the EOS
+  criterion);
+* seeds: HF has no per-request seed (``_sample`` draws from torch's global
+  generator). A seeded request runs inside ``torch.random.fork_rng`` after
+  ``torch.manual_seed(seed)`` (what ``transformers.set_seed`` does for
+  torch), so its draws are reproducible and leave the global generator as it
+  was; an unseeded one draws from the global generator. A seed
+  ``torch.manual_seed`` refuses is ``invalid_seed`` at admission;
+* the scenario's schedule (``arrive``, ``pause``, ``schedule``,
+  ``max_steps``) is the adapter's: the request's ``n``-th token is the one of
+  its ``n``-th scheduled step (:func:`scheduled_steps`), and a stopping
+  criterion of the adapter (:class:`_Budget`) ends ``generate`` after as many
+  tokens as the request has scheduled steps. Its finish reason is then what
+  the request's own HF criteria say of the final history
+  (:func:`.session.finish_reason`, precedence ``profile.finish_order``), or
+  ``"none"`` when none fires (the scenario ended first);
+* errors: a ``ValueError`` of transformers' preparation (the
+  ``GenerationMixin`` methods ``generate`` runs first, called by
+  :func:`.hf.prepare`, or ``generate`` itself;
+  :func:`.hf.classify_value_error`) is the request's error at its first
+  scheduled step; a ``torch.multinomial`` ``RuntimeError`` at a later step
+  is classified as the single-step adapter does
+  (:func:`.session.sampling_failure`, on that step's raw and processed
+  scores); a scripted model that cannot produce logits is ``bad_logits``.
+
+Beam requests run through :func:`.beam.run_beam_request` (its module
+docstring).
+
+What cannot be expressed raises
+:class:`~impls.reference.scenario.ScenarioUnsupported` (``n/a``) with the
+missing feature named: draft tokens (no literal drafts in ``generate``;
+assisted generation proposes its own), an empty prompt (a decoder-only
+``generate`` needs an input token), ``beam_width`` without beam search
+(``num_beams`` *is* beam search), any row field
+:func:`.translate.unsupported_reason` refuses, and a request admitted into a
+slot another request still holds (the reference rejects it with
+``duplicate_slot``; transformers has no slots to hold).
+
+Reported (``ScenarioResult.keys``): :data:`REPORTED`. Not reported: the
+per-step ``scheduled`` list, Philox ``offsets``, supports and runtime top-p
+(none is an observation of ``generate``).
+
+Imported lazily: it imports transformers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Optional
+
+import torch
+
+from ..base import Row, RowError
+from ..profiles import HF, Profile
+from ..reference.scenario_types import (RequestResult, RequestSpec, ScenarioResult, ScenarioSpec,
+                                        ScenarioUnsupported, StepRecord)
+from ..reference.scripted import ModelError
+from . import beam, hf
+from .session import finish_reason, sampling_failure
+from .translate import SCENARIO_FEATURES, generate_kwargs, unsupported_reason
+
+__all__ = ["run_scenario", "run_plain_request", "scheduled_steps", "SCENARIO_FEATURES", "REPORTED", "TransformersBeamImpl"]
+
+#: Observations of a request: its error (and the step), tokens, finish reason and step; for
+#: beam requests also what :data:`.beam.REPORTED` lists.
+REPORTED = frozenset({"error", "error_step", "tokens", "finish_reason", "finish_step"}) | beam.REPORTED
+
+
+def scheduled_steps(spec: ScenarioSpec, req: RequestSpec) -> list:
+    """The steps at which ``req`` is scheduled while it runs (the reference's ``_Runner.scheduled``).
+
+    With an explicit ``schedule``: the steps below ``min(max_steps, len(schedule))`` that
+    list it; otherwise the steps in ``[arrive, max_steps)`` not in ``pause``. A request that
+    finishes after ``n`` tokens uses the first ``n`` of them.
+
+    Returns
+    -------
+    list of int
+    """
+    if spec.schedule is not None:
+        return [s for s in range(min(spec.max_steps, len(spec.schedule))) if req.id in spec.schedule[s]]
+    return [s for s in range(req.arrive, spec.max_steps) if s not in req.pause]
+
+
+class _StopTokens(hf.sc.EosTokenCriteria):
+    """HF's ``EosTokenCriteria`` on the single-token stop words; a distinct type only so that
+    ``_merge_criteria_processor_list`` keeps it next to the EOS criterion instead of replacing it."""
+
+
+class _Budget(hf.sc.StoppingCriteria):
+    """Stops ``generate`` once ``length`` tokens (prompt included) exist: the steps the scenario gives.
+
+    Parameters
+    ----------
+    length : int
+    """
+
+    def __init__(self, length: int):
+        self.length = int(length)
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        """``(batch,)`` bool: whether each sequence reached ``length``."""
+        return torch.full((input_ids.shape[0],), input_ids.shape[-1] >= self.length, dtype=torch.bool,
+                          device=input_ids.device)
+
+
+@contextlib.contextmanager
+def _seeded(seed: Optional[int], device: torch.device):
+    """torch's generators seeded with ``seed`` inside, restored on exit (nothing done for None).
+
+    Raises
+    ------
+    RowError
+        ``invalid_seed`` when ``torch.manual_seed`` refuses the value.
+    """
+    if seed is None:
+        yield
+        return
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            torch.manual_seed(int(seed))
+        except (ValueError, RuntimeError, OverflowError) as e:
+            raise RowError("invalid_seed", f"seed {seed!r}: torch.manual_seed refused it ({e})") from None
+        yield
+
+
+def _failed(res: RequestResult, err: RowError, step: int) -> RequestResult:
+    res.error, res.message, res.error_step = err.kind, err.message, step
+    return res
+
+
+def run_plain_request(req: RequestSpec, model, steps: list, profile: Profile, device: str = "cpu") -> RequestResult:
+    """Run one request without beam search through ``generate()`` (the module docstring).
+
+    Parameters
+    ----------
+    req : RequestSpec
+    model : ScriptedModel
+    steps : list of int
+        Its scheduled steps (:func:`scheduled_steps`); none: it never runs.
+    profile : Profile
+        Supplies ``finish_order``.
+    device : str
+
+    Returns
+    -------
+    RequestResult
+        ``tokens``, ``finish_reason``, ``finish_step`` and one :class:`StepRecord` per
+        token; or ``error``, ``message``, ``error_step``.
+
+    Raises
+    ------
+    ScenarioUnsupported
+        A field :func:`.translate.unsupported_reason` refuses.
+    """
+    res = RequestResult(req.id)
+    prompt = [int(t) for t in req.fields.get("prompt", [])]
+    row = Row(logits=torch.zeros(model.vocab), request_id=req.id, **req.fields)
+    why = unsupported_reason(row) or ("an empty prompt: generate() needs an input token" if not prompt else None)
+    if why:
+        raise ScenarioUnsupported(f"request {req.id!r}: {why}")
+    if not steps:
+        return res  # never scheduled (the reference leaves it waiting)
+    dev = torch.device(device)
+    free = hf.ModelFree(dev)
+    try:
+        prep = hf.prepare(row, free)  # HF's criteria for the finish reason (generate rebuilds its own)
+    except RowError as e:
+        return _failed(res, e, steps[0])
+    kw = generate_kwargs(row)
+    eos = kw.get("eos_token_id")
+    kw.update(use_cache=False, pad_token_id=(eos[0] if isinstance(eos, list) else eos) if eos is not None else 0)
+    procs = hf.lp.LogitsProcessorList()
+    gc = prep.generation_config
+    if row.prompt_ignore_length is not None and gc.repetition_penalty is not None and gc.repetition_penalty != 1.0:
+        procs.append(hf.lp.RepetitionPenaltyLogitsProcessor(gc.repetition_penalty,
+                                                            prompt_ignore_length=int(row.prompt_ignore_length)))
+    crits = hf.sc.StoppingCriteriaList([_Budget(len(prompt) + len(steps))])
+    stops = sorted({int(w[0]) for w in row.stop_words if len(w) == 1})
+    if stops:
+        crits.append(_StopTokens(torch.tensor(stops, dtype=torch.long, device=dev)))
+    lm = beam._model_class()(model, len(prompt)).to(dev).eval()
+    ids = torch.tensor([prompt], dtype=torch.long, device=dev).reshape(1, len(prompt))
+    try:
+        with hf.quiet(), torch.no_grad(), _seeded(row.seed, dev):
+            out = lm.generate(ids, logits_processor=procs,
+                              stopping_criteria=crits, **kw)
+    except RowError as e:  # the seed
+        return _failed(res, e, steps[0])
+    except ModelError as e:
+        gen = _generated(lm, prompt)
+        return _failed(res, RowError("bad_logits", f"scripted model: {e}"), steps[min(len(gen), len(steps) - 1)])
+    except ValueError as e:
+        return _failed(res, RowError(hf.classify_value_error(e), f"transformers: {e}".splitlines()[0]), steps[0])
+    except (RuntimeError, IndexError) as e:
+        gen = _generated(lm, prompt)
+        return _failed(res, _step_failure(row, model, prompt, gen, free, e), steps[min(len(gen), len(steps) - 1)])
+    toks = [int(t) for t in out[0, len(prompt):].tolist()]
+    res.tokens = toks
+    res.steps = [StepRecord(s, tokens=[t]) for s, t in zip(steps, toks)]
+    final = torch.tensor([prompt + toks], dtype=torch.long, device=dev)
+    reason = finish_reason(prep, final, profile.finish_order) if toks else "none"
+    res.finish_reason = reason
+    if reason != "none":
+        res.finish_step = steps[len(toks) - 1]
+        res.steps[-1].finish_reason = reason
+    return res
+
+
+def _generated(lm, prompt: list) -> list:
+    """The tokens generated before the last ``forward`` call of ``lm`` (the step that failed)."""
+    return [int(t) for t in getattr(lm, "last_ids", prompt)[len(prompt):]]
+
+
+def _step_failure(row: Row, model, prompt: list, gen: list, free, err: Exception) -> RowError:
+    """The error of the step after ``gen`` that ``generate`` aborted with ``err``, judged on that
+    step's raw and processed scores as the single-step adapter judges a row: an HF processor's
+    own error (:func:`.hf.run_processors`), else :func:`.session.sampling_failure`."""
+    try:
+        raw = model.logits(prompt, gen).to(torch.float32).reshape(1, -1)
+        prep = hf.prepare(row.replace(logits=raw[0], generated=list(gen)), free)
+        rewritten = hf.run_processors(prep.processors, prep.input_ids, raw.clone())
+    except RowError as e:
+        return e
+    except ModelError as e:
+        return RowError("bad_logits", f"scripted model: {e}")
+    return sampling_failure(raw, rewritten, err)
+
+
+def _slot_conflict(spec: ScenarioSpec, results: dict, sched: dict) -> Optional[str]:
+    """A request admitted into a slot that another still holds, or None (the reference's
+    ``_Runner.admit`` would reject it with ``duplicate_slot``; transformers has no slots).
+
+    A request holds its slot from its first scheduled step to the step it finishes or fails
+    at (released after it); one rejected at admission never holds it; one still running when
+    the scenario ends holds it to the end. Same-step admissions go in spec order.
+    """
+    spans = []
+    for order, req in enumerate(spec.requests):
+        steps, rr = sched[req.id], results[req.id]
+        if not steps:
+            continue
+        start = steps[0]
+        if rr.error is not None:
+            if rr.error_step == start:
+                spans.append((req, start, None, order))  # rejected at admission: holds nothing
+                continue
+            end = rr.error_step
+        elif rr.finish_reason not in (None, "none"):
+            end = rr.finish_step if rr.finish_step is not None else steps[max(len(rr.steps) - 1, 0)]
+        else:
+            end = math.inf
+        spans.append((req, start, end, order))
+    for req, start, _, order in spans:
+        for other, o_start, o_end, o_order in spans:
+            if other is req or other.slot != req.slot or o_end is None:
+                continue
+            if (o_start < start or (o_start == start and o_order < order)) and start <= o_end:
+                return (f"request {req.id!r} is admitted at step {start} into slot {req.slot}, which request "
+                        f"{other.id!r} still holds: transformers' generate() has no slots (the reference "
+                        f"rejects it as duplicate_slot)")
+    return None
+
+
+def run_scenario(spec: ScenarioSpec, profile: Profile, device: str = "cpu", beams_only: bool = False) -> ScenarioResult:
+    """Run every request of ``spec`` alone through ``generate()`` (the module docstring).
+
+    Parameters
+    ----------
+    spec : ScenarioSpec
+    profile : Profile
+    device : str
+    beams_only : bool
+        Refuse a scenario with a request that does not use beam search (``transformers-beam``).
+
+    Returns
+    -------
+    ScenarioResult
+        ``keys`` = :data:`REPORTED` (without ``finish_step`` when a request uses beam search).
+
+    Raises
+    ------
+    ScenarioUnsupported
+        A request it cannot express (the module docstring names which), checked for every
+        request before any runs; a slot conflict; a beam request cut by the scenario's end.
+    """
+    sched = {r.id: scheduled_steps(spec, r) for r in spec.requests}
+    for r in spec.requests:
+        if r.draft_len or r.drafts:
+            raise ScenarioUnsupported(f"request {r.id!r} has draft tokens: generate() takes no literal drafts "
+                                      "(assisted generation proposes its own)")
+        if not r.fields.get("prompt"):
+            raise ScenarioUnsupported(f"request {r.id!r} has an empty prompt: generate() on a decoder-only model "
+                                      "needs an input token (the scripted model has no bos_token_id)")
+        if r.use_beam_search:
+            why = beam._unsupported(r)
+        elif beams_only:
+            why = f"request {r.id!r} does not use beam search (only beam scenarios go through transformers-beam)"
+        elif r.beam_width != 1:
+            why = (f"request {r.id!r}: beam_width {r.beam_width} without use_beam_search has no generate() "
+                   "spelling (num_beams > 1 is beam search)")
+        else:
+            why = unsupported_reason(Row(logits=torch.zeros((r.model or spec.model).vocab), **r.fields))
+            why = f"request {r.id!r}: {why}" if why else None
+        if why:
+            raise ScenarioUnsupported(why)
+    out = {}
+    for r in spec.requests:
+        model = r.model or spec.model
+        if not r.use_beam_search:
+            out[r.id] = run_plain_request(r, model, sched[r.id], profile, device)
+            continue
+        if not 1 <= r.beam_width <= spec.max_beam_width:
+            # transformers has no max_beam_width: the engine limit of the scenario is the adapter's
+            out[r.id] = RequestResult(r.id, error="invalid_beam_width", error_step=sched[r.id][0] if sched[r.id] else 0,
+                                      message=f"beam_width={r.beam_width} outside [1, {spec.max_beam_width}]")
+            continue
+        res = beam.run_beam_request(r, model, device)
+        if res.error is None and len(res.steps) > len(sched[r.id]):
+            raise ScenarioUnsupported(f"beam request {r.id!r} needs {len(res.steps)} steps, the scenario gives it "
+                                      f"{len(sched[r.id])}: generate() cannot stop a beam search part-way")
+        if res.error is not None and sched[r.id]:
+            res.error_step = sched[r.id][0]
+        out[r.id] = res
+    why = _slot_conflict(spec, out, sched)
+    if why:
+        raise ScenarioUnsupported(why)
+    steps_run = max((s[min(len(out[i].steps), len(s)) - 1] + 1 for i, s in sched.items() if out[i].steps and s),
+                    default=0)
+    # generate() does not say at which step a beam search ended (the returned beams may be shorter)
+    keys = REPORTED - {"finish_step"} if any(r.use_beam_search for r in spec.requests) else REPORTED
+    return ScenarioResult(out, steps_run, keys=keys)
+
+
+class TransformersBeamImpl:
+    """Hugging Face's ``generate()`` beam search as an implementation under test.
+
+    Parameters
+    ----------
+    profile : Profile
+        Default :data:`impls.profiles.HF`.
+
+    Attributes
+    ----------
+    name : str
+        ``"transformers-beam"``.
+    features : frozenset of str
+        :data:`.beam.BEAM_FEATURES`.
+    """
+
+    name = "transformers-beam"
+    features = beam.BEAM_FEATURES
+    devices = frozenset({"cpu", "cuda"})
+    slow = False
+    #: ``generate()`` runs the whole decode with a scripted model; only the model is the project's.
+    stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "logprobs": "own",
+              "finish": "own", "decode": "own", "beam": "own"}
+
+    def __init__(self, profile: Profile = HF):
+        self.profile = profile
+
+    def version(self) -> str:
+        """``transformers.__version__``."""
+        import transformers
+        return transformers.__version__
+
+    def available(self, device: str) -> Optional[str]:
+        """``None`` when transformers imports (and ``device`` is usable), else the reason."""
+        try:
+            import transformers  # noqa: F401
+        except Exception as e:
+            return f"transformers is not importable: {type(e).__name__}: {e}"
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
+            return "no CUDA device"
+        return None
+
+    def unsupported(self, row: Row) -> Optional[str]:
+        """Single-step rows are not this driver's business (scenario cases only)."""
+        return "the beam driver runs scenario cases only"
+
+    def run_scenario(self, spec: ScenarioSpec, device: str = "cpu") -> ScenarioResult:
+        """Run a beam-search scenario through ``generate()``: the ``transformers`` implementation's
+        scenario driver (:func:`impls.transformers.scenario.run_scenario`) limited to scenarios
+        whose every request uses beam search.
+
+        Raises
+        ------
+        ScenarioUnsupported
+            When any request does not use beam search or cannot be expressed (see
+            :mod:`impls.transformers.scenario` and the module docstring).
+        """
+        return run_scenario(spec, self.profile, device, beams_only=True)
