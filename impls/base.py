@@ -261,6 +261,8 @@ class Implementation(Protocol):
     Optional attributes and methods, read with ``getattr`` by the harness:
     ``scenario_features`` (frozenset: what its ``run_scenario`` can express,
     when more than its single steps; read by the judge's feature check),
+    ``scenario_stages`` (dict: the :attr:`stages` entries that differ on its
+    ``run_scenario`` path; read for the provenance of scenario verdicts),
     ``is_prediction`` (bool: the reference under a profile, not an engine
     release), ``describe(device) -> dict`` (facts recorded with the run),
     ``run_scenario(spec, device)`` (multi-step scenarios; without it they are
@@ -321,7 +323,7 @@ def declaration_problems(impl) -> list:
     if not isinstance(getattr(impl, "slow", None), bool):
         out.append(("slow", f"slow is {getattr(impl, 'slow', None)!r}: a bool (impls/base.py Implementation)"))
     try:
-        stage_provenance(impl)
+        stage_provenance(impl, scenario=True)
     except ValueError as e:
         out.append(("stages", f"{e} (impls/base.py STAGES, PROVENANCE)"))
     if "conformance" in roles:
@@ -347,22 +349,33 @@ def declaration_problems(impl) -> list:
     return out
 
 
-def stage_provenance(impl) -> dict:
+def stage_provenance(impl, scenario: bool = False) -> dict:
     """``{stage: provenance}`` for every stage of :data:`STAGES` that ``impl`` declares, in pipeline order.
+
+    Parameters
+    ----------
+    impl : Implementation
+    scenario : bool
+        For a multi-step scenario: ``impl.scenario_stages`` (optional; the stages of its
+        ``run_scenario`` path where they differ, e.g. vLLM's engine loop seeds its own
+        generators) overrides ``impl.stages`` entry by entry.
 
     Raises
     ------
     ValueError
         A stage not in :data:`STAGES` or a provenance not in :data:`PROVENANCE` (the
-        message names the implementation and the entry).
+        message names the implementation, the attribute and the entry).
     """
-    declared = dict(getattr(impl, "stages", {}) or {})
     name = getattr(impl, "name", type(impl).__name__)
-    for stage, prov in declared.items():
-        if stage not in STAGES:
-            raise ValueError(f"{name}: stages: unknown stage {stage!r}; known: {', '.join(STAGES)}")
-        if prov not in PROVENANCE:
-            raise ValueError(f"{name}: stages[{stage!r}] = {prov!r}: must be one of {', '.join(PROVENANCE)}")
+    declared = {}
+    for attr in ("stages", "scenario_stages") if scenario else ("stages",):
+        entries = dict(getattr(impl, attr, {}) or {})
+        for stage, prov in entries.items():
+            if stage not in STAGES:
+                raise ValueError(f"{name}: {attr}: unknown stage {stage!r}; known: {', '.join(STAGES)}")
+            if prov not in PROVENANCE:
+                raise ValueError(f"{name}: {attr}[{stage!r}] = {prov!r}: must be one of {', '.join(PROVENANCE)}")
+        declared.update(entries)
     return {s: declared[s] for s in STAGES if s in declared}
 
 

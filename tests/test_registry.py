@@ -13,12 +13,14 @@ def test_builtin_names_in_registry_order():
     builtin = {e.name for e in registry.entries() if e.origin.startswith("impls.")}
     assert [n for n in registry.names("conformance") if n in builtin] == [
         "reference", "reference-hf", "reference-vllm", "reference-flashinfer", "reference-flashinfer-joint",
-        "transformers", "transformers-beam", "fused", "flashinfer", "flashinfer-joint", "vllm", "trtllm"]
+        "transformers", "transformers-beam", "fused", "flashinfer", "flashinfer-joint", "vllm", "vllm-triton",
+        "vllm-flashinfer", "vllm-rejection", "trtllm"]
     assert [n for n in registry.names("latency") if n in builtin] == [
-        "fused", "flashinfer", "vllm-cpu", "torch-sort", "argmax", "reference-cuda", "reference-cpu"]
-    assert len(builtin) == 17 and len(set(registry.names())) == len(registry.names())
+        "fused", "flashinfer", "vllm-cpu", "vllm-triton", "vllm-flashinfer", "torch-sort", "argmax", "reference-cuda",
+        "reference-cpu"]
+    assert len(builtin) == 20 and len(set(registry.names())) == len(registry.names())
     # built-ins first, then entry points (the example adapter, where it is installed)
-    assert registry.names()[:17] == [e.name for e in registry.entries() if e.name in builtin]
+    assert registry.names()[:20] == [e.name for e in registry.entries() if e.name in builtin]
 
 
 @pytest.mark.parametrize("name", [e.name for e in registry.entries() if e.problem is None])
@@ -63,6 +65,14 @@ def test_stage_provenance_is_checked():
     Bad.stages = {"draw": "own", "validation": "reference"}
     assert list(stage_provenance(Bad())) == ["validation", "draw"]   # pipeline order
     assert list(STAGES)[:2] == ["validation", "logit_bias"]
+    # a run_scenario path's own declaration overrides entry by entry, for scenarios only
+    Bad.stages = {"draw": "own", "seeds": "adapter"}
+    Bad.scenario_stages = {"seeds": "own"}
+    assert stage_provenance(Bad()) == {"draw": "own", "seeds": "adapter"}
+    assert stage_provenance(Bad(), scenario=True) == {"draw": "own", "seeds": "own"}
+    Bad.scenario_stages = {"seeds": "borrowed"}
+    with pytest.raises(ValueError, match=r"bad: scenario_stages\['seeds'\] = 'borrowed'"):
+        stage_provenance(Bad(), scenario=True)
 
 
 def test_unknown_name_lists_the_known_ones():

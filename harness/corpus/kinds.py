@@ -53,6 +53,10 @@ class CheckKind:
         The report shows its result rows as draws (the statistical view with charts).
     record_keys : tuple of str or None
         The keys of a result row's ``actual`` that run records keep (None: every key).
+    runs_scenarios : bool
+        Its cases run through an implementation's ``run_scenario`` (multi-step), whose
+        ``scenario_stages`` then say whose code performs each stage
+        (:func:`impls.base.stage_provenance`).
     """
 
     name: str = ""
@@ -60,6 +64,7 @@ class CheckKind:
     exclusive_fields: tuple = ()
     draws_view: bool = False
     record_keys = None
+    runs_scenarios: bool = False
 
     # -- corpus ------------------------------------------------------------------
     def load(self, data: dict, shown: str) -> tuple:

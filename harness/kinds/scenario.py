@@ -391,6 +391,7 @@ class ScenarioKind(CheckKind):
     """A multi-step decode, judged request by request (and by its relations)."""
 
     name = "scenario"
+    runs_scenarios = True
     # validated in detail by load_scenario (SCENARIO_SCHEMA)
     case_fields = {"scenario": {"type": "object"}}
     exclusive_fields = ("scenario",)

