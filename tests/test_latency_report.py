@@ -164,9 +164,10 @@ def test_vllm_cpu_is_a_cpu_implementation_in_the_reports_order():
     assert "vllm-cpu" in IMPLS and DEVICE["vllm-cpu"] == "cpu" and "vllm-cpu" not in SLOW
     assert set(DEVICE) == set(IMPLS)
     # one registry: the suite and the report read the latency peers from impls.registry, in one order
-    assert report._impl_order() == IMPLS == ("fused", "flashinfer", "vllm-cpu", "torch-sort", "argmax",
-                                             "reference-cuda", "reference-cpu")
-    assert DEVICE == {"fused": "cuda", "flashinfer": "cuda", "vllm-cpu": "cpu", "torch-sort": "any", "argmax": "any",
+    assert report._impl_order() == IMPLS == ("fused", "flashinfer", "vllm-cpu", "vllm-triton", "vllm-flashinfer",
+                                             "torch-sort", "argmax", "reference-cuda", "reference-cpu")
+    assert DEVICE == {"fused": "cuda", "flashinfer": "cuda", "vllm-cpu": "cpu", "vllm-triton": "cuda",
+                      "vllm-flashinfer": "cuda", "torch-sort": "any", "argmax": "any",
                       "reference-cuda": "cuda", "reference-cpu": "cpu"}
     assert SLOW == {"reference-cuda", "reference-cpu"}
     for path in (ROOT / "harness").rglob("*.py"):
