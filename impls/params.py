@@ -247,7 +247,7 @@ PARAMS = (
           "the row's logits over the vocabulary; its length is the vocabulary V", scope="step",
           errors=("nan_logits", "posinf_logits", "bad_logits"),
           rule="1-D; NaN rejected (nan_logits; a greedy row may hold NaN where the profile's greedy_degenerate "
-               "says argmax); +inf rejected in a sampling row (posinf_logits), or taken with probability 1 where the profile's posinf_logits says argmax (SEMANTICS §1, §5)", annotation="torch.Tensor"),
+               "says argmax, a sampling row where its nan_logits says first_unmasked); +inf rejected in a sampling row (posinf_logits), or taken with probability 1 where the profile's posinf_logits says argmax (SEMANTICS §1, §5)", annotation="torch.Tensor"),
     Param("logits_dtype", {"enum": ["float32", "bfloat16", "float16"]}, '`"float32"` (default), `"bfloat16"`, '
           '`"float16"`', "the dtype the logits are handed over in", unset="float32",
           feature="low_precision_logits", feature_when=lambda v: v != "float32", scope="step"),
@@ -283,7 +283,8 @@ PARAMS = (
           "log_softmax(x / T))", unset="false", feature="beam_search", rule="§1.1 rule 1, §3",
           annotation=bool, default=False),
     Param("do_sample", _BOOL, "bool", "Hugging Face's switch between greedy and sampling; other profiles ignore it",
-          unset="any of temperature, top_k, top_p, min_p set (profiles with mode_source = 'do_sample')",
+          unset="false for a spelling in the profile's explicit_greedy (hf: temperature 0), else any of "
+          "temperature, top_k, top_p, min_p set (profiles with mode_source = 'do_sample')",
           rule="§1.1", annotation=_O[bool]),
     Param("repetition_penalty", _NUM, "float", "divide a seen token's positive logit by it, multiply a negative one",
           unset="off", feature="repetition_penalty", errors=("invalid_penalty",),
@@ -359,6 +360,14 @@ PARAMS = (
           rule="one row per slot per step (§2)", annotation=int, default=0),
     Param("request_id", {}, "-", "the owner of the slot: a new owner restarts the slot's stream (§2)",
           scope="internal", annotation=Any),
+    Param("draft_position", {}, "-", "speculative verification: the draft tokens ahead of this row in its request's "
+          "chain (row i of a verification has i); counted by min_length only, never by the penalties or other bans",
+          unset="0 (every row that is not a verification row)", rule="§1.4, §4",
+          citation="vllm-project/vllm:vllm/v1/sample/logits_processor/builtin.py@v0.32.0 MinTokensLogitsProcessor."
+                   "apply_with_spec_decode (draft position i masked iff current_len + i < min_tokens); "
+                   "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/sampler/token_ban.py@0a1f13c0 "
+                   "TokenBanHandler._add_min_length_bans (step s banned iff generated + s < min_length)",
+          scope="internal", annotation=int, default=0),
     Param("logprobs", {"type": "integer", "minimum": 0}, "int", "how many top logprobs to return (0: only the "
           "sampled token's)", unset="none requested", feature="logprobs", rule="§1.7", scope="step",
           annotation=_O[int]),
@@ -381,7 +390,13 @@ PARAMS = (
     Param("draft_len", {"type": "integer", "minimum": 0, "maximum": 64}, "int", "draft tokens per step (K)",
           unset="0: no speculation", rule="§4", scope="request"),
     Param("drafts", _WORDS, "array of arrays of int", "literal draft tokens per step (else the draft model "
-          "proposes them)", errors=("invalid_draft",), rule="at most draft_len each (§4)", scope="request"),
+          "proposes them); -1 pads a list", errors=("invalid_draft",),
+          rule="at most draft_len each; the first -1 ends the drafts examined that step (that position emits the "
+               "target's own token; what follows is never read); any other id outside [0, V) is invalid_draft (§4)",
+          citation="flashinfer-ai/flashinfer#879 and PR #3551 (chain_speculative_sampling: -1 pads, a negative id is "
+                   "an immediate rejection); vllm-project/vllm:vllm/v1/sample/rejection_sampler.py@v0.32.0 "
+                   "rejection_random_sample_kernel (draft_token_id < 0: padding, rejected)",
+          scope="request"),
     Param("d2t", _INTS, "array of int", "draft-to-target offsets: token += d2t[token]", errors=("invalid_d2t",),
           rule="one per draft token id; greedy requests only (§4)", scope="request"),
     Param("model", _MODEL, "table", "a scripted model for this request (overrides the scenario's)",

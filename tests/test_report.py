@@ -324,19 +324,19 @@ def test_counts_are_cases_and_engines_are_apart_from_the_reference(tmp_path):
     _write(root, "greedy/ok", GREEDY)
     _write(root, "greedy/ok-too", TOKEN_ONLY)
     _write(root, "bans/ok", GREEDY)
-    out = run(["reference", "reference-hf", WrongEngine(), Borrowing()], None, tmp_path / "r", progress=False,
+    out = run(["reference", "reference-flashinfer", WrongEngine(), Borrowing()], None, tmp_path / "r", progress=False,
               root=root, isolate=False)
     assert {m["is_prediction"] for m in out.doc["run"]["impls"].values()} == {True, False}
-    assert [n for n, m in out.doc["run"]["impls"].items() if m["is_prediction"]] == ["reference", "reference-hf"]
+    assert [n for n, m in out.doc["run"]["impls"].items() if m["is_prediction"]] == ["reference", "reference-flashinfer"]
     html = out.html_path.read_text()
-    # 12 results on 3 cases: each case passes on reference and borrow, is a known-diff on reference-hf (hf's greedy
-    # rule) and fails on wrong; the status chips count cases (3 each), not results (6 pass)
+    # 12 results on 3 cases: each case passes on reference and borrow and fails on wrong; the two that check
+    # the mode are a known-diff on reference-flashinfer (greedy as top_k = 1 samples), the token-only one passes; the status chips count cases (3 each), not results (6 pass)
     chip = lambda s: re.search(rf'value="{s}" checked>.*?<span class="n">(\d+)</span>', html).group(1)  # noqa: E731
-    assert (chip("pass"), chip("known-diff"), chip("fail"), chip("error")) == ("3", "3", "3", "0")
+    assert (chip("pass"), chip("known-diff"), chip("fail"), chip("error")) == ("3", "2", "3", "0")
     # the "all" row counts cases too, with the same numbers
     all_row = html.split("<tr><th>all")[1].split("</tr>")[0]
     assert re.findall(r'data-show-status="(\w[\w/-]*)"[^>]*>(\d+)</a>', all_row) == [
-        ("pass", "3"), ("known-diff", "3"), ("fail", "3")]
+        ("pass", "3"), ("known-diff", "2"), ("fail", "3")]
     # by category: the engines' group and the reference's, each a case count
     bycat = html.split('<table class="bycat">')[1].split("</table>")[0]
     assert 'title="wrong, borrow">engines <span class="muted">(2 implementations)</span>' in bycat
@@ -344,7 +344,8 @@ def test_counts_are_cases_and_engines_are_apart_from_the_reference(tmp_path):
     greedy = bycat.split("<tr><td>greedy</td>")[1].split("</tr>")[0]
     assert re.findall(r'data-show-status="(\S+)" data-show-category="greedy" data-show-impl="([^"]+)"[^>]*>(\d+)</a>',
                       greedy) == [("pass", "wrong,borrow", "2"), ("fail", "wrong,borrow", "2"),
-                                  ("pass", "reference,reference-hf", "2"), ("known-diff", "reference,reference-hf", "2")]
+                                  ("pass", "reference,reference-flashinfer", "2"),
+                                  ("known-diff", "reference,reference-flashinfer", "1")]
     # engines' pass on greedy: both cases pass on borrow, one of them (token only) by its own code
     assert ("<span class=\"own\" title=\"1 of these 2 cases: a pass verdict decided by the implementation's own "
             "code; the others borrowed\">own code 1</span>") in greedy

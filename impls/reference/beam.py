@@ -11,7 +11,8 @@ decoding step over all its beams. Per step, in order:
    "after_rewrites"``, TensorRT-LLM: penalties -> bans -> temperature ->
    log-softmax) or ``log_softmax(x)`` followed by the processors on the
    log-probs with no temperature (``"processors_on_logprobs"``, Hugging
-   Face ``_beam_search``);
+   Face ``_beam_search``), or ``log_softmax(x)`` with no rewrite and no
+   temperature (``"raw_logits"``, vLLM's raw logprobs);
 2. candidate score ``s = cum_b + logprob``; the first step has one beam;
 3. selection, by ``profile.beam_early_stopping_true`` and the request's
    ``early_stopping``:
@@ -25,15 +26,23 @@ decoding step over all its beams. Per step, in order:
      The request is done when all ``W`` slots hold finished beams. Output:
      the slots in order;
    * **pool** (TensorRT-LLM's candidate-beams array for ``False`` /
-     ``"never"``; Hugging Face for every mode): the best ``2W`` candidates
+     ``"never"``, and for every mode from beam_search.py@50aec1cb; Hugging
+     Face for every mode): the best ``2W`` candidates
      by ``s + rate * b``; finishing candidates ranked within the first ``W``
-     enter a pool of ``W`` finished hypotheses scored ``s / (gen + 1) **
-     length_penalty`` (generated length, end token included, prompt never);
-     the beams continue with the first ``W`` non-finishing candidates. Done
-     when the pool is full and its worst score is at least the best
-     attainable one (``early_stopping = True``: as soon as it is full);
+     (``profile.beam_pool_candidates == "first_w"``; ``"per_beam_top_2w"``,
+     vLLM: every one among its beam's ``2W`` most likely tokens) enter a
+     pool of ``W`` finished hypotheses scored by :meth:`BeamSearch.score`
+     (``s / L ** length_penalty``, ``L`` by ``profile.beam_score_length``:
+     generated length, end token included, prompt never; or vLLM's whole
+     sequence less a final end token); the beams continue with the first
+     ``W`` non-finishing candidates. Done (``profile.beam_done_rule ==
+     "verdict"``) when the pool is full and its worst score is at least the
+     best attainable one (``early_stopping = True``: as soon as it is full);
+     ``"max_tokens"`` (vLLM): only at the length limit or with no beam left;
      output: the best ``W`` of the pool (plus the running beams when
-     ``profile.beam_final_includes_running``);
+     ``profile.beam_final_includes_running``; a running beam the done
+     verdict stops reports ``profile.beam_done_running_reason``, one the
+     length limit stops ``length``);
 
 4. **re-parenting**: each new beam records its predecessor, copies the
    predecessor's token history and penalty counts (:func:`inherit_counts`)
@@ -46,7 +55,10 @@ TensorRT-LLM ``tensorrt_llm/_torch/pyexecutor/sampler/beam_search.py``
 ``_cba_step_math``, ``_prepare_beam_history_cba``), ``penalties.py``
 @0a0ceb0c (per-beam counts, re-parented each step), seed 000 § 罚项与
 beam search:重新挂父; transformers 5.24.0 ``generation/utils.py``
-(``_beam_search`` and helpers).
+(``_beam_search`` and helpers); vLLM 0.32.0
+``entrypoints/generate/beam_search/offline.py`` (``beam_search``,
+``_beam_search_step``) and ``utils.py`` (``get_beam_search_score``). The
+frozen-slots ranking key always uses the generated length.
 """
 
 from __future__ import annotations
@@ -59,6 +71,7 @@ from typing import Optional
 import torch
 
 from ..base import RowError
+from ..params import end_id_set
 from ..profiles import Profile
 from . import bans, rewrites
 from .finish import finish_reason
@@ -236,7 +249,46 @@ class BeamSearch:
         if self.profile.beam_logprob_stage == "processors_on_logprobs":
             x, hist, counted = self._inputs(beam)
             return self._rewrite(torch.log_softmax(x, dim=-1), hist, counted)
+        if self.profile.beam_logprob_stage == "raw_logits":
+            # vLLM: the raw logprobs of the beam's one-token request (no rewrite, no temperature).
+            return torch.log_softmax(self._inputs(beam)[0], dim=-1)
         raise ValueError(f"unknown beam_logprob_stage {self.profile.beam_logprob_stage!r}")
+
+    def score(self, tokens: list, cum: float) -> float:
+        """The score ``cum / L ** length_penalty`` of a beam with generated ``tokens`` (``profile.beam_score_length``).
+
+        Parameters
+        ----------
+        tokens : list of int
+            The beam's generated tokens (an end token included, never PAD).
+        cum : float
+            Its unnormalised cumulative logprob.
+
+        Returns
+        -------
+        float
+            ``"generated"``: ``L = len(tokens)``, and ``cum`` itself for no
+            token (TensorRT-LLM, Hugging Face). ``"sequence_less_final_end"``:
+            ``L = max(len(prompt) + len(tokens) - e, 1)``, ``e = 1`` when the
+            sequence's last id is the request's (first) end id, whether or
+            not ``ignore_eos`` (vLLM 0.32.0
+            entrypoints/generate/beam_search/utils.py
+            ``get_beam_search_score``).
+
+        Raises
+        ------
+        ValueError
+            For an unknown ``profile.beam_score_length``.
+        """
+        rule = self.profile.beam_score_length
+        if rule == "generated":
+            return cum / _pow(len(tokens), self.lp) if tokens else cum
+        if rule == "sequence_less_final_end":
+            seq = self.prompt + list(tokens)
+            ends = end_id_set(self.req.fields.get("end_id"))
+            n = len(seq) - (1 if seq and ends and seq[-1] == ends[0] else 0)
+            return cum / _pow(max(n, 1), self.lp)
+        raise ValueError(f"unknown beam_score_length {rule!r}")
 
     def _finish(self, parent: Beam, token: int) -> str:
         return finish_reason(self.req.row(torch.zeros(1), parent.tokens), token, self.profile)
@@ -359,9 +411,15 @@ class BeamSearch:
         Win, V = S.shape
         W, lp, p = self.W, self.lp, self.profile
         gen = len(self.beams[0].tokens)
-        harvest = [Hypothesis(list(b.tokens), b.cum, b.cum / _pow(len(b.tokens), lp), b.finish)
+        harvest = [Hypothesis(list(b.tokens), b.cum, self.score(b.tokens, b.cum), b.finish)
                    for b in self.beams if b.finish is not None]
         keys = S + self.rate * torch.arange(Win, dtype=self.dtype).unsqueeze(-1) if self.rate else S
+
+        def finishing(s: float, reason: str) -> bool:
+            if p.beam_finish_candidates == "end_id":
+                return math.isfinite(s) and reason == "end_id"
+            return math.isfinite(s) and reason != "none"
+
         n_cand = W + max(W, Win)
         cands = []
         for rank, idx in enumerate(self._order(keys)[:n_cand]):
@@ -369,16 +427,26 @@ class BeamSearch:
             s = float(S[b, t])
             parent = self.beams[b]
             reason = self._finish(parent, t) if parent.finish is None else "none"
-            if p.beam_finish_candidates == "end_id":
-                hits = math.isfinite(s) and reason == "end_id"
-            else:
-                hits = math.isfinite(s) and reason != "none"
-            cands.append((rank, b, t, s, hits, reason))
+            cands.append((rank, b, t, s, finishing(s, reason), reason))
         cont = [c for c in cands if not c[4]][:W]
-        blocked = (self.early_stopping is True and len(self.pool) >= W) or not self.open
+        if p.beam_pool_candidates == "first_w":
+            offered = [(b, t, s, reason) for rank, b, t, s, hits, reason in cands if hits and rank < W]
+        elif p.beam_pool_candidates == "per_beam_top_2w":
+            # vLLM: every finishing token among each live beam's own 2W most likely ones.
+            offered = []
+            for b, parent in enumerate(self.beams):
+                if parent.finish is None:
+                    for t in torch.sort(S[b], descending=True, stable=True).indices[:2 * W].tolist():
+                        s, reason = float(S[b, t]), self._finish(parent, t)
+                        if finishing(s, reason):
+                            offered.append((b, t, s, reason))
+        else:
+            raise ValueError(f"unknown beam_pool_candidates {p.beam_pool_candidates!r}")
+        verdict = p.beam_done_rule == "verdict"
+        blocked = verdict and ((self.early_stopping is True and len(self.pool) >= W) or not self.open)
         new_hyps = [] if blocked else [
-            Hypothesis(self.beams[b].tokens + [t], s, s / _pow(gen + 1, lp), reason)
-            for rank, b, t, s, hits, reason in cands if hits and rank < W]
+            Hypothesis(self.beams[b].tokens + [t], s, self.score(self.beams[b].tokens + [t], s), reason)
+            for b, t, s, reason in offered]
         merged = self.pool + new_hyps + harvest
         self.pool = sorted(merged, key=lambda h: -h.score)[:W]
         new = []
@@ -396,6 +464,13 @@ class BeamSearch:
         shown = cont or cands[:W]
         toks, preds, cums = [c[2] for c in shown], [c[1] for c in shown], [c[3] for c in shown]
         self.beams = new
+        all_hit = bool(cands) and all(c[4] for c in cands)
+        if p.beam_done_rule == "max_tokens":
+            # vLLM: no done verdict; the length limit, or no beam left, ends the search.
+            self.done = all_hit or self.length_done or not new
+            return StepRecord(step, tokens=toks, predecessors=preds, cum_logprobs=cums)
+        if not verdict:
+            raise ValueError(f"unknown beam_done_rule {p.beam_done_rule!r}")
         # Done verdict.
         full = len(self.pool) >= W
         never = self.early_stopping == "never" and lp > 0
@@ -407,7 +482,6 @@ class BeamSearch:
         attainable = best / _pow(bound, lp)
         if full and self.pool[-1].score >= attainable:
             self.open = False
-        all_hit = bool(cands) and all(c[4] for c in cands)
         self.done = (not self.open or (self.early_stopping is True and full) or all_hit or self.length_done
                      or not new)
         return StepRecord(step, tokens=toks, predecessors=preds, cum_logprobs=cums)
@@ -423,15 +497,15 @@ class BeamSearch:
             ``"none"`` when the run ended before the request finished (the
             current beams are reported with that reason).
         """
-        lp = self.lp
         if self.frozen:
-            out = [Hypothesis(b.tokens, b.cum, b.cum / _pow(len(b.tokens), lp) if lp and b.tokens else b.cum,
+            out = [Hypothesis(b.tokens, b.cum, self.score(b.tokens, b.cum),
                               reason or b.finish or "none") for b in self.beams]
         else:
-            active_reason = reason or ("length" if self.length_done else "end_id")
+            # A running beam the done verdict stops reports profile.beam_done_running_reason.
+            active_reason = reason or ("length" if self.length_done else self.profile.beam_done_running_reason)
             hyps = list(self.pool)
             if self.profile.beam_final_includes_running or reason == "none":
-                hyps += [Hypothesis(b.tokens, b.cum, b.cum / _pow(len(b.tokens), lp) if b.tokens else b.cum,
+                hyps += [Hypothesis(b.tokens, b.cum, self.score(b.tokens, b.cum),
                                     b.finish or active_reason) for b in self.beams]
             out = sorted(hyps, key=lambda h: -h.score)[:self.W]
         result.beams = [list(h.tokens) for h in out]
