@@ -1,4 +1,4 @@
-"""Adapter for TensorRT-LLM's PyTorch sampler, loaded from a source checkout (profile ``trtllm``).
+"""Adapter for TensorRT-LLM's PyTorch sampler, loaded from a source checkout (profile ``trtllm``/``trtllm-cba``).
 
 TensorRT-LLM's wheels cannot be installed on these machines, but the
 arithmetic of its ``TorchSampler`` is largely plain PyTorch. This adapter
@@ -6,16 +6,23 @@ imports those functions **from a TensorRT-LLM source checkout the user points
 to** (``sampcheck run --impl trtllm --trtllm-src PATH``, or the environment
 variable ``SAMPCHECK_TRTLLM_SRC``) by file path, with the smallest stand-ins
 for what they import (:mod:`.loader`), and runs the corpus through them under
-profile ``trtllm`` (:mod:`.session` says, stage by stage, which part of the
-pipeline is the engine's and which the reference's). Without a checkout the
+profile ``trtllm``, or ``trtllm-cba`` where the checkout runs every beam mode on
+the candidate-beams array (:attr:`TrtllmImpl.profile`; :mod:`.session` says,
+stage by stage, which part of the pipeline is the engine's and which the
+reference's). Without a checkout the
 adapter is ``skip``, with that reason. Nothing of TensorRT-LLM is vendored.
 
-Beam search: when the checkout has ``beam_search.py``, each step of a
-beam request on the regular path (``early_stopping = True``, finished beams
-frozen in their slots) selects its beams with the engine's
-``beam_search_sampling_batch``; requests on the candidate-beams-array path
-(``early_stopping`` False or ``"never"``: ``_cba_step_math``, a
-``torch.compile``'d function with more state) are ``n/a``.
+Beam search: which path runs is read from the checkout
+(:attr:`.loader.Engine.beam_path`). Where ``beam_search.py`` still has the
+regular step (@095443e5), each step of a beam request with ``early_stopping
+= True`` (finished beams frozen in their slots) selects its beams with the
+engine's ``beam_search_sampling_batch``, and requests with ``early_stopping``
+False or ``"never"`` (the candidate-beams array) are ``n/a``. Where the
+regular step is gone and ``sampler_strategy.py`` sends every mode to the
+candidate-beams array (@50aec1cb with sampler_strategy.py@029e223d), every
+beam request is decoded by the engine's ``sample`` ->
+``beam_search_sampling_batch_cba`` over a per-request store, and its output
+ranked by ``_prepare_beam_history_cba`` (:mod:`.cba`).
 
 **Unverified here:** the full ``TorchSampler`` (``sampler.py``: request
 grouping, strategy dispatch, the overlap scheduler), its production sampling
@@ -23,8 +30,9 @@ kernels (FlashInfer's fused top-k/top-p sampling from probabilities, with the
 per-row seed and offset of ``_SeedManager``), the embedding-bias Triton
 kernel, the finish-reason kernels (``finish_reasons.py``), the logprob
 kernels (``logprobs.py``, ``ops/logprobs_triton.py``), beam search's
-candidate-beams-array path and speculative decoding
-(``two_model_spec_dec.py``). Cases needing them are ``n/a``.
+candidate-beams-array path on a checkout that still has the regular step,
+and speculative decoding (``two_model_spec_dec.py``). Cases needing them are
+``n/a``.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..base import CliOption, Row
-from ..profiles import TRTLLM, Profile
+from ..profiles import TRTLLM, TRTLLM_CBA, Profile
 from ..registry import Entry
 from . import loader
 
@@ -74,14 +82,41 @@ PIPELINE = (
      "kernels)"),
     ("finish reasons", "reference",
      "impls/reference/finish.py (finish_reasons.py allocates CUDA buffers and a Triton kernel)"),
-    ("beam search (early_stopping True: frozen slots)", "engine + reference",
-     "beam_search.py@{bs} beam_search_sampling_batch chooses the beams (temperature, log-softmax, finished beams "
-     "masked, beam_candidate_topk with length penalty and diversity); the beams' rewritten logits, the re-parenting "
-     "of histories and counts and the finish reasons are impls/reference/beam.py's"),
-    ("beam search (early_stopping False / never: candidate-beams array)", "n/a",
-     "_cba_step_math of beam_search.py is not driven: such requests are n/a"),
     ("speculative decoding", "n/a", "two_model_spec_dec.py not loaded: scenarios with draft tokens are n/a"),
 )
+
+#: The beam-search stages of the step, by :attr:`.loader.Engine.beam_path` (``{bs}``: commit of beam_search.py,
+#: ``{ss}``: of sampler_strategy.py); ``describe()["pipeline"]`` lists those of the loaded checkout's path.
+BEAM_PIPELINE = {
+    "regular": (
+        ("beam search (early_stopping True: frozen slots)", "engine + reference",
+         "beam_search.py@{bs} beam_search_sampling_batch chooses the beams (temperature, log-softmax, finished "
+         "beams masked, beam_candidate_topk with length penalty and diversity); the beams' rewritten logits, the "
+         "re-parenting of histories and counts and the finish reasons are impls/reference/beam.py's"),
+        ("beam search (early_stopping False / never: candidate-beams array)", "n/a",
+         "_cba_step_math of beam_search.py is not driven on a checkout that still has the regular step: such "
+         "requests are n/a"),
+    ),
+    "candidate_beams": (
+        ("beam search dispatch (every early_stopping mode)", "engine",
+         "sampler_strategy.py@{ss} sample with the request's BeamSearch strategy tuple (fields as "
+         "resolve_sampling_strategy fills them; BeamSearchEarlyStop.from_raw) -> "
+         "beam_search_sampling_batch_cba"),
+        ("beam step: candidates, finished pool, done verdict", "engine",
+         "beam_search.py@{bs} beam_search_sampling_batch_cba (eager _cba_step_math): temperature, log-softmax, "
+         "harvest of latched beams, beam_candidate_topk (diversity rate), end-id candidates into the pool by "
+         "cum / (gen + 1) ** length_penalty, slots refilled, done verdict (TRUE: pool full), predecessors and "
+         "cumulative logprobs, over a per-request store laid out as BeamSearchStore / _CBAFields"),
+        ("beam inputs, re-parenting, finish handling", "reference + adapter",
+         "the beams' rewritten logits and the re-parenting of histories and counts are impls/reference/beam.py's; "
+         "the tokens written into original_tokens, the finish reasons (impls/reference/finish.py) written into "
+         "first_finish_reasons where NOT_FINISHED, the stop-word latch (pending_harvest) and the stop test "
+         "(prepare_cba_group_host's should_stop) stand in for sampler.py and finish_reasons.py (impls/trtllm/cba.py)"),
+        ("beam output", "engine",
+         "beam_search.py@{bs} _prepare_beam_history_cba (best W of pool and running paths by normalised score) and "
+         "finalize_beam; per-beam reasons and scores attached by the adapter in the engine's ranking"),
+    ),
+}
 
 #: What stays unverified whatever the checkout (``describe()["unverified"]``).
 UNVERIFIED = (
@@ -89,7 +124,10 @@ UNVERIFIED = (
     "its production sampling kernels: FlashInfer's fused top-k/top-p sampling with per-row seed/offset (CUDA)",
     "the compiled (Inductor) kernels of the torch.compile'd ops: their eager Python bodies run here",
     "embedding_bias.py, finish_reasons.py, logprobs.py, two_model_spec_dec.py",
-    "beam_search.py's candidate-beams-array path (_cba_step_math) and its radix top-k for rows over 10000 tokens",
+    "beam_search.py's radix top-k for rows over 10000 tokens, and its candidate-beams-array path on a checkout "
+    "that still has the regular step",
+    "around the candidate-beams step: sampler.py's writes of the emitted tokens, finish_reasons.py's per-beam "
+    "reasons and stop-word latch, the request-state transitions (the adapter stands in for them)",
 )
 
 
@@ -100,19 +138,42 @@ class TrtllmImpl:
     ----------
     src : str, optional
         The checkout (default: ``$SAMPCHECK_TRTLLM_SRC``).
-    profile : Profile
-        Default :data:`impls.profiles.TRTLLM`.
+    profile : Profile, optional
+        Fixes the profile; by default it is read from the checkout (:attr:`profile`).
     """
 
     name = "trtllm"
 
-    def __init__(self, src: Optional[str] = None, profile: Profile = TRTLLM):
-        self.profile = profile
+    def __init__(self, src: Optional[str] = None, profile: Optional[Profile] = None):
+        self._profile = profile
         self.src = loader.find_checkout(src)
         self._engine = None
 
-    #: What a given checkout cannot run (beam search without ``beam_search.py``, its
-    #: candidate-beams-array path, draft tokens) is ``n/a`` through :meth:`run_scenario` and
+    @property
+    def profile(self) -> Profile:
+        """The profile that predicts the loaded checkout, by what it defines (never its version).
+
+        :data:`impls.profiles.TRTLLM_CBA` when the checkout's beam path
+        (:attr:`.loader.Engine.beam_path`) is ``"candidate_beams"`` (every
+        ``early_stopping`` mode on the candidate-beams array:
+        beam_search.py@50aec1cb with sampler_strategy.py@029e223d), else
+        :data:`impls.profiles.TRTLLM` (the regular frozen-slots step of
+        beam_search.py@095443e5, or no beam step). The checkout is loaded on
+        first use; without a checkout, or one that does not load,
+        :data:`~impls.profiles.TRTLLM` (the harness reads the profile before
+        :meth:`available`, which then gives the reason to ``skip``).
+        A profile passed to the constructor is returned as is.
+        """
+        if self._profile is not None:
+            return self._profile
+        try:
+            path = self.engine().beam_path
+        except loader.CheckoutError:
+            return TRTLLM
+        return TRTLLM_CBA if path == "candidate_beams" else TRTLLM
+
+    #: What a given checkout cannot run (beam search without a beam path, the candidate-beams-array
+    #: path where the regular step is still there, draft tokens) is ``n/a`` through :meth:`run_scenario` and
     #: :meth:`unsupported`, whose reasons name the file or the path. No ``end_id_set``: a request
     #: has one end id (``SamplingParams.end_id: Optional[int]``, tensorrt_llm/sampling_params.py
     #: @a98a9061; ``LlmRequest.py_end_id``), the one ``token_ban.py``'s ``_add_min_length_bans``
@@ -185,7 +246,8 @@ class TrtllmImpl:
         eng = self.engine()
         c = {rel.rsplit("/", 1)[-1]: (f.get("commit") or "unknown")[:8] for rel, f in eng.files.items()}
         fmt = {"v": c.get("vanilla.py", "?"), "tb": c.get("token_ban.py", "?"), "sm": c.get("seed_manager.py", "?"),
-               "bs": c.get("beam_search.py", "?")}
+               "bs": c.get("beam_search.py", "?"), "ss": c.get("sampler_strategy.py", "?")}
+        path = eng.beam_path
         files = {rel: {"commit": f.get("commit"), "sha256": f["sha256"],
                        **({"modified_since_recorded": True}
                           if f.get("recorded_sha256") and f["recorded_sha256"] != f["sha256"] else {})}
@@ -194,10 +256,12 @@ class TrtllmImpl:
             "source": "NVIDIA/TensorRT-LLM source checkout, loaded by file path (impls/trtllm/loader.py)",
             "tensorrt_llm_version": eng.version or "unknown (no tensorrt_llm/version.py in the checkout)",
             "files": files,
-            "pipeline": [{"stage": s, "from": who, "what": what.format(**fmt)} for s, who, what in PIPELINE
-                         if eng.beam_search is not None or not s.startswith("beam search")]
-                        + ([{"stage": "beam search", "from": "n/a", "what": "; ".join(eng.optional_missing.values())
-                             + ": cases with beam search are n/a"}] if eng.beam_search is None else []),
+            "pipeline": [{"stage": s, "from": who, "what": what.format(**fmt)}
+                         for s, who, what in PIPELINE + BEAM_PIPELINE.get(path, ())]
+                        + ([{"stage": "beam search", "from": "n/a",
+                             "what": eng.beam_unavailable() + ": cases with beam search are n/a"}]
+                           if path is None else []),
+            "beam_path": path,
             "unverified": list(UNVERIFIED),
             "stand_ins": ["tensorrt_llm._utils.prefer_pinned -> False", "tensorrt_llm.logger (records warnings)",
                           "llm_request.LlmRequest (empty class)",
@@ -205,10 +269,20 @@ class TrtllmImpl:
                           "ops.logprobs_triton (raises if called)"]
                          + (["tensorrt_llm._utils.nvtx_range (no-op)",
                              "tensorrt_llm.bindings.executor.FinishReason (the C++ enum's values)",
-                             "llm_request.LlmRequestState (empty)",
+                             "llm_request.LlmRequestState (names only)",
                              "logprobs / sampler_common CUDA helpers (raise if called)",
-                             "ops.flashinfer.radix_topk_op (raises: rows over 10000 tokens)"]
-                            if eng.beam_search is not None else []),
+                             "sampler_common._get_beam_width_in (the real rule: 1 in the context phase, else the "
+                             "request's width)",
+                             "ops.flashinfer.radix_topk_op (raises: rows over 10000 tokens)",
+                             "tensorrt_llm._torch.flashinfer_utils.IS_FLASHINFER_AVAILABLE -> False",
+                             "tensorrt_llm.executor.result.Logprob (named tuple)",
+                             "sampler_features._SideStreamCopier (raises if made)"]
+                            if eng.beam_search is not None else [])
+                         + (["sampler_strategy.py's FlashInfer op wrappers and sampler_common request helpers "
+                             "(raise if called)", "tensorrt_llm.sampling_params.SamplingParams (methods raise), "
+                             "LogprobMode", "tensorrt_llm._utils.maybe_pin_memory (identity)",
+                             "top_p_decay.TopPDecayMetadata (raises if made)"]
+                            if eng.sampler_strategy is not None else []),
             "engine_warnings": eng.warnings(),
         }
 
@@ -216,8 +290,8 @@ class TrtllmImpl:
         """Why TensorRT-LLM (as loaded) cannot express ``row``, or ``None``."""
         if row.use_beam_search:
             eng = self.engine()
-            if eng.beam_search is None:
-                return "beam search: " + "; ".join(eng.optional_missing.values())
+            if eng.beam_path is None:
+                return "beam search: " + eng.beam_unavailable()
             return "beam search runs in scenarios only (beam_search.py drives whole beam requests)"
         if row.top_p_reset_ids is not None and len(row.top_p_reset_ids) > 1:
             return ("TensorRT-LLM keeps one top-p reset id per request (SamplingParams.top_p_reset_ids is an int; "
@@ -238,20 +312,26 @@ class TrtllmImpl:
     def run_scenario(self, spec, device: str = "cpu"):
         """Decode a multi-step scenario on a fresh session (the reference's scenario runner).
 
+        Beam requests run on the checkout's beam path
+        (:attr:`.loader.Engine.beam_path`): ``"candidate_beams"`` decodes every
+        one with the engine's step (:func:`.cba.run_scenario`); ``"regular"``
+        only those with ``early_stopping = True``.
+
         Raises
         ------
         impls.reference.scenario.ScenarioUnsupported
-            For beam search without ``beam_search.py`` or on the
-            candidate-beams-array path, and for draft tokens (not loaded from
-            the checkout).
+            For beam search without a beam path, for a request the regular
+            path does not take (candidate-beams array on a checkout that still
+            has the regular step), and for draft tokens (not loaded from the
+            checkout).
         """
         from ..reference.scenario import ScenarioUnsupported, run_scenario
         eng = self.engine()
+        path = eng.beam_path
         for r in spec.requests:
-            if r.use_beam_search:
-                if eng.beam_search is None:
-                    raise ScenarioUnsupported(f"request {r.id}: beam search ("
-                                              + "; ".join(eng.optional_missing.values()) + ")")
+            if r.use_beam_search and path is None:
+                raise ScenarioUnsupported(f"request {r.id}: beam search ({eng.beam_unavailable()})")
+            if r.use_beam_search and path == "regular":
                 es = self.profile.beam_early_stopping_unset if r.early_stopping is None else r.early_stopping
                 if not (es is True and self.profile.beam_early_stopping_true == "frozen_slots"):
                     raise ScenarioUnsupported(f"request {r.id}: beam search with early_stopping={es!r} takes "
@@ -260,6 +340,9 @@ class TrtllmImpl:
             if r.draft_len or r.drafts:
                 raise ScenarioUnsupported(f"request {r.id}: speculative decoding (the acceptance step of "
                                           "TensorRT-LLM is not loaded from the checkout)")
+        if path == "candidate_beams":
+            from .cba import run_scenario as run_cba
+            return run_cba(spec, self.profile, self.open_session(device))
         return run_scenario(spec, self.profile, self.open_session(device))
 
 

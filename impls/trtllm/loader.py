@@ -20,7 +20,17 @@ Files loaded (paths under ``tensorrt_llm/_torch/pyexecutor/sampler/``):
 * optionally ``beam_search.py`` — ``beam_search_sampling_batch`` (one step of
   the regular beam search: temperature, log-softmax, frozen finished beams,
   ``beam_candidate_topk`` with length penalty and diversity, re-parenting
-  bookkeeping). A checkout without it loads; beam search is then ``n/a``.
+  bookkeeping) where the checkout still has it (@095443e5), and
+  ``beam_search_sampling_batch_cba`` / ``_prepare_beam_history_cba`` /
+  ``finalize_beam`` (the candidate-beams-array step and the final ranking).
+  A checkout without it loads; beam search is then ``n/a``;
+* optionally ``sampler_strategy.py`` (loaded only together with
+  ``beam_search.py``) — ``sample`` and the ``BeamSearch`` strategy tuple: the
+  dispatch that picks the beam step for a request (@029e223d: the
+  candidate-beams array for every ``early_stopping`` mode).
+
+Which beam path the adapter drives is read from what the checkout has
+(:attr:`Engine.beam_path`), never from a version number.
 
 Stand-ins (installed in ``sys.modules``; each is the least the files need):
 
@@ -41,10 +51,27 @@ Stand-ins (installed in ``sys.modules``; each is the least the files need):
   ``tensorrt_llm.bindings.executor.FinishReason`` (the C++ enum's values,
   ``cpp/include/tensorrt_llm/executor/types.h``: NOT_FINISHED 0, END_ID 1,
   STOP_WORDS 2, LENGTH 3, TIMED_OUT 4, CANCELLED 5), ``llm_request.LlmRequestState``
-  (empty), ``sampler.logprobs`` and the CUDA-only helpers of ``sampler_common``
-  (raise if called), ``sampler.ops.flashinfer.radix_topk_op`` (FlashInfer's
-  radix top-k, which ``beam_search.py`` uses only for rows wider than 10000
-  tokens: raises, so such a beam step fails with that message).
+  (an enum of names only: the loaded code compares a request's state with
+  ``GENERATION_COMPLETE``), ``sampler.logprobs`` and the CUDA-only helpers of
+  ``sampler_common`` (raise if called), ``sampler_common._get_beam_width_in``
+  (the real one's rule: 1 in the context phase, else the request's
+  ``get_beam_width_by_iter(for_next_iteration=False)``),
+  ``sampler.ops.flashinfer.radix_topk_op`` (FlashInfer's radix top-k, which
+  ``beam_search.py`` uses only for rows wider than 10000 tokens: raises, so
+  such a beam step fails with that message; @50aec1cb guards it with
+  ``tensorrt_llm._torch.flashinfer_utils.IS_FLASHINFER_AVAILABLE``, stood in
+  as ``False``), ``tensorrt_llm.executor.result.Logprob`` (a named tuple
+  ``(logprob, rank)``) and ``sampler.sampler_features._SideStreamCopier``
+  (an empty class; both only typed or used off the step);
+* for ``sampler_strategy.py``: the FlashInfer sampling-op wrappers of
+  ``sampler.ops.flashinfer`` and the request helpers of ``sampler_common``
+  (raise if called: the beam dispatch never calls them),
+  ``tensorrt_llm.sampling_params`` (``SamplingParams``, whose methods raise,
+  and ``LogprobMode``), ``tensorrt_llm._utils.maybe_pin_memory`` (identity),
+  ``sampler.top_p_decay.TopPDecayMetadata`` (an empty class). The file's
+  absolute imports of ``tensorrt_llm._torch.pyexecutor.sampler.{beam_search,
+  ops.vanilla, ops.flashinfer}`` are answered, while it is executed only, by
+  this checkout's modules (:func:`_absolute_aliases`).
 
 The relative imports of the loaded files resolve inside a private package
 (``_sampcheck_trtllm_<n>.tensorrt_llm...``), one per loaded checkout, so two
@@ -59,6 +86,7 @@ compiled kernels are not what is verified.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import importlib.util
@@ -73,7 +101,8 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 __all__ = ["CheckoutError", "Engine", "SAMPLER_DIR", "REQUIRED", "OPTIONAL", "ENV_VAR", "find_checkout", "load",
-           "eager", "FinishReason"]
+           "eager", "FinishReason", "RecordingLogger", "stand_in", "raising_stub", "sha256_of", "exec_source",
+           "BEAM_STEP_OPS", "LlmRequestState"]
 
 #: Environment variable naming the checkout (``sampcheck --trtllm-src`` sets it: :attr:`impls.trtllm.TrtllmImpl.cli_options`).
 ENV_VAR = "SAMPCHECK_TRTLLM_SRC"
@@ -89,8 +118,15 @@ REQUIRED = {
 }
 #: Files loaded when present (a checkout without them still loads; the features they carry are n/a).
 OPTIONAL = {
-    "beam_search.py": ("beam_search_sampling_batch", "beam_candidate_topk", "BeamSearchMetadata",
-                       "BEAM_SEARCH_PAD_TOKEN"),
+    "beam_search.py": ("beam_candidate_topk", "BeamSearchMetadata", "BEAM_SEARCH_PAD_TOKEN"),
+    "sampler_strategy.py": ("sample", "BeamSearch"),
+}
+#: ``beam_search.py`` must define at least one of these beam-step ops: the regular (frozen-slots) step, removed
+#: by @50aec1cb, and the candidate-beams-array step with what the adapter calls around it.
+BEAM_STEP_OPS = {
+    "regular": ("beam_search_sampling_batch",),
+    "candidate_beams": ("beam_search_sampling_batch_cba", "BeamSearchEarlyStop", "CBAState", "CBAGroupHost",
+                        "_prepare_beam_history_cba", "finalize_beam"),
 }
 #: The commit whose layout this adapter was written against (ops/vanilla.py).
 LAYOUT_COMMIT = "770709ac1c693877b2aa257ee004f366c11c3333"
@@ -114,6 +150,9 @@ class Engine:
         ``ops/vanilla.py``, ``token_ban.py`` and ``seed_manager.py`` as loaded.
     beam_search : module or None
         ``beam_search.py`` when the checkout has it and it loads.
+    sampler_strategy : module or None
+        ``sampler_strategy.py`` when the checkout has it and it loads (only
+        tried when ``beam_search.py`` loaded: it imports it).
     optional_missing : dict
         Optional file -> why it is not loaded.
     files : dict
@@ -129,9 +168,52 @@ class Engine:
     token_ban: types.ModuleType
     seed_manager: types.ModuleType
     beam_search: Optional[types.ModuleType] = None
+    sampler_strategy: Optional[types.ModuleType] = None
     optional_missing: dict = field(default_factory=dict)
     files: dict = field(default_factory=dict)
     version: Optional[str] = None
+
+    @property
+    def beam_path(self) -> Optional[str]:
+        """The beam step the adapter drives, read from what the checkout defines.
+
+        Returns
+        -------
+        str or None
+            ``"regular"``: ``beam_search.py`` still has the regular step
+            ``beam_search_sampling_batch`` (@095443e5), which TensorRT-LLM
+            ran for ``early_stopping = True`` (finished beams frozen in their
+            slots); requests with another mode are ``n/a``.
+            ``"candidate_beams"``: the regular step is gone and
+            ``sampler_strategy.py`` is loaded, whose ``sample`` sends every
+            mode to ``beam_search_sampling_batch_cba`` (@50aec1cb with
+            sampler_strategy.py@029e223d: "Every early_stopping mode goes
+            through the candidate-beams-array path"); the adapter hands each
+            step to ``sample``. None: no beam step can be driven
+            (:meth:`beam_unavailable` says why).
+        """
+        bs = self.beam_search
+        if bs is None:
+            return None
+        if all(hasattr(bs, n) for n in BEAM_STEP_OPS["regular"]):
+            return "regular"
+        if self.sampler_strategy is not None and all(hasattr(bs, n) for n in BEAM_STEP_OPS["candidate_beams"]):
+            return "candidate_beams"
+        return None
+
+    def beam_unavailable(self) -> Optional[str]:
+        """Why :attr:`beam_path` is None (a sentence naming the missing file or names), or None."""
+        if self.beam_path is not None:
+            return None
+        if self.beam_search is None:
+            return self.optional_missing.get("beam_search.py", f"{SAMPLER_DIR}/beam_search.py is not loaded")
+        if self.sampler_strategy is None:
+            return (f"{SAMPLER_DIR}/beam_search.py has no regular beam step (beam_search_sampling_batch) and the "
+                    f"dispatch that selects its candidate-beams-array step is not loaded: "
+                    + self.optional_missing.get("sampler_strategy.py", "sampler_strategy.py"))
+        missing = [n for n in BEAM_STEP_OPS["candidate_beams"] if not hasattr(self.beam_search, n)]
+        return (f"{SAMPLER_DIR}/beam_search.py has no regular beam step and lacks "
+                + ", ".join(missing) + " of the candidate-beams-array step")
 
     def warnings(self) -> list:
         """Messages the loaded code logged through ``logger.warning_once`` (the stand-in keeps them)."""
@@ -153,27 +235,45 @@ def eager(fn):
     return getattr(fn, "_torchdynamo_orig_callable", fn)
 
 
-# -- stand-ins ------------------------------------------------------------------
-class _Logger:
-    """Stand-in for ``tensorrt_llm.logger.logger``: records, never prints."""
+# -- loading engine files by path with stand-ins (generic: also used by impls.vllm_gpu.loader) ----------
+class RecordingLogger:
+    """A logger stand-in that records messages and never prints.
+
+    Serves ``tensorrt_llm.logger.logger`` here and vLLM's ``init_logger(name)``
+    in :mod:`impls.vllm_gpu.loader`. ``*_once`` methods record a message once
+    per ``key`` (default: the message); ``%``-style arguments are applied.
+
+    Attributes
+    ----------
+    messages : list of str
+    """
 
     def __init__(self):
         self.messages: list = []
         self._keys: set = set()
 
-    def warning_once(self, msg, *args, key=None, **kw):
+    @staticmethod
+    def _text(msg, args) -> str:
+        try:
+            return str(msg) % args if args else str(msg)
+        except (TypeError, ValueError):
+            return " ".join([str(msg), *map(str, args)])
+
+    def _once(self, msg, *args, key=None, **kw):
         k = key if key is not None else msg
         if k not in self._keys:
             self._keys.add(k)
-            self.messages.append(str(msg))
+            self.messages.append(self._text(msg, args))
 
     def _record(self, msg, *args, **kw):
-        self.messages.append(str(msg))
+        self.messages.append(self._text(msg, args))
 
-    warning = info = debug = error = _record
+    warning_once = info_once = debug_once = _once
+    warning = info = debug = error = exception = _record
 
 
-_LOGGER = _Logger()
+_Logger = RecordingLogger  # the name this module used before the helpers were shared
+_LOGGER = RecordingLogger()
 
 
 class RequestSeeds(NamedTuple):
@@ -189,23 +289,40 @@ def _request_random_seed(request):
     return getattr(request, "py_random_seed", None)
 
 
-def _module(name: str, package: bool = False, **attrs) -> types.ModuleType:
+def stand_in(name: str, package: bool = False, **attrs) -> types.ModuleType:
+    """A stand-in module called ``name`` holding ``attrs`` (a package when ``package``: empty ``__path__``).
+
+    Marked ``__sampcheck_stub__ = True`` so that code (and a reader of
+    ``sys.modules``) can tell it from the real module.
+    """
     m = types.ModuleType(name)
     if package:
         m.__path__ = []
     m.__dict__.update(attrs)
+    m.__dict__.setdefault("__sampcheck_stub__", True)
     return m
+
+
+_module = stand_in  # the name this module used before the helpers were shared
 
 
 def _triton_stub(*_a, **_k):
     raise NotImplementedError("logprobs_triton (Triton kernels) is a stand-in under sampcheck; it is not run")
 
 
-def _stub(what: str):
+def raising_stub(what: str):
+    """A function stand-in for ``what`` (a dotted name) that raises ``NotImplementedError`` when called.
+
+    For names a loaded file imports but the paths sampcheck drives never call:
+    a call is a loud error naming the stand-in, never a silent wrong value.
+    """
     def f(*_a, **_k):
         raise NotImplementedError(f"{what} is a stand-in under sampcheck; it is not run")
     f.__name__ = what.rsplit(".", 1)[-1]
     return f
+
+
+_stub = raising_stub
 
 
 class _NoRange:
@@ -241,6 +358,88 @@ def _radix_topk_stub(values, k):
                               "under sampcheck")
 
 
+class LlmRequestState(enum.Enum):
+    """Stand-in for the bound ``LlmRequestState`` enum: the names the loaded beam code compares with.
+
+    Only identity matters (``request.state == LlmRequestState.GENERATION_COMPLETE``
+    in ``beam_search.py`` ``_prepare_beam_history_cba``); the values are not
+    the C++ ones.
+    """
+
+    CONTEXT_INIT = enum.auto()
+    GENERATION_IN_PROGRESS = enum.auto()
+    GENERATION_COMPLETE = enum.auto()
+
+
+class Logprob(NamedTuple):
+    """Stand-in for ``tensorrt_llm.executor.result.Logprob`` (``beam_search.py``@50aec1cb builds it off the step)."""
+
+    logprob: float
+    rank: Optional[int] = None
+
+
+class LogprobMode(enum.Enum):
+    """Stand-in for ``tensorrt_llm.sampling_params.LogprobMode`` (``sampler_strategy.py`` compares with it)."""
+
+    RAW = "raw"
+    PROCESSED = "processed"
+
+
+class _StubClass:
+    """Base of stand-in classes whose use would be a wrong value: instantiating one raises."""
+
+    def __init__(self, *_a, **_k):
+        raise NotImplementedError(f"{type(self).__name__} is a stand-in under sampcheck; it is not run")
+
+
+class SamplingParams(_StubClass):
+    """Stand-in for ``tensorrt_llm.sampling_params.SamplingParams``: its validation needs the bindings."""
+
+    params_imply_greedy_decoding = staticmethod(raising_stub("SamplingParams.params_imply_greedy_decoding"))
+    params_imply_top_p_decay_active = staticmethod(raising_stub("SamplingParams.params_imply_top_p_decay_active"))
+
+
+def _get_beam_width_in(request) -> int:
+    # Stand-in for sampler_common._get_beam_width_in, with the real one's rule (1 while the request is in its
+    # context phase, else its width for the current iteration); the adapter's request answers both.
+    return 1 if request.is_context_init_state else request.get_beam_width_by_iter(for_next_iteration=False)
+
+
+#: Names ``sampler_strategy.py``@029e223d imports from ``ops/flashinfer.py`` (FlashInfer sampling wrappers; the
+#: beam dispatch never calls them).
+_FLASHINFER_OPS = ("sampling_from_probs_op", "sanitize_top_k", "softmax_op", "top_k_mask_logits_op",
+                   "top_k_renorm_probs_op", "top_k_sampling_from_probs_op", "top_k_top_p_sampling_from_logits_op",
+                   "top_k_top_p_sampling_from_probs_op", "top_p_renorm_probs_op", "top_p_sampling_from_probs_op")
+#: Request helpers ``sampler_strategy.py``@029e223d imports from ``sampler_common.py`` (never called by ``sample``).
+_REQUEST_HELPERS = ("_get_max_beam_width", "_request_get_sampling_params", "_request_sampling_params_cachable",
+                    "top_p_decay_active")
+#: Absolute module names ``sampler_strategy.py`` imports from, relative to :data:`SAMPLER_DIR`'s package.
+_ABSOLUTE_SAMPLER = "tensorrt_llm._torch.pyexecutor.sampler"
+
+
+@contextlib.contextmanager
+def _absolute_aliases(base: str):
+    """While the block runs, ``tensorrt_llm._torch.pyexecutor.sampler.{beam_search, ops.vanilla, ops.flashinfer}``
+    name this checkout's modules under ``base`` (its private package); the previous entries come back after.
+
+    ``sampler_strategy.py`` imports those three by absolute name; binding them at its execution only keeps two
+    checkouts loadable in one process.
+    """
+    names = {f"{_ABSOLUTE_SAMPLER}.{sub}": f"{base}.sampler.{sub}" for sub in ("beam_search", "ops.vanilla",
+                                                                                  "ops.flashinfer")}
+    saved = {n: sys.modules.get(n) for n in names}
+    try:
+        for absolute, private in names.items():
+            sys.modules[absolute] = sys.modules[private]
+        yield
+    finally:
+        for n, m in saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
+
+
 def _install_absolute_stubs() -> None:
     """``tensorrt_llm``, ``tensorrt_llm._utils`` and ``tensorrt_llm.logger``, unless a real package exists."""
     if "tensorrt_llm" not in sys.modules:
@@ -251,15 +450,29 @@ def _install_absolute_stubs() -> None:
         return
     sys.modules.setdefault("tensorrt_llm._utils", _module("tensorrt_llm._utils", prefer_pinned=lambda: False,
                                                           nvtx_range=_NoRange))
+    sys.modules["tensorrt_llm._utils"].__dict__.setdefault("maybe_pin_memory", lambda t: t)
     sys.modules.setdefault("tensorrt_llm.logger", _module("tensorrt_llm.logger", logger=_LOGGER))
     sys.modules.setdefault("tensorrt_llm.bindings", _module("tensorrt_llm.bindings", package=True))
     sys.modules.setdefault("tensorrt_llm.bindings.executor",
                            _module("tensorrt_llm.bindings.executor", FinishReason=FinishReason))
+    # beam_search.py@50aec1cb and sampler_strategy.py@029e223d
+    sys.modules.setdefault("tensorrt_llm._torch", _module("tensorrt_llm._torch", package=True))
+    sys.modules.setdefault("tensorrt_llm._torch.flashinfer_utils",
+                           _module("tensorrt_llm._torch.flashinfer_utils", IS_FLASHINFER_AVAILABLE=False))
+    sys.modules.setdefault("tensorrt_llm.executor", _module("tensorrt_llm.executor", package=True))
+    sys.modules.setdefault("tensorrt_llm.executor.result", _module("tensorrt_llm.executor.result", Logprob=Logprob))
+    sys.modules.setdefault("tensorrt_llm.sampling_params",
+                           _module("tensorrt_llm.sampling_params", SamplingParams=SamplingParams,
+                                   LogprobMode=LogprobMode))
 
 
 # -- facts about the files ------------------------------------------------------
-def _sha256(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
+def sha256_of(p: Path) -> str:
+    """Hex SHA-256 of the file at ``p``."""
+    return hashlib.sha256(Path(p).read_bytes()).hexdigest()
+
+
+_sha256 = sha256_of
 
 
 def _recorded(root: Path) -> dict:
@@ -296,7 +509,29 @@ def _version(root: Path) -> Optional[str]:
 
 
 # -- loading --------------------------------------------------------------------
-def _load_file(name: str, path: Path, rel: str) -> types.ModuleType:
+def exec_source(name: str, path: Path, rel: str, error=CheckoutError, hint: str = "") -> types.ModuleType:
+    """Execute the file at ``path`` as the module ``name``, registered in ``sys.modules`` under that name.
+
+    Parameters
+    ----------
+    name : str
+        The module's name (its relative and absolute imports resolve from it).
+    path : Path
+        The source file.
+    rel : str
+        How messages name the file (its path inside the checkout or bundle).
+    error : type
+        The exception raised on failure (:class:`CheckoutError` here).
+    hint : str
+        Appended to the message of a missing import (which layout the loader expects).
+
+    Raises
+    ------
+    error
+        ``"loading <rel> failed: it imports '<module>', which sampcheck has no stand-in
+        for<hint>"`` for a missing module, ``"loading <rel> failed: <Type>: <message>"``
+        for any other exception; the half-made module is removed from ``sys.modules``.
+    """
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -304,13 +539,16 @@ def _load_file(name: str, path: Path, rel: str) -> types.ModuleType:
         spec.loader.exec_module(mod)
     except ModuleNotFoundError as e:
         del sys.modules[name]
-        raise CheckoutError(f"loading {rel} failed: it imports {e.name!r}, which sampcheck has no stand-in for "
-                            f"(this adapter was written against the layout of NVIDIA/TensorRT-LLM@"
-                            f"{LAYOUT_COMMIT[:8]})") from e
+        raise error(f"loading {rel} failed: it imports {e.name!r}, which sampcheck has no stand-in for{hint}") from e
     except Exception as e:
         del sys.modules[name]
-        raise CheckoutError(f"loading {rel} failed: {type(e).__name__}: {e}") from e
+        raise error(f"loading {rel} failed: {type(e).__name__}: {e}") from e
     return mod
+
+
+def _load_file(name: str, path: Path, rel: str) -> types.ModuleType:
+    return exec_source(name, path, rel, CheckoutError, f" (this adapter was written against the layout of "
+                                                       f"NVIDIA/TensorRT-LLM@{LAYOUT_COMMIT[:8]})")
 
 
 def _check_names(mod: types.ModuleType, rel: str, names) -> None:
@@ -356,19 +594,23 @@ def load(root) -> Engine:
     class LlmRequest:  # stand-in for the bound C++ request type (annotations, weak-dict keys)
         pass
 
-    class LlmRequestState:  # stand-in for the bound enum (imported by beam_search.py, not used by the step)
-        pass
-
     sys.modules[f"{base}.llm_request"] = _module(f"{base}.llm_request", LlmRequest=LlmRequest,
                                                  LlmRequestState=LlmRequestState)
     sys.modules[f"{base}.sampler.sampler_common"] = _module(
         f"{base}.sampler.sampler_common", RequestSeeds=RequestSeeds, request_random_seed=_request_random_seed,
-        _get_beam_width_in=_stub("sampler_common._get_beam_width_in"),
-        _unwrap_singleton=_stub("sampler_common._unwrap_singleton"), int_tensor=_stub("sampler_common.int_tensor"))
+        _get_beam_width_in=_get_beam_width_in,
+        _unwrap_singleton=_stub("sampler_common._unwrap_singleton"), int_tensor=_stub("sampler_common.int_tensor"),
+        UtilsSamplingParams=type("UtilsSamplingParams", (_StubClass,), {}),
+        **{n: _stub(f"sampler_common.{n}") for n in _REQUEST_HELPERS})
     sys.modules[f"{base}.sampler.ops.logprobs_triton"] = _module(
         f"{base}.sampler.ops.logprobs_triton", determine_sampled_rank=_triton_stub, gather_log_softmax=_triton_stub)
-    sys.modules[f"{base}.sampler.ops.flashinfer"] = _module(f"{base}.sampler.ops.flashinfer",
-                                                            radix_topk_op=_radix_topk_stub)
+    sys.modules[f"{base}.sampler.ops.flashinfer"] = _module(
+        f"{base}.sampler.ops.flashinfer", radix_topk_op=_radix_topk_stub,
+        **{n: _stub(f"ops.flashinfer.{n}") for n in _FLASHINFER_OPS})
+    sys.modules[f"{base}.sampler.sampler_features"] = _module(
+        f"{base}.sampler.sampler_features", _SideStreamCopier=type("_SideStreamCopier", (_StubClass,), {}))
+    sys.modules[f"{base}.sampler.top_p_decay"] = _module(
+        f"{base}.sampler.top_p_decay", TopPDecayMetadata=type("TopPDecayMetadata", (_StubClass,), {}))
     sys.modules[f"{base}.sampler.logprobs"] = _module(
         f"{base}.sampler.logprobs", LogProbsStore=type("LogProbsStore", (), {}),
         convert_logprobs_tensor_to_list=_stub("logprobs.convert_logprobs_tensor_to_list"),
@@ -384,9 +626,20 @@ def load(root) -> Engine:
         if not path.is_file():
             optional_missing[rel] = f"{SAMPLER_DIR}/{rel} is not in the checkout"
             continue
+        if rel == "sampler_strategy.py" and "beam_search.py" not in mods:
+            optional_missing[rel] = (f"{SAMPLER_DIR}/{rel} is not loaded: it imports beam_search.py, which did not "
+                                     "load")
+            continue
         try:
-            mods[rel] = _load_file(f"{base}.sampler." + rel[:-3].replace("/", "."), path, f"{SAMPLER_DIR}/{rel}")
+            # sampler_strategy.py imports its siblings by absolute name: this checkout's modules answer.
+            with _absolute_aliases(base) if rel == "sampler_strategy.py" else contextlib.nullcontext():
+                mods[rel] = _load_file(f"{base}.sampler." + rel[:-3].replace("/", "."), path,
+                                       f"{SAMPLER_DIR}/{rel}")
             _check_names(mods[rel], rel, names)
+            if rel == "beam_search.py" and not any(all(hasattr(mods[rel], n) for n in ops)
+                                                   for ops in BEAM_STEP_OPS.values()):
+                raise CheckoutError(f"{SAMPLER_DIR}/{rel} defines no beam step the adapter can drive (neither "
+                                    + " nor ".join(", ".join(ops) for ops in BEAM_STEP_OPS.values()) + ")")
         except CheckoutError as e:
             mods.pop(rel, None)
             optional_missing[rel] = str(e)
@@ -398,6 +651,7 @@ def load(root) -> Engine:
         files[path] = {"commit": commit, "sha256": _sha256(root / path), "recorded_sha256": sha}
     eng = Engine(root=root, vanilla=mods["ops/vanilla.py"], token_ban=mods["token_ban.py"],
                  seed_manager=mods["seed_manager.py"], beam_search=mods.get("beam_search.py"),
-                 optional_missing=optional_missing, files=files, version=_version(root))
+                 sampler_strategy=mods.get("sampler_strategy.py"), optional_missing=optional_missing, files=files,
+                 version=_version(root))
     _cache[root] = eng
     return eng

@@ -41,7 +41,12 @@ reference's. Per row, in order:
    (``logprobs.py`` needs Triton kernels; ``finish_reasons.py`` allocates
    CUDA buffers and is not loaded).
 
-Beam search (scenarios, when the checkout's ``beam_search.py`` loads): per
+Beam search on the candidate-beams-array path (a checkout whose
+``sampler_strategy.py`` sends every ``early_stopping`` mode there,
+:attr:`.loader.Engine.beam_path` ``"candidate_beams"``) is driven by
+:mod:`.cba`, which says whose each stage is. Beam search on the regular path
+(scenarios, when the checkout's ``beam_search.py`` still has
+``beam_search_sampling_batch``): per
 step, the beams' rewritten logits are the **reference**'s
 (:meth:`impls.reference.beam.BeamSearch.rewritten`: penalties from each
 beam's inherited counts, bans from its history); temperature, log-softmax,
@@ -134,8 +139,10 @@ class TrtllmSession(ReferenceSession):
         self._engine_seeds = engine.seed_manager._SeedManager(max_num_sequences=1, global_seed=profile.global_seed)
         self._probs: dict = {}
         self._gen = torch.Generator().manual_seed(0)
-        if engine.beam_search is not None:
-            self.beam_select = self._beam_select  # the scenario runner's hook (impls.reference.beam)
+        if engine.beam_path == "regular":
+            # the scenario runner's hook (impls.reference.beam); on the candidate-beams path the whole step is
+            # the engine's (impls.trtllm.cba)
+            self.beam_select = self._beam_select
 
     # -- beam search --------------------------------------------------------------
     def _beam_select(self, logits: torch.Tensor, cum: torch.Tensor, finished: list, gen_lengths: list, W: int,
