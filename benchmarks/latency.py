@@ -458,7 +458,7 @@ def environment() -> dict:
         from impls.vllm_gpu import bundle as _vbundle
         from impls.vllm_gpu import loader as _vloader
         _m = _vbundle.read_manifest(_vloader.find_bundle())
-        versions["vllm_gpu_bundle"] = f"{_m['distribution']} {_m['version']} ({_vloader.find_bundle()})"
+        versions["vllm_gpu_bundle"] = f"{_m['distribution']} {_m['version']} ({_vloader.shown_path(_vloader.find_bundle())})"
     except Exception as e:  # recorded, not fatal: those peers' points say whether they ran
         versions["vllm_gpu_bundle"] = f"unavailable ({type(e).__name__}: {e})"
     versions["torch_threads"] = torch.get_num_threads()

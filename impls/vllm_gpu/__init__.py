@@ -195,7 +195,7 @@ class _Base:
         """
         from . import loader
         eng = loader.load()
-        return {"bundle": str(eng.root), "distribution": eng.manifest["distribution"], "vllm_version": eng.version,
+        return {"bundle": loader.shown_path(eng.root), "distribution": eng.manifest["distribution"], "vllm_version": eng.version,
                 "files": eng.files(), "platform": eng.kind, "from_engine": self.from_engine,
                 "from_harness": self.from_harness, "engine_warnings": eng.warnings()}
 

