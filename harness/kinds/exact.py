@@ -114,6 +114,16 @@ def support_differences(row, support: list, pred, default, profile, keys, atol: 
     return out
 
 
+def _outputs_at(row, token: int, res, profile, keys) -> dict:
+    """The token-dependent outputs of ``res`` (a prediction) at ``token``, reduced as :func:`observe`
+    reduces them, for the keys of ``keys`` among :data:`DRAW_KEYS` (token itself excluded)."""
+    at = token_outputs(row, token, res.raw_logprobs, res.probs, profile)
+    out = {k: at[k] for k in DRAW_KEYS & set(keys) if k in at}
+    if out.get("top_logprobs") is not None:
+        out["top_logprobs"] = [[int(i), float(v)] for i, v in out["top_logprobs"]]
+    return out
+
+
 def compare_rows(kind, judge, case, impl, actual: list, pred: list, default: list) -> tuple:
     """Rows of ``actual`` against ``pred`` (the implementation's profile) and ``pred`` against ``default``.
 
@@ -133,36 +143,32 @@ def compare_rows(kind, judge, case, impl, actual: list, pred: list, default: lis
             keys = row_keys(r)
             kb.append(keys)
             want = observe(p, keys)
+            row = r.to_row()
             support = None
             if not canonical and p.mode == "sampling" and p.probs is not None:
                 support = [int(i) for i in torch.nonzero(p.probs > 0).flatten().tolist()]
                 if a.token is not None and a.token != p.token and a.token in support:
                     # Another RNG drew another kept token: predict the
                     # token-dependent outputs at the token it drew.
-                    at = token_outputs(r.to_row(), a.token, p.raw_logprobs, p.probs, impl.profile)
-                    want.update({k: v for k, v in at.items() if k in want})
-                    if "top_logprobs" in want and want["top_logprobs"] is not None:
-                        want["top_logprobs"] = [[int(i), float(v)] for i, v in want["top_logprobs"]]
+                    want.update(_outputs_at(row, a.token, p, impl.profile, want))
             got = observe(a, keys)
             bad = mismatches(got, want, case.atol, case.rtol, token_in_support=support)
             truth = r.truth(impl.profile.name)
             bad += assertion_failures(got, truth if truth is not None else r.expect)
             d_obs = observe(d, keys)
-            extra = []
-            if (support is not None and d.mode == "sampling" and d.probs is not None
-                    and torch.equal(d.probs > 0, p.probs > 0)):
+            one_support = (support is not None and d.mode == "sampling" and d.probs is not None
+                           and torch.equal(d.probs > 0, p.probs > 0))
+            if one_support:
                 # Under another RNG a single draw shows the support, not the stream: the default
-                # is predicted at the token the profile's prediction is read at, and the
-                # token-dependent outputs are compared at every token of the support.
+                # is predicted at the token the profile's prediction is read at ...
                 tok = a.token if a.token is not None and a.token in support else p.token
-                at = token_outputs(r.to_row(), tok, d.raw_logprobs, d.probs, TRTLLM)
-                d_obs.update({k: at[k] for k in DRAW_KEYS & set(d_obs) if k in at})
-                if d_obs.get("top_logprobs") is not None:
-                    d_obs["top_logprobs"] = [[int(i), float(v)] for i, v in d_obs["top_logprobs"]]
+                d_obs.update(_outputs_at(row, tok, d, TRTLLM, d_obs))
                 d_obs["token"] = want.get("token")
-                extra = support_differences(r.to_row(), support, p, d, impl.profile, keys, case.atol, case.rtol)
             diff = mismatches(want, d_obs, case.atol, case.rtol)
-            diff += [x for x in extra if x.split(" at ")[0] not in {m.split(":")[0] for m in diff}]
+            if one_support:
+                # ... and the token-dependent outputs that agree there are compared at every kept token.
+                same = [k for k in keys if not mismatches({k: want.get(k)}, {k: d_obs.get(k)}, case.atol, case.rtol)]
+                diff += support_differences(row, support, p, d, impl.profile, same, case.atol, case.rtol)
             label = where(b, r)
             rows.append({"row": label, "expected": truth if truth is not None else r.expect,
                          "expected_for": impl.profile.name if truth is not None else TRTLLM.name,
