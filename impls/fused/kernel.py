@@ -470,14 +470,19 @@ def _row_stats(bi, bf, S, V, T, min_p, status, greedy, k_on, p_on, mp_on, RMAX: 
     sampling = kind > 0
     m = tl.where(sampling, m, 0.0)
     # min-p: A = {x finite, exp((x - m) / T) >= min_p} = {x >= x_A}; bisection on the float order
-    # (key(m) always qualifies: exp(0) = 1 >= min_p)
+    # (key(m) always qualifies: exp(0) = 1 >= min_p). The test runs in float64, as the reference's
+    # (SEMANTICS §1.5: exact arithmetic up to ~1e-16): in float32, exp of a logit 2e-9 below
+    # ln(min_p) rounds onto min_p and keeps it (case filters/min-p-threshold-inclusive).
     kA = tl.full([], _INT32_MIN, tl.int64)
     if sampling & mp_on:
         lo = tl.full([], _INT32_MIN, tl.int64)
         hi = _key(m).to(tl.int64)
+        m64 = m.to(tl.float64)
+        T64 = T.to(tl.float64)
+        mp64 = min_p.to(tl.float64)
         for _it in range(0, 32):
             mid = lo + (hi - lo) // 2
-            ok = tl.exp(tl.div_rn(_unkey(mid.to(tl.int32)) - m, T)) >= min_p
+            ok = tl.exp((_unkey(mid.to(tl.int32)).to(tl.float64) - m64) / T64) >= mp64
             hi = tl.where(ok, mid, hi)
             lo = tl.where(ok, lo, mid)
         kA = hi
