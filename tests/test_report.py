@@ -494,3 +494,20 @@ def test_progress_in_a_log_is_a_line_every_few_seconds(tmp_path):
     text = log.read_text()
     assert "\r" not in text
     assert re.fullmatch(r"(sampcheck: [12]/2 cases, \d+ s\n)*sampcheck: 2/2 cases, \d+ s\n", text), text
+
+
+def test_scenario_truth_written_as_expect_renders(tmp_path):
+    """A scenario request's ``expect_by_profile`` entry may be ``"expect"`` (the same truth as the
+    default's, harness/corpus/truths.py); the page lists it as that truth (it once crashed the page)."""
+    from harness.corpus.load import CASES_DIR
+    root = tmp_path / "cases"
+    (root / "bans").mkdir(parents=True)
+    name = "bans/min-length-ban-survives-logit-bias.toml"
+    text = (CASES_DIR / name).read_text()
+    assert text.endswith('finish_step = 2\n')
+    (root / name).write_text(text + '\n[scenario.requests.expect_by_profile]\nvllm = "expect"\n')
+    out = run(["reference-vllm"], None, tmp_path / "r", progress=False, root=root, isolate=False)
+    assert [r["status"] for r in out.doc["results"]] == ["pass"]
+    html = out.html_path.read_text()
+    assert ('<span class="muted">expect_by_profile.vllm:</span><br>&nbsp;&nbsp;tokens = [1, 1, 3]<br>'
+            '&nbsp;&nbsp;finish_reason = end_id<br>&nbsp;&nbsp;finish_step = 2<br>') in html

@@ -710,7 +710,9 @@ class ScenarioKind(CheckKind):
         return [{"where": str(req.get("id", "")), "fields": {k: v for k, v in req.items()
                                                             if k != "id" and k not in _TRUTH_FIELDS},
                  "expect": dict(req.get("expect") or {}),
-                 "expect_by_profile": dict(req.get("expect_by_profile") or {})} for req in scen.get("requests", [])]
+                 "expect_by_profile": truths.resolve(req.get("expect_by_profile") or {}, dict(req.get("expect") or {}),
+                                                     f"scenario.requests[{i}]")}
+                for i, req in enumerate(scen.get("requests", []))]
 
     def report_setup(self, case) -> dict:
         """The scenario's shared set-up (model, defaults, limits, relations)."""
