@@ -458,7 +458,7 @@ def test_min_p_membership_is_exact_just_below_the_threshold():
     """SEMANTICS §1.5, case filters/min-p-threshold-inclusive: float32(-ln 2) and float32(-2 ln 2) lie
     1.9e-9 and 3.8e-9 below ln 0.5 and ln 0.25, so exp of them is 0.4999999990 and 0.2499999990:
     min_p 0.25 keeps {0, 1}, min_p 0.5 keeps {0}. A float32 exp rounds both onto the threshold and keeps
-    {0, 1, 2, 3} and {0, 1}, as the kernel did before its min-p bisection moved to float64)."""
+    {0, 1, 2, 3} and {0, 1}, as the kernel did before its min-p bisection moved to float64."""
     x = t([[0.0, -0.6931471805599453, -1.3862943611198906, -1.3862943611198906]] * 2, torch.float32)
     tok, status, path, probs = fused_sample(x, t([1.0, 1.0], torch.float32), t([0, 0], torch.int64),
                                             t([1.0, 1.0], torch.float32), t([0.25, 0.5], torch.float32),

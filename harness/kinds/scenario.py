@@ -703,16 +703,15 @@ class ScenarioKind(CheckKind):
 
     # -- the report ----------------------------------------------------------------------
     def report_inputs(self, case) -> list:
-        """One entry per request (``where`` = its id)."""
+        """One entry per request (``where`` = its id); per-profile truths as the loader resolved them."""
         scen = (case.raw or {}).get("scenario")
         if not isinstance(scen, dict):
             return []
+        by_profile = case.scenario.expect_by_profile if case.scenario is not None else {}
         return [{"where": str(req.get("id", "")), "fields": {k: v for k, v in req.items()
                                                             if k != "id" and k not in _TRUTH_FIELDS},
                  "expect": dict(req.get("expect") or {}),
-                 "expect_by_profile": truths.resolve(req.get("expect_by_profile") or {}, dict(req.get("expect") or {}),
-                                                     f"scenario.requests[{i}]")}
-                for i, req in enumerate(scen.get("requests", []))]
+                 "expect_by_profile": by_profile.get(str(req.get("id", "")), {})} for req in scen.get("requests", [])]
 
     def report_setup(self, case) -> dict:
         """The scenario's shared set-up (model, defaults, limits, relations)."""

@@ -15,7 +15,8 @@ exp(s)`` the unnormalised probability (``e = 1`` at the maximum; every
 normalisation the reference does with ``softmax`` is a ratio of ``e`` sums,
 so the softmax denominator is never needed). Min-p keeps ``A = {x finite, e
 >= min_p}``, as the threshold ``x >= x_A`` found once per row by bisection
-on the float order, so every pass decides ``A`` the same way. The *fine bin*
+on the float order, testing ``e >= min_p`` in float64 (as the reference,
+SEMANTICS §1.5), so every pass decides ``A`` the same way. The *fine bin*
 of a survivor is ``f = floor((m - x) * C)`` (monotone in ``x``; ``C`` spreads
 ``(NB1 - 1) * 256`` fine bins over the survivors' range, at most ``RMAX``
 units of ``s``); its level-1 bin is ``f >> 8``.
