@@ -51,6 +51,11 @@ FEATURES = {
     "frequency_penalty": "the additive frequency penalty (§1.3)",
     "prompt_ignore_length": "a prompt prefix the penalties ignore (§1.3)",
     "penalty_last_n": "a window of the most recent tokens the penalties count (§1.3; llama.cpp)",
+    "min_keep": "the least tokens top-p, min-p, typical-p and XTC keep (§1.5; llama.cpp)",
+    "typical_p": "locally typical sampling (§1.5; llama.cpp, transformers)",
+    "top_n_sigma": "top-n-sigma: logits within n standard deviations of the largest (§1.5; llama.cpp)",
+    "xtc": "exclude top choices: the likely tokens but the least likely of them removed, at random (§1.5; llama.cpp)",
+    "dynatemp": "dynamic temperature from the entropy of the kept tokens (§1.5; llama.cpp)",
     "logit_bias": "a sparse additive logit bias (§1.2)",
     "min_length": "banning the end id before a minimum length (§1.4)",
     "bad_words": "banned token sequences (§1.4)",
@@ -77,6 +82,7 @@ ERRORS = {
     "invalid_top_k": "a top_k the profile rejects",
     "invalid_min_p": "a min_p outside [0, 1] or NaN",
     "invalid_penalty": "a NaN penalty, a repetition penalty <= 0, or one outside the profile's bound",
+    "invalid_sampler_param": "a NaN or out-of-domain min_keep, typical_p, top_n_sigma, XTC or dynamic-temperature value",
     "invalid_top_p_decay": "a top_p_decay outside (0, 1], or an active decay with beam search or drafts",
     "invalid_top_p_min": "a top_p_min outside (0, 1]",
     "invalid_seed": "a seed that is not an integer in [-2**63, 2**64)",
@@ -237,6 +243,7 @@ GENERATOR = {
     },
 }
 _SEED = "seed:000_fabad194daba9a8c.txt"
+_LLAMA = "abetlen/llama-cpp-python:vendor/llama.cpp/src/llama-sampler.cpp@v0.3.36"
 _MODEL = {"type": "object", "required": ["kind"], "properties": {"kind": {"enum": ["table", "context", "toy"]}}}
 _O = Optional
 
@@ -307,6 +314,36 @@ PARAMS = (
                    "llama_sampler_penalties_accept, llama_sampler_penalties_apply (a ring buffer of the last "
                    "penalty_last_n accepted tokens; 0 disables; init clamps a negative value to 0)",
           annotation=_O[int]),
+    Param("min_keep", _INT, "int", "the least tokens top-p, min-p, typical-p and XTC keep", unset="0 (the filters "
+          "keep at least one token anyway)", feature="min_keep", errors=("invalid_sampler_param",),
+          rule=">= 0 (§1.5); top-k and top-n-sigma ignore it", annotation=_O[int],
+          citation=f"{_LLAMA} llama_sampler_top_p_apply, llama_sampler_min_p_apply, llama_sampler_typical_apply, "
+                   "llama_sample_xtc_apply (min_keep bounds each cut)"),
+    Param("typical_p", _NUM, "float", "locally typical sampling: keep the tokens whose surprise is closest to the "
+          "entropy, up to this probability mass", unset="off (1.0)", feature="typical_p",
+          errors=("invalid_sampler_param",),
+          rule="in (0, 1]; 1 is off; the boundary is the profile's typical_p_rule (§1.5)", annotation=_O[float],
+          citation=f"{_LLAMA} llama_sampler_typical_apply; huggingface/transformers:src/transformers/generation/"
+                   "logits_process.py@v5.24.0 TypicalLogitsWarper"),
+    Param("top_n_sigma", _NUM, "float", "keep the tokens whose logit is at least max - n * sigma (sigma: the "
+          "population standard deviation of the finite logits)", unset="off", feature="top_n_sigma",
+          errors=("invalid_sampler_param",), rule="not NaN; <= 0 is off (§1.5)", annotation=_O[float],
+          citation=f"{_LLAMA} llama_sampler_top_n_sigma_apply"),
+    Param("xtc_probability", _NUM, "float", "XTC: the chance, per step, that the likely tokens but the least "
+          "likely of them are removed", unset="off (0)", feature="xtc", errors=("invalid_sampler_param",),
+          rule="in [0, 1]; 0 is off; the coin is drawn from the row's stream (§1.5)", annotation=_O[float],
+          citation=f"{_LLAMA} llama_sample_xtc_apply"),
+    Param("xtc_threshold", _NUM, "float", "XTC: a token is likely when its probability is at least this",
+          unset="0.1", feature="xtc", errors=("invalid_sampler_param",),
+          rule="not NaN; above 0.5 XTC is off (§1.5)", annotation=_O[float],
+          citation=f"{_LLAMA} llama_sample_xtc_apply; ggml-org/llama.cpp common/common.h (xtc_threshold = 0.10f)"),
+    Param("dynatemp_range", _NUM, "float", "dynamic temperature: the temperature moves within temperature +- range "
+          "with the normalised entropy of the kept tokens", unset="off (0)", feature="dynatemp",
+          errors=("invalid_sampler_param",), rule="not NaN; <= 0 is off (§1.5)", annotation=_O[float],
+          citation=f"{_LLAMA} llama_sampler_temp_ext_apply"),
+    Param("dynatemp_exponent", _NUM, "float", "dynamic temperature: the normalised entropy is raised to this power",
+          unset="1.0", feature="dynatemp", errors=("invalid_sampler_param",), rule="not NaN (§1.5)",
+          annotation=_O[float], citation=f"{_LLAMA} llama_sampler_temp_ext_apply"),
     Param("logit_bias", _PAIRS, "array of `[id, value]` pairs", "a sparse additive bias (may be -inf: a ban)",
           feature="logit_bias", errors=("invalid_logit_bias",),
           rule="ids in [0, V); NaN values rejected unless the profile skips the check; a token listed twice sums "

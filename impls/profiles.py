@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "VLLM", "FLASHINFER", "FLASHINFER_JOINT", "get_profile", "profile_diff",
+__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "VLLM", "FLASHINFER", "FLASHINFER_JOINT", "LLAMACPP", "get_profile", "profile_diff",
            "version_verified"]
 
 SEED_TRTLLM = "seed:000_fabad194daba9a8c.txt"
@@ -78,7 +78,10 @@ class Profile:
         Temperature is applied before the filters (every engine here but
         llama.cpp, whose chain puts it last).
     filter_order : tuple of str
-        Order of ``"min_p"``, ``"top_k"``, ``"top_p"`` after temperature.
+        Order of the filters after temperature (before it, with
+        ``temperature_first`` False): ``"min_p"``, ``"top_k"``, ``"top_p"``,
+        ``"top_n_sigma"``, ``"typical_p"``, ``"xtc"``. A filter left out of
+        the order never runs under the profile.
     filters_renormalise : bool
         Each filter sees the renormalised survivors of the previous one
         (trtllm fused op) rather than the original distribution (joint).
@@ -90,10 +93,19 @@ class Profile:
         ``"ascending_cumsum"``: sort ascending (stable), remove tokens whose
         inclusive cumulative mass is ``<= 1 - top_p``, always keep the last
         (Hugging Face ``TopPLogitsWarper``; vLLM's native path).
-    rng : {"canonical", "other"}
+    typical_p_rule : {"mass_above", "prefix_exceeds"}
+        Where typical-p stops, in ascending ``|-log p - H|``: keep a token iff the
+        mass strictly more typical than it is ``< typical_p`` (ties at the boundary
+        kept; Hugging Face ``TypicalLogitsWarper``), or the shortest prefix whose
+        mass is ``> typical_p`` (llama.cpp). Read by:
+        ``impls/reference/filters.py`` ``typical_mask``.
+    rng : {"canonical", "mt19937", "other"}
         ``"canonical"``: draws follow DESIGN.md decision 1, so stochastic
-        tokens are comparable token for token. ``"other"``: only support and
-        distribution can be compared.
+        tokens are comparable token for token. ``"mt19937"``: llama.cpp's
+        ``std::mt19937`` and its ``dist`` walk, which the reference models
+        (:mod:`impls.reference.mt19937`): seeded draws are compared token for
+        token, unseeded ones by support and distribution. ``"other"``: only
+        support and distribution can be compared.
     raw_logprobs_stage : {"after_rewrites", "before_processing"}
         Which logits RAW logprobs are the ``log_softmax`` of (at T = 1).
     rank_rule : {"strict_plus_one", "greater_equal"}
@@ -337,10 +349,11 @@ class Profile:
     history_out_of_range: str = "ignore"
     min_length_counts_prompt: bool = False
     temperature_first: bool = True
-    filter_order: tuple = ("min_p", "top_k", "top_p")
+    filter_order: tuple = ("min_p", "top_k", "top_p", "top_n_sigma", "typical_p", "xtc")
     filters_renormalise: bool = True
     top_k_ties: str = "keep_all"
     top_p_rule: str = "mass_above"
+    typical_p_rule: str = "mass_above"
     rng: str = "canonical"
     raw_logprobs_stage: str = "after_rewrites"
     rank_rule: str = "strict_plus_one"
@@ -449,6 +462,8 @@ TRTLLM = Profile(
         "top_k_ties": "SEMANTICS §1.5; NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/sampler/ops/vanilla.py"
                       "@770709ac top_k_top_p_sampling_batch (logits < the k-th value removed: ties kept)",
         "top_p_rule": "SEMANTICS §1.5 (FlashInfer's rule, adopted by the reference)",
+        "typical_p_rule": "SEMANTICS §1.5 (top-p's mass_above rule, applied in typical order: Hugging Face's "
+                          "TypicalLogitsWarper keeps the same set)",
         "rng": "DESIGN.md decision 1",
         "raw_logprobs_stage": f"{SEED_TRTLLM} § 概率输出的两种口径 (RAW gathered from the in-place rewritten logits)",
         "rank_rule": "SEMANTICS §1.7",
@@ -532,7 +547,7 @@ HF = dataclasses.replace(
     validate_penalties=True,
     rewrite_order=("logit_bias", "repetition", "no_repeat_ngram", "bad_words", "min_length"),
     penalty_clamp_finite=False,
-    filter_order=("top_k", "top_p", "min_p"),
+    filter_order=("top_k", "top_p", "min_p", "typical_p"),
     top_p_rule="ascending_cumsum",
     rng="other",
     raw_logprobs_stage="before_processing",
@@ -578,7 +593,8 @@ HF = dataclasses.replace(
                                 "see validation_extras",
         "min_length_counts_prompt": f"{_HF_SRC} MinNewTokensLengthLogitsProcessor (the adapter maps min_length to "
                                     "min_new_tokens: new_tokens_length = len(input_ids) - prompt_length_to_skip)",
-        "filter_order": f"{_HF_UTILS} GenerationMixin._get_logits_processor (temperature, top-k, top-p, min-p)",
+        "filter_order": f"{_HF_UTILS} GenerationMixin._get_logits_processor (temperature, top-k, top-p, min-p, "
+                        "typical-p; no top-n-sigma or XTC)",
         "filters_renormalise": f"{_HF_SRC} TopPLogitsWarper (softmax of the already filtered scores; MinPLogitsWarper "
                                "likewise)",
         "top_k_ties": f"{_HF_SRC} TopKLogitsWarper (removes scores < the k-th largest: ties kept)",
@@ -861,7 +877,68 @@ FLASHINFER_JOINT = dataclasses.replace(
                                       "both thresholds on the original probabilities in each round)"},
 )
 
-PROFILES = {p.name: p for p in (TRTLLM, HF, VLLM, FLASHINFER, FLASHINFER_JOINT)}
+_LL = "abetlen/llama-cpp-python:vendor/llama.cpp"
+_LL_S = f"{_LL}/src/llama-sampler.cpp@v0.3.36"
+
+#: llama.cpp's sampler chain as bundled in llama-cpp-python 0.3.36, in the order of
+#: ``common_params_sampling.samplers`` (``common/common.h``: penalties, DRY, top-n-sigma, top-k,
+#: typical-p, top-p, min-p, XTC, temperature) after the logit bias, then ``dist``. Run by
+#: :mod:`impls.llamacpp` through the library's C API on a token array built from the row.
+LLAMACPP = dataclasses.replace(
+    TRTLLM,
+    name="llamacpp",
+    versions="==0.3.36",
+    description="llama.cpp sampler chain (llama-cpp-python 0.3.36): common's default order, temperature last, "
+                "std::mt19937 dist",
+    greedy_when_unset=False,
+    explicit_greedy=frozenset({"temperature_0"}),
+    top_k_disabled_below=-(1 << 31),
+    validate_penalties=False,
+    rewrite_order=("logit_bias", "repetition", "presence_frequency"),
+    penalty_clamp_finite=False,
+    temperature_first=False,
+    filter_order=("top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc"),
+    top_k_ties="exactly_k",
+    top_p_rule="prefix_reaches",
+    typical_p_rule="prefix_exceeds",
+    rng="mt19937",
+    validation_skips=frozenset({"sampler_param_ranges"}),
+    citations={
+        "greedy_when_unset": f"{_LL}/include/llama.h llama_sampler_chain_init (a chain holds the samplers it is "
+                             "given: a row that sets no temperature gets no temperature stage and dist draws at "
+                             "T = 1; common's CLI defaults (top_k 40, top_p 0.95, min_p 0.05, temp 0.8) are not the "
+                             "API's)",
+        "explicit_greedy": f"{_LL_S} llama_sampler_temp_impl (temp <= 0: every logit but the first maximum "
+                           "becomes -inf, so dist picks it; top_k 1 and top_p 0 are ordinary cuts)",
+        "top_k_disabled_below": f"{_LL_S} llama_sampler_top_k_impl (k <= 0: no cut)",
+        "validate_penalties": f"{_LL_S} llama_sampler_init_penalties (no check of any value)",
+        "rewrite_order": f"{_LL}/common/sampling.cpp common_sampler_init (logit_bias first, then the samplers "
+                         f"of params.samplers, penalties first) and {_LL_S} llama_sampler_penalties_apply "
+                         "(repetition, then frequency and presence, per token in one pass)",
+        "presence_counts_prompt": f"{_LL}/tools/server/server-context.cpp (every prompt token is passed to "
+                                  "common_sampler_accept before the first step: the penalties' window holds the "
+                                  "prompt)",
+        "penalty_clamp_finite": f"{_LL_S} llama_sampler_penalties_apply (plain float arithmetic)",
+        "temperature_first": f"{_LL}/common/common.h common_params_sampling::samplers (temperature is the last "
+                             "sampler before dist)",
+        "filter_order": f"{_LL}/common/common.h common_params_sampling::samplers and {_LL}/common/sampling.cpp "
+                        "common_sampler_init",
+        "filters_renormalise": f"{_LL_S} llama_sampler_softmax_impl (each sampler computes its probabilities over "
+                               "the candidates the previous one left)",
+        "top_k_ties": f"{_LL_S} llama_sampler_top_k_impl (the array is cut to k after a partial sort: exactly k; "
+                      "std::partial_sort's order among ties is unspecified, the reference takes lowest id first)",
+        "top_p_rule": f"{_LL_S} llama_sampler_top_p_apply (stop at the first i with cum_sum >= p and i + 1 >= "
+                      "min_keep: the shortest prefix reaching p; float32 cum_sum)",
+        "typical_p_rule": f"{_LL_S} llama_sampler_typical_apply (stop at the first i with cum_sum > p)",
+        "rng": f"{_LL_S} llama_sampler_dist_apply, get_rng_seed and llama_sample_xtc_apply (std::mt19937 seeded "
+               "with the request's seed; modelled in impls/reference/mt19937.py)",
+        "validation_skips": f"{_LL_S} llama_sampler_init_typical, llama_sampler_init_top_n_sigma, "
+                            "llama_sampler_init_xtc, llama_sampler_init_temp_ext (values taken as given: out of "
+                            "range is off or a no-op)",
+    },
+)
+
+PROFILES = {p.name: p for p in (TRTLLM, HF, VLLM, FLASHINFER, FLASHINFER_JOINT, LLAMACPP)}
 
 
 def get_profile(name: str) -> Profile:

@@ -186,3 +186,37 @@ class Judge:
                 raise ValueError(f"token ids outside [0, {V}) returned: {sorted(set(toks[(toks < 0) | (toks >= V)].tolist()))[:5]}")
             counts += np.bincount(toks, minlength=V)
         return counts
+
+    def draw_tokens(self, impl, row, seeds) -> np.ndarray:
+        """The ``len(seeds)`` tokens of ``row`` from ``impl``, one per seed, in seed order.
+
+        As :meth:`draw_counts` without ``sample_many``: batches of copies, copy ``j`` with its own
+        seed and slot ``j``, each batch on a fresh session (every slot a new request). For an
+        implementation whose RNG the reference models (:func:`impls.reference.seeds.draw_modelled`),
+        compared token for token with :meth:`impls.reference.sampler.ReferenceSession.first_draws`.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(len(seeds),)`` int64 token ids.
+
+        Raises
+        ------
+        RowError
+            If the implementation rejects the row.
+        ValueError
+            If it returns a token outside ``[0, V)``.
+        """
+        n, V = len(seeds), row.vocab
+        per_call = max(1, min(8192, (1 << 24) // max(V, 1)))
+        out = []
+        for start in range(0, n, per_call):
+            part = seeds[start:start + per_call]
+            outs = impl.open_session(self.device).step([row.replace(seed=int(s), slot=j) for j, s in enumerate(part)])
+            for o in outs:
+                if o.error:
+                    raise RowError(o.error, o.message)
+                if not 0 <= o.token < V:
+                    raise ValueError(f"token id {o.token} outside [0, {V}) returned")
+                out.append(o.token)
+        return np.asarray(out, dtype=np.int64)

@@ -42,6 +42,7 @@ FEATURE_STAGES = {
     "seed": "seeds", "canonical_rng": "draw",
     "logprobs": "logprobs", "processed_logits": "logit_bias",
     "low_precision_logits": "filters",
+    "min_keep": "filters", "typical_p": "filters", "top_n_sigma": "filters", "xtc": "filters", "dynatemp": "filters",
 }
 #: The stage that produces each checked output key (single-step ``expect`` keys and scenario keys).
 OUTPUT_STAGES = {

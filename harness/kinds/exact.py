@@ -135,7 +135,7 @@ def compare_rows(kind, judge, case, impl, actual: list, pred: list, default: lis
         prediction, the rows whose prediction differs from the default's, and the keys
         compared per batch and row (for :meth:`RowsKind.explain`).
     """
-    canonical = impl.profile.rng == "canonical"
+    from impls.reference.seeds import draw_modelled
     rows, own, vs_default, keys_per_row = [], [], [], []
     for b, ab, pb, db in zip(case.batches, actual, pred, default):
         kb = []
@@ -145,7 +145,7 @@ def compare_rows(kind, judge, case, impl, actual: list, pred: list, default: lis
             want = observe(p, keys)
             row = r.to_row()
             support = None
-            if not canonical and p.mode == "sampling" and p.probs is not None:
+            if not draw_modelled(impl.profile, row) and p.mode == "sampling" and p.probs is not None:
                 support = [int(i) for i in torch.nonzero(p.probs > 0).flatten().tolist()]
                 if a.token is not None and a.token != p.token and a.token in support:
                     # Another RNG drew another kept token: predict the

@@ -3,7 +3,9 @@
 Per row (:mod:`harness.judge.stats`, ``docs/statistics.md``): the float64 prediction under
 the implementation's profile, a sample size from the power analysis
 (:func:`harness.judge.stats.plan_draws`, capped at the case's ``draws``), draws with seeds
-``draw_seed + i`` (:meth:`harness.judge.Judge.draw_counts`), then
+``draw_seed + i`` (:meth:`harness.judge.Judge.draw_counts`; under an RNG the reference models
+that is not the canonical one, llama.cpp's, each draw is also compared with the reference's
+token for that seed: :func:`token_for_token`), then
 :func:`harness.judge.stats.check_draws` at the per-check level: the support first (a draw
 outside it is a failure, never a statistic), then an exact multinomial test or a binned
 G-test with Williams' correction. A row whose prediction is an error, or that the test
@@ -13,6 +15,7 @@ refuses to judge, makes the case an ``error``; any failed row a ``fail`` (or
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from harness.corpus.load import CaseError
@@ -29,6 +32,38 @@ __all__ = ["StatisticalKind"]
 #: What the result's ``test`` says.
 TEST = ("support check, then an exact multinomial test (support of 2-3 tokens) or the G-test with Williams' "
         "correction on bins with expected count >= 5; N from a power analysis")
+
+
+def token_for_token(profile) -> bool:
+    """Whether a statistical row's draws are also compared one by one: a modelled RNG that is not the canonical one.
+
+    The canonical draw (DESIGN.md decision 1) is checked token for token by exact cases; under
+    ``rng == "mt19937"`` (llama.cpp) each seed of the draw is a fresh request whose token the
+    reference predicts (:mod:`impls.reference.mt19937`).
+    """
+    return profile.rng == "mt19937"
+
+
+def _same_tokens(judge, profile, row, seeds, toks) -> dict:
+    """Compare an implementation's first draw per seed with the reference's model of its RNG.
+
+    Returns
+    -------
+    dict
+        ``compared`` (seeds whose draw is modelled), ``mismatches`` and ``first`` (the first
+        differing seed as ``"seed S: engine A, reference B"``, or None).
+    """
+    from impls.reference.sampler import ReferenceSession
+    ref = ReferenceSession(profile, judge.device).first_draws(row, list(seeds))
+    compared, bad, first = 0, 0, None
+    for s, a, b in zip(seeds, toks.tolist(), ref):
+        if b is None:
+            continue
+        compared += 1
+        if a != b:
+            bad += 1
+            first = first or f"seed {s}: engine {a}, reference {b}"
+    return {"compared": compared, "mismatches": bad, "first": first}
 
 
 class StatisticalKind(RowsKind):
@@ -83,16 +118,28 @@ class StatisticalKind(RowsKind):
                     continue
                 probs = p64.probs.to(torch.float64).cpu().numpy()
                 plan = plan_draws(probs, judge.alpha, epsilon, case.draws)
+                seeds = range(case.draw_seed, case.draw_seed + plan.n)
+                tokenwise = token_for_token(impl.profile)
                 try:
-                    counts = judge.draw_counts(impl, r.to_row(), range(case.draw_seed, case.draw_seed + plan.n))
+                    if tokenwise:
+                        toks = judge.draw_tokens(impl, r.to_row(), seeds)
+                        counts = np.bincount(toks, minlength=r.to_row().vocab)
+                    else:
+                        counts = judge.draw_counts(impl, r.to_row(), seeds)
                 except RowError as e:
                     worst.append(f"{label}: rejected the row ({e.kind}: {e.message})")
                     continue
+                if tokenwise:
+                    same = _same_tokens(judge, impl.profile, r.to_row(), seeds, toks)
+                    if same["mismatches"]:
+                        worst.append(f"{label}: {same['mismatches']} of {same['compared']} seeded draws differ from "
+                                     f"the reference's model of the engine's RNG (first: {same['first']})")
                 res = check_draws(counts, probs, judge.alpha, FAMILY_ALPHA, plan)
                 diff = mismatches(observe(p64, ["support", "probs"]), observe(d64, ["support", "probs"]), 1e-9, 1e-9)
                 if diff:
                     diffs.append(label)
-                rows.append({"row": label, **res.to_json(), "profile_differences": diff, "expected": r.expect})
+                rows.append({"row": label, **res.to_json(), "profile_differences": diff, "expected": r.expect,
+                             **({"token_for_token": same} if tokenwise else {})})
                 if res.verdict == "fail":
                     worst.append(f"{label}: {res.reason}")
                 elif res.verdict == "error":

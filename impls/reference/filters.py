@@ -9,11 +9,16 @@ renormalised, tie rules, the top-p boundary rule) are profile fields.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import Optional
+
 import torch
 
 from ..profiles import Profile
 
-__all__ = ["kept_set", "processed_probs", "min_p_mask", "top_k_mask", "top_p_mask"]
+__all__ = ["kept_set", "chain", "Outcome", "processed_probs", "mixture_probs", "min_p_mask", "top_k_mask",
+           "top_p_mask", "top_n_sigma_mask", "typical_mask", "xtc_cut", "dynamic_temperature"]
 
 
 def _renorm(p: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -83,7 +88,10 @@ def top_p_mask(q: torch.Tensor, keep: torch.Tensor, top_p: float, rule: str) -> 
     ``rule == "ascending_cumsum"`` (Hugging Face ``TopPLogitsWarper``):
     sort ascending (stable), remove tokens whose inclusive cumulative sum is
     ``<= 1 - top_p``, always keep the most likely one.
-    ``top_p >= 1`` keeps all. Under either rule the most likely token (and
+    ``rule == "prefix_reaches"`` (llama.cpp ``llama_sampler_top_p_apply``): the shortest
+    descending prefix (ties by lowest id: llama.cpp's sort order among ties is unspecified)
+    whose mass is ``>= top_p``, no tie rule.
+    ``top_p >= 1`` keeps all. Under every rule the most likely token (and
     its ties, under ``"mass_above"``) is always kept.
 
     Precision (SEMANTICS §1.5): exact arithmetic's answer for the ``top_p`` as given.
@@ -114,6 +122,14 @@ def top_p_mask(q: torch.Tensor, keep: torch.Tensor, top_p: float, rule: str) -> 
         out = torch.zeros_like(keep)
         out[order] = kept_sorted
         return keep & out
+    if rule == "prefix_reaches":
+        s, order = torch.sort(vals, descending=True, stable=True)
+        cum = torch.cumsum(s, 0)
+        hit = torch.nonzero(cum >= top_p).flatten()
+        last = int(hit[0]) + 1 if len(hit) else int(keep.sum())
+        out = torch.zeros_like(keep)
+        out[order[:max(last, 1)]] = True
+        return keep & out
     if rule == "ascending_cumsum":
         s, order = torch.sort(vals, descending=False, stable=True)
         cum = torch.cumsum(s, 0)
@@ -125,31 +141,187 @@ def top_p_mask(q: torch.Tensor, keep: torch.Tensor, top_p: float, rule: str) -> 
     raise ValueError(f"unknown top_p rule {rule!r}")
 
 
-def kept_set(x: torch.Tensor, res, profile: Profile) -> torch.Tensor:
-    """The tokens a sampling row may draw.
+@dataclass
+class Outcome:
+    """One way a sampling row's chain can end (SEMANTICS §1.5).
+
+    Attributes
+    ----------
+    keep : torch.Tensor
+        ``(V,)`` bool, the tokens the draw may pick.
+    temperature : float
+        The temperature of the draw: the row's, or the dynamic one (``dynatemp_range > 0``).
+    weight : float
+        The chance of this outcome: 1.0, or XTC's ``probability`` / ``1 - probability``
+        when its coin decides between two outcomes.
+    order : str
+        The order of the candidates when the draw walks them (a profile with ``rng ==
+        "mt19937"``): ``"id"`` (the order the array was built in), ``"descending"`` (by logit,
+        ties by lowest id) or ``"typical"`` (by ``|-log p - H|`` ascending, ties by lowest id).
+    typical_key : torch.Tensor or None
+        ``(V,)`` float64 ``|-log p - H|`` of typical-p's pass, for ``order == "typical"``.
+    xtc_cut : bool
+        Whether XTC's coin fell on "cut" in this outcome.
+    xtc_coin : bool
+        Whether XTC drew its coin (it was active and saw at least two tokens): the
+        outcomes are then in coin order, the cut (``coin <= probability``) first.
+    """
+
+    keep: torch.Tensor
+    temperature: float
+    weight: float = 1.0
+    order: str = "id"
+    typical_key: Optional[torch.Tensor] = None
+    xtc_cut: bool = False
+    xtc_coin: bool = False
+
+
+def _keep_first(keep: torch.Tensor, out: torch.Tensor, key: torch.Tensor, n: int) -> torch.Tensor:
+    """``out`` plus the first ``n`` tokens of ``keep`` by ascending ``key`` (ties lowest id): min_keep."""
+    if n <= 0:
+        return out
+    big = torch.where(keep, key, torch.full_like(key, float("inf")))
+    order = torch.sort(big, stable=True).indices[:min(n, int(keep.sum()))]
+    out = out.clone()
+    out[order] = True
+    return out
+
+
+def top_n_sigma_mask(z: torch.Tensor, keep: torch.Tensor, n: float) -> torch.Tensor:
+    """Keep ``z >= max(z) - n * std(z)`` among ``keep`` (population std of the kept finite ``z``).
+
+    ``z`` are logits on any scale (dividing by a temperature scales max and std alike, so
+    the set does not depend on where temperature stands). ``n <= 0`` or fewer than two
+    survivors: no cut. Source: llama.cpp ``llama_sampler_top_n_sigma_apply`` (the profile's
+    ``filter_order`` citation); it leaves the cut tokens in its array at ``-inf``.
+    """
+    if n <= 0 or int(keep.sum()) <= 1:
+        return keep
+    v = z[keep]
+    std = torch.sqrt(((v - v.mean()) ** 2).mean())
+    return keep & (z >= v.max() - n * std)
+
+
+def typical_mask(q: torch.Tensor, keep: torch.Tensor, mass: float, min_keep: int, rule: str):
+    """Locally typical sampling on ``q`` (renormalised over ``keep``).
+
+    ``H = -sum q log q``; tokens in ascending ``|-log q - H|`` (ties by lowest id) are kept up
+    to ``mass``: under ``rule == "mass_above"`` a token is kept iff the mass of the tokens
+    strictly more typical than it is ``< mass`` (ties at the boundary kept: Hugging Face
+    ``TypicalLogitsWarper``, whose ``last_ind`` counts ``cumsum < mass``); under
+    ``"prefix_exceeds"`` the shortest prefix whose mass is ``> mass`` (llama.cpp
+    ``llama_sampler_typical_apply``: ``cum_sum > p``, no tie rule). Either way at least
+    ``max(min_keep, 1)`` tokens stay. ``mass >= 1`` keeps all.
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        ``(V,)`` bool kept set, and ``(V,)`` float64 keys ``|-log q - H|`` (inf outside ``keep``).
+    """
+    q = q.to(torch.float64)
+    inf = torch.full_like(q, float("inf"))
+    if mass >= 1.0:
+        return keep, inf
+    lq = torch.where(keep & (q > 0), torch.log(q), torch.zeros_like(q))
+    H = -(torch.where(keep, q, torch.zeros_like(q)) * lq).sum()
+    key = torch.where(keep, torch.abs(-lq - H), inf)
+    s, order = torch.sort(key, stable=True)
+    qs = torch.where(keep, q, torch.zeros_like(q))[order]
+    cum = torch.cumsum(qs, 0)
+    n = int(keep.sum())
+    if rule == "mass_above":
+        first = torch.searchsorted(s, s, right=False)
+        above = (cum - qs)[first]
+        kept_sorted = (above < mass) | (first == 0)
+    elif rule == "prefix_exceeds":
+        hit = torch.nonzero(cum[:n] > mass).flatten()
+        last = int(hit[0]) + 1 if len(hit) else n
+        kept_sorted = torch.arange(len(q)) < last
+    else:
+        raise ValueError(f"unknown typical_p rule {rule!r}")
+    out = torch.zeros_like(keep)
+    out[order] = kept_sorted
+    out = keep & out
+    return _keep_first(keep, out, key, max(min_keep, 1)), key
+
+
+def xtc_cut(q: torch.Tensor, keep: torch.Tensor, threshold: float, min_keep: int) -> torch.Tensor:
+    """XTC's cut, when its coin says so: drop every token at least ``threshold`` likely but the least likely one.
+
+    Among ``keep`` in descending ``q`` (ties by lowest id), ``last`` is the position of the
+    last token of the leading run with ``q >= threshold``; when ``last > 0`` and at least
+    ``min_keep`` tokens remain, the first ``last`` are removed. Fewer than two survivors: no
+    cut. Source: llama.cpp ``llama_sample_xtc_apply``.
+    """
+    n = int(keep.sum())
+    if n < 2:
+        return keep
+    vals = torch.where(keep, q.to(torch.float64), torch.full_like(q, -1.0, dtype=torch.float64))
+    order = torch.sort(vals, descending=True, stable=True).indices[:n]
+    run = vals[order] >= threshold
+    last = 0
+    for i in range(n):
+        if not bool(run[i]):
+            break
+        last = i
+    if last > 0 and n - last >= min_keep:
+        out = keep.clone()
+        out[order[:last]] = False
+        return out
+    return keep
+
+
+def dynamic_temperature(x64: torch.Tensor, keep: torch.Tensor, res) -> float:
+    """The dynamic temperature of a row (``res.dynatemp_range > 0``), else ``res.temperature``.
+
+    ``T' = lo + (hi - lo) * (H / log n) ** exponent`` with ``lo = max(0, T - range)``,
+    ``hi = T + range``, ``H`` the entropy of ``softmax(x)`` over the ``n`` kept tokens (``n <= 1``:
+    no change). ``x64`` are the logits the temperature stage sees. Source: llama.cpp
+    ``llama_sampler_temp_ext_apply``.
+    """
+    T, rng = res.temperature, res.dynatemp_range
+    n = int(keep.sum())
+    if not rng > 0 or n <= 1:   # llama.cpp tests delta > 0: a NaN range is the plain temperature
+        return T
+    lo, hi = max(0.0, T - rng), T + rng
+    v = x64[keep]
+    p = torch.softmax(v - v.max(), dim=-1)
+    H = float(-(torch.where(p > 0, p * torch.log(p), torch.zeros_like(p))).sum())
+    return lo + (hi - lo) * (H / math.log(n)) ** res.dynatemp_exponent
+
+
+def chain(x: torch.Tensor, res, profile: Profile) -> list:
+    """The outcomes of a sampling row's filters: one, or two when XTC's coin decides.
 
     Parameters
     ----------
     x : torch.Tensor
-        ``(V,)`` rewritten logits (after bias, penalties, bans), float32 or
-        float64; ``-inf`` marks banned tokens. No NaN, no ``+inf``.
+        ``(V,)`` rewritten logits (after bias, penalties, bans), float32 or float64;
+        ``-inf`` marks banned tokens. No NaN, no ``+inf``.
     res : impls.reference.modes.Resolved
-        The row's resolved values, read by name: ``temperature`` (``> 0``) and one value per
-        filter of ``profile.filter_order`` (``top_k`` 0, ``top_p`` 1.0, ``min_p`` 0.0 mean "off").
+        The row's resolved values, read by name: ``temperature`` (``> 0``), one value per
+        filter of ``profile.filter_order`` (``top_k`` 0, ``top_p`` 1.0, ``min_p`` 0.0,
+        ``typical_p`` 1.0, ``top_n_sigma`` 0.0, ``xtc_probability`` 0.0 mean "off"),
+        ``min_keep``, ``dynatemp_range``.
     profile : Profile
-        Reads ``temperature_first``, ``filter_order``,
-        ``filters_renormalise``, ``top_k_ties``, ``top_p_rule``.
+        Reads ``temperature_first``, ``filter_order``, ``filters_renormalise``,
+        ``top_k_ties``, ``top_p_rule``, ``typical_p_rule``.
 
     Returns
     -------
-    torch.Tensor
-        ``(V,)`` bool.
+    list of Outcome
+        Weights summing to 1. With ``0 < xtc_probability < 1`` and a cut that changes the
+        set: the cut (weight ``p``) then the uncut outcome.
 
     Membership is decided in float64 whatever the dtype of ``x`` (the probabilities are
     ``softmax`` of the float64 values of ``x``, cumulative masses are float64 sums), so
     the kept set is exact arithmetic's up to ~1e-16; tokens tie iff their logits are
     equal. Source: SEMANTICS §1.5. Profile trtllm: ``probs = softmax(x / T)``, then
-    min-p, then top-k, then top-p on the renormalised survivors.
+    min-p, then top-k, then top-p on the renormalised survivors, then the filters only
+    llama.cpp has (top-n-sigma, typical-p, XTC). With ``temperature_first`` False
+    (llama.cpp) the filters see ``softmax(x)`` and the temperature (dynamic or not) is
+    applied last; with it True a dynamic temperature is computed on every finite token
+    before the filters.
     """
     # Membership is decided in float64 on the row's logits (SEMANTICS §1.5): a float32
     # cumulative sum can round up to >= top_p near top_p = 1 and drop a token that exact
@@ -157,27 +329,137 @@ def kept_set(x: torch.Tensor, res, profile: Profile) -> torch.Tensor:
     # Shift by the max before dividing, so a tiny temperature cannot overflow
     # x / T to inf (softmax is shift-invariant; the draw uses the same shift).
     x64 = x.to(torch.float64)
-    top = x64[torch.isfinite(x64)].max()
-    scaled = (x64 - top) / res.temperature if profile.temperature_first else x64 - top
-    p = torch.softmax(scaled, dim=-1)
     finite = torch.isfinite(x64)
-    keep, cur = finite, p
-    filters = {
-        "min_p": lambda q, k: min_p_mask(q, k, res.min_p),
-        "top_k": lambda q, k: top_k_mask(q, k, res.top_k, profile.top_k_ties),
-        "top_p": lambda q, k: top_p_mask(q, k, res.top_p, profile.top_p_rule),
-    }
-    for name in profile.filter_order:
-        if name not in filters:
-            raise ValueError(f"unknown filter {name!r} in profile {profile.name}")
-        if profile.filters_renormalise:
-            # each filter sees the renormalised survivors of the previous one
-            keep = filters[name](cur, keep)
-            cur = _renorm(p, keep)
+    top = x64[finite].max()
+    T = res.temperature
+    if profile.temperature_first:
+        T = dynamic_temperature(x64, finite, res)
+        if T <= 0:
+            return [_argmax_outcome(x64, finite)]
+        scaled = (x64 - top) / T
+    else:
+        scaled = x64 - top
+    p = torch.softmax(scaled, dim=-1)
+    mk = res.min_keep
+    neg = -scaled
+    state = {"keep": finite, "cur": p, "order": "id", "key": None}
+
+    def run(name, keep, cur):
+        """One filter: the new kept set, and the order it leaves (llama.cpp's array), or
+        ``(keep, "typical", key)`` for typical-p."""
+        if name == "min_p":
+            if res.min_p <= 0:
+                return keep, None
+            m = min_p_mask(cur, keep, res.min_p)
+            # llama.cpp keeps its array's order unless the cut leaves fewer than min_keep (then it sorts)
+            return _keep_first(keep, m, neg, mk), ("descending" if int(m.sum()) < mk else None)
+        if name == "top_k":
+            return top_k_mask(cur, keep, res.top_k, profile.top_k_ties), ("descending" if res.top_k > 0 else None)
+        if name == "top_p":
+            out = _keep_first(keep, top_p_mask(cur, keep, res.top_p, profile.top_p_rule), neg, mk)
+            return out, ("descending" if res.top_p < 1 else None)
+        if name == "top_n_sigma":
+            return top_n_sigma_mask(scaled, keep, res.top_n_sigma), None
+        if name == "typical_p":
+            out, key = typical_mask(cur, keep, res.typical_p, mk, profile.typical_p_rule)
+            # a NaN mass is not >= 1: llama.cpp runs the sampler (it keeps all, in typical order)
+            return (out, "typical", key) if not res.typical_p >= 1 else (out, None)
+        raise ValueError(f"unknown filter {name!r} in profile {profile.name}")
+
+    def finish(st, weight, cut, coin):
+        keep, order = st["keep"], st["order"]
+        t = T if profile.temperature_first else dynamic_temperature(x64, keep, res)
+        if not profile.temperature_first and res.dynatemp_range > 0 and int(keep.sum()) > 1:
+            order = "descending"
+        if t <= 0:
+            o = _argmax_outcome(x64, keep, weight)
         else:
-            # joint: every filter judges the original distribution
-            keep = keep & filters[name](p, finite)
+            o = Outcome(keep, t, weight, order, st["key"] if order == "typical" else None, cut)
+        o.xtc_coin = coin
+        return o
+
+    names = list(profile.filter_order)
+    for i, name in enumerate(names):
+        if name == "xtc":
+            keep, cur = state["keep"], state["cur"]
+            if not res.xtc_active or int(keep.sum()) < 2:
+                continue   # llama.cpp returns before drawing its coin
+            cut = xtc_cut(cur, keep, res.xtc_threshold, mk)
+            rest = names[i + 1:]
+            a = _run_all(rest, run, state | {"keep": cut, "order": "descending",
+                                             "cur": _renorm(p, cut) if profile.filters_renormalise else p}, p, profile)
+            if res.xtc_probability >= 1.0:
+                return [finish(a, 1.0, True, True)]
+            b = _run_all(rest, run, dict(state), p, profile)
+            if torch.equal(a["keep"], b["keep"]) and a["order"] == b["order"]:
+                return [finish(a, 1.0, False, True)]
+            return [finish(a, res.xtc_probability, True, True), finish(b, 1.0 - res.xtc_probability, False, True)]
+        state = _run_all([name], run, state, p, profile)
+    return [finish(state, 1.0, False, False)]
+
+
+def _run_all(names, run, state, p, profile) -> dict:
+    """Apply the filters ``names`` in order to ``state`` (keep, cur, order, key); XTC is not among them."""
+    state = dict(state)
+    finite = state["keep"]
+    for name in names:
+        if name == "xtc":
+            raise ValueError("XTC must come once, and is handled by chain()")
+        keep, cur = state["keep"], state["cur"]
+        got = run(name, keep, cur) if profile.filters_renormalise else run(name, finite, p)
+        new, order = got[0], got[1]
+        if len(got) == 3:
+            state["key"] = got[2]
+        if profile.filters_renormalise:
+            state["cur"] = _renorm(p, new)
+        else:
+            new = keep & new
+        state["keep"] = new
+        if order is not None and not (order == "descending" and state["order"] == "descending"):
+            state["order"] = order
+    return state
+
+
+def _argmax_outcome(x64: torch.Tensor, keep: torch.Tensor, weight: float = 1.0) -> Outcome:
+    """A temperature of 0 (a dynamic one that reached it): the first maximum alone."""
+    out = torch.zeros_like(keep)
+    out[int(torch.argmax(torch.where(keep, x64, torch.full_like(x64, float("-inf")))))] = True
+    return Outcome(out, 1.0, weight, "id")
+
+
+def kept_set(x: torch.Tensor, res, profile: Profile) -> torch.Tensor:
+    """The tokens a sampling row may draw: the union of :func:`chain`'s outcomes.
+
+    Parameters
+    ----------
+    x, res, profile
+        As in :func:`chain`.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(V,)`` bool.
+    """
+    outs = chain(x, res, profile)
+    keep = outs[0].keep
+    for o in outs[1:]:
+        keep = keep | o.keep
     return keep
+
+
+def mixture_probs(x: torch.Tensor, outcomes: list) -> torch.Tensor:
+    """The distribution sampled from: each outcome's :func:`processed_probs`, weighted.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(V,)`` in ``x``'s dtype, summing to 1.
+    """
+    probs = None
+    for o in outcomes:
+        q = processed_probs(x, o.keep, o.temperature) * o.weight
+        probs = q if probs is None else probs + q
+    return probs
 
 
 def processed_probs(x: torch.Tensor, keep: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -42,6 +42,16 @@ class Resolved:
         1.0 means no top-p.
     min_p : float
         0.0 means no min-p.
+    typical_p : float
+        1.0 means no typical-p.
+    top_n_sigma : float
+        0.0 means no top-n-sigma.
+    xtc_probability, xtc_threshold : float
+        XTC's chance per step (0.0: off) and threshold (above 0.5: off).
+    dynatemp_range, dynatemp_exponent : float
+        Dynamic temperature (range 0.0: off).
+    min_keep : int
+        The least tokens top-p, min-p, typical-p and XTC keep.
     """
 
     mode: str
@@ -49,6 +59,22 @@ class Resolved:
     top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
+    typical_p: float = 1.0
+    top_n_sigma: float = 0.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    min_keep: int = 0
+
+    @property
+    def xtc_active(self) -> bool:
+        """Whether XTC may cut this row (llama_sample_xtc_apply returns early on probability <= 0 or threshold > 0.5).
+
+        The tests are llama.cpp's, so a NaN threshold (reachable only where validation lets NaN
+        through) keeps XTC active: its coin is drawn and its sort runs, but ``p >= NaN`` cuts nothing.
+        """
+        return self.xtc_probability > 0 and not self.xtc_threshold > 0.5
 
 
 def _is_nan(x) -> bool:
@@ -135,6 +161,7 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
                 v = getattr(row, name)
                 if v is not None and not -bound <= v <= bound:
                     raise RowError("invalid_penalty", f"{name}={v!r}: must be in [-{bound:g}, {bound:g}]")
+    _validate_chain_params(row, profile)
     d = row.top_p_decay
     if d is not None:
         _check_range("top_p_decay", d, 0 < d <= 1, "in (0, 1]")
@@ -197,6 +224,34 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
             bad = [t_ for t_ in getattr(row, name) if not 0 <= t_ < V]
             if bad:
                 raise RowError("invalid_token_id", f"{name} holds ids outside [0, {V}): {bad[:5]}")
+
+
+def _validate_chain_params(row: Row, profile: Profile) -> None:
+    """``invalid_sampler_param`` for llama.cpp's samplers (SEMANTICS §1.5).
+
+    NaN is rejected everywhere; ``min_keep >= 0``, ``typical_p`` in ``(0, 1]``, ``xtc_probability``
+    in ``[0, 1]``. Under ``"sampler_param_ranges"`` in ``profile.validation_skips`` (llama.cpp
+    validates none of them: ``llama_sampler_init_*`` take any value) nothing is rejected: a NaN
+    ``typical_p`` keeps every token (``cum_sum > p`` never holds), a NaN ``top_n_sigma`` cuts none,
+    a negative ``min_keep`` is a ``size_t`` (keeps every token); the adapter refuses the NaN XTC and
+    dynamic-temperature values whose outcome the reference does not model. Under
+    ``"inactive_params"`` (Hugging Face) a ``typical_p`` that is not ``< 1`` is not checked: no
+    ``TypicalLogitsWarper`` is built for it (``utils.py@v5.24.0 _get_logits_processor``).
+    """
+    ranges = "sampler_param_ranges" not in profile.validation_skips
+    lazy = "inactive_params" in profile.validation_skips
+    checks = (("min_keep", lambda v: v >= 0, ">= 0"), ("typical_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+              ("top_n_sigma", lambda v: True, "a number"), ("xtc_probability", lambda v: 0 <= v <= 1, "in [0, 1]"),
+              ("xtc_threshold", lambda v: True, "a number"), ("dynatemp_range", lambda v: True, "a number"),
+              ("dynatemp_exponent", lambda v: True, "a number"))
+    for name, ok, rule in checks:
+        v = getattr(row, name)
+        if lazy and name == "typical_p" and v is not None and not v < 1.0:
+            continue   # Hugging Face builds TypicalLogitsWarper only for typical_p < 1 (NaN: never)
+        if not ranges:
+            continue   # llama.cpp: NaN compares false everywhere (typical_p NaN keeps all, top_n_sigma NaN cuts none)
+        if v is not None and (_is_nan(v) or not ok(v)):
+            raise RowError("invalid_sampler_param", f"{name}={v!r}: must be {rule}")
 
 
 def _check_negative_history(row: Row) -> None:
@@ -334,6 +389,17 @@ def resolve(row: Row, profile: Profile) -> Resolved:
         top_k=max(k if k is not None else profile.unset_top_k, 0),
         top_p=top_p,
         min_p=m if m is not None and m > 0 else 0.0,
+        typical_p=(row.typical_p if row.typical_p is not None and not (
+            "inactive_params" in profile.validation_skips and not row.typical_p < 1.0) else 1.0),
+        top_n_sigma=row.top_n_sigma if row.top_n_sigma is not None and row.top_n_sigma > 0 else 0.0,
+        # llama.cpp: a NaN chance test (``chance > p``) never skips the cut: NaN cuts always, like 1
+        xtc_probability=(0.0 if row.xtc_probability is None else 1.0 if _is_nan(row.xtc_probability)
+                         else row.xtc_probability),
+        xtc_threshold=row.xtc_threshold if row.xtc_threshold is not None else 0.1,
+        dynatemp_range=row.dynatemp_range if row.dynatemp_range is not None else 0.0,
+        dynatemp_exponent=row.dynatemp_exponent if row.dynatemp_exponent is not None else 1.0,
+        # a negative min_keep passes validation only where llama.cpp's size_t takes it (2**64 + v)
+        min_keep=(row.min_keep or 0) % (1 << 64),
     )
     # §1.1 rule 4: an assertion, reaching it means resolution was bypassed.
     # Only the spellings the profile treats as greedy are excluded here (profiles

@@ -32,13 +32,15 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
 from ..base import Row, RowError, RowResult, claim_slot
 from ..profiles import Profile, TRTLLM
 from . import bans, rewrites
 from .draw import gumbel_argmax
-from .filters import kept_set, processed_probs
+from . import mt19937
+from .filters import chain, mixture_probs, processed_probs
 from .finish import finish_reason
 from .logprobs import posinf_point_mass, rank, raw_logprobs, top_logprobs
 from .modes import BEAM, GREEDY, SAMPLING, Resolved, effective_seed, resolve
@@ -143,6 +145,9 @@ class ReferenceSession:
         self.device = torch.device(device)
         self.dtype = dtype
         self.seeds = SeedManager(profile)
+        self.streams = mt19937.Streams()
+        # id(kept set) -> (kept set, chain outcomes), for the draw and the PROCESSED distribution
+        self._chains: dict = {}
 
     # -- per-row stages -------------------------------------------------
     def _prepare(self, row: Row) -> tuple[Resolved, torch.Tensor, torch.Tensor]:
@@ -198,7 +203,24 @@ class ReferenceSession:
             raise RowError("posinf_logits", "+inf logit in a sampling row: the distribution is undefined")
         if not (x > float("-inf")).any():
             raise RowError("no_valid_token", "every token is -inf after bias, penalties and bans")
-        return kept_set(x, res, self.profile)
+        outcomes = chain(x, res, self.profile)
+        keep = outcomes[0].keep
+        for o in outcomes[1:]:
+            keep = keep | o.keep
+        if len(self._chains) > (1 << 16):   # outside step() (speculative verification); step() clears it
+            self._chains.clear()
+        self._chains[id(keep)] = (keep, outcomes)
+        return keep
+
+    def _outcomes(self, keep: torch.Tensor):
+        """The chain outcomes :meth:`_kept` found for ``keep``, or None (a point mass, a NaN row)."""
+        hit = self._chains.get(id(keep))
+        return hit[1] if hit is not None and hit[0] is keep else None
+
+    def _plain(self, res: Resolved, keep: torch.Tensor) -> bool:
+        """Whether the row draws ``softmax(x / T)`` on one kept set at its own temperature."""
+        outs = self._outcomes(keep)
+        return outs is None or (len(outs) == 1 and outs[0].temperature == res.temperature)
 
     def _kept_nan(self, res: Resolved, x: torch.Tensor, nan: torch.Tensor) -> torch.Tensor:
         """The kept set of a SAMPLING row holding NaN under ``profile.nan_logits == "first_unmasked"``.
@@ -265,6 +287,9 @@ class ReferenceSession:
         kx = x[keep]
         if torch.isposinf(kx).any() or torch.isnan(kx).any():
             return keep.to(x.dtype)
+        if not self._plain(res, keep):
+            # a dynamic temperature, or XTC's two outcomes weighted by its coin
+            return mixture_probs(x, self._outcomes(keep))
         return processed_probs(x, keep, res.temperature)
 
     # -- the step ---------------------------------------------------------
@@ -283,6 +308,7 @@ class ReferenceSession:
             One per row, in order; ``error`` set for rejected rows.
         """
         out: list[Optional[RowResult]] = [None] * len(rows)
+        self._chains.clear()
         staged = {}
         used_slots = set()
         draw_idx = []
@@ -293,6 +319,7 @@ class ReferenceSession:
                 res, x0, x = self._prepare(row)
                 mode = res.mode
                 self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile))
+                self.streams.observe(row.slot, row.request_id, effective_seed(row, self.profile))
                 if res.mode == SAMPLING:
                     keep = self._kept(res, x)
                     staged[i] = (res, x0, x, keep)
@@ -315,10 +342,26 @@ class ReferenceSession:
         for i in draw_idx:
             by_vocab.setdefault(rows[i].vocab, []).append(i)
         seeds_offsets = {i: self.seeds.take(rows[i].slot) for i in draw_idx}
+        modelled = {}
+        if self.profile.rng == "mt19937":
+            for i in draw_idx:
+                seed = mt19937.engine_seed(effective_seed(rows[i], self.profile))
+                if seed is not None and self._outcomes(staged[i][3]) is not None:
+                    modelled[i] = self._draw_mt19937(rows[i], staged[i], seed)
+        for i, t in modelled.items():
+            out[i] = RowResult(token=t, mode=SAMPLING, extra={"seed": seeds_offsets[i][0], "offset": seeds_offsets[i][1]})
         for V, idx in by_vocab.items():
-            x = self._draw_logits(torch.stack([staged[i][2] for i in idx]))
+            idx = [i for i in idx if i not in modelled]
+            if not idx:
+                continue
+            plain = {i: self._plain(staged[i][0], staged[i][3]) for i in idx}
+            # a row drawn from a mixture or at a dynamic temperature: Gumbel-max over log(probs) at T = 1
+            x = self._draw_logits(torch.stack([staged[i][2] if plain[i] else
+                                               torch.log(self._sampled_probs(staged[i][0], staged[i][2], staged[i][3]))
+                                               for i in idx]))
             keep = torch.stack([staged[i][3] for i in idx])
-            temp = torch.tensor([staged[i][0].temperature for i in idx], dtype=self.dtype, device=self.device)
+            temp = torch.tensor([staged[i][0].temperature if plain[i] else 1.0 for i in idx], dtype=self.dtype,
+                                device=self.device)
             seeds = torch.tensor([seeds_offsets[i][0] for i in idx], dtype=torch.int64)
             offs = torch.tensor([seeds_offsets[i][1] for i in idx], dtype=torch.int64)
             if self.profile.seed_keyed_by_batch_row:
@@ -329,6 +372,33 @@ class ReferenceSession:
             toks = gumbel_argmax(x, keep, temp, seeds, offs).tolist()
             for i, t in zip(idx, toks):
                 out[i] = RowResult(token=int(t), mode=SAMPLING, extra={"seed": seeds_offsets[i][0], "offset": seeds_offsets[i][1]})
+
+    def _draw_mt19937(self, row: Row, staged, seed: int) -> int:
+        """llama.cpp's draw of one seeded row (profile ``rng == "mt19937"``; :mod:`.mt19937`).
+
+        XTC's coin (its own generator) picks the outcome when XTC drew one; then ``dist``'s
+        uniform walks the outcome's candidates in llama.cpp's array order.
+        """
+        res, _x0, x, keep = staged
+        outs = self._outcomes(keep)
+        o = outs[0]
+        if o.xtc_coin:
+            coin = self.streams.take_xtc(row.slot, seed)
+            if len(outs) == 2 and coin > res.xtc_probability:
+                o = outs[1]
+        u = self.streams.take_dist(row.slot, seed)
+        return mt19937.dist_pick(x, self._array_order(x, o), o.temperature, u)
+
+    @staticmethod
+    def _array_order(x: torch.Tensor, o) -> torch.Tensor:
+        """The kept ids of outcome ``o`` in llama.cpp's array order (:class:`.filters.Outcome`)."""
+        ids = torch.nonzero(o.keep).flatten().cpu()
+        if o.order == "descending":
+            vals = x.detach().cpu().to(torch.float64)[ids]
+            ids = ids[torch.sort(-vals, stable=True).indices]
+        elif o.order == "typical":
+            ids = ids[torch.sort(o.typical_key.cpu()[ids], stable=True).indices]
+        return ids
 
     def _annotate(self, row: Row, staged, result: RowResult) -> None:
         res, x0, x, keep = staged
@@ -379,14 +449,83 @@ class ReferenceSession:
             counts[tok] = len(seeds)
             return counts
         keep = self._kept(res, x)
-        xd = self._draw_logits(x)
+        plain = self._plain(res, keep)
+        xd = self._draw_logits(x) if plain else torch.log(self._sampled_probs(res, x, keep))
+        T = res.temperature if plain else 1.0
         # the signed 64-bit view of each seed (SEMANTICS §1.6), without building a Row per draw
         sv = [b - (1 << 64) if b >= (1 << 63) else b for b in (seed_bits(int(s)) for s in seeds)]
         for start in range(0, len(sv), chunk):
             part = sv[start:start + chunk]
             n = len(part)
             toks = gumbel_argmax(xd.expand(n, V), keep.expand(n, V),
-                                 torch.full((n,), res.temperature, dtype=self.dtype, device=self.device),
+                                 torch.full((n,), T, dtype=self.dtype, device=self.device),
                                  torch.tensor(part, dtype=torch.int64), torch.zeros(n, dtype=torch.int64))
             counts += torch.bincount(toks.cpu(), minlength=V)
         return counts
+
+    def first_draws(self, row: Row, seeds: Sequence[int]) -> list:
+        """The token of ``row`` drawn first from each seed, as the profile's engine draws it.
+
+        Each seed is a fresh request (a fresh chain under ``rng == "mt19937"``, offset 0 under
+        the canonical RNG): the token-for-token counterpart of :meth:`sample_many`, for an
+        implementation whose RNG the reference models.
+
+        Returns
+        -------
+        list of int or None
+            One token per seed; None where the seed's draw is not modelled (llama.cpp's
+            random seed ``0xFFFFFFFF``).
+
+        Raises
+        ------
+        RowError
+            If the row is rejected.
+        """
+        if self.profile.rng == "mt19937":
+            return self._first_draws_mt19937(row, seeds)
+        out = []
+        for s in seeds:
+            seed = s
+            if seed is None:
+                out.append(None)
+                continue
+            fresh = ReferenceSession(self.profile, str(self.device), self.dtype)
+            r = fresh.step([row.replace(seed=int(s), slot=0, request_id=None)])[0]
+            if r.error:
+                raise RowError(r.error, r.message or "")
+            out.append(r.token)
+        return out
+
+    def _first_draws_mt19937(self, row: Row, seeds: Sequence[int]) -> list:
+        """:meth:`first_draws` under llama.cpp's generators: the chain once, then one walk per seed."""
+        res, _x0, x = self._prepare(row)
+        if res.mode != SAMPLING:
+            tok = self._choose_deterministic(res, x)
+            return [tok if mt19937.engine_seed(s) is not None else None for s in seeds]
+        keep = self._kept(res, x)
+        outs = self._outcomes(keep)
+        if outs is None:   # a point mass (+inf under posinf_logits == "argmax")
+            tok = int(torch.nonzero(keep).flatten()[0])
+            return [tok if mt19937.engine_seed(s) is not None else None for s in seeds]
+        walks = [mt19937.walk(x, self._array_order(x, o), o.temperature) for o in outs]
+        # the low 32 bits of the seed's pattern (a signed or unsigned view of it alike); validated once
+        effective_seed(row.replace(seed=int(seeds[0])) if len(seeds) else row, self.profile)
+        eng = [None if self.profile.seed_minus_one_unseeded and int(s) == -1 else mt19937.engine_seed(int(s))
+               for s in seeds]
+        live = [e for e in eng if e is not None]
+        dist_g = mt19937.first_outputs(live, 2)
+        xtc_g = dist_g[:, :1] if outs[0].xtc_coin else None   # XTC's generator has the same seed
+        out, j = [], 0
+        for e in eng:
+            if e is None:
+                out.append(None)
+                continue
+            w = 0
+            if xtc_g is not None and len(outs) == 2 and mt19937.uniform_float(int(xtc_g[j, 0])) > res.xtc_probability:
+                w = 1
+            ids, cum = walks[w]
+            u = mt19937.uniform_double(int(dist_g[j, 0]), int(dist_g[j, 1]))
+            i = int(np.searchsorted(cum, cum[-1] * u, side="left"))
+            out.append(int(ids[min(i, len(ids) - 1)]))
+            j += 1
+        return out

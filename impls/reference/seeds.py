@@ -16,7 +16,7 @@ from typing import Optional
 
 from ..profiles import Profile
 
-__all__ = ["SeedManager"]
+__all__ = ["SeedManager", "draw_modelled"]
 
 
 class SeedManager:
@@ -77,3 +77,19 @@ class SeedManager:
         off = self._offset[slot]
         self._offset[slot] = off + 1
         return seed, off
+
+
+def draw_modelled(profile: Profile, row) -> bool:
+    """Whether the reference predicts the token an engine of ``profile`` draws for ``row``, token for token.
+
+    ``profile.rng == "canonical"``: always. ``"mt19937"`` (llama.cpp): when the row's seed
+    gives llama.cpp a fixed generator seed (:func:`impls.reference.mt19937.engine_seed`: not
+    unseeded, not ``0xFFFFFFFF``). ``"other"``: never (support and distribution only).
+    """
+    if profile.rng == "canonical":
+        return True
+    if profile.rng == "mt19937":
+        from .modes import effective_seed
+        from .mt19937 import engine_seed
+        return engine_seed(effective_seed(row, profile)) is not None
+    return False

@@ -59,6 +59,7 @@ _MESSAGE_KINDS = (
     ("`top_p`", "invalid_top_p"),
     ("`top_k`", "invalid_top_k"),
     ("`min_p`", "invalid_min_p"),
+    ("`typical_p`", "invalid_sampler_param"),
     ("`penalty`", "invalid_penalty"),
     ("`bad_words_ids`", "invalid_bad_words"),
     ("`sequence_bias`", "invalid_logit_bias"),

@@ -23,6 +23,7 @@ Row field                   Hugging Face spelling
                             unset: 50 from ``GenerationConfig._get_default_generation_params``)
 ``top_p``                   ``top_p`` -> ``TopPLogitsWarper`` (built iff ``< 1.0``)
 ``min_p``                   ``min_p`` -> ``MinPLogitsWarper`` (built iff not None)
+``typical_p``               ``typical_p`` -> ``TypicalLogitsWarper`` (built iff ``< 1.0``)
 ``repetition_penalty``      ``repetition_penalty`` -> ``RepetitionPenaltyLogitsProcessor``
 ``prompt_ignore_length``    a custom ``RepetitionPenaltyLogitsProcessor(penalty,
                             prompt_ignore_length=n)`` passed as ``logits_processor``;
@@ -65,7 +66,7 @@ __all__ = ["resolve_do_sample", "end_ids", "generate_kwargs", "unsupported_reaso
 
 #: Features (names from :data:`impls.base.FEATURES`) the adapter can express.
 SUPPORTED_FEATURES = frozenset({
-    "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "prompt_ignore_length",
+    "temperature", "top_k", "top_p", "min_p", "typical_p", "repetition_penalty", "prompt_ignore_length",
     "logit_bias", "min_length", "bad_words", "no_repeat_ngram", "end_id", "end_id_set", "ignore_eos",
     "stop_words", "max_new_tokens", "max_seq_len", "seed", "logprobs", "processed_logits",
     "low_precision_logits", "finish_reason",
@@ -151,7 +152,7 @@ def generate_kwargs(row: Row) -> dict:
     Returns
     -------
     dict
-        Keys among ``do_sample, temperature, top_k, top_p, min_p,
+        Keys among ``do_sample, temperature, top_k, top_p, min_p, typical_p,
         repetition_penalty, no_repeat_ngram_size, sequence_bias,
         bad_words_ids, eos_token_id, min_new_tokens, max_new_tokens,
         max_length``; unset row fields are left out so that transformers'
@@ -161,7 +162,7 @@ def generate_kwargs(row: Row) -> dict:
         :mod:`impls.transformers.hf`.
     """
     kw: dict = {"do_sample": resolve_do_sample(row)}
-    for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
+    for name in ("temperature", "top_p", "min_p", "typical_p", "repetition_penalty"):
         v = getattr(row, name)
         if v is not None:
             kw[name] = _float(v)

@@ -1,0 +1,253 @@
+"""One step of llama.cpp's sampler chain per row, through llama-cpp-python's C bindings (no model).
+
+Per row (:meth:`LlamaSession.step`):
+
+1. a ``llama_token_data_array`` of the row's float32 logits, token ``i`` at position ``i``,
+   unsorted (what ``llama_sampler_sample`` builds from a context's logits);
+2. a chain (``llama_sampler_chain_init``) holding, in :func:`chain_stages` order, the
+   samplers the row sets, then the slot's ``dist`` sampler;
+3. the history (prompt, then generated) passed to ``llama_sampler_accept`` — the penalty
+   sampler's window (llama-server accepts a prompt this way before the first step);
+4. ``llama_sampler_apply``; the token is ``data[selected].id``.
+
+The ``dist`` and XTC samplers belong to the slot (one request per slot, as the reference's
+streams do) and are taken out of the step's chain (``llama_sampler_chain_remove``) before it
+is freed, so their ``std::mt19937`` streams continue across steps. A new owner or seed in the
+slot gets new ones.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..base import Row, RowError, RowResult, claim_slot
+from ..reference.modes import effective_seed
+from ..reference.mt19937 import DEFAULT_SEED, engine_seed
+
+__all__ = ["LlamaSession", "chain_stages"]
+
+
+#: ``struct llama_token_data`` (``include/llama.h``): id, logit, p.
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
+
+
+def _lib():
+    import llama_cpp
+    return llama_cpp
+
+
+def chain_stages(row: Row, order: Sequence[str]) -> list:
+    """The samplers a row puts in its chain, in ``order``: ``[(name, args)]``, ``dist`` not included.
+
+    Parameters
+    ----------
+    row : Row
+    order : sequence of str
+        Stage names: ``logit_bias``, ``penalties``, ``top_n_sigma``, ``top_k``, ``typical_p``,
+        ``top_p``, ``min_p``, ``xtc``, ``temperature``.
+
+    Returns
+    -------
+    list of (str, tuple)
+        A stage is present only when the row sets its parameter (the chain API has no
+        defaults); ``temperature`` is ``temp_ext(T, range, exponent)`` with T 1.0 when unset.
+    """
+    mk = (row.min_keep or 0) % (1 << 64)   # size_t: a negative value wraps, as a C caller's would
+    out = []
+    for name in order:
+        if name == "logit_bias" and row.logit_bias:
+            out.append((name, tuple(row.logit_bias)))
+        elif name == "penalties" and any(v is not None for v in (row.repetition_penalty, row.presence_penalty,
+                                                                 row.frequency_penalty)):
+            hist = len(row.prompt) + len(row.generated)
+            last_n = row.penalty_last_n if row.penalty_last_n is not None else max(hist, 1)
+            out.append((name, (last_n, row.repetition_penalty if row.repetition_penalty is not None else 1.0,
+                               row.frequency_penalty or 0.0, row.presence_penalty or 0.0)))
+        elif name == "top_n_sigma" and row.top_n_sigma is not None:
+            out.append((name, (row.top_n_sigma,)))
+        elif name == "top_k" and row.top_k is not None:
+            out.append((name, (row.top_k,)))
+        elif name == "typical_p" and row.typical_p is not None:
+            out.append((name, (row.typical_p, mk)))
+        elif name == "top_p" and row.top_p is not None:
+            out.append((name, (row.top_p, mk)))
+        elif name == "min_p" and row.min_p is not None:
+            out.append((name, (row.min_p, mk)))
+        elif name == "xtc" and row.xtc_probability is not None:
+            out.append((name, (row.xtc_probability, row.xtc_threshold if row.xtc_threshold is not None else 0.1, mk)))
+        elif name == "temperature" and (row.temperature is not None or row.dynatemp_range is not None):
+            out.append((name, (row.temperature if row.temperature is not None else 1.0, row.dynatemp_range or 0.0,
+                               row.dynatemp_exponent if row.dynatemp_exponent is not None else 1.0)))
+    return out
+
+
+def _distribution(arr, V: int) -> torch.Tensor:
+    """``(V,)`` float64: the probabilities ``dist`` left on its candidates (``data[i].p``, normalised), 0 elsewhere."""
+    out = torch.zeros(V, dtype=torch.float64)
+    for i in range(arr.size):
+        d = arr.data[i]
+        out[int(d.id)] += float(d.p)
+    return out
+
+
+def _softmax_of(arr, V: int) -> torch.Tensor:
+    """``(V,)`` float64 softmax of the candidates' logits (after the chain's temperature), 0 elsewhere."""
+    ids = [int(arr.data[i].id) for i in range(arr.size)]
+    lg = torch.tensor([float(arr.data[i].logit) for i in range(arr.size)], dtype=torch.float64)
+    out = torch.zeros(V, dtype=torch.float64)
+    out[ids] = torch.softmax(lg, dim=0)
+    return out
+
+
+class LlamaSession:
+    """Per-slot generators and the per-row chain of llama.cpp's sampler (one decode).
+
+    Parameters
+    ----------
+    order : sequence of str
+        The stage order (:data:`impls.llamacpp.CHAIN_ORDER`).
+    """
+
+    def __init__(self, order: Sequence[str]):
+        self.order = tuple(order)
+        self.lib = _lib()
+        # slot -> (owner, seed, dist sampler, xtc sampler or None, xtc args)
+        self._slots: dict = {}
+
+    def __del__(self):
+        try:
+            for _owner, _seed, dist, xtc, _args in self._slots.values():
+                self.lib.llama_sampler_free(dist)
+                if xtc is not None:
+                    self.lib.llama_sampler_free(xtc)
+        except Exception:
+            pass
+
+    def _make(self, name: str, args: tuple, V: int):
+        lib = self.lib
+        if name == "logit_bias":
+            arr = (lib.llama_logit_bias * len(args))(*[lib.llama_logit_bias(int(t), float(b)) for t, b in args])
+            return lib.llama_sampler_init_logit_bias(V, len(args), arr)
+        if name == "penalties":
+            return lib.llama_sampler_init_penalties(V, *args)
+        if name == "top_n_sigma":
+            return lib.llama_sampler_init_top_n_sigma(*args)
+        if name == "top_k":
+            return lib.llama_sampler_init_top_k(*args)
+        if name == "typical_p":
+            return lib.llama_sampler_init_typical(*args)
+        if name == "top_p":
+            return lib.llama_sampler_init_top_p(*args)
+        if name == "min_p":
+            return lib.llama_sampler_init_min_p(*args)
+        if name == "temperature":
+            return lib.llama_sampler_init_temp_ext(*args)
+        raise ValueError(f"unknown chain stage {name!r}")
+
+    def _slot(self, row: Row, xtc_args: Optional[tuple]):
+        """The slot's ``dist`` (and XTC) sampler, new for a new owner, seed or XTC setting."""
+        seed = engine_seed(effective_seed(row))
+        engine = DEFAULT_SEED if seed is None else seed
+        key = (row.request_id, engine)
+        cur = self._slots.get(row.slot)
+        if cur is None or (cur[0], cur[1]) != key or cur[4] != xtc_args:
+            if cur is not None:
+                self.lib.llama_sampler_free(cur[2])
+                if cur[3] is not None:
+                    self.lib.llama_sampler_free(cur[3])
+            dist = self.lib.llama_sampler_init_dist(engine)
+            xtc = self.lib.llama_sampler_init_xtc(*xtc_args, engine) if xtc_args is not None else None
+            cur = (key[0], key[1], dist, xtc, xtc_args)
+            self._slots[row.slot] = cur
+        return cur
+
+    def _one(self, row: Row) -> RowResult:
+        lib = self.lib
+        x = row.logits.detach().to(torch.float32).cpu()
+        V = int(x.shape[0])
+        stages = chain_stages(row, self.order)
+        xtc_args = next((a for n, a in stages if n == "xtc"), None)
+        _o, _s, dist, xtc, _a = self._slot(row, xtc_args)
+        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        owned = []   # chain positions of the slot's samplers, which outlive the step
+        try:
+            for name, args in stages:
+                if name == "xtc":
+                    owned.append(lib.llama_sampler_chain_n(chain))
+                    lib.llama_sampler_chain_add(chain, xtc)
+                else:
+                    lib.llama_sampler_chain_add(chain, self._make(name, args, V))
+            owned.append(lib.llama_sampler_chain_n(chain))
+            lib.llama_sampler_chain_add(chain, dist)
+            for t in list(row.prompt) + list(row.generated):
+                lib.llama_sampler_accept(chain, int(t))
+            buf = np.zeros(V, dtype=_TOKEN_DATA)
+            buf["id"] = np.arange(V, dtype=np.int32)
+            buf["logit"] = x.numpy()
+            data = (lib.llama_token_data * V).from_buffer(buf)
+            arr = lib.llama_token_data_array(data, V, -1, False)
+            lib.llama_sampler_apply(chain, ctypes.byref(arr))
+            if arr.selected < 0 or arr.selected >= arr.size:
+                raise RowError("no_valid_token", f"llama.cpp selected index {arr.selected} of {arr.size} candidates")
+            token = int(arr.data[arr.selected].id)
+            probs = _distribution(arr, V)
+        finally:
+            for i in sorted(owned, reverse=True):
+                lib.llama_sampler_chain_remove(chain, i)
+            lib.llama_sampler_free(chain)
+        mode = "greedy" if row.temperature is not None and row.temperature <= 0 else "sampling"
+        if xtc_args is not None and 0 < xtc_args[0] < 1 and xtc_args[1] <= 0.5:
+            # XTC's coin chose one of two candidate sets: the distribution the row is drawn from is
+            # their mixture, each computed by llama.cpp's own chain with the coin fixed
+            cut = self._side_chain(row, stages, {"xtc": (1.0,) + tuple(xtc_args[1:])}, V)
+            uncut = self._side_chain(row, [st for st in stages if st[0] != "xtc"], {}, V)
+            probs = xtc_args[0] * cut + (1.0 - xtc_args[0]) * uncut
+        return RowResult(token=token, mode=mode, probs=probs, extra={"llama_seed": _s})
+
+    def _side_chain(self, row: Row, stages: list, replace: dict, V: int) -> torch.Tensor:
+        """The distribution a chain of ``stages`` (with ``replace``'s arguments) leaves, greedy-drawn.
+
+        Used only for the returned distribution of a row whose XTC coin decides between two sets;
+        the chain ends in ``llama_sampler_init_greedy`` so no generator is read.
+        """
+        lib = self.lib
+        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        try:
+            for name, args in stages:
+                args = replace.get(name, args)
+                smpl = (lib.llama_sampler_init_xtc(*args, 0) if name == "xtc" else self._make(name, args, V))
+                lib.llama_sampler_chain_add(chain, smpl)
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
+            for t in list(row.prompt) + list(row.generated):
+                lib.llama_sampler_accept(chain, int(t))
+            buf = np.zeros(V, dtype=_TOKEN_DATA)
+            buf["id"] = np.arange(V, dtype=np.int32)
+            buf["logit"] = row.logits.detach().to(torch.float32).cpu().numpy()
+            arr = lib.llama_token_data_array((lib.llama_token_data * V).from_buffer(buf), V, -1, False)
+            lib.llama_sampler_apply(chain, ctypes.byref(arr))
+            return _softmax_of(arr, V)
+        finally:
+            lib.llama_sampler_free(chain)
+
+    def step(self, rows: Sequence[Row]) -> list:
+        """One step: every row through its own chain (the module docstring).
+
+        Returns
+        -------
+        list of RowResult
+            One per row; ``duplicate_slot`` / ``bad_logits`` for rows the admission check
+            rejects, ``no_valid_token`` when ``dist`` selects nothing (no candidates).
+        """
+        used: set = set()
+        out = []
+        for row in rows:
+            try:
+                claim_slot(row, used)
+                out.append(self._one(row))
+            except RowError as e:
+                out.append(RowResult.failed(e))
+        return out

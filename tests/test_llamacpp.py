@@ -1,0 +1,189 @@
+"""Tests of llama.cpp's samplers: the reference's model of them and the adapter (impls/llamacpp).
+
+(a) ``impls.reference.mt19937`` against the values the C++ standard and libstdc++ fix
+(no llama.cpp needed);
+(b) the reference's new filters (typical-p, top-n-sigma, XTC, dynamic temperature,
+min_keep) on hand-derived rows;
+(c) with llama-cpp-python installed (``tox -e llamacpp``): the adapter's draws equal the
+reference's under the ``llamacpp`` profile token for token on 12,000 seeded draws across
+twelve chains, and the ``llamacpp`` profile's citations name symbols of the bundled source.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from impls.base import Row
+from impls.profiles import LLAMACPP, TRTLLM
+from impls.reference import mt19937
+from impls.reference.sampler import ReferenceSession
+
+try:
+    import llama_cpp  # noqa: F401
+    _LLAMA = None
+except Exception as e:  # ImportError, or a library that does not load
+    _LLAMA = f"llama_cpp not importable: {type(e).__name__}: {e}"
+
+needs_llama = pytest.mark.skipif(_LLAMA is not None, reason=_LLAMA or "")
+
+X = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0])
+
+
+# -- (a) the generator ------------------------------------------------------------------------
+
+def test_mt19937_matches_the_standard():
+    # [rand.predef]: the 10000th output of a default-constructed std::mt19937 (seed 5489) is 4123659995
+    assert int(mt19937.outputs(5489, 9999, 1)[0]) == 4123659995
+    # the vectorised seeding gives the same first outputs as the one-seed path
+    both = mt19937.first_outputs([0, 1, 5489, 2 ** 32 - 2], 3)
+    for j, s in enumerate([0, 1, 5489, 2 ** 32 - 2]):
+        assert both[j].tolist() == mt19937.outputs(s, 0, 3).tolist()
+
+
+def test_canonical_uniforms():
+    # generate_canonical<double, 53>: (g1 + g2 * 2**32) / 2**64
+    assert mt19937.uniform_double(0, 0) == 0.0
+    assert mt19937.uniform_double(0, 1 << 31) == 0.5
+    assert mt19937.uniform_double(2 ** 32 - 1, 2 ** 32 - 1) == math.nextafter(1.0, 0.0)   # rounds to 1: below it
+    # generate_canonical<float, 24>: float(g) / 2**32, float(2**32 - 1) rounds to 2**32 -> below 1
+    assert mt19937.uniform_float(1 << 31) == 0.5
+    assert mt19937.uniform_float(2 ** 32 - 1) == float(np.nextafter(np.float32(1), np.float32(0)))
+
+
+def test_engine_seed():
+    assert mt19937.engine_seed(None) is None
+    assert mt19937.engine_seed(0xFFFFFFFF) is None        # LLAMA_DEFAULT_SEED: random
+    assert mt19937.engine_seed(-1) is None                # the same 32 low bits
+    assert mt19937.engine_seed(7) == 7
+    assert mt19937.engine_seed(2 ** 32 + 7) == 7          # uint32_t: the high bits are lost
+
+
+def test_dist_walk():
+    # weights expf(l - 2) of [2, 1, 0] in id order: 1, e^-1, e^-2 (sum 1.503214724); u = 0.7 -> target
+    # 1.052250307: running sums 1, 1.367879441 -> the second candidate (token 1)
+    order = torch.tensor([0, 1, 2])
+    x = torch.tensor([2.0, 1.0, 0.0])
+    assert mt19937.dist_pick(x, order, 1.0, 0.7) == 1
+    assert mt19937.dist_pick(x, order, 1.0, 0.6) == 0      # target 0.9019288344 <= 1
+    # descending order [2, 0, 1]-> walks 0 first whatever the ids
+    assert mt19937.dist_pick(torch.tensor([0.0, 2.0, 1.0]), torch.tensor([1, 2, 0]), 1.0, 0.6) == 1
+
+
+# -- (b) the new filters, by hand -------------------------------------------------------------
+
+def _probs(profile, **kw):
+    r = ReferenceSession(profile).step([Row(logits=X, seed=3, **kw)])[0]
+    assert r.error is None, r.message
+    return [round(float(v), 4) for v in r.probs]
+
+
+def test_typical_top_n_sigma_xtc_min_keep_by_hand():
+    # p = softmax([2, 1, .5, 0, -1]) = [.5630, .2071, .1256, .0762, .0280]
+    # typical 0.5: H = 1.2064; |-ln p - H| = [.632, .368, .868, 1.368, 2.368]: token 1 (.2071), then
+    # token 0 (cum .7701 >= .5) -> {0, 1}: [e, 1] / (e + 1)
+    assert _probs(TRTLLM, temperature=1.0, typical_p=0.5) == [0.7311, 0.2689, 0.0, 0.0, 0.0]
+    # top-n-sigma 1: mean 0.5, population std 1 -> logits >= 1 -> {0, 1}
+    assert _probs(TRTLLM, temperature=1.0, top_n_sigma=1.0) == [0.7311, 0.2689, 0.0, 0.0, 0.0]
+    # XTC 0.5 / 0.1: tokens 0, 1, 2 reach 0.1, so 0 and 1 are cut half the time:
+    # 0.5 * p + 0.5 * softmax over {2, 3, 4} ([1.6487, 1, .3679] / 3.0166 = [.5465, .3315, .1220])
+    assert _probs(TRTLLM, temperature=1.0, xtc_probability=0.5, xtc_threshold=0.1) == [
+        0.2815, 0.1036, 0.3361, 0.2038, 0.075]
+    # top_p 0.8 keeps {0, 1, 2} (mass above token 2 = .7701 < .8); min_keep 4 adds token 3:
+    # [e^2, e, e^.5, 1] / 12.75605903
+    assert _probs(TRTLLM, top_p=0.8, min_keep=4) == [0.5793, 0.2131, 0.1293, 0.0784, 0.0]
+    # dynamic temperature, range 0.5 around 1: H / ln 5 = 1.2064 / 1.6094 = .7496 -> T' = 1.2496
+    assert _probs(TRTLLM, temperature=1.0, dynatemp_range=0.5) == [0.4895, 0.2199, 0.1474, 0.0988, 0.0444]
+
+
+def test_llamacpp_profile_applies_temperature_last():
+    # min_p 0.3 at T = 2: the default profile sees softmax(x / 2) (ratios [1, .607, .472, .368, .223]:
+    # {0, 1, 2, 3}); llama.cpp's chain sees softmax(x) (ratios [1, .368, .223, .135, .050]: {0, 1}), then
+    # divides by 2: [e^1, e^.5] / (e^1 + e^.5) = [.6225, .3775]
+    assert _probs(LLAMACPP, temperature=2.0, min_p=0.3) == [0.6225, 0.3775, 0.0, 0.0, 0.0]
+    assert _probs(TRTLLM, temperature=2.0, min_p=0.3)[4] == 0.0
+    assert _probs(TRTLLM, temperature=2.0, min_p=0.3)[3] > 0
+
+
+def test_validation_of_the_new_parameters():
+    def err(profile, **kw):
+        return ReferenceSession(profile).step([Row(logits=X, temperature=1.0, seed=1, **kw)])[0].error
+    assert err(TRTLLM, typical_p=0.0) == "invalid_sampler_param"
+    assert err(TRTLLM, min_keep=-1) == "invalid_sampler_param"
+    assert err(TRTLLM, xtc_probability=1.5) == "invalid_sampler_param"
+    assert err(TRTLLM, top_n_sigma=float("nan")) == "invalid_sampler_param"
+    assert err(LLAMACPP, typical_p=1.5) is None            # llama.cpp checks nothing
+    assert err(LLAMACPP, typical_p=float("nan")) is None   # NaN compares false: every token kept
+    assert err(LLAMACPP, min_keep=-1) is None               # a size_t: 2**64 - 1, every token kept
+    assert _probs(LLAMACPP, temperature=1.0, top_p=0.5, min_keep=-1) == _probs(LLAMACPP, temperature=1.0)
+
+
+def test_adapter_refuses_what_the_reference_does_not_model():
+    from impls.llamacpp import LlamaCppImpl
+    impl = LlamaCppImpl()
+    assert impl.unsupported(Row(logits=X, temperature=1.0)) is None
+    assert "NaN" in impl.unsupported(Row(logits=X, temperature=1.0, dynatemp_range=0.5,
+                                         dynatemp_exponent=float("nan")))
+    assert impl.unsupported(Row(logits=X, temperature=1.0, dynatemp_range=float("nan"))) is None
+    assert "negative" in impl.unsupported(Row(logits=X, temperature=-1.0))
+
+
+# -- (c) the adapter ---------------------------------------------------------------------------
+
+CHAINS = [
+    dict(temperature=0.7), dict(temperature=1.0, typical_p=0.5), dict(temperature=1.3, top_n_sigma=1.0),
+    dict(temperature=1.0, xtc_probability=0.5, xtc_threshold=0.1), dict(temperature=1.0, dynatemp_range=0.5),
+    dict(top_p=0.8, min_keep=3), dict(top_k=3, temperature=0.9), dict(min_p=0.2),
+    dict(top_p=0.9, temperature=2.0), dict(repetition_penalty=1.3, presence_penalty=0.5, prompt=[0, 1, 1],
+                                           temperature=1.0),
+    dict(logit_bias=[[4, 3.0]], temperature=0.5), dict(typical_p=0.9, top_p=0.95, min_p=0.05, temperature=0.8),
+]
+
+
+@needs_llama
+def test_seeded_draws_equal_the_reference_token_for_token():
+    from impls.llamacpp import LlamaCppImpl
+    impl = LlamaCppImpl()
+    x = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, 0.25, 1.5])
+    total = 0
+    for kw in CHAINS:
+        row = Row(logits=x, **kw)
+        seeds = list(range(1000))
+        ref = ReferenceSession(LLAMACPP).first_draws(row, seeds)
+        got = [o.token for o in impl.open_session("cpu").step([row.replace(seed=s, slot=j)
+                                                                for j, s in enumerate(seeds)])]
+        assert got == ref, (kw, [(s, a, b) for s, a, b in zip(seeds, got, ref) if a != b][:5])
+        total += len(seeds)
+        assert len(set(got)) > 1          # the draws are random, not one token
+    assert total == 12_000
+
+
+@needs_llama
+def test_a_slot_keeps_its_stream_across_steps():
+    # one request, three steps: dist's generator continues (outputs 2, 3 of mt19937(11) at step 2, ...)
+    from impls.llamacpp import LlamaCppImpl
+    row = Row(logits=torch.tensor([0.5, 0.4, 0.3, 0.2, 0.1, 0.0]), temperature=1.0, seed=11, request_id="a")
+    s, ref = LlamaCppImpl().open_session("cpu"), ReferenceSession(LLAMACPP)
+    got = [s.step([row])[0].token for _ in range(6)]
+    want = [ref.step([row])[0].token for _ in range(6)]
+    assert got == want
+    g = mt19937.outputs(11, 0, 12)
+    ids, cum = mt19937.walk(row.logits, torch.arange(6), 1.0)
+    hand = [int(ids[np.searchsorted(cum, cum[-1] * mt19937.uniform_double(int(g[2 * k]), int(g[2 * k + 1])))])
+            for k in range(6)]
+    assert got == hand
+
+
+@needs_llama
+def test_profile_citations_name_functions_of_the_bindings():
+    import re
+    import llama_cpp
+    cited = set()
+    for text in LLAMACPP.citations.values():
+        cited |= set(re.findall(r"\b(llama_sampler_init_\w+)", text))
+    assert {"llama_sampler_init_typical", "llama_sampler_init_xtc", "llama_sampler_init_temp_ext"} <= cited
+    for sym in sorted(cited):
+        assert callable(getattr(llama_cpp, sym, None)), sym
