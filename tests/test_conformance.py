@@ -94,11 +94,11 @@ def test_a_seeded_row_must_repeat_on_a_fresh_session():
 
 def test_the_declaration_is_checked():
     impl = Good()
-    impl.features = frozenset({"top_k", "typical_p"})
+    impl.features = frozenset({"top_k", "tfs_z"})
     impl.devices = frozenset({"tpu"})
     impl.stages = {"sorting": "own"}
     found = dict(_checks(impl))
-    assert found["features"] == "unknown feature(s) ['typical_p'] (cases/features.txt lists the known)"
+    assert found["features"] == "unknown feature(s) ['tfs_z'] (cases/features.txt lists the known)"
     assert found["devices"].startswith("devices is frozenset({'tpu'}): a non-empty frozenset of cpu, cuda")
     assert found["stages"] == ("good: stages: unknown stage 'sorting'; known: validation, logit_bias, penalties, bans, "
                                "filters, draw, seeds, logprobs, finish, decode, beam, speculative (impls/base.py "
