@@ -267,7 +267,8 @@ class Implementation(Protocol):
     release), ``describe(device) -> dict`` (facts recorded with the run),
     ``run_scenario(spec, device)`` (multi-step scenarios; without it they are
     ``n/a``), ``Session.sample_many(row, seeds)`` (batched draws for
-    statistical checks), ``cli_options`` (tuple of :class:`CliOption`) and,
+    statistical checks), ``Session.draw_tokens(row, seeds)`` (the first token per seed, for an
+    RNG the reference models token for token), ``cli_options`` (tuple of :class:`CliOption`) and,
     for the ``latency`` role, ``latency_call(batch: LatencyBatch) -> (fn,
     graphable)`` (``fn(logits)`` samples one call; raises
     :class:`LatencyUnsupported` for a point it cannot run).

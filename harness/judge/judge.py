@@ -190,7 +190,8 @@ class Judge:
     def draw_tokens(self, impl, row, seeds) -> np.ndarray:
         """The ``len(seeds)`` tokens of ``row`` from ``impl``, one per seed, in seed order.
 
-        As :meth:`draw_counts` without ``sample_many``: batches of copies, copy ``j`` with its own
+        The session's ``draw_tokens(row, seeds)`` when it has one; otherwise, as :meth:`draw_counts`
+        without ``sample_many``: batches of copies, copy ``j`` with its own
         seed and slot ``j``, each batch on a fresh session (every slot a new request). For an
         implementation whose RNG the reference models (:func:`impls.reference.seeds.draw_modelled`),
         compared token for token with :meth:`impls.reference.sampler.ReferenceSession.first_draws`.
@@ -208,6 +209,12 @@ class Judge:
             If it returns a token outside ``[0, V)``.
         """
         n, V = len(seeds), row.vocab
+        session = impl.open_session(self.device)
+        if hasattr(session, "draw_tokens"):
+            toks = np.asarray(session.draw_tokens(row, seeds), dtype=np.int64)
+            if toks.shape != (n,) or (n and (toks.min() < 0 or toks.max() >= V)):
+                raise ValueError(f"draw_tokens returned {toks.shape[0]} tokens (expected {n}) or ids outside [0, {V})")
+            return toks
         per_call = max(1, min(8192, (1 << 24) // max(V, 1)))
         out = []
         for start in range(0, n, per_call):

@@ -15,9 +15,11 @@ minutes on 2 cores), or ``tox -e llamacpp``.
 
 from __future__ import annotations
 
+import operator
 from typing import Optional
 
 from ..base import Row
+from ..reference.philox import seed_bits
 from ..profiles import LLAMACPP, Profile
 from ..registry import Entry
 
@@ -41,6 +43,12 @@ def _unsupported(row: Row) -> Optional[str]:
             (row.logits.isnan() | row.logits.isposinf()).any()):
         return ("NaN or +inf logits: llama.cpp's samplers take them as numbers (expf(NaN) in dist's sum); "
                 "the reference does not model what they then pick")
+    if row.seed is not None:
+        try:
+            seed_bits(operator.index(row.seed))
+        except (TypeError, ValueError):
+            return ("a seed that is not an integer in [-2**63, 2**64): llama.cpp's uint32_t seed keeps any integer's "
+                    "low 32 bits; the reference's rule rejects it (invalid_seed)")
     if row.temperature is not None and (row.temperature != row.temperature or row.temperature < 0):
         return "a negative or NaN temperature: llama.cpp's temp sampler takes it as greedy, the reference rejects it"
     for name, lo, hi in (("top_p", 0.0, 1.0), ("min_p", 0.0, 1.0)):

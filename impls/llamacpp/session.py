@@ -233,6 +233,52 @@ class LlamaSession:
         finally:
             lib.llama_sampler_free(chain)
 
+    def draw_tokens(self, row: Row, seeds: Sequence[int]) -> list:
+        """The first token of ``row`` for each seed, each seed a new request (a fresh ``dist`` sampler).
+
+        One chain holds the row's samplers for every seed; only ``dist`` is replaced per seed
+        (``llama_sampler_chain_remove``, then ``llama_sampler_init_dist``), and the token array is
+        restored from the row's logits each time: the same calls as :meth:`step` without the
+        per-seed chain build. A row with XTC (whose generator sits mid-chain) takes :meth:`step`.
+
+        Returns
+        -------
+        list of int
+        """
+        lib = self.lib
+        stages = chain_stages(row, self.order)
+        if any(n == "xtc" for n, _ in stages):
+            return [self.step([row.replace(seed=int(s), slot=0, request_id=("draw", i))])[0].token
+                    for i, s in enumerate(seeds)]
+        x = row.logits.detach().to(torch.float32).cpu()
+        V = int(x.shape[0])
+        template = np.zeros(V, dtype=_TOKEN_DATA)
+        template["id"] = np.arange(V, dtype=np.int32)
+        template["logit"] = x.numpy()
+        buf = template.copy()
+        data = (lib.llama_token_data * V).from_buffer(buf)
+        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        out = []
+        try:
+            for name, args in stages:
+                lib.llama_sampler_chain_add(chain, self._make(name, args, V))
+            for t in list(row.prompt) + list(row.generated):
+                lib.llama_sampler_accept(chain, int(t))
+            n = lib.llama_sampler_chain_n(chain)
+            for s in seeds:
+                seed = engine_seed(int(s))   # the low 32 bits of the seed's pattern, as for a row
+                lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_dist(DEFAULT_SEED if seed is None else seed))
+                np.copyto(buf, template)
+                arr = lib.llama_token_data_array(data, V, -1, False)
+                lib.llama_sampler_apply(chain, ctypes.byref(arr))
+                if arr.selected < 0 or arr.selected >= arr.size:
+                    raise RowError("no_valid_token", f"llama.cpp selected index {arr.selected} of {arr.size}")
+                out.append(int(arr.data[arr.selected].id))
+                lib.llama_sampler_free(lib.llama_sampler_chain_remove(chain, n))
+        finally:
+            lib.llama_sampler_free(chain)
+        return out
+
     def step(self, rows: Sequence[Row]) -> list:
         """One step: every row through its own chain (the module docstring).
 
