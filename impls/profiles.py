@@ -62,7 +62,7 @@ class Profile:
         Reject NaN penalties and a repetition penalty ``<= 0`` per request.
     rewrite_order : tuple of str
         Order of the logits rewrites (§1.2): names among ``"logit_bias"``,
-        ``"repetition"``, ``"presence_frequency"``, ``"min_length"``,
+        ``"repetition"``, ``"presence_frequency"``, ``"dry"``, ``"min_length"``,
         ``"bad_words"``, ``"no_repeat_ngram"``.
     presence_counts_prompt : bool
         Whether presence/frequency counts include the prompt (after
@@ -342,7 +342,7 @@ class Profile:
     top_p_zero_valid: bool = True
     top_k_disabled_below: int = 0
     validate_penalties: bool = True
-    rewrite_order: tuple = ("logit_bias", "repetition", "presence_frequency",
+    rewrite_order: tuple = ("logit_bias", "repetition", "presence_frequency", "dry",
                             "min_length", "bad_words", "no_repeat_ngram")
     presence_counts_prompt: bool = True
     penalty_clamp_finite: bool = True
@@ -894,7 +894,7 @@ LLAMACPP = dataclasses.replace(
     explicit_greedy=frozenset({"temperature_0"}),
     top_k_disabled_below=-(1 << 31),
     validate_penalties=False,
-    rewrite_order=("logit_bias", "repetition", "presence_frequency"),
+    rewrite_order=("logit_bias", "repetition", "presence_frequency", "dry"),
     penalty_clamp_finite=False,
     temperature_first=False,
     filter_order=("top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc"),
@@ -913,7 +913,7 @@ LLAMACPP = dataclasses.replace(
         "top_k_disabled_below": f"{_LL_S} llama_sampler_top_k_impl (k <= 0: no cut)",
         "validate_penalties": f"{_LL_S} llama_sampler_init_penalties (no check of any value)",
         "rewrite_order": f"{_LL}/common/sampling.cpp common_sampler_init (logit_bias first, then the samplers "
-                         f"of params.samplers, penalties first) and {_LL_S} llama_sampler_penalties_apply "
+                         f"of params.samplers: penalties, then DRY) and {_LL_S} llama_sampler_penalties_apply "
                          "(repetition, then frequency and presence, per token in one pass)",
         "presence_counts_prompt": f"{_LL}/tools/server/server-context.cpp (every prompt token is passed to "
                                   "common_sampler_accept before the first step: the penalties' window holds the "

@@ -187,3 +187,39 @@ def test_profile_citations_name_functions_of_the_bindings():
     assert {"llama_sampler_init_typical", "llama_sampler_init_xtc", "llama_sampler_init_temp_ext"} <= cited
     for sym in sorted(cited):
         assert callable(getattr(llama_cpp, sym, None)), sym
+
+
+def test_dry_by_hand():
+    # history [0, 1, 2, 0, 1], allowed 2, multiplier 1, base 2: the end [0, 1] occurred before, followed
+    # by token 2 (shift 3: W[4] = W[1] = 1, W[3] = W[0] = 0, n = 2 >= 2) -> token 2 loses 1 * 2 ** 0 = 1;
+    # shifts 1, 2, 4 match nothing (W[4] = 1 against W[3] = 0, W[2] = 2, W[0] = 0)
+    row = Row(logits=torch.zeros(4), temperature=0.0, prompt=[0, 1, 2], generated=[0, 1], dry_multiplier=1.0,
+              dry_base=2.0, dry_allowed_length=2)
+    r = ReferenceSession(TRTLLM).step([row])[0]
+    assert r.rewritten_logits.tolist() == [0.0, 0.0, -1.0, 0.0]
+    # allowed 1: shift 3 gives n = 2 -> 2 ** 1 = 2 for token 2; shift 1 (W[4] = 1 vs W[3] = 0) nothing;
+    # the one-token suffix [1] also occurred at position 1 (shift 3 covers it): still token 2 alone
+    assert ReferenceSession(TRTLLM).step([row.replace(dry_allowed_length=1)])[0].rewritten_logits.tolist() == [
+        0.0, 0.0, -2.0, 0.0]
+    # a one-token breaker 0 at the window's second-to-last position limits n to 1 < 2: no penalty
+    assert ReferenceSession(TRTLLM).step([row.replace(dry_sequence_breakers=[[0]])])[0].rewritten_logits.tolist() == [
+        0.0, 0.0, 0.0, 0.0]
+
+
+@needs_llama
+def test_dry_equals_llamacpp_on_random_histories():
+    import random
+    from impls.llamacpp import LlamaCppImpl
+    rnd = random.Random(0)
+    impl = LlamaCppImpl()
+    for trial in range(200):
+        hist = [rnd.randrange(6) for _ in range(rnd.randrange(0, 14))]
+        kw = dict(dry_multiplier=rnd.choice([0.8, 1.0, 2.0]), dry_base=rnd.choice([1.0, 1.75, 3.0]),
+                  dry_allowed_length=rnd.choice([0, 1, 2, 3]))
+        if rnd.random() < 0.5:
+            kw["dry_penalty_last_n"] = rnd.randrange(0, 10)
+        row = Row(logits=torch.tensor([rnd.uniform(-2, 2) for _ in range(6)]), temperature=1.0, seed=trial,
+                  prompt=hist[:3], generated=hist[3:], **kw)
+        ref = ReferenceSession(LLAMACPP).step([row])[0]
+        got = impl.open_session("cpu").step([row])[0]
+        assert got.token == ref.token and torch.allclose(got.probs, ref.probs.double(), atol=1e-5), (kw, hist)

@@ -5,8 +5,9 @@ llama-cpp-python 0.3.36 bundles) without a model: each row becomes a
 ``llama_token_data_array`` and a chain of ``llama_sampler_init_*`` samplers in the order of
 ``common_params_sampling::samplers`` (:data:`CHAIN_ORDER`), ending with ``dist`` seeded with
 the request's seed (:mod:`.session`). What llama.cpp's sampler API lacks (bans, stop rules,
-finish reasons, logprobs, beam search, drafts) is ``n/a``; so is DRY (its sequence breakers
-are strings tokenised through a model's vocabulary) and mirostat (not wired yet).
+finish reasons, logprobs, beam search, drafts) is ``n/a``; so are DRY's sequence breakers
+(strings tokenised through a model's vocabulary; DRY itself runs, without breakers) and
+mirostat (not wired yet).
 
 ``import impls.llamacpp`` works without llama-cpp-python; ``available`` says why it cannot run.
 Install: ``CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install llama-cpp-python==0.3.36`` (an sdist; about 7
@@ -26,15 +27,15 @@ from ..registry import Entry
 __all__ = ["LlamaCppImpl", "CHAIN_ORDER", "FEATURES", "IMPLEMENTATIONS"]
 
 #: The chain, as ``common_sampler_init`` builds it (``common/sampling.cpp``): the logit bias,
-#: then ``common_params_sampling::samplers``' default order (``common/common.h``) less DRY, then
+#: then ``common_params_sampling::samplers``' default order (``common/common.h``), then
 #: ``dist`` (added by the session). ``temperature`` is ``llama_sampler_init_temp_ext``.
-CHAIN_ORDER = ("logit_bias", "penalties", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc",
+CHAIN_ORDER = ("logit_bias", "penalties", "dry", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc",
                "temperature")
 
 #: What the adapter expresses through the chain.
 FEATURES = frozenset({"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                       "frequency_penalty", "penalty_last_n", "logit_bias", "seed", "min_keep", "typical_p",
-                      "top_n_sigma", "xtc", "dynatemp"})
+                      "top_n_sigma", "xtc", "dynatemp", "dry"})
 
 
 def _unsupported(row: Row) -> Optional[str]:
@@ -63,6 +64,9 @@ def _unsupported(row: Row) -> Optional[str]:
     if row.penalty_last_n is not None and row.penalty_last_n < 0:
         return ("a negative penalty_last_n: llama.cpp's sampler takes it as a ring buffer size (common maps -1 to "
                 "the context size before)")
+    if row.dry_sequence_breakers:
+        return ("DRY sequence breakers: llama_sampler_init_dry takes them as strings and tokenises them through "
+                "a model's vocabulary (llama_vocab), which this model-free adapter has not")
     e = row.dynatemp_exponent
     if e is not None and e != e and row.dynatemp_range is not None and row.dynatemp_range > 0:
         return ("a NaN dynatemp_exponent: llama.cpp's dynamic temperature becomes NaN and every logit with it; "

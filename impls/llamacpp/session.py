@@ -47,7 +47,7 @@ def chain_stages(row: Row, order: Sequence[str]) -> list:
     ----------
     row : Row
     order : sequence of str
-        Stage names: ``logit_bias``, ``penalties``, ``top_n_sigma``, ``top_k``, ``typical_p``,
+        Stage names: ``logit_bias``, ``penalties``, ``dry``, ``top_n_sigma``, ``top_k``, ``typical_p``,
         ``top_p``, ``min_p``, ``xtc``, ``temperature``.
 
     Returns
@@ -67,6 +67,11 @@ def chain_stages(row: Row, order: Sequence[str]) -> list:
             last_n = row.penalty_last_n if row.penalty_last_n is not None else max(hist, 1)
             out.append((name, (last_n, row.repetition_penalty if row.repetition_penalty is not None else 1.0,
                                row.frequency_penalty or 0.0, row.presence_penalty or 0.0)))
+        elif name == "dry" and row.dry_multiplier is not None:
+            hist = len(row.prompt) + len(row.generated)
+            last_n = row.dry_penalty_last_n if row.dry_penalty_last_n is not None else max(hist, 1)
+            out.append((name, (row.dry_multiplier, row.dry_base if row.dry_base is not None else 1.75,
+                               row.dry_allowed_length if row.dry_allowed_length is not None else 2, last_n)))
         elif name == "top_n_sigma" and row.top_n_sigma is not None:
             out.append((name, (row.top_n_sigma,)))
         elif name == "top_k" and row.top_k is not None:
@@ -134,6 +139,9 @@ class LlamaSession:
             return lib.llama_sampler_init_logit_bias(V, len(args), arr)
         if name == "penalties":
             return lib.llama_sampler_init_penalties(V, *args)
+        if name == "dry":
+            # no vocabulary and no sequence breakers (they are strings tokenised through a model's vocab)
+            return lib.llama_sampler_init_dry(None, *args, None, 0)
         if name == "top_n_sigma":
             return lib.llama_sampler_init_top_n_sigma(*args)
         if name == "top_k":

@@ -198,6 +198,7 @@ class BeamSearch:
             "logit_bias": lambda y: rewrites.apply_logit_bias(y, hist),
             "repetition": lambda y: rewrites.apply_repetition(y, counted, p),
             "presence_frequency": lambda y: rewrites.apply_presence_frequency(y, counted, p),
+            "dry": lambda y: rewrites.apply_dry(y, hist, p),
             "min_length": lambda y: bans.apply_bans(y, bans.min_length_bans(hist, p)),
             "bad_words": lambda y: bans.apply_bans(y, bans.bad_word_bans(hist)),
             "no_repeat_ngram": lambda y: bans.apply_bans(y, bans.no_repeat_ngram_bans(hist, V)),

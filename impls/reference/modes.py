@@ -243,7 +243,10 @@ def _validate_chain_params(row: Row, profile: Profile) -> None:
     checks = (("min_keep", lambda v: v >= 0, ">= 0"), ("typical_p", lambda v: 0 < v <= 1, "in (0, 1]"),
               ("top_n_sigma", lambda v: True, "a number"), ("xtc_probability", lambda v: 0 <= v <= 1, "in [0, 1]"),
               ("xtc_threshold", lambda v: True, "a number"), ("dynatemp_range", lambda v: True, "a number"),
-              ("dynatemp_exponent", lambda v: True, "a number"))
+              ("dynatemp_exponent", lambda v: True, "a number"), ("dry_multiplier", lambda v: True, "a number"),
+              ("dry_base", lambda v: True, "a number"), ("dry_penalty_last_n", lambda v: v >= 0, ">= 0"))
+    if ranges and any(len(b) == 0 for b in (row.dry_sequence_breakers or [])):
+        raise RowError("invalid_sampler_param", "dry_sequence_breakers holds an empty sequence")
     for name, ok, rule in checks:
         v = getattr(row, name)
         if lazy and name == "typical_p" and v is not None and not v < 1.0:

@@ -7,6 +7,8 @@ oracle mode) and returns a new tensor; nothing is modified in place.
 
 from __future__ import annotations
 
+import math
+
 from collections import Counter
 
 import torch
@@ -14,7 +16,7 @@ import torch
 from ..base import Row, RowError
 from ..profiles import Profile
 
-__all__ = ["apply_logit_bias", "apply_repetition", "apply_presence_frequency", "penalty_active"]
+__all__ = ["apply_logit_bias", "apply_repetition", "apply_presence_frequency", "apply_dry", "penalty_active"]
 
 
 def apply_logit_bias(x: torch.Tensor, row: Row, profile: Profile = None) -> torch.Tensor:
@@ -179,3 +181,88 @@ def apply_presence_frequency(x: torch.Tensor, row: Row, profile: Profile) -> tor
     y = x.clone()
     y[idx] = x[idx] - (a + f * c)
     return _finish(x, y, profile)
+
+
+def _dry_restart_limit(window: list, breakers) -> int:
+    """How far back a repetition may reach: the tokens after the latest sequence breaker, or the whole window.
+
+    Scanning from the most recent token back, the first position where a breaker (a token-id
+    sequence: its first token there, the rest following toward the end) starts limits the length
+    to the tokens after the breaker's last token; the longest breaker matching there counts
+    (llama.cpp ``llama_sampler_dry_apply``, step 1).
+    """
+    L = len(window)
+    for i in range(L):                       # i tokens from the end: window[L - 1 - i] is the head
+        head = window[L - 1 - i]
+        best = -1
+        for b in breakers:
+            tail = list(b[1:])
+            if b and b[0] == head and len(tail) > best and len(tail) <= i:
+                if all(tail[o] == window[L - 1 - i + 1 + o] for o in range(len(tail))):
+                    best = len(tail)
+        if best >= 0:
+            return i - best
+    return L
+
+
+def apply_dry(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tensor:
+    """DRY ("don't repeat yourself"): penalise the token that would extend a repetition of the history's end.
+
+    Over the last ``dry_penalty_last_n`` tokens of ``prompt + generated`` (unset: all; the
+    window must be longer than ``dry_allowed_length``): for every earlier position whose
+    preceding tokens repeat the window's final ``n`` tokens (``n`` capped by the restart limit of
+    ``dry_sequence_breakers``), the token that followed there is penalised by
+    ``dry_multiplier * dry_base ** (n - dry_allowed_length)`` when ``n >= dry_allowed_length``,
+    with each token's longest ``n``; the exponent is capped at ``floor(88.7228391 / ln base)``
+    (``base > 1.000001``). A single-token breaker is never penalised. Off unless
+    ``dry_multiplier != 0``, ``dry_base >= 1`` and the window is not 0.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``(V,)`` float32/float64 logits.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(V,)``, same dtype (no clamp: llama.cpp subtracts in float).
+
+    Source: llama.cpp ``llama_sampler_dry_apply`` (llama-cpp-python 0.3.36's bundle; a reverse
+    Z-algorithm computes the same match lengths as the direct comparison here).
+    """
+    m = row.dry_multiplier
+    base = row.dry_base if row.dry_base is not None else 1.75
+    allowed = row.dry_allowed_length if row.dry_allowed_length is not None else 2
+    last_n = row.dry_penalty_last_n
+    if m is None or m == 0 or not base >= 1 or last_n == 0 or (last_n is not None and last_n < 0):
+        return x
+    history = list(row.prompt) + list(row.generated)
+    window = history[-last_n:] if last_n is not None else history
+    L = len(window)
+    if L <= allowed:
+        return x
+    breakers = [list(b) for b in (row.dry_sequence_breakers or [])]
+    limit = _dry_restart_limit(window, breakers)
+    if limit < allowed:
+        return x
+    longest: dict = {}
+    for k in range(1, L):                    # the occurrence ending k tokens before the end
+        n = 0
+        while n + k < L and window[L - 1 - n] == window[L - 1 - n - k]:
+            n += 1
+        n = min(n, limit)
+        if n >= allowed:
+            tok = window[L - k]              # what followed that occurrence
+            longest[tok] = max(longest.get(tok, -1), n)
+    single = {b[0] for b in breakers if len(b) == 1}
+    cap = int(88.7228391 / math.log(base)) if base > 1.000001 else 0
+    V = x.shape[-1]
+    y = x.clone()
+    for tok, n in longest.items():
+        if not 0 <= tok < V or tok in single:
+            continue
+        e = n - allowed
+        if cap > 0 and e > cap:
+            e = cap
+        y[tok] = x[tok] - m * base ** e
+    return y

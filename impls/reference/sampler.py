@@ -84,6 +84,7 @@ def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile, allow_nan: bool 
         "logit_bias": lambda y: rewrites.apply_logit_bias(y, row, profile),
         "repetition": lambda y: rewrites.apply_repetition(y, row, profile),
         "presence_frequency": lambda y: rewrites.apply_presence_frequency(y, row, profile),
+        "dry": lambda y: rewrites.apply_dry(y, row, profile),
         "min_length": lambda y: bans.apply_bans(y, bans.min_length_bans(row, profile)),
         "bad_words": lambda y: bans.apply_bans(y, bans.bad_word_bans(row, profile)),
         "no_repeat_ngram": lambda y: bans.apply_bans(y, bans.no_repeat_ngram_bans(row, V)),
