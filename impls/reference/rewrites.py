@@ -7,7 +7,8 @@ oracle mode) and returns a new tensor; nothing is modified in place.
 
 from __future__ import annotations
 
-import math
+
+import numpy as np
 
 from collections import Counter
 
@@ -255,7 +256,9 @@ def apply_dry(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tensor:
             tok = window[L - k]              # what followed that occurrence
             longest[tok] = max(longest.get(tok, -1), n)
     single = {b[0] for b in breakers if len(b) == 1}
-    cap = int(88.7228391 / math.log(base)) if base > 1.000001 else 0
+    # computed in float32, as llama.cpp does (88.7228391f / std::log(float)): at base 2**64 float32
+    # gives exactly 2 where float64 gives 1.9999999997
+    cap = int(np.float32(88.7228391) / np.log(np.float32(base))) if base > 1.000001 else 0
     V = x.shape[-1]
     y = x.clone()
     for tok, n in longest.items():
