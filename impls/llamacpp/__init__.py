@@ -35,7 +35,7 @@ CHAIN_ORDER = ("logit_bias", "penalties", "dry", "top_n_sigma", "top_k", "typica
 #: What the adapter expresses through the chain.
 FEATURES = frozenset({"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                       "frequency_penalty", "penalty_last_n", "logit_bias", "seed", "min_keep", "typical_p",
-                      "top_n_sigma", "xtc", "dynatemp", "dry"})
+                      "top_n_sigma", "xtc", "dynatemp", "dry", "processed_logits"})
 
 
 def _unsupported(row: Row) -> Optional[str]:

@@ -8,7 +8,9 @@ Per row (:meth:`LlamaSession.step`):
    samplers the row sets, then the slot's ``dist`` sampler;
 3. the history (prompt, then generated) passed to ``llama_sampler_accept`` — the penalty
    sampler's window (llama-server accepts a prompt this way before the first step);
-4. ``llama_sampler_apply``; the token is ``data[selected].id``.
+4. ``llama_sampler_apply``; the token is ``data[selected].id``, the distribution the ``p`` that
+   ``dist`` left on its candidates; the processed logits are the array's logits after a second
+   chain of the rewriting stages alone (logit bias, penalties, DRY) ending in ``greedy``.
 
 The ``dist`` and XTC samplers belong to the slot (one request per slot, as the reference's
 streams do) and are taken out of the step's chain (``llama_sampler_chain_remove``) before it
@@ -30,6 +32,9 @@ from ..reference.mt19937 import DEFAULT_SEED, engine_seed
 
 __all__ = ["LlamaSession", "chain_stages"]
 
+
+#: The chain stages that rewrite logits (the processed logits are their output).
+_REWRITES = ("logit_bias", "penalties", "dry")
 
 #: ``struct llama_token_data`` (``include/llama.h``): id, logit, p.
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
@@ -214,13 +219,16 @@ class LlamaSession:
             cut = self._side_chain(row, stages, {"xtc": (1.0,) + tuple(xtc_args[1:])}, V)
             uncut = self._side_chain(row, [st for st in stages if st[0] != "xtc"], {}, V)
             probs = xtc_args[0] * cut + (1.0 - xtc_args[0]) * uncut
-        return RowResult(token=token, mode=mode, probs=probs, extra={"llama_seed": _s})
+        rewritten = self._side_chain(row, [st for st in stages if st[0] in _REWRITES], {}, V, logits=True)
+        return RowResult(token=token, mode=mode, probs=probs, rewritten_logits=rewritten, extra={"llama_seed": _s})
 
-    def _side_chain(self, row: Row, stages: list, replace: dict, V: int) -> torch.Tensor:
-        """The distribution a chain of ``stages`` (with ``replace``'s arguments) leaves, greedy-drawn.
+    def _side_chain(self, row: Row, stages: list, replace: dict, V: int, logits: bool = False) -> torch.Tensor:
+        """What a chain of ``stages`` (with ``replace``'s arguments) leaves, greedy-drawn.
 
-        Used only for the returned distribution of a row whose XTC coin decides between two sets;
-        the chain ends in ``llama_sampler_init_greedy`` so no generator is read.
+        ``logits``: the ``(V,)`` float32 logits of the array by token id (the rewrites' output: the
+        processed logits, from a chain of the logit bias, penalties and DRY alone); else the
+        ``(V,)`` float64 distribution (the returned distribution of a row whose XTC coin decides
+        between two sets). The chain ends in ``llama_sampler_init_greedy``: no generator is read.
         """
         lib = self.lib
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
@@ -237,6 +245,11 @@ class LlamaSession:
             buf["logit"] = row.logits.detach().to(torch.float32).cpu().numpy()
             arr = lib.llama_token_data_array((lib.llama_token_data * V).from_buffer(buf), V, -1, False)
             lib.llama_sampler_apply(chain, ctypes.byref(arr))
+            if logits:
+                out = torch.full((V,), float("-inf"), dtype=torch.float32)
+                for i in range(arr.size):
+                    out[int(arr.data[i].id)] = float(arr.data[i].logit)
+                return out
             return _softmax_of(arr, V)
         finally:
             lib.llama_sampler_free(chain)
