@@ -223,3 +223,18 @@ def test_dry_equals_llamacpp_on_random_histories():
         ref = ReferenceSession(LLAMACPP).step([row])[0]
         got = impl.open_session("cpu").step([row])[0]
         assert got.token == ref.token and torch.allclose(got.probs, ref.probs.double(), atol=1e-5), (kw, hist)
+
+
+def test_adapter_refuses_minus_inf_candidates_where_llamacpp_counts_them():
+    # found by a fresh-user run: llama.cpp keeps -inf candidates in its array, where typical-p's entropy
+    # turns NaN and dynamic temperature's log(size) and XTC's min_keep count them
+    from impls.llamacpp import LlamaCppImpl
+    impl = LlamaCppImpl()
+    y = torch.tensor([2.0, 1.1, float("-inf"), 0.2])
+    assert "-inf candidates" in impl.unsupported(Row(logits=y, temperature=1.0, typical_p=0.9))
+    assert "-inf candidates" in impl.unsupported(Row(logits=y, temperature=1.0, dynatemp_range=0.5))
+    assert "-inf candidates" in impl.unsupported(Row(logits=X, temperature=1.0, top_n_sigma=1.0,
+                                                     xtc_probability=1.0, min_keep=3))
+    assert impl.unsupported(Row(logits=y, temperature=1.0, top_p=0.9)) is None
+    assert "wrap" in impl.unsupported(Row(logits=X, temperature=1.0, top_k=2 ** 32 + 1))
+    assert "dynamic temperature" in impl.unsupported(Row(logits=X, temperature=0.0, dynatemp_range=0.5))

@@ -19,6 +19,8 @@ from __future__ import annotations
 import operator
 from typing import Optional
 
+import torch
+
 from ..base import Row
 from ..reference.philox import seed_bits
 from ..profiles import LLAMACPP, Profile
@@ -71,6 +73,25 @@ def _unsupported(row: Row) -> Optional[str]:
     if e is not None and e != e and row.dynatemp_range is not None and row.dynatemp_range > 0:
         return ("a NaN dynatemp_exponent: llama.cpp's dynamic temperature becomes NaN and every logit with it; "
                 "the reference does not model what dist then picks")
+    for name in ("top_k", "penalty_last_n", "dry_allowed_length", "dry_penalty_last_n"):
+        v = getattr(row, name)
+        if v is not None and not -(1 << 31) <= v < (1 << 31):
+            return f"{name}={v}: llama.cpp's int32_t parameter would wrap it; the reference takes the value as given"
+    dyn = row.dynatemp_range is not None and row.dynatemp_range > 0
+    if dyn and row.temperature is not None and row.temperature <= 0:
+        return ("temperature <= 0 with a dynamic temperature: llama.cpp samples at a temperature in [0, range], the "
+                "reference resolves the row as greedy")
+    # -inf candidates stay in llama.cpp's array (given, biased to -inf, or set by top-n-sigma) and are counted
+    # where the reference counts only the alive tokens: typical-p's entropy (0 * log 0 = NaN: an arbitrary
+    # order), dynamic temperature's log(size), XTC's min_keep test
+    neg = (bool(torch.isneginf(row.logits).any()) or any(b == float("-inf") for _, b in (row.logit_bias or ()))
+           or (row.top_n_sigma is not None and row.top_n_sigma > 0))
+    typical = row.typical_p is not None and not row.typical_p >= 1
+    xtc_keep = row.xtc_probability is not None and (row.min_keep or 0) > 0
+    if neg and (typical or dyn or xtc_keep):
+        return ("-inf candidates with typical-p, dynamic temperature or XTC's min_keep: llama.cpp counts them in "
+                "its array (typical-p's entropy becomes NaN, log(size) and min_keep count them); the reference "
+                "counts the alive tokens")
     if row.logit_bias and any(not 0 <= int(t) < row.vocab or b != b for t, b in row.logit_bias):
         return "a logit bias outside the vocabulary or NaN: llama.cpp skips or adds it unchecked"
     return None

@@ -15,7 +15,9 @@ Per row (:meth:`LlamaSession.step`):
 The ``dist`` and XTC samplers belong to the slot (one request per slot, as the reference's
 streams do) and are taken out of the step's chain (``llama_sampler_chain_remove``) before it
 is freed, so their ``std::mt19937`` streams continue across steps. A new owner or seed in the
-slot gets new ones.
+slot gets new ones, and so do new XTC settings within one request (a llama.cpp request cannot
+change its chain; the reference would continue both streams: only reachable through the Python
+API, no case does it).
 """
 
 from __future__ import annotations
@@ -212,7 +214,8 @@ class LlamaSession:
             for i in sorted(owned, reverse=True):
                 lib.llama_sampler_chain_remove(chain, i)
             lib.llama_sampler_free(chain)
-        mode = "greedy" if row.temperature is not None and row.temperature <= 0 else "sampling"
+        dyn = row.dynatemp_range is not None and row.dynatemp_range > 0
+        mode = "greedy" if row.temperature is not None and row.temperature <= 0 and not dyn else "sampling"
         if xtc_args is not None and 0 < xtc_args[0] < 1 and xtc_args[1] <= 0.5:
             # XTC's coin chose one of two candidate sets: the distribution the row is drawn from is
             # their mixture, each computed by llama.cpp's own chain with the coin fixed
