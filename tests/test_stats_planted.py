@@ -42,7 +42,7 @@ from impls.base import RowResult
 from impls.profiles import TRTLLM
 from impls.reference import Reference
 from impls.reference.draw import gumbel_argmax
-from impls.reference.filters import kept_set, processed_probs
+from impls.reference.filters import chain, kept_set, mixture_probs, processed_probs
 from impls.reference.modes import SAMPLING, effective_seed, resolve
 from impls.reference.philox import uniforms
 from impls.reference.sampler import rewrite_logits
@@ -71,18 +71,36 @@ class Planted(Reference):
     def kept(self, x: torch.Tensor, res) -> torch.Tensor:
         return kept_set(x, dataclasses.replace(res, temperature=self.temperature(res.temperature)), self.profile)
 
-    def draw(self, x: torch.Tensor, keep: torch.Tensor, t: float, seeds: list) -> torch.Tensor:
+    def draw(self, x: torch.Tensor, keep: torch.Tensor, t: float, seeds: list, probs=None) -> torch.Tensor:
         n, V = len(seeds), x.shape[-1]
+        if probs is not None:
+            # a distribution that is not softmax(x / t) on one kept set: Gumbel-max over its logarithm
+            x, keep, t = torch.log(probs), probs > 0, 1.0
         return gumbel_argmax(x.expand(n, V), keep.expand(n, V), torch.full((n,), t, dtype=x.dtype),
                              torch.tensor(seeds, dtype=torch.int64), torch.zeros(n, dtype=torch.int64))
 
     # -- plumbing -------------------------------------------------------
+    def probs(self, x: torch.Tensor, res):
+        """The distribution this sampler draws from when it is not one kept set at one temperature, else None.
+
+        XTC's two outcomes and a dynamic temperature (the reference's chain, at this sampler's
+        temperature): only for samplers that keep the reference's kept set.
+        """
+        if type(self).kept is not Planted.kept:
+            return None
+        t = self.temperature(res.temperature)
+        outs = chain(x, dataclasses.replace(res, temperature=t), self.profile)
+        if len(outs) == 1 and outs[0].temperature == t:
+            return None
+        return mixture_probs(x, outs)
+
     def distribution(self, row) -> np.ndarray:
         """``(V,)`` float64: what this sampler actually draws from (for the power statement)."""
         res = resolve(row, self.profile)
         x = rewrite_logits(row.logits.to(torch.float64), row, self.profile)
         keep = self.kept(x, res)
-        return processed_probs(x, keep, self.temperature(res.temperature)).numpy()
+        p = self.probs(x, res)
+        return (p if p is not None else processed_probs(x, keep, self.temperature(res.temperature))).numpy()
 
     def open_session(self, device: str = "cpu"):
         impl = self
@@ -93,10 +111,11 @@ class Planted(Reference):
                 assert res.mode == SAMPLING
                 x = rewrite_logits(row.logits.to(torch.float32), row, impl.profile)
                 keep = impl.kept(x, res)
+                probs = impl.probs(x.to(torch.float64), res)
                 sv = [effective_seed(row.replace(seed=int(s))) for s in seeds]
                 counts = torch.zeros(row.vocab, dtype=torch.int64)
                 for i in range(0, len(sv), chunk):
-                    toks = impl.draw(x, keep, impl.temperature(res.temperature), sv[i:i + chunk])
+                    toks = impl.draw(x, keep, impl.temperature(res.temperature), sv[i:i + chunk], probs)
                     counts += torch.bincount(toks, minlength=row.vocab)
                 return counts
 
@@ -143,8 +162,9 @@ class InverseCdf(Planted):
         super().__init__(name)
         self.power = power
 
-    def draw(self, x, keep, t, seeds):
-        p = processed_probs(x.to(torch.float64), keep, t)
+    def draw(self, x, keep, t, seeds, probs=None):
+        p = probs if probs is not None else processed_probs(x.to(torch.float64), keep, t)
+        keep = keep | (p > 0)
         cdf = torch.cumsum(p, 0)
         u = uniforms(torch.tensor(seeds, dtype=torch.int64), torch.zeros(len(seeds), dtype=torch.int64), 1)[:, 0]
         u = u.to(torch.float64) ** self.power

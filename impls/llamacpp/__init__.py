@@ -63,9 +63,6 @@ def _unsupported(row: Row) -> Optional[str]:
         v = getattr(row, name)
         if v is not None and (v != v or (name == "repetition_penalty" and v <= 0)):
             return f"{name}={v!r}: llama.cpp applies it unchecked; the reference does not model the arithmetic"
-    if row.penalty_last_n is not None and row.penalty_last_n < 0:
-        return ("a negative penalty_last_n: llama.cpp's sampler takes it as a ring buffer size (common maps -1 to "
-                "the context size before)")
     if row.dry_sequence_breakers:
         return ("DRY sequence breakers: llama_sampler_init_dry takes them as strings and tokenises them through "
                 "a model's vocabulary (llama_vocab), which this model-free adapter has not")
