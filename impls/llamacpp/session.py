@@ -97,21 +97,37 @@ def chain_stages(row: Row, order: Sequence[str]) -> list:
     return out
 
 
+def _token_buffer(logits: torch.Tensor) -> np.ndarray:
+    """``(V,)`` :data:`_TOKEN_DATA` records of ``logits`` (float32), token ``i`` at position ``i``, ``p`` 0."""
+    x = logits.detach().to(torch.float32).cpu().numpy()
+    buf = np.zeros(x.shape[0], dtype=_TOKEN_DATA)
+    buf["id"] = np.arange(x.shape[0], dtype=np.int32)
+    buf["logit"] = x
+    return buf
+
+
+def _candidates(arr) -> np.ndarray:
+    """The array's ``size`` candidates as :data:`_TOKEN_DATA` records (a copy), from its current ``data`` pointer
+    (XTC moves it past the cut tokens)."""
+    if arr.size == 0:
+        return np.zeros(0, dtype=_TOKEN_DATA)
+    raw = ctypes.string_at(ctypes.addressof(arr.data.contents), arr.size * _TOKEN_DATA.itemsize)
+    return np.frombuffer(raw, dtype=_TOKEN_DATA).copy()
+
+
 def _distribution(arr, V: int) -> torch.Tensor:
     """``(V,)`` float64: the probabilities ``dist`` left on its candidates (``data[i].p``, normalised), 0 elsewhere."""
-    out = torch.zeros(V, dtype=torch.float64)
-    for i in range(arr.size):
-        d = arr.data[i]
-        out[int(d.id)] += float(d.p)
-    return out
+    c = _candidates(arr)
+    out = np.zeros(V, dtype=np.float64)
+    np.add.at(out, c["id"], c["p"].astype(np.float64))
+    return torch.from_numpy(out)
 
 
 def _softmax_of(arr, V: int) -> torch.Tensor:
     """``(V,)`` float64 softmax of the candidates' logits (after the chain's temperature), 0 elsewhere."""
-    ids = [int(arr.data[i].id) for i in range(arr.size)]
-    lg = torch.tensor([float(arr.data[i].logit) for i in range(arr.size)], dtype=torch.float64)
+    c = _candidates(arr)
     out = torch.zeros(V, dtype=torch.float64)
-    out[ids] = torch.softmax(lg, dim=0)
+    out[torch.from_numpy(c["id"].astype(np.int64))] = torch.softmax(torch.from_numpy(c["logit"].astype(np.float64)), 0)
     return out
 
 
@@ -200,9 +216,7 @@ class LlamaSession:
             lib.llama_sampler_chain_add(chain, dist)
             for t in list(row.prompt) + list(row.generated):
                 lib.llama_sampler_accept(chain, int(t))
-            buf = np.zeros(V, dtype=_TOKEN_DATA)
-            buf["id"] = np.arange(V, dtype=np.int32)
-            buf["logit"] = x.numpy()
+            buf = _token_buffer(x)
             data = (lib.llama_token_data * V).from_buffer(buf)
             arr = lib.llama_token_data_array(data, V, -1, False)
             lib.llama_sampler_apply(chain, ctypes.byref(arr))
@@ -222,7 +236,9 @@ class LlamaSession:
             cut = self._side_chain(row, stages, {"xtc": (1.0,) + tuple(xtc_args[1:])}, V)
             uncut = self._side_chain(row, [st for st in stages if st[0] != "xtc"], {}, V)
             probs = xtc_args[0] * cut + (1.0 - xtc_args[0]) * uncut
-        rewritten = self._side_chain(row, [st for st in stages if st[0] in _REWRITES], {}, V, logits=True)
+        rewrites = [st for st in stages if st[0] in _REWRITES]
+        # no rewriting sampler: the processed logits are the logits as given (no second chain)
+        rewritten = self._side_chain(row, rewrites, {}, V, logits=True) if rewrites else x.clone()
         return RowResult(token=token, mode=mode, probs=probs, rewritten_logits=rewritten, extra={"llama_seed": _s})
 
     def _side_chain(self, row: Row, stages: list, replace: dict, V: int, logits: bool = False) -> torch.Tensor:
@@ -243,15 +259,13 @@ class LlamaSession:
             lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
             for t in list(row.prompt) + list(row.generated):
                 lib.llama_sampler_accept(chain, int(t))
-            buf = np.zeros(V, dtype=_TOKEN_DATA)
-            buf["id"] = np.arange(V, dtype=np.int32)
-            buf["logit"] = row.logits.detach().to(torch.float32).cpu().numpy()
+            buf = _token_buffer(row.logits)
             arr = lib.llama_token_data_array((lib.llama_token_data * V).from_buffer(buf), V, -1, False)
             lib.llama_sampler_apply(chain, ctypes.byref(arr))
             if logits:
+                c = _candidates(arr)
                 out = torch.full((V,), float("-inf"), dtype=torch.float32)
-                for i in range(arr.size):
-                    out[int(arr.data[i].id)] = float(arr.data[i].logit)
+                out[torch.from_numpy(c["id"].astype(np.int64))] = torch.from_numpy(c["logit"])
                 return out
             return _softmax_of(arr, V)
         finally:
@@ -276,9 +290,7 @@ class LlamaSession:
                     for i, s in enumerate(seeds)]
         x = row.logits.detach().to(torch.float32).cpu()
         V = int(x.shape[0])
-        template = np.zeros(V, dtype=_TOKEN_DATA)
-        template["id"] = np.arange(V, dtype=np.int32)
-        template["logit"] = x.numpy()
+        template = _token_buffer(x)
         buf = template.copy()
         data = (lib.llama_token_data * V).from_buffer(buf)
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
