@@ -57,6 +57,7 @@ FEATURES = {
     "xtc": "exclude top choices: the likely tokens but the least likely of them removed, at random (§1.5; llama.cpp)",
     "dynatemp": "dynamic temperature from the entropy of the kept tokens (§1.5; llama.cpp)",
     "dry": "DRY: a penalty on the token that would extend a repetition of the history's end (§1.3; llama.cpp)",
+    "mirostat": "mirostat v1/v2: a kept set steered by a per-slot surprise target mu across steps (§1.5a; llama.cpp)",
     "logit_bias": "a sparse additive logit bias (§1.2)",
     "min_length": "banning the end id before a minimum length (§1.4)",
     "bad_words": "banned token sequences (§1.4)",
@@ -361,6 +362,27 @@ PARAMS = (
           "reach across (a one-token breaker is never penalised itself)", feature="dry",
           rule="each a non-empty token-id sequence (§1.3); llama.cpp takes strings through a model's vocabulary",
           annotation=list, factory=list, citation=f"{_LLAMA} llama_sampler_dry_apply (restart sequences)"),
+    Param("mirostat", {**_INT, "minimum": -(1 << 31), "maximum": (1 << 31) - 1}, "int",
+          "mirostat version: 1 (mirostat, m = 100) or 2 (mirostat 2.0); the chain is then the logit bias, the "
+          "temperature and mirostat alone (penalties, DRY and the other filters are not applied)",
+          unset="off (0)", feature="mirostat", errors=("invalid_sampler_param",),
+          rule="0, 1 or 2 (common_sampler_init aborts on any other version); mu starts at 2 * tau and moves after "
+               "every sampled token, per slot (§1.5a)", annotation=_O[int],
+          citation=f"{_LLAMA} llama_sampler_mirostat_apply, llama_sampler_mirostat_v2_apply; "
+                   "abetlen/llama-cpp-python:vendor/llama.cpp/common/sampling.cpp@v0.3.36 common_sampler_init "
+                   "(mirostat 1/2: temp then mirostat, m = 100)"),
+    Param("mirostat_tau", _NUM, "float", "mirostat: the target surprise in bits (mu starts at 2 * tau)",
+          unset="5.0", feature="mirostat", errors=("invalid_sampler_param",),
+          rule="not NaN (llama.cpp takes any value); read only when mirostat is 1 or 2 (§1.5a)", annotation=_O[float],
+          citation=f"{_LLAMA} llama_sampler_init_mirostat, llama_sampler_init_mirostat_v2 (mu = 2.0f * tau); "
+                   "abetlen/llama-cpp-python:vendor/llama.cpp/common/common.h@v0.3.36 common_params_sampling "
+                   "(mirostat_tau = 5.00f)"),
+    Param("mirostat_eta", _NUM, "float", "mirostat: the learning rate of mu (mu -= eta * (surprise - tau))",
+          unset="0.1", feature="mirostat", errors=("invalid_sampler_param",),
+          rule="not NaN (llama.cpp takes any value); 0 keeps mu at 2 * tau (§1.5a)", annotation=_O[float],
+          citation=f"{_LLAMA} llama_sampler_mirostat_apply, llama_sampler_mirostat_v2_apply (the update of mu); "
+                   "abetlen/llama-cpp-python:vendor/llama.cpp/common/common.h@v0.3.36 common_params_sampling "
+                   "(mirostat_eta = 0.10f)"),
     Param("logit_bias", _PAIRS, "array of `[id, value]` pairs", "a sparse additive bias (may be -inf: a ban)",
           feature="logit_bias", errors=("invalid_logit_bias",),
           rule="ids in [0, V); NaN values rejected unless the profile skips the check; a token listed twice sums "

@@ -6,7 +6,10 @@
 min_keep) on hand-derived rows;
 (c) with llama-cpp-python installed (``tox -e llamacpp``): the adapter's draws equal the
 reference's under the ``llamacpp`` profile token for token on 12,000 seeded draws across
-twelve chains, and the ``llamacpp`` profile's citations name symbols of the bundled source.
+twelve chains, and the ``llamacpp`` profile's citations name symbols of the bundled source;
+(d) mirostat v1/v2 (SEMANTICS §1.5a): by hand, and with llama-cpp-python token for token with the
+reference over 9,600 rows (six chains, 200 seeds, eight steps each) plus first draws per seed, and
+the adapter's ``run_scenario`` (the reference's driver, llama.cpp's chain per step).
 """
 
 from __future__ import annotations
@@ -238,3 +241,117 @@ def test_adapter_refuses_minus_inf_candidates_where_llamacpp_counts_them():
     assert impl.unsupported(Row(logits=y, temperature=1.0, top_p=0.9)) is None
     assert "wrap" in impl.unsupported(Row(logits=X, temperature=1.0, top_k=2 ** 32 + 1))
     assert "dynamic temperature" in impl.unsupported(Row(logits=X, temperature=0.0, dynatemp_range=0.5))
+
+
+# -- mirostat v1 / v2 (SEMANTICS §1.5a) ---------------------------------------------------------
+
+def test_mirostat_by_hand():
+    from impls.reference import mirostat as mr
+    # v2, mu = 2 * 1.5: surprises -log2 softmax(X) = 0.8287, 2.2714, 2.9928, 3.7141, 5.1568 -> the first three
+    st = mr.mirostat_step(X, 1.0, 2, 1.5, 0.1)
+    assert st.ids.tolist() == [0, 1, 2] and st.mu == 3.0
+    assert np.allclose(st.p, [0.6285317192, 0.2312238976, 0.1402443832], atol=1e-7)
+    # v1 on Zipf(2) probabilities: s_hat = 2, k = sqrt(1.25 * 2**mu); mu = 4 -> k = 4.47 -> 4 tokens
+    z = torch.tensor([-2 * math.log(i + 1) for i in range(5)])
+    st = mr.mirostat_step(z, 1.0, 1, 2.0, 0.1)
+    assert abs(st.s_hat - 2.0) < 1e-5 and abs(st.k - math.sqrt(20)) < 1e-4 and st.ids.tolist() == [0, 1, 2, 3]
+    # the update: mu - eta * (-log2 p - tau), float32
+    assert mr.update(3.0, 1.5, 0.5, 0.25) == 3.0 - 0.5 * (2.0 - 1.5)
+    # x86's conversion of a NaN or huge k
+    assert mr.int_of_float(float("nan")) == mr.int_of_float(float("inf")) == -(1 << 31)
+    # std::discrete_distribution: one weight reads no random number; lower_bound of u in the table
+    assert mr.pick(np.array([1.0], np.float32), None) == 0
+    assert mr.pick(np.array([0.5, 0.5], np.float32), 0.5) == 0 and mr.pick(np.array([0.5, 0.5], np.float32), 0.51) == 1
+
+
+def test_mirostat_validation():
+    ref = ReferenceSession(TRTLLM)
+    for kw in (dict(mirostat=3), dict(mirostat=2, mirostat_tau=float("nan")), dict(mirostat=1, mirostat_eta=float("nan"))):
+        assert ref.step([Row(logits=X, temperature=1.0, **kw)])[0].error == "invalid_sampler_param", kw
+    # llama.cpp takes any tau and eta: NaN tau under the llamacpp profile cuts nothing (v2)
+    r = ReferenceSession(LLAMACPP).step([Row(logits=X, temperature=1.0, mirostat=2, mirostat_tau=float("nan"))])[0]
+    assert r.error is None and int((r.probs > 0).sum()) == 5
+
+
+def test_mirostat_mu_is_per_slot_state():
+    # mu moves after each token and a new request in the slot starts from 2 * tau again
+    ref = ReferenceSession(LLAMACPP)
+    row = Row(logits=torch.tensor([0.0, -3.0]), temperature=1.0, mirostat=2, mirostat_tau=0.75, mirostat_eta=-0.25,
+              seed=5, request_id="a")
+    for _ in range(2):
+        ref.step([row])
+    from impls.reference.modes import resolve
+    key = ref._mirostat_key(row, resolve(row, LLAMACPP))
+    assert ref.mu.current(0, key, 0.75) == 1.125           # 1.5 - 0.1875 twice
+    probe = row.replace(logits=torch.tensor([0.0, -0.5]))
+    assert int((ref.step([probe])[0].probs > 0).sum()) == 1   # mu 1.125 < 1.4053: token 1 cut
+    fresh = probe.replace(request_id="b")
+    assert int((ref.step([fresh])[0].probs > 0).sum()) == 2   # a new request: mu 1.5 keeps both
+
+
+MIROSTAT_CHAINS = [
+    dict(mirostat=1), dict(mirostat=2), dict(mirostat=1, mirostat_tau=3.0, mirostat_eta=0.5, temperature=0.7),
+    dict(mirostat=2, mirostat_tau=2.0, mirostat_eta=1.0, temperature=1.3),
+    dict(mirostat=2, mirostat_tau=1.0, logit_bias=[[3, 2.0]], temperature=1.0),
+    dict(mirostat=1, mirostat_tau=0.0, mirostat_eta=0.0, temperature=1.0),
+]
+
+
+@needs_llama
+def test_mirostat_token_for_token_over_seeds_and_steps():
+    # 6 chains x 200 seeds x 8 steps (random logits per step, V = 300: above llama.cpp's 128-element sort
+    # threshold) on one session per chain: llama.cpp's mirostat samplers and the reference agree token for token
+    from impls.llamacpp import LlamaCppImpl
+    impl = LlamaCppImpl()
+    total = moved = 0
+    for c, kw in enumerate(MIROSTAT_CHAINS):
+        g = torch.Generator().manual_seed(c)
+        steps = [torch.randn(300, generator=g) * 2.5 for _ in range(8)]
+        seeds = list(range(200))
+        eng, ref = impl.open_session("cpu"), ReferenceSession(LLAMACPP)
+        sizes = set()
+        for x in steps:
+            rows = [Row(logits=x, seed=s, slot=j, request_id=("r", j), **kw) for j, s in enumerate(seeds)]
+            got, want = eng.step(rows), ref.step(rows)
+            assert [o.token for o in got] == [o.token for o in want], (kw, [
+                (s, a.token, b.token) for s, a, b in zip(seeds, got, want) if a.token != b.token][:5])
+            for a, b in zip(got, want):
+                assert torch.equal(a.probs > 0, b.probs > 0)
+                sizes.add(int((a.probs > 0).sum()))
+            total += len(rows)
+        moved += len(sizes) > 1      # mu moved the kept set between steps or seeds
+    assert total == 9_600 and moved >= 4
+
+
+@needs_llama
+def test_mirostat_first_draws_equal_the_engine():
+    from impls.llamacpp import LlamaCppImpl
+    for kw in MIROSTAT_CHAINS[:4]:
+        row = Row(logits=torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, 0.25, 1.5]), **kw)
+        seeds = list(range(2000))
+        assert LlamaCppImpl().open_session("cpu").draw_tokens(row, seeds) == \
+            ReferenceSession(LLAMACPP).first_draws(row, seeds), kw
+
+
+@needs_llama
+def test_run_scenario_on_llamacpp_samplers():
+    # the reference's driver, llama.cpp's chain per step: a request's slot state lives as long as the request
+    from pathlib import Path
+    from harness.corpus.load import load_case
+    from impls.llamacpp import LlamaCppImpl
+    from impls.reference import Reference
+    from impls.reference.scenario_types import ScenarioUnsupported
+    spec = load_case(Path(__file__).parents[1] / "cases/filters/mirostat-mu-across-steps.toml").scenario.spec
+    got, want = LlamaCppImpl().run_scenario(spec), Reference(LLAMACPP).run_scenario(spec)
+    for rid, r in want.requests.items():
+        a = got.requests[rid]
+        assert (a.error, a.tokens, a.finish_reason, a.finish_step) == (r.error, r.tokens, r.finish_reason,
+                                                                       r.finish_step), rid
+        assert [s.support for s in a.steps] == [s.support for s in r.steps], rid
+    assert got.requests["em01"].steps[2].support == [0] and got.requests["e0"].steps[2].support == [0, 1]
+    import dataclasses
+    r0 = spec.requests[0]
+    beam = dataclasses.replace(spec, requests=[dataclasses.replace(r0, beam_width=2,
+                                                                   fields={**r0.fields, "use_beam_search": True})])
+    with pytest.raises(ScenarioUnsupported):
+        LlamaCppImpl().run_scenario(beam)

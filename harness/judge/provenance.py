@@ -43,7 +43,7 @@ FEATURE_STAGES = {
     "logprobs": "logprobs", "processed_logits": "logit_bias",
     "low_precision_logits": "filters",
     "min_keep": "filters", "typical_p": "filters", "top_n_sigma": "filters", "xtc": "filters", "dynatemp": "filters",
-    "dry": "penalties",
+    "dry": "penalties", "mirostat": "filters",
 }
 #: The stage that produces each checked output key (single-step ``expect`` keys and scenario keys).
 OUTPUT_STAGES = {

@@ -6,8 +6,19 @@ llama-cpp-python 0.3.36 bundles) without a model: each row becomes a
 ``common_params_sampling::samplers`` (:data:`CHAIN_ORDER`), ending with ``dist`` seeded with
 the request's seed (:mod:`.session`). What llama.cpp's sampler API lacks (bans, stop rules,
 finish reasons, logprobs, beam search, drafts) is ``n/a``; so are DRY's sequence breakers
-(strings tokenised through a model's vocabulary; DRY itself runs, without breakers) and
-mirostat (not wired yet).
+(strings tokenised through a model's vocabulary; DRY itself runs, without breakers). Mirostat
+(``mirostat`` 1 or 2) takes common's chain for it: the logit bias, ``llama_sampler_init_temp``,
+then the slot's mirostat sampler (:mod:`.session`).
+
+**Scenarios** (:meth:`LlamaCppImpl.run_scenario`): the reference's scenario driver
+(:func:`impls.reference.scenario.run_scenario`: scripted models, admission, scheduling, histories,
+slot release) under the ``llamacpp`` profile, with every sampling step decided by llama.cpp's
+chain (a :class:`~.session.LlamaSession`, whose per-slot ``dist``, XTC and mirostat samplers live
+as long as the request holding the slot: a new request in a slot gets new ones). llama.cpp's
+sampler API has no finish rules, so the finish reason of each sampled token is the reference's
+(:func:`impls.reference.finish.finish_reason` under the profile): :attr:`LlamaCppImpl.scenario_stages`
+says so, with ``decode`` and the admission's ``validation``. Beam search, drafts and rows the chain
+cannot express are refused (``ScenarioUnsupported``, ``n/a``).
 
 ``import impls.llamacpp`` works without llama-cpp-python; ``available`` says why it cannot run.
 Install: ``CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install llama-cpp-python==0.3.36`` (an sdist; about 7
@@ -26,7 +37,8 @@ from ..reference.philox import seed_bits
 from ..profiles import LLAMACPP, Profile
 from ..registry import Entry
 
-__all__ = ["LlamaCppImpl", "CHAIN_ORDER", "FEATURES", "IMPLEMENTATIONS"]
+__all__ = ["LlamaCppImpl", "LlamaScenarioSession", "CHAIN_ORDER", "FEATURES", "SCENARIO_FEATURES",
+           "IMPLEMENTATIONS", "scenario_unsupported"]
 
 #: The chain, as ``common_sampler_init`` builds it (``common/sampling.cpp``): the logit bias,
 #: then ``common_params_sampling::samplers``' default order (``common/common.h``), then
@@ -37,7 +49,12 @@ CHAIN_ORDER = ("logit_bias", "penalties", "dry", "top_n_sigma", "top_k", "typica
 #: What the adapter expresses through the chain.
 FEATURES = frozenset({"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                       "frequency_penalty", "penalty_last_n", "logit_bias", "seed", "min_keep", "typical_p",
-                      "top_n_sigma", "xtc", "dynatemp", "dry", "processed_logits"})
+                      "top_n_sigma", "xtc", "dynatemp", "dry", "processed_logits", "mirostat"})
+
+#: What :meth:`LlamaCppImpl.run_scenario` expresses: the chain's features, plus the finish rules the
+#: reference's driver applies to llama.cpp's tokens (``finish``: ``reference``).
+SCENARIO_FEATURES = FEATURES | frozenset({"end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens",
+                                          "max_seq_len", "finish_reason"})
 
 
 def _unsupported(row: Row) -> Optional[str]:
@@ -63,6 +80,9 @@ def _unsupported(row: Row) -> Optional[str]:
         v = getattr(row, name)
         if v is not None and (v != v or (name == "repetition_penalty" and v <= 0)):
             return f"{name}={v!r}: llama.cpp applies it unchecked; the reference does not model the arithmetic"
+    if row.mirostat is not None and row.mirostat not in (0, 1, 2):
+        return (f"mirostat={row.mirostat!r}: common_sampler_init aborts on another version (GGML_ASSERT); the "
+                "sampler API has no version parameter")
     if row.dry_sequence_breakers:
         return ("DRY sequence breakers: llama_sampler_init_dry takes them as strings and tokenises them through "
                 "a model's vocabulary (llama_vocab), which this model-free adapter has not")
@@ -94,6 +114,54 @@ def _unsupported(row: Row) -> Optional[str]:
     return None
 
 
+def scenario_unsupported(spec) -> Optional[str]:
+    """Why :meth:`LlamaCppImpl.run_scenario` cannot run ``spec`` (beam search, drafts), or ``None``."""
+    for r in spec.requests:
+        if r.use_beam_search or r.beam_width != 1:
+            return f"request {r.id!r}: beam search (llama.cpp's sampler API has none)"
+        if r.draft_len or r.drafts is not None or r.d2t is not None:
+            return f"request {r.id!r}: draft tokens (llama.cpp's sampler API has no speculative verification)"
+    return None
+
+
+class LlamaScenarioSession:
+    """What the reference's scenario driver needs of a session, with llama.cpp's chain picking the tokens.
+
+    :meth:`step` hands the rows to a :class:`~.session.LlamaSession` (its per-slot samplers keyed by
+    slot, request and seed: a new request in a slot starts fresh ``dist``, XTC and mirostat
+    samplers) and adds the reference's finish reason of each token. A row the chain cannot express
+    (:func:`_unsupported`) stops the scenario (``ScenarioUnsupported``).
+
+    Parameters
+    ----------
+    order : sequence of str
+    profile : Profile
+        The finish rules (:func:`impls.reference.finish.finish_reason`).
+    """
+
+    #: The working dtype the driver reads (beam search only, which is refused).
+    dtype = torch.float32
+
+    def __init__(self, order, profile: Profile):
+        from .session import LlamaSession
+        self.inner = LlamaSession(order)
+        self.profile = profile
+
+    def step(self, rows) -> list:
+        """One step of the driver's plain rows: llama.cpp's token, the reference's finish reason."""
+        from ..reference.finish import finish_reason
+        from ..reference.scenario_types import ScenarioUnsupported
+        for row in rows:
+            why = _unsupported(row)
+            if why:
+                raise ScenarioUnsupported(f"request {row.request_id!r}: {why}")
+        out = self.inner.step(rows)
+        for row, r in zip(rows, out):
+            if r.error is None:
+                r.finish_reason = finish_reason(row, r.token, self.profile)
+        return out
+
+
 class LlamaCppImpl:
     """llama.cpp's sampler chain as an implementation under test.
 
@@ -120,6 +188,11 @@ class LlamaCppImpl:
     #: that (``validation_skips``), and values whose outcome it does not model are ``n/a``.
     stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "filters": "own", "draw": "own",
               "seeds": "own"}
+    #: :meth:`run_scenario`: the reference's driver admits the requests (its validation under the profile),
+    #: schedules the steps, keeps the histories and decides finish reasons; llama.cpp samples every token.
+    scenario_stages = {"validation": "reference", "decode": "reference", "finish": "reference"}
+    #: What :meth:`run_scenario` expresses (:data:`SCENARIO_FEATURES`).
+    scenario_features = SCENARIO_FEATURES
 
     def __init__(self, profile: Profile = LLAMACPP, order=CHAIN_ORDER):
         self.profile = profile
@@ -159,6 +232,24 @@ class LlamaCppImpl:
         """A fresh :class:`~impls.llamacpp.session.LlamaSession` (no slot generators yet)."""
         from .session import LlamaSession
         return LlamaSession(self.order)
+
+
+    def run_scenario(self, spec, device: str = "cpu"):
+        """Decode a multi-step scenario on the reference's driver with llama.cpp sampling every step.
+
+        See the module docstring, "Scenarios".
+
+        Raises
+        ------
+        impls.reference.scenario.ScenarioUnsupported
+            Beam search or drafts (:func:`scenario_unsupported`), or a row the chain cannot express.
+        """
+        from ..reference.scenario import ScenarioUnsupported, run_scenario
+
+        why = scenario_unsupported(spec)
+        if why:
+            raise ScenarioUnsupported(why)
+        return run_scenario(spec, self.profile, LlamaScenarioSession(self.order, self.profile))
 
 
 IMPLEMENTATIONS = (Entry("llamacpp", LlamaCppImpl),)

@@ -12,7 +12,14 @@ Per row (:meth:`LlamaSession.step`):
    ``dist`` left on its candidates; the processed logits are the array's logits after a second
    chain of the rewriting stages alone (logit bias, penalties, DRY) ending in ``greedy``.
 
-The ``dist`` and XTC samplers belong to the slot (one request per slot, as the reference's
+With ``mirostat`` 1 or 2 the chain is ``common_sampler_init``'s for it (``common/sampling.cpp``):
+the logit bias, ``llama_sampler_init_temp`` (when the row sets a temperature), then the slot's
+``llama_sampler_init_mirostat(V, seed, tau, eta, 100)`` or ``llama_sampler_init_mirostat_v2(seed,
+tau, eta)``, which draws the token itself (no ``dist``); the row's penalties, DRY and filters are
+not in it. The mirostat sampler belongs to the slot like ``dist``: its ``mu`` and generator are
+its state across steps.
+
+The ``dist``, XTC and mirostat samplers belong to the slot (one request per slot, as the reference's
 streams do) and are taken out of the step's chain (``llama_sampler_chain_remove``) before it
 is freed, so their ``std::mt19937`` streams continue across steps. A new owner or seed in the
 slot gets new ones, and so do new XTC settings within one request (a llama.cpp request cannot
@@ -55,7 +62,8 @@ def chain_stages(row: Row, order: Sequence[str]) -> list:
     row : Row
     order : sequence of str
         Stage names: ``logit_bias``, ``penalties``, ``dry``, ``top_n_sigma``, ``top_k``, ``typical_p``,
-        ``top_p``, ``min_p``, ``xtc``, ``temperature``.
+        ``top_p``, ``min_p``, ``xtc``, ``temperature``. A mirostat row (``mirostat`` 1 or 2) gets
+        ``logit_bias`` and ``temp`` (``llama_sampler_init_temp``) only: mirostat itself is the slot's.
 
     Returns
     -------
@@ -65,6 +73,13 @@ def chain_stages(row: Row, order: Sequence[str]) -> list:
     """
     mk = (row.min_keep or 0) % (1 << 64)   # size_t: a negative value wraps, as a C caller's would
     out = []
+    if row.mirostat in (1, 2):
+        # common_sampler_init with mirostat: logit bias, temp, mirostat (the slot's; not listed here)
+        if "logit_bias" in order and row.logit_bias:
+            out.append(("logit_bias", tuple(row.logit_bias)))
+        if row.temperature is not None:
+            out.append(("temp", (row.temperature,)))
+        return out
     for name in order:
         if name == "logit_bias" and row.logit_bias:
             out.append((name, tuple(row.logit_bias)))
@@ -143,17 +158,34 @@ class LlamaSession:
     def __init__(self, order: Sequence[str]):
         self.order = tuple(order)
         self.lib = _lib()
-        # slot -> (owner, seed, dist sampler, xtc sampler or None, xtc args)
+        # slot -> {"key": (owner, seed, xtc args, mirostat args), "seed", "dist", "xtc", "miro"}
         self._slots: dict = {}
+
+    def _free_slot(self, cur: dict) -> None:
+        for name in ("dist", "xtc", "miro"):
+            if cur.get(name) is not None:
+                self.lib.llama_sampler_free(cur[name])
 
     def __del__(self):
         try:
-            for _owner, _seed, dist, xtc, _args in self._slots.values():
-                self.lib.llama_sampler_free(dist)
-                if xtc is not None:
-                    self.lib.llama_sampler_free(xtc)
+            for cur in self._slots.values():
+                self._free_slot(cur)
         except Exception:
             pass
+
+    @staticmethod
+    def mirostat_args(row: Row) -> Optional[tuple]:
+        """``(version, tau, eta)`` of a mirostat row (common's defaults 5.0 and 0.1 when unset), else None."""
+        if row.mirostat not in (1, 2):
+            return None
+        return (int(row.mirostat), row.mirostat_tau if row.mirostat_tau is not None else 5.0,
+                row.mirostat_eta if row.mirostat_eta is not None else 0.1)
+
+    def _mirostat(self, args: tuple, seed: int, V: int):
+        version, tau, eta = args
+        if version == 1:
+            return self.lib.llama_sampler_init_mirostat(V, seed, tau, eta, 100)   # common's m
+        return self.lib.llama_sampler_init_mirostat_v2(seed, tau, eta)
 
     def _make(self, name: str, args: tuple, V: int):
         lib = self.lib
@@ -177,22 +209,27 @@ class LlamaSession:
             return lib.llama_sampler_init_min_p(*args)
         if name == "temperature":
             return lib.llama_sampler_init_temp_ext(*args)
+        if name == "temp":
+            return lib.llama_sampler_init_temp(*args)
         raise ValueError(f"unknown chain stage {name!r}")
 
-    def _slot(self, row: Row, xtc_args: Optional[tuple]):
-        """The slot's ``dist`` (and XTC) sampler, new for a new owner, seed or XTC setting."""
+    def _slot(self, row: Row, xtc_args: Optional[tuple], V: int) -> dict:
+        """The slot's ``dist`` (and XTC, or mirostat) sampler, new for a new owner, seed, XTC or mirostat setting."""
         seed = engine_seed(effective_seed(row))
         engine = DEFAULT_SEED if seed is None else seed
-        key = (row.request_id, engine)
+        miro = self.mirostat_args(row)
+        key = (row.request_id, engine, xtc_args, miro, V if miro and miro[0] == 1 else None)
         cur = self._slots.get(row.slot)
-        if cur is None or (cur[0], cur[1]) != key or cur[4] != xtc_args:
+        if cur is None or cur["key"] != key:
             if cur is not None:
-                self.lib.llama_sampler_free(cur[2])
-                if cur[3] is not None:
-                    self.lib.llama_sampler_free(cur[3])
-            dist = self.lib.llama_sampler_init_dist(engine)
-            xtc = self.lib.llama_sampler_init_xtc(*xtc_args, engine) if xtc_args is not None else None
-            cur = (key[0], key[1], dist, xtc, xtc_args)
+                self._free_slot(cur)
+            cur = {"key": key, "seed": engine, "dist": None, "xtc": None, "miro": None}
+            if miro is not None:
+                cur["miro"] = self._mirostat(miro, engine, V)
+            else:
+                cur["dist"] = self.lib.llama_sampler_init_dist(engine)
+                if xtc_args is not None:
+                    cur["xtc"] = self.lib.llama_sampler_init_xtc(*xtc_args, engine)
             self._slots[row.slot] = cur
         return cur
 
@@ -202,7 +239,9 @@ class LlamaSession:
         V = int(x.shape[0])
         stages = chain_stages(row, self.order)
         xtc_args = next((a for n, a in stages if n == "xtc"), None)
-        _o, _s, dist, xtc, _a = self._slot(row, xtc_args)
+        slot = self._slot(row, xtc_args, V)
+        xtc, _s = slot["xtc"], slot["seed"]
+        final = slot["miro"] if slot["miro"] is not None else slot["dist"]
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         owned = []   # chain positions of the slot's samplers, which outlive the step
         try:
@@ -213,7 +252,7 @@ class LlamaSession:
                 else:
                     lib.llama_sampler_chain_add(chain, self._make(name, args, V))
             owned.append(lib.llama_sampler_chain_n(chain))
-            lib.llama_sampler_chain_add(chain, dist)
+            lib.llama_sampler_chain_add(chain, final)
             for t in list(row.prompt) + list(row.generated):
                 lib.llama_sampler_accept(chain, int(t))
             buf = _token_buffer(x)
@@ -239,7 +278,10 @@ class LlamaSession:
         rewrites = [st for st in stages if st[0] in _REWRITES]
         # no rewriting sampler: the processed logits are the logits as given (no second chain)
         rewritten = self._side_chain(row, rewrites, {}, V, logits=True) if rewrites else x.clone()
-        return RowResult(token=token, mode=mode, probs=probs, rewritten_logits=rewritten, extra={"llama_seed": _s})
+        extra = {"llama_seed": _s}
+        if slot["miro"] is not None:
+            extra["mirostat_kept"] = int(arr.size)   # the size mirostat's cut left (the array of the draw)
+        return RowResult(token=token, mode=mode, probs=probs, rewritten_logits=rewritten, extra=extra)
 
     def _side_chain(self, row: Row, stages: list, replace: dict, V: int, logits: bool = False) -> torch.Tensor:
         """What a chain of ``stages`` (with ``replace``'s arguments) leaves, greedy-drawn.
@@ -285,6 +327,7 @@ class LlamaSession:
         """
         lib = self.lib
         stages = chain_stages(row, self.order)
+        miro = self.mirostat_args(row)
         if any(n == "xtc" for n, _ in stages):
             return [self.step([row.replace(seed=int(s), slot=0, request_id=("draw", i))])[0].token
                     for i, s in enumerate(seeds)]
@@ -303,7 +346,9 @@ class LlamaSession:
             n = lib.llama_sampler_chain_n(chain)
             for s in seeds:
                 seed = engine_seed(int(s))   # the low 32 bits of the seed's pattern, as for a row
-                lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_dist(DEFAULT_SEED if seed is None else seed))
+                engine = DEFAULT_SEED if seed is None else seed
+                lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_dist(engine) if miro is None
+                                            else self._mirostat(miro, engine, V))
                 np.copyto(buf, template)
                 arr = lib.llama_token_data_array(data, V, -1, False)
                 lib.llama_sampler_apply(chain, ctypes.byref(arr))

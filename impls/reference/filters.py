@@ -165,6 +165,9 @@ class Outcome:
     xtc_coin : bool
         Whether XTC drew its coin (it was active and saw at least two tokens): the
         outcomes are then in coin order, the cut (``coin <= probability``) first.
+    mirostat : impls.reference.mirostat.MirostatStep or None
+        A mirostat row's step (SEMANTICS §1.5a): its kept prefix in array order and the float32
+        probabilities its own draw (``std::discrete_distribution``) and the update of ``mu`` read.
     """
 
     keep: torch.Tensor
@@ -174,6 +177,20 @@ class Outcome:
     typical_key: Optional[torch.Tensor] = None
     xtc_cut: bool = False
     xtc_coin: bool = False
+    mirostat: Optional[object] = None
+
+
+def _mirostat_outcome(x: torch.Tensor, res) -> "Outcome":
+    """A mirostat row (``res.mirostat`` 1 or 2): the temperature, then mirostat's cut (:mod:`.mirostat`).
+
+    common_sampler_init builds no other filter with mirostat, so the row's top-k, top-p, min-p,
+    typical-p, top-n-sigma, XTC and dynamic temperature are not applied.
+    """
+    from .mirostat import mirostat_step
+    st = mirostat_step(x, res.temperature, res.mirostat, res.mirostat_tau, res.mirostat_eta, res.mirostat_mu)
+    keep = torch.zeros(x.shape[-1], dtype=torch.bool, device=x.device)
+    keep[torch.from_numpy(st.ids).to(x.device)] = True
+    return Outcome(keep, res.temperature, 1.0, "descending", mirostat=st)
 
 
 def _keep_first(keep: torch.Tensor, out: torch.Tensor, key: torch.Tensor, n: int) -> torch.Tensor:
@@ -318,11 +335,15 @@ def chain(x: torch.Tensor, res, profile: Profile) -> list:
     the kept set is exact arithmetic's up to ~1e-16; tokens tie iff their logits are
     equal. Source: SEMANTICS §1.5. Profile trtllm: ``probs = softmax(x / T)``, then
     min-p, then top-k, then top-p on the renormalised survivors, then the filters only
-    llama.cpp has (top-n-sigma, typical-p, XTC). With ``temperature_first`` False
+    llama.cpp has (top-n-sigma, typical-p, XTC). A mirostat row (``res.mirostat`` 1 or 2) is
+    one outcome, mirostat's cut after the temperature, decided in float32 as llama.cpp does
+    (§1.5a, :mod:`.mirostat`). With ``temperature_first`` False
     (llama.cpp) the filters see ``softmax(x)`` and the temperature (dynamic or not) is
     applied last; with it True a dynamic temperature is computed on every finite token
     before the filters.
     """
+    if getattr(res, "mirostat", 0) in (1, 2):
+        return [_mirostat_outcome(x, res)]
     # Membership is decided in float64 on the row's logits (SEMANTICS §1.5): a float32
     # cumulative sum can round up to >= top_p near top_p = 1 and drop a token that exact
     # arithmetic keeps. Equal logits stay exactly equal, so ties are ties of the logits.

@@ -52,6 +52,13 @@ class Resolved:
         Dynamic temperature (range 0.0: off).
     min_keep : int
         The least tokens top-p, min-p, typical-p and XTC keep.
+    mirostat : int
+        0 (off), 1 or 2 (:mod:`.mirostat`; the filters above are then not applied).
+    mirostat_tau, mirostat_eta : float
+        Mirostat's target surprise and learning rate.
+    mirostat_mu : float or None
+        The slot's mirostat state for this step (set by the session); None: a new sampler
+        (``2 * tau``).
     """
 
     mode: str
@@ -66,6 +73,10 @@ class Resolved:
     dynatemp_range: float = 0.0
     dynatemp_exponent: float = 1.0
     min_keep: int = 0
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    mirostat_mu: Optional[float] = None
 
     @property
     def xtc_active(self) -> bool:
@@ -240,11 +251,15 @@ def _validate_chain_params(row: Row, profile: Profile) -> None:
     """
     ranges = "sampler_param_ranges" not in profile.validation_skips
     lazy = "inactive_params" in profile.validation_skips
+    if row.mirostat is not None and row.mirostat not in (0, 1, 2):
+        # every profile: common_sampler_init aborts on another version (GGML_ASSERT), it is no sampler value
+        raise RowError("invalid_sampler_param", f"mirostat={row.mirostat!r}: must be 0, 1 or 2")
     checks = (("min_keep", lambda v: v >= 0, ">= 0"), ("typical_p", lambda v: 0 < v <= 1, "in (0, 1]"),
               ("top_n_sigma", lambda v: True, "a number"), ("xtc_probability", lambda v: 0 <= v <= 1, "in [0, 1]"),
               ("xtc_threshold", lambda v: True, "a number"), ("dynatemp_range", lambda v: True, "a number"),
               ("dynatemp_exponent", lambda v: True, "a number"), ("dry_multiplier", lambda v: True, "a number"),
-              ("dry_base", lambda v: True, "a number"), ("dry_penalty_last_n", lambda v: v >= 0, ">= 0"))
+              ("dry_base", lambda v: True, "a number"), ("dry_penalty_last_n", lambda v: v >= 0, ">= 0"),
+              ("mirostat_tau", lambda v: True, "a number"), ("mirostat_eta", lambda v: True, "a number"))
     if ranges and any(len(b) == 0 for b in (row.dry_sequence_breakers or [])):
         raise RowError("invalid_sampler_param", "dry_sequence_breakers holds an empty sequence")
     for name, ok, rule in checks:
@@ -403,6 +418,9 @@ def resolve(row: Row, profile: Profile) -> Resolved:
         dynatemp_exponent=row.dynatemp_exponent if row.dynatemp_exponent is not None else 1.0,
         # a negative min_keep passes validation only where llama.cpp's size_t takes it (2**64 + v)
         min_keep=(row.min_keep or 0) % (1 << 64),
+        mirostat=row.mirostat or 0,
+        mirostat_tau=row.mirostat_tau if row.mirostat_tau is not None else 5.0,
+        mirostat_eta=row.mirostat_eta if row.mirostat_eta is not None else 0.1,
     )
     # §1.1 rule 4: an assertion, reaching it means resolution was bypassed.
     # Only the spellings the profile treats as greedy are excluded here (profiles

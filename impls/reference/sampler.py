@@ -29,6 +29,7 @@ error; the rest of the batch is sampled.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Optional, Sequence
 
@@ -39,7 +40,7 @@ from ..base import Row, RowError, RowResult, claim_slot
 from ..profiles import Profile, TRTLLM
 from . import bans, rewrites
 from .draw import gumbel_argmax
-from . import mt19937
+from . import mirostat, mt19937
 from .filters import chain, mixture_probs, processed_probs
 from .finish import finish_reason
 from .logprobs import posinf_point_mass, rank, raw_logprobs, top_logprobs
@@ -80,6 +81,9 @@ def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile, allow_nan: bool 
         (e.g. ``-inf`` logit plus ``+inf`` bias).
     """
     V = x.shape[-1]
+    # with mirostat, common_sampler_init's chain is the logit bias, the temperature and mirostat
+    # (SEMANTICS §1.5a): the penalties and DRY are not applied
+    skip = ("repetition", "presence_frequency", "dry") if row.mirostat in (1, 2) else ()
     steps = {
         "logit_bias": lambda y: rewrites.apply_logit_bias(y, row, profile),
         "repetition": lambda y: rewrites.apply_repetition(y, row, profile),
@@ -90,7 +94,8 @@ def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile, allow_nan: bool 
         "no_repeat_ngram": lambda y: bans.apply_bans(y, bans.no_repeat_ngram_bans(row, V)),
     }
     for name in profile.rewrite_order:
-        x = steps[name](x)
+        if name not in skip:
+            x = steps[name](x)
     if not allow_nan and torch.isnan(x).any():
         raise RowError("nan_logits", "a logits rewrite produced NaN (e.g. -inf logit plus +inf bias)")
     return x
@@ -147,6 +152,7 @@ class ReferenceSession:
         self.dtype = dtype
         self.seeds = SeedManager(profile)
         self.streams = mt19937.Streams()
+        self.mu = mirostat.MuStates()   # per-slot mirostat state (SEMANTICS §1.5a)
         # id(kept set) -> (kept set, chain outcomes), for the draw and the PROCESSED distribution
         self._chains: dict = {}
 
@@ -322,6 +328,9 @@ class ReferenceSession:
                 self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile))
                 self.streams.observe(row.slot, row.request_id, effective_seed(row, self.profile))
                 if res.mode == SAMPLING:
+                    if res.mirostat in (1, 2):
+                        res = dataclasses.replace(res, mirostat_mu=self.mu.current(
+                            row.slot, self._mirostat_key(row, res), res.mirostat_tau))
                     keep = self._kept(res, x)
                     staged[i] = (res, x0, x, keep)
                     draw_idx.append(i)
@@ -332,10 +341,28 @@ class ReferenceSession:
             except RowError as e:
                 out[i] = RowResult.failed(e, mode)
         self._draw(rows, staged, draw_idx, out)
+        for i in draw_idx:
+            if out[i].error is None:
+                self._mirostat_update(rows[i], staged[i], out[i].token)
         for i, row in enumerate(rows):
             if out[i].error is None:
                 self._annotate(row, staged[i], out[i])
         return out
+
+    def _mirostat_key(self, row: Row, res: Resolved) -> tuple:
+        """Who owns a slot's mirostat sampler: the request, its seed and its settings (a new one: a new sampler)."""
+        return (row.request_id, effective_seed(row, self.profile), res.mirostat, res.mirostat_tau, res.mirostat_eta)
+
+    def _mirostat_update(self, row: Row, staged, token: int) -> None:
+        """After a mirostat row's draw: ``mu -= eta * (surprise of the token - tau)`` for its slot."""
+        res, _x0, _x, keep = staged
+        outs = self._outcomes(keep) if keep is not None else None
+        st = outs[0].mirostat if outs else None
+        if st is None:
+            return
+        pos = np.nonzero(st.ids == int(token))[0]
+        p = float(st.p[int(pos[0])]) if len(pos) else 0.0   # a token outside the prefix: surprise inf
+        self.mu.set(row.slot, self._mirostat_key(row, res), mirostat.update(st.mu, st.tau, st.eta, p))
 
     def _draw(self, rows, staged, draw_idx, out) -> None:
         # All sampling rows of the step in one call per vocabulary size.
@@ -383,6 +410,12 @@ class ReferenceSession:
         res, _x0, x, keep = staged
         outs = self._outcomes(keep)
         o = outs[0]
+        if o.mirostat is not None:
+            # mirostat draws with its own generator (the slot's only one: no dist in its chain),
+            # two outputs per draw, none with one candidate (std::discrete_distribution)
+            st = o.mirostat
+            u = self.streams.take_dist(row.slot, seed) if len(st.ids) >= 2 else None
+            return int(st.ids[mirostat.pick(st.p, u)])
         if o.xtc_coin:
             coin = self.streams.take_xtc(row.slot, seed)
             if len(outs) == 2 and coin > res.xtc_probability:
@@ -497,6 +530,28 @@ class ReferenceSession:
             out.append(r.token)
         return out
 
+    def _first_draws_mirostat(self, row: Row, st, seeds: Sequence[int]) -> list:
+        """:meth:`first_draws` of a mirostat row: a new sampler per seed (``mu = 2 * tau``), one discrete draw."""
+        effective_seed(row.replace(seed=int(seeds[0])) if len(seeds) else row, self.profile)
+        eng = [None if self.profile.seed_minus_one_unseeded and int(s) == -1 else mt19937.engine_seed(int(s))
+               for s in seeds]
+        if len(st.ids) < 2:
+            return [int(st.ids[0]) if e is not None else None for e in eng]
+        live = [e for e in eng if e is not None]
+        g = mt19937.first_outputs(live, 2)
+        cp = mirostat.cumulative(st.p)
+        u = (g[:, 0].astype(np.float64) + g[:, 1].astype(np.float64) * 4294967296.0) / 18446744073709551616.0
+        u = np.where(u >= 1.0, np.nextafter(1.0, 0.0), u)
+        idx = np.searchsorted(cp, u, side="left")
+        out, j = [], 0
+        for e in eng:
+            if e is None:
+                out.append(None)
+                continue
+            out.append(int(st.ids[int(idx[j])]))
+            j += 1
+        return out
+
     def _first_draws_mt19937(self, row: Row, seeds: Sequence[int]) -> list:
         """:meth:`first_draws` under llama.cpp's generators: the chain once, then one walk per seed."""
         res, _x0, x = self._prepare(row)
@@ -508,6 +563,8 @@ class ReferenceSession:
         if outs is None:   # a point mass (+inf under posinf_logits == "argmax")
             tok = int(torch.nonzero(keep).flatten()[0])
             return [tok if mt19937.engine_seed(s) is not None else None for s in seeds]
+        if outs[0].mirostat is not None:
+            return self._first_draws_mirostat(row, outs[0].mirostat, seeds)
         walks = [mt19937.walk(x, self._array_order(x, o), o.temperature) for o in outs]
         # the low 32 bits of the seed's pattern (a signed or unsigned view of it alike); validated once
         effective_seed(row.replace(seed=int(seeds[0])) if len(seeds) else row, self.profile)
