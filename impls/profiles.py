@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "VLLM", "FLASHINFER", "FLASHINFER_JOINT", "LLAMACPP", "get_profile", "profile_diff",
+__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "VLLM", "FLASHINFER", "FLASHINFER_JOINT", "LLAMACPP", "SGLANG", "get_profile", "profile_diff",
            "version_verified"]
 
 SEED_TRTLLM = "seed:000_fabad194daba9a8c.txt"
@@ -67,6 +67,10 @@ class Profile:
     presence_counts_prompt : bool
         Whether presence/frequency counts include the prompt (after
         ``prompt_ignore_length``) or only generated tokens.
+    repetition_counts_prompt : bool
+        Whether the repetition penalty's seen set includes the prompt's tokens
+        or only the generated ones. Read by: ``impls/reference/rewrites.py``
+        ``apply_repetition``.
     penalty_clamp_finite : bool
         Clamp penalised logits to ``±finfo.max`` while passing non-finite
         inputs through unchanged (trtllm). If False, plain float arithmetic.
@@ -87,12 +91,16 @@ class Profile:
         (trtllm fused op) rather than the original distribution (joint).
     top_k_ties : {"keep_all", "exactly_k"}
         Tokens tied with the k-th largest value: all kept, or exactly k.
-    top_p_rule : {"mass_above", "ascending_cumsum"}
+    top_p_rule : {"mass_above", "ascending_cumsum", "prefix_reaches", "prefix_exceeds"}
         ``"mass_above"``: keep a token iff the mass strictly above it is
         ``< top_p`` (ties at the boundary kept; FlashInfer's rule).
         ``"ascending_cumsum"``: sort ascending (stable), remove tokens whose
         inclusive cumulative mass is ``<= 1 - top_p``, always keep the last
         (Hugging Face ``TopPLogitsWarper``; vLLM's native path).
+        ``"prefix_reaches"``: the shortest descending prefix whose mass is
+        ``>= top_p`` (llama.cpp). ``"prefix_exceeds"``: the shortest one whose
+        mass is ``> top_p`` (SGLang's torch path). Read by:
+        ``impls/reference/filters.py`` ``top_p_mask``.
     typical_p_rule : {"mass_above", "prefix_exceeds"}
         Where typical-p stops, in ascending ``|-log p - H|``: keep a token iff the
         mass strictly more typical than it is ``< typical_p`` (ties at the boundary
@@ -106,8 +114,12 @@ class Profile:
         (:mod:`impls.reference.mt19937`): seeded draws are compared token for
         token, unseeded ones by support and distribution. ``"other"``: only
         support and distribution can be compared.
-    raw_logprobs_stage : {"after_rewrites", "before_processing"}
-        Which logits RAW logprobs are the ``log_softmax`` of (at T = 1).
+    raw_logprobs_stage : {"after_rewrites", "before_processing", "after_temperature"}
+        Which logits RAW logprobs are the ``log_softmax`` of: after the rewrites
+        at T = 1, before any processing, or after the rewrites divided by the
+        row's temperature (sampling rows; greedy rows at T = 1) and before the
+        filters (SGLang: the log of the softmax it samples from). Read by:
+        ``impls/reference/sampler.py`` ``ReferenceSession._annotate``.
     rank_rule : {"strict_plus_one", "greater_equal"}
         Rank of a token: 1 + #tokens with strictly greater logprob, or the
         number of tokens with logprob ``>=`` it.
@@ -204,7 +216,14 @@ class Profile:
         ``"negative_history_ids"`` (a negative id in the history is
         ``invalid_token_id`` when the repetition penalty is active, or when
         no-repeat-ngram would ban it), ``"min_length_above_max_new_tokens"``
-        (``min_length > max_new_tokens`` is ``invalid_length``),
+        (``min_length > max_new_tokens`` is ``invalid_length``; an unset
+        ``max_new_tokens`` is ``unset_max_new_tokens`` when ``max_seq_len`` is
+        unset too), ``"top_k_zero"`` (``top_k == 0`` is ``invalid_top_k``,
+        unless ``0 <= temperature < 1e-6``, which SGLang turns into ``top_k = 1``),
+        ``"temperature_inf"`` (an infinite temperature is
+        ``invalid_temperature``), ``"repetition_penalty_above_2"`` (a
+        repetition penalty above 2 is ``invalid_penalty``), ``"seed_int64"``
+        (a seed outside ``[-2**63, 2**63)`` is ``invalid_seed``),
         ``"min_length_above_max_seq_len_room"`` (without ``max_new_tokens``,
         ``min_length > max_seq_len - len(prompt)`` is ``invalid_length``).
         Read by: ``validate``.
@@ -312,6 +331,15 @@ class Profile:
         tokens tied at the maximum are all kept and drawn at random rather
         than the lowest id winning. Read by: ``impls/reference/modes.py``
         ``resolve``.
+    seeds_honoured : bool
+        Whether a request's seed decides its draws. False (SGLang's default
+        server: ``sampling_seed`` is read only under deterministic inference):
+        the seed is validated and then ignored, the row draws as an unseeded
+        one. Read by: ``impls/reference/modes.py`` ``effective_seed``.
+    ignore_eos_scope : {"end_id", "stop_tokens"}
+        What ``ignore_eos`` disables: the end id only, or every token-based
+        stop (one-token stop words too; SGLang). Read by:
+        ``impls/reference/finish.py`` ``finish_reason``.
     seed_keyed_by_batch_row : bool
         A seeded row's stream depends on its position in the batch as well
         as on ``(seed, offset)`` (FlashInfer feeds the output row index into
@@ -345,6 +373,7 @@ class Profile:
     rewrite_order: tuple = ("logit_bias", "repetition", "presence_frequency", "dry",
                             "min_length", "bad_words", "no_repeat_ngram")
     presence_counts_prompt: bool = True
+    repetition_counts_prompt: bool = True
     penalty_clamp_finite: bool = True
     history_out_of_range: str = "ignore"
     min_length_counts_prompt: bool = False
@@ -398,6 +427,8 @@ class Profile:
     # Added for the flashinfer profiles; the defaults are trtllm's behaviour.
     greedy_as_top_k_1: bool = False
     seed_keyed_by_batch_row: bool = False
+    seeds_honoured: bool = True
+    ignore_eos_scope: str = "end_id"
     versions: str = field(default="", compare=False)
     citations: dict = field(default_factory=dict, compare=False, hash=False)
 
@@ -938,7 +969,116 @@ LLAMACPP = dataclasses.replace(
     },
 )
 
-PROFILES = {p.name: p for p in (TRTLLM, HF, VLLM, FLASHINFER, FLASHINFER_JOINT, LLAMACPP)}
+def _sg(path: str, symbol: str) -> str:
+    # "sgl-project/sglang:python/sglang/srt/<path>@v0.5.23 <Symbol>"
+    return f"sgl-project/sglang:python/sglang/srt/{path}@v0.5.23 {symbol}"
+
+
+_SG_SP = "sampling/sampling_params.py"
+_SG_SAMPLER = "layers/sampler.py"
+_SG_BATCH = "sampling/sampling_batch_info.py"
+_SG_PEN = "sampling/penaltylib"
+_SG_REQ = "managers/schedule_batch.py"
+
+#: SGLang 0.5.23 on the CPU, default server arguments (sampling backend ``pytorch``, overlap
+#: schedule, no deterministic inference), as driven by :mod:`impls.sglang`: ``SamplingParams``
+#: validation and normalisation, the penalizers of ``penaltylib`` fed with the output tokens,
+#: ``SamplingBatchInfo`` built and merged as the scheduler does, the logits rewrites of
+#: ``ModelRunner._preprocess_logits``, the ``Sampler`` (temperature, softmax, then
+#: ``top_k_top_p_min_p_sampling_from_probs_torch``: every filter judged on the same
+#: probabilities) and ``Req.update_finish_state``.
+SGLANG = dataclasses.replace(
+    TRTLLM,
+    name="sglang",
+    versions="==0.5.23",
+    description="SGLang 0.5.23 Sampler, pytorch backend (CPU): top-k, top-p and min-p on one softmax, "
+                "penalties on output tokens, seeds only under deterministic inference",
+    greedy_when_unset=False,
+    explicit_greedy=frozenset({"temperature_0", "top_k_1"}),
+    top_p_zero_valid=False,
+    top_k_disabled_below=-1,
+    rewrite_order=("presence_frequency", "min_length", "repetition", "logit_bias"),
+    presence_counts_prompt=False,
+    repetition_counts_prompt=False,
+    penalty_clamp_finite=False,
+    filters_renormalise=False,
+    top_k_ties="exactly_k",
+    top_p_rule="prefix_exceeds",
+    rng="other",
+    raw_logprobs_stage="after_temperature",
+    finish_order=("end_id", "stop_words", "length"),
+    stop_words_see_prompt=False,
+    unset_max_new_tokens=128,
+    logit_bias_duplicates="last",
+    greedy_degenerate="argmax",
+    validation_skips=frozenset({"logit_bias_nan", "end_id_range"}),
+    validation_extras=frozenset({"top_k_zero", "temperature_inf", "repetition_penalty_above_2", "seed_int64",
+                                 "min_length_above_max_new_tokens"}),
+    penalty_abs_max=2.0,
+    min_length_bans_stop_words=True,
+    seeds_honoured=False,
+    ignore_eos_scope="stop_tokens",
+    citations={
+        "greedy_when_unset": _sg(_SG_SP, "SamplingParams") + " (temperature 1.0, top_p 1.0, top_k TOP_K_ALL by "
+                             "default: a request that sets nothing samples)",
+        "explicit_greedy": _sg(_SG_SP, "SamplingParams.__post_init__") + " (0 <= temperature < 1e-6 becomes "
+                           "temperature 1, top_k 1) and " + _sg(_SG_BATCH, "SamplingBatchInfo.from_schedule_batch")
+                           + " (is_all_greedy iff every top_k <= 1: argmax in " + _sg(_SG_SAMPLER, "Sampler.forward")
+                           + "); top_p and min_p never switch to greedy",
+        "top_p_zero_valid": _sg(_SG_SP, "SamplingParams.verify") + " (top_p must be in (0, 1])",
+        "top_k_disabled_below": _sg(_SG_SP, "SamplingParams.verify") + " (top_k must be -1 or at least 1)",
+        "rewrite_order": _sg(_SG_BATCH, "SamplingBatchInfo.apply_logits_bias") + " (the additive penalties, "
+                         "frequency, presence and min_new_tokens, accumulated by "
+                         + _sg(_SG_PEN + "/orchestrator.py", "accumulate_additive_penalties") + ", then the "
+                         "repetition penalty's scaling, the grammar mask, then logit_bias)",
+        "presence_counts_prompt": _sg(_SG_PEN + "/frequency_penalty.py", "BatchedFrequencyPenalizer") + " and "
+                                  "presence_penalty.py (counts start at zero and grow by "
+                                  "cumulate_output_tokens: output tokens only)",
+        "repetition_counts_prompt": _sg(_SG_PEN + "/repetition_penalty.py", "BatchedRepetitionPenalizer") + " "
+                                    "(the scaling tensor starts at one and marks output tokens only)",
+        "penalty_clamp_finite": _sg(_SG_PEN + "/repetition_penalty.py", "apply_scaling_penalties") + " (where("
+                                "logits < 0, logits * r, logits / r), no clamp) and plain subtraction in "
+                                "frequency_penalty.py / presence_penalty.py",
+        "filters_renormalise": _sg(_SG_SAMPLER, "top_k_top_p_min_p_sampling_from_probs_torch") + " (one sort of "
+                               "the softmax: top-k by rank, top-p on the cumulative sum of the unfiltered sorted "
+                               "probabilities, min-p against the largest of them)",
+        "top_k_ties": _sg(_SG_SAMPLER, "top_k_top_p_min_p_sampling_from_probs_torch") + " (ranks >= top_k of the "
+                      "sorted probabilities are zeroed: exactly k, ties by sort order)",
+        "top_p_rule": _sg(_SG_SAMPLER, "top_k_top_p_min_p_sampling_from_probs_torch") + " (a sorted probability "
+                      "is zeroed where cumsum - p > top_p: the mass sorted before it exceeds top_p)",
+        "rng": _sg(_SG_SAMPLER, "sampling_from_probs_torch") + " (torch.multinomial, or with "
+               "SGLANG_OPT_USE_GUMBEL_SAMPLE (on by default) probs / Exponential(1) noise from torch's global "
+               "generator, then argmax)",
+        "raw_logprobs_stage": _sg(_SG_SAMPLER, "Sampler.forward") + " (logprobs = log of the softmax of "
+                              "logits / temperature, taken before the filters)",
+        "finish_order": _sg(_SG_REQ, "Req.update_finish_state") + " (stop strings, then stop_token_ids and "
+                        "EOS ids in _check_token_based_finish, then max_new_tokens)",
+        "stop_words_see_prompt": _sg(_SG_REQ, "Req._check_token_based_finish") + " (only the newly accepted "
+                                 "output tokens are compared with stop_token_ids)",
+        "unset_max_new_tokens": _sg(_SG_SP, "SamplingParams") + " (max_new_tokens defaults to 128)",
+        "logit_bias_duplicates": _sg(_SG_BATCH, "SamplingBatchInfo.from_schedule_batch") + " (logit_bias is a "
+                                 "dict[str, float], deduplicated on int(key): one value per token)",
+        "greedy_degenerate": _sg(_SG_SAMPLER, "Sampler.forward") + " (all-greedy batches take torch.argmax of the "
+                             "logits; sanitize_nan_logits is off unless SGLANG_SANITIZE_NAN_LOGITS)",
+        "validation_skips": _sg(_SG_SP, "SamplingParams.verify") + " (logit_bias keys are range-checked, values "
+                            "never; the EOS ids come from the model's config and are not checked)",
+        "validation_extras": _sg(_SG_SP, "SamplingParams.verify") + " (top_k 0 rejected; temperature must be "
+                             "finite; repetition_penalty in (0, 2]; sampling_seed in [-2**63, 2**63 - 1]; "
+                             "min_new_tokens <= max_new_tokens, whose default is 128)",
+        "penalty_abs_max": _sg(_SG_SP, "SamplingParams.verify") + " (frequency_penalty and presence_penalty "
+                           "in [-2, 2])",
+        "min_length_bans_stop_words": _sg(_SG_PEN + "/min_new_tokens.py", "BatchedMinNewTokensPenalizer._prepare")
+                                      + " (bans stop_token_ids, the request's eos_token_ids and the tokenizer's "
+                                      "EOS and additional stop ids)",
+        "seeds_honoured": _sg(_SG_BATCH, "SamplingBatchInfo.from_schedule_batch") + " (sampling_seed becomes a "
+                          "tensor only under enable_deterministic_inference; otherwise it is None and the "
+                          "Sampler draws from torch's global generator)",
+        "ignore_eos_scope": _sg(_SG_REQ, "Req._check_token_based_finish") + " (returns False at once under "
+                            "ignore_eos: stop_token_ids do not finish either)",
+    },
+)
+
+PROFILES = {p.name: p for p in (TRTLLM, HF, VLLM, FLASHINFER, FLASHINFER_JOINT, LLAMACPP, SGLANG)}
 
 
 def get_profile(name: str) -> Profile:

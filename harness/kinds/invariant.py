@@ -20,6 +20,8 @@ Relations need no agreement on semantics (DESIGN.md decision 4): ``same_token``,
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from harness.corpus import truths
@@ -28,6 +30,7 @@ from harness.judge.blame import blame, field_entries, suspects
 from harness.judge.compare import mismatches, observe
 from harness.judge.verdict import Evidence, verdict
 from impls.profiles import TRTLLM, Profile
+from impls.reference.modes import effective_seed
 
 from .rows import RowsKind, where
 
@@ -83,7 +86,7 @@ def relations(case, outputs: list) -> list:
     return checks
 
 
-def by_chance(case, pred: list, check: dict) -> bool:
+def by_chance(case, pred: list, check: dict, profile: Optional[Profile] = None) -> bool:
     """Whether a relation's outcome is chance under an RNG that is not the canonical one.
 
     True when a row of the relation samples from more than one token under
@@ -93,7 +96,9 @@ def by_chance(case, pred: list, check: dict) -> bool:
     wide distribution is evidence, as with seeds that differ only in their
     high bits), and so is a ``same_result`` relation between rows whose
     predicted supports differ (it compares the supports, which no draw
-    decides).
+    decides). A row counts as seeded when ``profile`` reads its seed
+    (:func:`impls.reference.modes.effective_seed`: under ``seeds_honoured = false``
+    no row is).
     """
     by_name = {b.name: (b, out) for b, out in zip(case.batches, pred)}
     rows, outs = [], []
@@ -107,7 +112,13 @@ def by_chance(case, pred: list, check: dict) -> bool:
         return False
     if check["kind"] == "prob_not_greater":
         return False  # a relation between distributions, not between draws
-    both_seeded = rows[0].seed is not None and rows[1].seed is not None
+    def read(r) -> bool:  # the profile reads the row's seed (an invalid seed is the row's error, not chance)
+        try:
+            return profile is None or effective_seed(r, profile) is not None
+        except (TypeError, ValueError):
+            return True
+    seeded = [r.seed is not None and read(r) for r in rows]
+    both_seeded = all(seeded)
     if check["kind"] == "different_token" and both_seeded:
         # two seeded streams that should differ: a collision is evidence (the
         # cases choose wide distributions), not chance
@@ -251,7 +262,7 @@ class InvariantKind(RowsKind):
             # is a matter of chance unless both rows draw with the same seed from the
             # same distribution (seed isolation, which every engine owes). Such
             # relations are reported but not judged.
-            chance = [by_chance(case, pred, c) for c in checks]
+            chance = [by_chance(case, pred, c, impl.profile) for c in checks]
             for c, ch in zip(checks, chance):
                 c["judged"] = not ch
             checks_j = [c for c, ch in zip(checks, chance) if not ch]

@@ -91,6 +91,9 @@ def top_p_mask(q: torch.Tensor, keep: torch.Tensor, top_p: float, rule: str) -> 
     ``rule == "prefix_reaches"`` (llama.cpp ``llama_sampler_top_p_apply``): the shortest
     descending prefix (ties by lowest id: llama.cpp's sort order among ties is unspecified)
     whose mass is ``>= top_p``, no tie rule.
+    ``rule == "prefix_exceeds"`` (SGLang ``top_k_top_p_min_p_sampling_from_probs_torch``: a
+    token goes when the mass sorted before it is ``> top_p``): the shortest descending prefix
+    (ties by lowest id) whose mass is ``> top_p``, all kept when none is.
     ``top_p >= 1`` keeps all. Under every rule the most likely token (and
     its ties, under ``"mass_above"``) is always kept.
 
@@ -129,6 +132,12 @@ def top_p_mask(q: torch.Tensor, keep: torch.Tensor, top_p: float, rule: str) -> 
         last = int(hit[0]) + 1 if len(hit) else int(keep.sum())
         out = torch.zeros_like(keep)
         out[order[:max(last, 1)]] = True
+        return keep & out
+    if rule == "prefix_exceeds":
+        s, order = torch.sort(vals, descending=True, stable=True)
+        excl = torch.cumsum(s, 0) - s
+        out = torch.zeros_like(keep)
+        out[order] = excl <= top_p
         return keep & out
     if rule == "ascending_cumsum":
         s, order = torch.sort(vals, descending=False, stable=True)

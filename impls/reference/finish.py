@@ -31,7 +31,9 @@ def finish_reason(row: Row, token: int, profile: Profile) -> str:
     boundary; multi-token words match across steps). With neither length
     set, ``profile.unset_max_new_tokens`` applies (Hugging Face: 20); with
     ``profile.max_new_tokens_overrides_max_seq_len`` a set
-    ``max_new_tokens`` drops the ``max_seq_len`` test. The first condition in
+    ``max_new_tokens`` drops the ``max_seq_len`` test. Under
+    ``profile.ignore_eos_scope == "stop_tokens"`` ``ignore_eos`` also keeps
+    one-token stop words from finishing. The first condition in
     ``profile.finish_order`` that holds wins (trtllm: END_ID > LENGTH >
     STOP_WORDS, so an EOS exactly at the length limit is END_ID).
 
@@ -57,7 +59,9 @@ def finish_reason(row: Row, token: int, profile: Profile) -> str:
         END_ID: token in ends,
         LENGTH: (max_new is not None and len(gen) >= max_new)
         or (max_seq is not None and len(row.prompt) + len(gen) >= max_seq),
-        STOP_WORDS: token in stops or any(_ends_with(hist, w) for w in row.stop_words),
+        STOP_WORDS: token in stops or any(_ends_with(hist, w) for w in row.stop_words
+                                          if not (row.ignore_eos and profile.ignore_eos_scope == "stop_tokens"
+                                                  and len(w) == 1)),
     }
     for reason in profile.finish_order:
         if checks[reason]:

@@ -201,6 +201,14 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         if v is not None and v < 0 and not (lazy and name in ("min_length", "no_repeat_ngram_size")):
             raise RowError("invalid_length", f"{name}={v}: must be >= 0")
     extras = profile.validation_extras
+    if "top_k_zero" in extras and row.top_k == 0 and not (t is not None and 0 <= t < 1e-6):
+        raise RowError("invalid_top_k", "top_k=0: must be -1 (off) or at least 1")
+    if "temperature_inf" in extras and row.temperature is not None and row.temperature == float("inf"):
+        raise RowError("invalid_temperature", "temperature=inf: must be finite")
+    if "repetition_penalty_above_2" in extras and row.repetition_penalty is not None and row.repetition_penalty > 2:
+        raise RowError("invalid_penalty", f"repetition_penalty={row.repetition_penalty!r}: must be in (0, 2]")
+    if "seed_int64" in extras and row.seed is not None and not -(1 << 63) <= row.seed < (1 << 63):
+        raise RowError("invalid_seed", f"seed={row.seed}: must be in [-2**63, 2**63 - 1]")
     if "max_new_tokens_zero" in extras and row.max_new_tokens == 0:
         raise RowError("invalid_length", "max_new_tokens=0: must be > 0")
     if ("max_seq_len_above_prompt" in extras and row.max_new_tokens is None and row.max_seq_len is not None
@@ -209,9 +217,12 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
                                          f"{len(row.prompt)} tokens")
     if "negative_history_ids" in extras:
         _check_negative_history(row)
+    # an unset max_new_tokens is the profile's default when max_seq_len is unset too (finish.py)
+    max_new = row.max_new_tokens if row.max_new_tokens is not None or row.max_seq_len is not None \
+        else profile.unset_max_new_tokens
     if ("min_length_above_max_new_tokens" in extras and row.min_length is not None
-            and row.max_new_tokens is not None and row.min_length > row.max_new_tokens):
-        raise RowError("invalid_length", f"min_length={row.min_length} exceeds max_new_tokens={row.max_new_tokens}")
+            and max_new is not None and row.min_length > max_new):
+        raise RowError("invalid_length", f"min_length={row.min_length} exceeds max_new_tokens={max_new}")
     if ("min_length_above_max_seq_len_room" in extras and row.min_length is not None
             and row.max_new_tokens is None and row.max_seq_len is not None
             and row.min_length > row.max_seq_len - len(row.prompt)):
@@ -434,9 +445,12 @@ def resolve(row: Row, profile: Profile) -> Resolved:
 def effective_seed(row: Row, profile: Optional[Profile] = None) -> Optional[int]:
     """Return the row's seed as a signed int64 value (uint64 reinterpretation), or None.
 
-    With ``profile.seed_minus_one_unseeded`` (vLLM), a seed of ``-1`` is None.
+    With ``profile.seed_minus_one_unseeded`` (vLLM), a seed of ``-1`` is None; without
+    ``profile.seeds_honoured`` (SGLang's default server) every seed is None.
     """
     if row.seed is None or (profile is not None and profile.seed_minus_one_unseeded and row.seed == -1):
+        return None
+    if profile is not None and not profile.seeds_honoured:
         return None
     bits = seed_bits(operator.index(row.seed))
     return bits - (1 << 64) if bits >= (1 << 63) else bits

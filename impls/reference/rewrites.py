@@ -99,7 +99,8 @@ def apply_repetition(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tenso
     ``x < 0 ? x * r : x / r`` for each distinct seen token, so ``r > 1``
     always lowers a logit (dividing a negative logit would raise it). The
     ignored prompt prefix still counts as seen, unless
-    ``profile.prompt_ignore_length_scope == "repetition"`` (Hugging Face). With
+    ``profile.prompt_ignore_length_scope == "repetition"`` (Hugging Face); the
+    prompt counts only under ``profile.repetition_counts_prompt``. With
     ``profile.penalty_clamp_finite`` the result is clamped to
     ``±finfo(dtype).max`` and non-finite inputs pass through.
 
@@ -127,6 +128,8 @@ def apply_repetition(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tenso
     if profile.prompt_ignore_length_scope == "repetition":
         # Hugging Face: the ignored prefix is left out of the seen set.
         skip = min(max(row.prompt_ignore_length or 0, 0), len(row.prompt))
+    if not profile.repetition_counts_prompt:
+        skip = len(row.prompt)  # SGLang: the output tokens only
     history = list(row.prompt) + list(row.generated)
     seen = sorted(set(_in_vocab(history[max(start, skip):], V)))
     if not seen:

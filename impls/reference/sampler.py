@@ -444,7 +444,10 @@ class ReferenceSession:
             probs = self._sampled_probs(res, x, keep)
         result.rewritten_logits = x
         result.probs = probs
-        raw_src = x if self.profile.raw_logprobs_stage == "after_rewrites" else x0
+        stage = self.profile.raw_logprobs_stage
+        raw_src = x0 if stage == "before_processing" else x
+        if stage == "after_temperature" and keep is not None and res.temperature != 1.0:
+            raw_src = x / res.temperature
         lp = raw_logprobs(raw_src, self.profile.posinf_logits)
         result.raw_logprobs = lp
         for k, v in token_outputs(row, tok, lp, probs, self.profile).items():

@@ -1,0 +1,115 @@
+"""Adapter for SGLang's sampler (profile ``sglang``), on the CPU with its pytorch sampling backend.
+
+It drives SGLang's **own** code without a model or a scheduler process (:mod:`.engine`):
+``SamplingParams`` validation and normalisation, a real ``Req`` per row, the penalizers of
+``sampling/penaltylib`` fed with the row's output tokens, ``SamplingBatchInfo`` built and
+merged as the scheduler builds it, ``ModelRunner._preprocess_logits`` (penalties, logit bias),
+``Sampler.forward`` (temperature, softmax, ``top_k_top_p_min_p_sampling_from_probs_torch``,
+logprobs, the sampling mask) and ``Req.update_finish_state``. See :mod:`.translate` for the
+Row -> ``SamplingParams`` mapping and :mod:`.session` for the step.
+
+Server arguments are SGLang's defaults on a CPU (``sampling_backend = "pytorch"``, the
+overlap schedule, no deterministic inference, so ``sampling_seed`` is validated and not read:
+profile field ``seeds_honoured``). The FlashInfer backend of a CUDA server (sequential
+renormalisation when a batch has ``min_p > 0``) is not driven here. Multi-step scenarios are
+``n/a`` (no engine loop is driven).
+
+Install: ``pip install torch==2.14.1 torchvision==0.29.1 sglang==0.5.23`` (a CUDA build of
+torch, about 10 GB with SGLang's dependencies, that imports on a CPU), or ``tox -e sglang``.
+``import impls.sglang`` works without SGLang; ``available`` says why it cannot run.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..base import Row
+from ..profiles import SGLANG, Profile
+from ..registry import Entry
+from .translate import SUPPORTED_FEATURES, unsupported_reason
+
+__all__ = ["SglangImpl", "IMPLEMENTATIONS"]
+
+
+class SglangImpl:
+    """SGLang's sampler as an implementation under test.
+
+    Parameters
+    ----------
+    profile : Profile
+        Default :data:`impls.profiles.SGLANG`.
+
+    Attributes
+    ----------
+    name : str
+        ``"sglang"``.
+    features : frozenset of str
+        :data:`.translate.SUPPORTED_FEATURES`.
+    """
+
+    name = "sglang"
+    features = SUPPORTED_FEATURES
+    devices = frozenset({"cpu"})
+    slow = False
+    #: ``SamplingParams`` validates; the penalizers, ``SamplingBatchInfo`` and ``Sampler`` rewrite, filter,
+    #: draw and compute logprobs; ``Req.update_finish_state`` finishes. ``seeds``: SGLang reads none (the
+    #: adapter seeds torch's generator once per session, as a server does at launch).
+    stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "filters": "own",
+              "draw": "own", "seeds": "adapter", "logprobs": "own", "finish": "own"}
+
+    def __init__(self, profile: Profile = SGLANG):
+        self.profile = profile
+
+    def version(self) -> str:
+        """``sglang.__version__``.
+
+        Raises
+        ------
+        ImportError
+            When SGLang is not installed (call :meth:`available` first).
+        """
+        import sglang
+        return sglang.__version__
+
+    def available(self, device: str) -> Optional[str]:
+        """``None`` when SGLang's sampler imports and ``device`` is the CPU, else the reason."""
+        if not str(device).startswith("cpu"):
+            return ("the adapter drives SGLang's pytorch sampling backend on the CPU; a CUDA server's FlashInfer "
+                    "backend is not driven")
+        try:
+            from . import engine
+            engine.runtime()
+        except BaseException as e:  # ImportError, or a broken install
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            return f"sglang is not importable: {type(e).__name__}: {e}"
+        return None
+
+    def describe(self, device: str = "cpu") -> dict:
+        """Facts recorded with the run: the server arguments and code paths (:func:`.engine.path_description`)."""
+        from . import engine
+        return {**engine.path_description(),
+                "sglang_path": "SamplingParams, Req, penaltylib, SamplingBatchInfo.from_schedule_batch/merge_batch/"
+                               "copy_for_forward, ModelRunner._preprocess_logits, Sampler.forward, "
+                               "Req.update_finish_state; no model, no scheduler process (engine.py)"}
+
+    def unsupported(self, row: Row) -> Optional[str]:
+        """Why SGLang cannot express ``row`` (the harness reports ``n/a``), or ``None``.
+
+        See :func:`.translate.unsupported_reason`.
+        """
+        return unsupported_reason(row)
+
+    def open_session(self, device: str = "cpu"):
+        """A fresh :class:`~impls.sglang.session.SglangSession`.
+
+        Raises
+        ------
+        ImportError
+            When SGLang is not installed.
+        """
+        from .session import SglangSession
+        return SglangSession(self.profile, device)
+
+
+IMPLEMENTATIONS = (Entry("sglang", SglangImpl),)
