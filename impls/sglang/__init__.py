@@ -52,10 +52,13 @@ class SglangImpl:
     devices = frozenset({"cpu"})
     slow = False
     #: ``SamplingParams`` validates; the penalizers, ``SamplingBatchInfo`` and ``Sampler`` rewrite, filter,
-    #: draw and compute logprobs; ``Req.update_finish_state`` finishes. ``seeds``: SGLang reads none (the
-    #: adapter seeds torch's generator once per session, as a server does at launch).
+    #: draw and compute logprobs; ``Req.update_finish_state`` finishes. ``seeds``: SGLang's
+    #: ``from_schedule_batch`` decides what a request's seed does (nothing, without deterministic
+    #: inference); the only seeding is SGLang's ``set_random_seed`` with the server's ``random_seed``,
+    #: called once per session where ``Scheduler.__init__`` calls it. The adapter keeps no per-request
+    #: seed state.
     stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "filters": "own",
-              "draw": "own", "seeds": "adapter", "logprobs": "own", "finish": "own"}
+              "draw": "own", "seeds": "own", "logprobs": "own", "finish": "own"}
 
     def __init__(self, profile: Profile = SGLANG):
         self.profile = profile
