@@ -24,7 +24,7 @@ from .profiles import Profile
 
 __all__ = ["Row", "RowResult", "Session", "Implementation", "RowError", "FEATURES", "STAGES", "PROVENANCE", "ROLES",
            "DEVICES", "CliOption", "LatencyBatch", "LatencyUnsupported", "claim_slot", "active", "stage_provenance",
-           "declaration_problems"]
+           "declaration_problems", "error_kind"]
 
 #: The fixed feature list (:data:`impls.params.FEATURES`; ``cases/features.txt`` is generated from
 #: it). A case declares the features it needs; an implementation lacking one reports ``n/a``.
@@ -411,3 +411,14 @@ def active(value) -> bool:
     (``unsupported``); the reference validates the values themselves.
     """
     return value is not None and (value != value or value != 0)
+
+
+def error_kind(text: str, table, default: str) -> str:
+    """The error kind of an engine's rejection message: the kind of the first ``(needle, kind)`` of
+    ``table`` whose needle occurs in ``text``, else ``default``.
+
+    Adapters map their engine's validation messages with it (each table cites the engine code whose
+    messages it reads: ``impls/vllm/translate.py``, ``impls/sglang/translate.py``,
+    ``impls/transformers/hf.py``).
+    """
+    return next((kind for needle, kind in table if needle in text), default)

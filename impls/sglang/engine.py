@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import array
 import logging
-import math
 import types
 import warnings
 from dataclasses import dataclass
@@ -259,7 +258,6 @@ def run_batch(rows: Sequence[Row], reqs: Sequence, logits: torch.Tensor) -> Batc
             support.append(([int(t) for t in mask.token_ids[j, :n].tolist()],
                              [float(v) for v in mask.support_logprobs[j, :n].tolist()]))
             selected.append(float(mask.selected_logprobs[j]))
-    del batch
     return BatchOutput(tokens=[int(t) for t in ids.tolist()], rewritten=rewritten,
                        logprobs=[float(v) for v in out.next_token_logprobs.tolist()],
                        top_ids=[t.tolist() for t in out.next_token_top_logprobs_idx],
@@ -321,8 +319,3 @@ def finish_reason(req, row: Row, token: int) -> str:
         eos = set(req.eos_token_ids or ()) | ({req.tokenizer.eos_token_id} - {None})
         return "end_id" if reason.matched in eos else "stop_words"
     return "stop_words"
-
-
-def logprob_of(p: float) -> float:
-    """``log(p)``, ``-inf`` for 0."""
-    return math.log(p) if p > 0 else float("-inf")

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..base import Row, active
+from ..base import Row, active, error_kind
 from ..params import end_id_set
 
 __all__ = ["SUPPORTED_FEATURES", "sampling_kwargs", "unsupported_reason", "classify_validation_error",
@@ -160,8 +160,4 @@ def classify_validation_error(e: Exception) -> str:
     Every message of ``SamplingParams.verify``@v0.5.23 names its parameter; a message naming
     none is ``invalid_request``.
     """
-    text = str(e)
-    for needle, kind in _MESSAGE_KINDS:
-        if needle in text:
-            return kind
-    return "invalid_request"
+    return error_kind(str(e), _MESSAGE_KINDS, "invalid_request")

@@ -38,7 +38,7 @@ from transformers.generation import logits_process as lp
 from transformers.generation import stopping_criteria as sc
 from transformers.generation.utils import GenerationMixin
 
-from ..base import Row, RowError
+from ..base import Row, RowError, error_kind
 from .translate import generate_kwargs
 
 __all__ = ["ModelFree", "Prepared", "prepare", "run_processors", "version", "WARPER_TYPES",
@@ -94,11 +94,7 @@ def classify_value_error(e: Exception) -> str:
     (configuration_utils.py) and ``GenerationMixin._validate_generated_length``
     (utils.py), all @v5.24.0.
     """
-    msg = str(e)
-    for needle, kind in _MESSAGE_KINDS:
-        if needle in msg:
-            return kind
-    return "invalid_parameter"
+    return error_kind(str(e), _MESSAGE_KINDS, "invalid_parameter")
 
 
 @contextlib.contextmanager

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..base import Row, active
+from ..base import Row, active, error_kind
 from ..params import end_id_set
 
 __all__ = ["SUPPORTED_FEATURES", "sampling_kwargs", "unsupported_reason", "classify_validation_error",
@@ -221,8 +221,4 @@ def classify_validation_error(e: Exception) -> str:
         One of the kinds of ``cases/README.md``, or ``"invalid_request"``.
     """
     param = getattr(e, "parameter", None)
-    text = f"{param or ''} {e}"
-    for needle, kind in _MESSAGE_KINDS:
-        if needle in text:
-            return kind
-    return "invalid_request"
+    return error_kind(f"{param or ''} {e}", _MESSAGE_KINDS, "invalid_request")
