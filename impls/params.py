@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional, Union
 
 __all__ = ["Param", "PARAMS", "FEATURES", "ERRORS", "param", "row_fields", "row_schema", "request_schema",
            "field_feature", "step_fields", "request_fields", "markdown_table", "template_comment",
-           "parse_seed", "end_id_set", "SCOPES"]
+           "parse_seed", "end_id_set", "SCOPES", "bitmask_words", "bitmask_word_count", "bitmask_allows"]
 
 #: Where a field may appear: ``row`` (single-step rows, their ``defaults``, and scenario
 #: requests), ``step`` (single-step rows only: the logits, the history and the slot of one
@@ -61,6 +61,8 @@ FEATURES = {
     "logit_bias": "a sparse additive logit bias (§1.2)",
     "min_length": "banning the end id before a minimum length (§1.4)",
     "bad_words": "banned token sequences (§1.4)",
+    "allowed_token_ids": "a whitelist: every token not listed is banned (§1.4a; vLLM)",
+    "token_bitmask": "a structured-output (grammar) bitmask: packed int32 words, a 0 bit bans its token (§1.4a)",
     "no_repeat_ngram": "no-repeat n-gram bans (§1.4)",
     "end_id": "an end (EOS) id (§1.8)",
     "end_id_set": "an EOS set: end_id given as an array of ids, any of which ends the request (§1.4, §1.8)",
@@ -92,6 +94,7 @@ ERRORS = {
     "invalid_end_id": "an end id (or an id of an EOS set) outside [-1, V)",
     "invalid_bad_words": "an empty bad word or an id outside [0, V)",
     "invalid_stop_words": "an empty stop word or an id outside [0, V)",
+    "invalid_allowed_token_ids": "an empty allowed_token_ids list or an id outside [0, V)",
     "invalid_logit_bias": "a logit bias id outside [0, V) or a NaN bias",
     "invalid_token_id": "a history id the profile rejects",
     "nan_logits": "NaN logits (input, or produced by a rewrite)",
@@ -133,6 +136,57 @@ def _end_id(value):
     # An int stays an int (every adapter written for one id keeps working); an array (an EOS
     # set) becomes a tuple of ints, in the order given.
     return tuple(int(t) for t in value) if _is_id_list(value) else value
+
+
+def bitmask_words(value) -> tuple:
+    """A TOML ``token_bitmask`` as a tuple of uint32 words (int32 words read as their 32 bits).
+
+    Raises
+    ------
+    ValueError
+        A word that is not an integer in ``[-2**31, 2**32)``.
+    """
+    out = []
+    for j, w in enumerate(value):
+        if isinstance(w, bool) or not isinstance(w, int) or not -(1 << 31) <= w < (1 << 32):
+            raise ValueError(f"word {j} = {w!r}: each word must be an integer in [-2**31, 2**32) (an int32 or "
+                             "uint32 bit pattern)")
+        out.append(w & 0xFFFFFFFF)
+    return tuple(out)
+
+
+def bitmask_word_count(vocab: int) -> int:
+    """Words of a token bitmask over ``vocab`` tokens: ``ceil(vocab / 32)`` (xgrammar's ``bitmask_size``)."""
+    return (int(vocab) + 31) // 32
+
+
+def _bitmask_vocab_check(value, vocab: int) -> Optional[str]:
+    n = bitmask_word_count(vocab)
+    if len(value) != n:
+        return f"has {len(value)} words; a vocabulary of {vocab} tokens needs ceil({vocab} / 32) = {n}"
+    return None
+
+
+def bitmask_allows(words, vocab: int) -> list:
+    """The token ids a packed bitmask allows: bit ``j % 32`` of word ``j // 32`` set.
+
+    Parameters
+    ----------
+    words : sequence of int
+        uint32 words (:func:`bitmask_words`), ``ceil(vocab / 32)`` of them.
+    vocab : int
+
+    Returns
+    -------
+    list of int
+        Ascending ids in ``[0, vocab)``.
+
+    Source: xgrammar 0.2.8 ``apply_token_bitmask_inplace`` (matcher.py: "0 means the token is
+    masked"; ``get_bitmask_value(bitmask, i, j)`` is the j-th bit of row i), the kernel vLLM
+    0.32.0 (v1/structured_output/utils.py ``apply_grammar_bitmask``) and SGLang 0.5.23
+    (constrained/xgrammar_backend.py ``apply_vocab_mask``) call.
+    """
+    return [j for j in range(int(vocab)) if (int(words[j >> 5]) >> (j & 31)) & 1]
 
 
 def end_id_set(value) -> tuple:
@@ -201,6 +255,10 @@ class Param:
         ``feature`` instead of :attr:`feature` (the first triple that holds wins);
         ``words`` names those values in the docs table (``end_id``: an array needs
         ``end_id_set``).
+    vocab_check : callable or None
+        ``vocab_check(value, V) -> str or None``: a reason the TOML value cannot belong to a
+        row of vocabulary ``V`` (the case loader's error; ``token_bitmask``: the word count),
+        or None.
     """
 
     name: str
@@ -219,6 +277,7 @@ class Param:
     convert: Optional[Callable] = None
     feature_when: Optional[Callable] = None
     value_features: tuple = ()
+    vocab_check: Optional[Callable] = None
 
     @property
     def row_field(self) -> bool:
@@ -410,6 +469,24 @@ PARAMS = (
     Param("bad_words", _WORDS, "array of arrays of int", "token sequences never to complete (the last id is banned "
           "when the rest ends the history)", feature="bad_words", errors=("invalid_bad_words",),
           rule="each non-empty with ids in [0, V) (§1.4)", annotation=list, factory=list),
+    Param("allowed_token_ids", _INTS, "array of int", "a whitelist: every token not listed is banned (-inf)",
+          unset="every token allowed", feature="allowed_token_ids", errors=("invalid_allowed_token_ids",),
+          rule="non-empty, ids in [0, V); applied at 'allowed_token_ids' in the profile's rewrite_order, so "
+               "logprobs taken before it do not see it (§1.4a)",
+          citation="vllm-project/vllm:vllm/sampling_params.py@v0.32.0 SamplingParams._validate_allowed_token_ids; "
+                   "vllm/v1/sample/sampler.py@v0.32.0 Sampler.apply_logits_processors",
+          annotation=_O[list]),
+    Param("token_bitmask", {"type": "array", "minItems": 1, "items": _INT},
+          "array of int (int32 words; uint32 values accepted)",
+          "a structured-output (grammar) bitmask: bit j % 32 of word j // 32 allows token j; a 0 bit bans it",
+          unset="no bitmask", feature="token_bitmask", scope="step",
+          rule="exactly ceil(V / 32) words (a load error otherwise); applied where the profile's "
+               "token_bitmask_stage says: to the model's logits before the sampler (every logprob sees it) or "
+               "at 'token_bitmask' in its rewrite_order (§1.4a)",
+          citation="vllm-project/vllm:vllm/v1/structured_output/utils.py@v0.32.0 apply_grammar_bitmask "
+                   "(xgrammar apply_token_bitmask_inplace); sgl-project/sglang:python/sglang/srt/sampling/"
+                   "sampling_batch_info.py@v0.5.23 SamplingBatchInfo.apply_logits_bias",
+          annotation=_O[tuple], convert=bitmask_words, vocab_check=_bitmask_vocab_check),
     Param("stop_words", _WORDS, "array of arrays of int", "token sequences that finish the request",
           feature="stop_words", errors=("invalid_stop_words",), rule="each non-empty with ids in [0, V) (§1.8)",
           annotation=list, factory=list),

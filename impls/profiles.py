@@ -61,9 +61,28 @@ class Profile:
     validate_penalties : bool
         Reject NaN penalties and a repetition penalty ``<= 0`` per request.
     rewrite_order : tuple of str
-        Order of the logits rewrites (§1.2): names among ``"logit_bias"``,
-        ``"repetition"``, ``"presence_frequency"``, ``"dry"``, ``"min_length"``,
-        ``"bad_words"``, ``"no_repeat_ngram"``.
+        Order of the logits rewrites (§1.2): names among ``"allowed_token_ids"``,
+        ``"logit_bias"``, ``"repetition"``, ``"presence_frequency"``, ``"dry"``,
+        ``"min_length"``, ``"bad_words"``, ``"no_repeat_ngram"``, and ``"token_bitmask"``
+        where ``token_bitmask_stage`` is ``"rewrite"``. A rewrite left out never runs
+        under the profile.
+    token_bitmask_stage : {"logits", "rewrite"}
+        Where a row's grammar bitmask (§1.4a) bans its 0 bits: ``"logits"``, on the
+        model's logits before the sampler sees them (so every logprob, RAW included,
+        sees the ban; vLLM's model runner, TensorRT-LLM's executor loop), or
+        ``"rewrite"``, at ``"token_bitmask"`` in ``rewrite_order`` (SGLang: after the
+        penalties, before the logit bias). Read by: ``impls/reference/sampler.py``.
+    allowed_token_ids_force : bool
+        When every id ``allowed_token_ids`` lists is already ``-inf`` at its step, give
+        them all logit 0 (a uniform choice among them) rather than leave the row empty
+        (Hugging Face ``PrefixConstrainedLogitsProcessor``). Read by:
+        ``impls/reference/bans.py`` ``apply_allowed_token_ids``.
+    min_length_yields_when_empty : {"never", "token_bitmask"}
+        Whether the min_length ban of the end ids (§1.4) yields when it would leave
+        the row with no finite logit: ``"never"``, or ``"token_bitmask"``: in a row
+        with a grammar bitmask the banned ids keep the logits they had (vLLM's
+        ``MinTokensLogitsProcessor`` restores them for structured-output requests).
+        Read by: ``impls/reference/sampler.py`` ``rewrite_logits``.
     presence_counts_prompt : bool
         Whether presence/frequency counts include the prompt (after
         ``prompt_ignore_length``) or only generated tokens.
@@ -370,8 +389,11 @@ class Profile:
     top_p_zero_valid: bool = True
     top_k_disabled_below: int = 0
     validate_penalties: bool = True
-    rewrite_order: tuple = ("logit_bias", "repetition", "presence_frequency", "dry",
+    rewrite_order: tuple = ("allowed_token_ids", "logit_bias", "repetition", "presence_frequency", "dry",
                             "min_length", "bad_words", "no_repeat_ngram")
+    token_bitmask_stage: str = "logits"
+    allowed_token_ids_force: bool = False
+    min_length_yields_when_empty: str = "never"
     presence_counts_prompt: bool = True
     repetition_counts_prompt: bool = True
     penalty_clamp_finite: bool = True
@@ -481,7 +503,11 @@ TRTLLM = Profile(
         "greedy_when_unset": f"{SEED_TRTLLM} § 采样参数; SEMANTICS §1.1 rule 3",
         "min_p_forces_sampling": "SEMANTICS §1.1 rule 3",
         "top_p_decay_forces_sampling": "SEMANTICS §1.1 rule 3",
-        "rewrite_order": f"{SEED_TRTLLM} § 三处 logits 改写,顺序不能错",
+        "rewrite_order": f"{SEED_TRTLLM} § 三处 logits 改写,顺序不能错 (allowed_token_ids is not a TensorRT-LLM "
+                         "parameter: the reference bans the unlisted ids first, SEMANTICS §1.4a)",
+        "token_bitmask_stage": "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/py_executor.py@9521caf4 "
+                               "PyExecutor._executor_loop (guided_decoder.execute applies the grammar bitmask "
+                               "in place on batch_outputs['logits'] before _sample_async)",
         "presence_counts_prompt": "SEMANTICS §1.3 (prompt tokens count, after prompt_ignore_length)",
         "penalty_clamp_finite": f"{SEED_TRTLLM} § 罚项 (occurrence_penalized_logits clamp); verified in "
                                 "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/sampler/ops/vanilla.py@770709ac "
@@ -576,7 +602,8 @@ HF = dataclasses.replace(
     temperature_zero="error",
     top_p_zero_valid=True,
     validate_penalties=True,
-    rewrite_order=("logit_bias", "repetition", "no_repeat_ngram", "bad_words", "min_length"),
+    rewrite_order=("logit_bias", "repetition", "no_repeat_ngram", "bad_words", "min_length", "allowed_token_ids"),
+    allowed_token_ids_force=True,
     penalty_clamp_finite=False,
     filter_order=("top_k", "top_p", "min_p", "typical_p"),
     top_p_rule="ascending_cumsum",
@@ -616,7 +643,10 @@ HF = dataclasses.replace(
         "validate_penalties": f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (__init__: penalty must be a float > 0; "
                               "NaN fails)",
         "rewrite_order": f"{_HF_UTILS} GenerationMixin._get_logits_processor (SequenceBias, RepetitionPenalty, "
-                         "NoRepeatNGram, NoBadWords, MinLength, MinNewTokensLength, then the warpers)",
+                         "NoRepeatNGram, NoBadWords, MinLength, MinNewTokensLength, PrefixConstrained — "
+                         "allowed_token_ids through prefix_allowed_tokens_fn —, then the warpers)",
+        "allowed_token_ids_force": f"{_HF_SRC} PrefixConstrainedLogitsProcessor.__call__ (when every allowed "
+                                   "token is already -inf, scores_processed = mask: the allowed tokens get 0)",
         "penalty_clamp_finite": f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (torch.where(score < 0, score * p, "
                                 "score / p), no clamp)",
         "history_out_of_range": f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (ids > vocab clamped to a dropped "
@@ -722,7 +752,8 @@ VLLM = dataclasses.replace(
     explicit_greedy=frozenset({"temperature_0"}),
     top_p_zero_valid=False,
     top_k_disabled_below=-1,
-    rewrite_order=("bad_words", "min_length", "logit_bias", "repetition", "presence_frequency"),
+    rewrite_order=("allowed_token_ids", "bad_words", "min_length", "logit_bias", "repetition", "presence_frequency"),
+    min_length_yields_when_empty="token_bitmask",
     presence_counts_prompt=False,
     penalty_clamp_finite=False,
     history_out_of_range="error",
@@ -765,6 +796,10 @@ VLLM = dataclasses.replace(
         "top_p_zero_valid": _v(_V_SP, "SamplingParams._verify_args") + " (top_p must be in (0, 1])",
         "top_k_disabled_below": _v(_V_SP, "SamplingParams._verify_args") + " (top_k < -1 rejected; -1 and 0 "
                                 "disable)",
+        "min_length_yields_when_empty": _v(_V_BUILTIN, "MinTokensLogitsProcessor._mask_stop_token_logits") + " (for "
+                                        "a request with structured_outputs, the stop ids' finite logits are "
+                                        "restored where masking them leaves the row all -inf; add_request passes "
+                                        "params.structured_outputs is not None)",
         "rewrite_order": _v(_V_SAMPLER, "Sampler.apply_logits_processors") + " (allowed ids, bad words, the "
                          "non-argmax-invariant processors in the order of "
                          + _v("v1/sample/logits_processor/__init__.py", "BUILTIN_LOGITS_PROCESSORS")
@@ -925,7 +960,7 @@ LLAMACPP = dataclasses.replace(
     explicit_greedy=frozenset({"temperature_0"}),
     top_k_disabled_below=-(1 << 31),
     validate_penalties=False,
-    rewrite_order=("logit_bias", "repetition", "presence_frequency", "dry"),
+    rewrite_order=("allowed_token_ids", "logit_bias", "repetition", "presence_frequency", "dry"),
     penalty_clamp_finite=False,
     temperature_first=False,
     filter_order=("top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc"),
@@ -997,7 +1032,9 @@ SGLANG = dataclasses.replace(
     explicit_greedy=frozenset({"temperature_0", "top_k_1"}),
     top_p_zero_valid=False,
     top_k_disabled_below=-1,
-    rewrite_order=("presence_frequency", "min_length", "repetition", "logit_bias"),
+    rewrite_order=("allowed_token_ids", "presence_frequency", "min_length", "repetition", "token_bitmask",
+                   "logit_bias"),
+    token_bitmask_stage="rewrite",
     presence_counts_prompt=False,
     repetition_counts_prompt=False,
     penalty_clamp_finite=False,
@@ -1030,7 +1067,11 @@ SGLANG = dataclasses.replace(
         "rewrite_order": _sg(_SG_BATCH, "SamplingBatchInfo.apply_logits_bias") + " (the additive penalties, "
                          "frequency, presence and min_new_tokens, accumulated by "
                          + _sg(_SG_PEN + "/orchestrator.py", "accumulate_additive_penalties") + ", then the "
-                         "repetition penalty's scaling, the grammar mask, then logit_bias)",
+                         "repetition penalty's scaling, the grammar mask, then logit_bias; allowed_token_ids "
+                         "is not an SGLang parameter)",
+        "token_bitmask_stage": _sg(_SG_BATCH, "SamplingBatchInfo.apply_logits_bias") + " (grammar_mask.apply "
+                               "between _apply_pre_grammar_logits_transforms, the penalties, and "
+                               "_apply_post_grammar_logits_transforms, the logit bias)",
         "presence_counts_prompt": _sg(_SG_PEN + "/frequency_penalty.py", "BatchedFrequencyPenalizer") + " and "
                                   "presence_penalty.py (counts start at zero and grow by "
                                   "cumulate_output_tokens: output tokens only)",

@@ -431,6 +431,10 @@ def load_batches(data: dict, shown: str) -> tuple:
                         prm.convert(v)
                     except ValueError as e:
                         raise CaseError(shown, f"{where}.{k}", str(e)) from None
+                if prm.vocab_check is not None:
+                    reason = prm.vocab_check(v, V)
+                    if reason is not None:
+                        raise CaseError(shown, f"{where}.{k}", reason)
                 feat = params.field_feature(k, v)
                 if feat is not None:
                     used.add((feat, f"{where}.{k}"))

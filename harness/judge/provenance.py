@@ -37,6 +37,7 @@ FEATURE_STAGES = {
     "prompt_ignore_length": "penalties", "penalty_last_n": "penalties",
     "logit_bias": "logit_bias",
     "min_length": "bans", "bad_words": "bans", "no_repeat_ngram": "bans",
+    "allowed_token_ids": "bans", "token_bitmask": "bans",
     "end_id": "finish", "ignore_eos": "finish", "stop_words": "finish", "max_new_tokens": "finish",
     "max_seq_len": "finish", "finish_reason": "finish", "end_id_set": "finish",
     "seed": "seeds", "canonical_rng": "draw",

@@ -1,4 +1,4 @@
-"""Token bans: min_length end id, bad words, no-repeat-ngram (SEMANTICS §1.4).
+"""Token bans: min_length end id, bad words, no-repeat-ngram (SEMANTICS §1.4), token masks (§1.4a).
 
 Each function returns the list of token ids to set to ``-inf`` for one row;
 :func:`apply_bans` writes them. Histories are ``prompt + generated``.
@@ -9,10 +9,11 @@ from __future__ import annotations
 import torch
 
 from ..base import Row
-from ..params import end_id_set
+from ..params import bitmask_allows, end_id_set
 from ..profiles import Profile
 
-__all__ = ["min_length_bans", "bad_word_bans", "no_repeat_ngram_bans", "apply_bans"]
+__all__ = ["min_length_bans", "bad_word_bans", "no_repeat_ngram_bans", "apply_bans", "bitmask_bans",
+           "apply_allowed_token_ids"]
 
 
 def min_length_bans(row: Row, profile: Profile) -> list:
@@ -132,4 +133,62 @@ def apply_bans(x: torch.Tensor, banned: list) -> torch.Tensor:
         return x
     y = x.clone()
     y[torch.tensor(sorted(set(banned)), dtype=torch.long, device=x.device)] = float("-inf")
+    return y
+
+
+def bitmask_bans(row: Row) -> list:
+    """The ids a row's grammar bitmask bans: every id in ``[0, V)`` whose bit is 0 (§1.4a).
+
+    Returns
+    -------
+    list of int
+        Ascending; ``[]`` without a bitmask.
+
+    Source: xgrammar 0.2.8 ``apply_token_bitmask_inplace`` (a 0 bit sets the logit to -inf), as
+    vLLM 0.32.0 ``apply_grammar_bitmask`` and SGLang 0.5.23 ``XGrammarGrammar.apply_vocab_mask``
+    call it; :func:`impls.params.bitmask_allows` reads the bits.
+    """
+    if row.token_bitmask is None:
+        return []
+    V = row.vocab
+    allowed = set(bitmask_allows(row.token_bitmask, V))
+    return [j for j in range(V) if j not in allowed]
+
+
+def apply_allowed_token_ids(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tensor:
+    """Ban every id ``allowed_token_ids`` does not list (§1.4a).
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``(V,)`` logits at the ``"allowed_token_ids"`` step of ``profile.rewrite_order``.
+    row : Row
+        ``allowed_token_ids`` None: ``x`` unchanged. Ids outside ``[0, V)`` are left out
+        (validation rejects them first: ``invalid_allowed_token_ids``).
+    profile : Profile
+        Reads ``allowed_token_ids_force``: when every allowed id is already ``-inf``
+        (banned before this step), the allowed ids get logit 0, a uniform choice among
+        them, instead of an empty row (Hugging Face ``PrefixConstrainedLogitsProcessor``:
+        "force them with a score of 0 so the constraint holds").
+
+    Returns
+    -------
+    torch.Tensor
+        ``(V,)``: a copy with the unlisted ids at ``-inf`` (vLLM's ``masked_fill_``, so a NaN
+        or ``+inf`` outside the list is banned too).
+
+    Source: vllm-project/vllm:vllm/v1/sample/sampler.py@v0.32.0 ``Sampler.apply_logits_processors``
+    (``allowed_token_ids_mask``); huggingface/transformers:src/transformers/generation/
+    logits_process.py@v5.24.0 ``PrefixConstrainedLogitsProcessor.__call__``.
+    """
+    if row.allowed_token_ids is None:
+        return x
+    V = x.shape[-1]
+    allowed = torch.zeros(V, dtype=torch.bool, device=x.device)
+    ids = sorted({int(t) for t in row.allowed_token_ids if 0 <= int(t) < V})
+    if ids:
+        allowed[torch.tensor(ids, dtype=torch.long, device=x.device)] = True
+    y = torch.where(allowed, x, torch.full_like(x, float("-inf")))
+    if profile.allowed_token_ids_force and ids and not (y[allowed] > float("-inf")).any():
+        y = torch.where(allowed, torch.zeros_like(x), y)
     return y

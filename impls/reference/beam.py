@@ -195,6 +195,8 @@ class BeamSearch:
     def _rewrite(self, x: torch.Tensor, hist, counted) -> torch.Tensor:
         p, V = self.profile, x.shape[-1]
         steps = {
+            "allowed_token_ids": lambda y: bans.apply_allowed_token_ids(y, hist, p),
+            "token_bitmask": lambda y: y,   # a step field: a beam request carries none
             "logit_bias": lambda y: rewrites.apply_logit_bias(y, hist),
             "repetition": lambda y: rewrites.apply_repetition(y, counted, p),
             "presence_frequency": lambda y: rewrites.apply_presence_frequency(y, counted, p),

@@ -131,7 +131,10 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         ``min_length``, ``max_new_tokens``, ``max_seq_len``,
         ``no_repeat_ngram_size``), ``invalid_end_id`` (an end id, or
         an id of an EOS set, outside ``[-1, V)``), ``invalid_bad_words`` / ``invalid_stop_words`` (empty
-        word or an id outside ``[0, V)``), ``invalid_token_id`` (history id
+        word or an id outside ``[0, V)``), ``invalid_allowed_token_ids`` (an empty list or
+        an id outside ``[0, V)``: vLLM ``SamplingParams._validate_allowed_token_ids``;
+        transformers' ``PrefixConstrainedLogitsProcessor`` raises for an empty list),
+        ``invalid_token_id`` (history id
         outside ``[0, V)`` when the profile says ``history_out_of_range =
         "error"``).
     """
@@ -241,6 +244,10 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
                 continue
             if len(w) == 0 or any(not 0 <= t_ < V for t_ in w):
                 raise RowError(f"invalid_{name}", f"{name} entry {list(w)}: must be non-empty with ids in [0, {V})")
+    a = row.allowed_token_ids
+    if a is not None and (len(a) == 0 or any(not 0 <= t_ < V for t_ in a)):
+        raise RowError("invalid_allowed_token_ids", f"allowed_token_ids={list(a)[:8]}: must be non-empty with ids in "
+                                                    f"[0, {V})")
     if profile.history_out_of_range == "error":
         for name in ("prompt", "generated"):
             bad = [t_ for t_ in getattr(row, name) if not 0 <= t_ < V]

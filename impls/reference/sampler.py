@@ -4,14 +4,16 @@ Pipeline of :meth:`ReferenceSession.step`, in order (SEMANTICS §1; profile
 fields choose the variants, never the engine's name):
 
 1. batch checks: a slot used twice in one step rejects the later rows;
-2. per row, input checks: logits must be 1-D and free of NaN (§5; under
+2. per row, input checks: the grammar bitmask where the profile applies it to the
+   model's logits (:func:`model_logits`, §1.4a); logits must be 1-D and free of NaN (§5; under
    ``profile.greedy_degenerate == "argmax"`` a GREEDY row may hold NaN, under
    ``profile.nan_logits == "first_unmasked"`` a SAMPLING row);
 3. validation and mode resolution (:mod:`.modes`, §1.1);
 4. upcast to the working dtype (float32; float64 in oracle mode);
 5. logits rewrites in ``profile.rewrite_order`` (:mod:`.rewrites`,
-   :mod:`.bans`; §1.2-§1.4): logit bias, repetition, presence/frequency,
-   min_length, bad words, no-repeat-ngram;
+   :mod:`.bans`; §1.2-§1.4a): allowed token ids, logit bias, repetition,
+   presence/frequency, DRY, min_length, bad words, no-repeat-ngram (and the
+   grammar bitmask under ``token_bitmask_stage == "rewrite"``);
 6. RAW logprobs from the stage ``profile.raw_logprobs_stage`` (§1.7);
 7. GREEDY: argmax, ties → lowest id. BEAM (one step, width 1): argmax of
    ``log_softmax(x / T)``. SAMPLING: the kept set of :mod:`.filters`
@@ -48,7 +50,7 @@ from .modes import BEAM, GREEDY, SAMPLING, Resolved, effective_seed, resolve
 from .philox import seed_bits
 from .seeds import SeedManager
 
-__all__ = ["ReferenceSession", "rewrite_logits", "token_outputs", "REFERENCE_VERSION"]
+__all__ = ["ReferenceSession", "rewrite_logits", "model_logits", "token_outputs", "REFERENCE_VERSION"]
 
 #: Bumped whenever a rule of the reference changes; recorded in golden files.
 #: 2: top-p decay across steps (§2), decay + beam rejected, integer-only seeds,
@@ -85,11 +87,14 @@ def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile, allow_nan: bool 
     # (SEMANTICS §1.5a): the penalties and DRY are not applied
     skip = ("repetition", "presence_frequency", "dry") if row.mirostat in (1, 2) else ()
     steps = {
+        "allowed_token_ids": lambda y: bans.apply_allowed_token_ids(y, row, profile),
+        "token_bitmask": lambda y: (bans.apply_bans(y, bans.bitmask_bans(row))
+                                    if profile.token_bitmask_stage == "rewrite" else y),
         "logit_bias": lambda y: rewrites.apply_logit_bias(y, row, profile),
         "repetition": lambda y: rewrites.apply_repetition(y, row, profile),
         "presence_frequency": lambda y: rewrites.apply_presence_frequency(y, row, profile),
         "dry": lambda y: rewrites.apply_dry(y, row, profile),
-        "min_length": lambda y: bans.apply_bans(y, bans.min_length_bans(row, profile)),
+        "min_length": lambda y: _min_length(y, row, profile),
         "bad_words": lambda y: bans.apply_bans(y, bans.bad_word_bans(row, profile)),
         "no_repeat_ngram": lambda y: bans.apply_bans(y, bans.no_repeat_ngram_bans(row, V)),
     }
@@ -99,6 +104,35 @@ def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile, allow_nan: bool 
     if not allow_nan and torch.isnan(x).any():
         raise RowError("nan_logits", "a logits rewrite produced NaN (e.g. -inf logit plus +inf bias)")
     return x
+
+
+def _min_length(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tensor:
+    # The min_length ban (§1.4); under min_length_yields_when_empty == "token_bitmask" a row with a
+    # grammar bitmask keeps its end ids' logits when banning them would leave no finite logit: vLLM's
+    # MinTokensLogitsProcessor._mask_stop_token_logits restores the finite ones, and nothing else was
+    # finite, so the row is what it was (v1/sample/logits_processor/builtin.py@v0.32.0).
+    y = bans.apply_bans(x, bans.min_length_bans(row, profile))
+    if (profile.min_length_yields_when_empty == "token_bitmask" and row.token_bitmask is not None
+            and not (y > float("-inf")).any()):
+        return x
+    return y
+
+
+def model_logits(row: Row, profile: Profile) -> torch.Tensor:
+    """The logits the sampler receives: ``row.logits`` with its grammar bitmask applied there.
+
+    Under ``profile.token_bitmask_stage == "logits"`` (vLLM's model runner, TensorRT-LLM's executor
+    loop apply the bitmask in place on the model's output before sampling) the ids the bitmask
+    bans are ``-inf`` here, before any check or logprob (§1.4a); otherwise ``row.logits``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(V,)`` in the row's dtype (a copy when a bitmask applies).
+    """
+    if row.token_bitmask is None or profile.token_bitmask_stage != "logits" or row.logits.dim() != 1:
+        return row.logits
+    return bans.apply_bans(row.logits, bans.bitmask_bans(row))
 
 
 def token_outputs(row: Row, token: int, raw_lp: torch.Tensor, probs: torch.Tensor, profile: Profile) -> dict:
@@ -160,10 +194,11 @@ class ReferenceSession:
     def _prepare(self, row: Row) -> tuple[Resolved, torch.Tensor, torch.Tensor]:
         if row.logits.dim() != 1:
             raise RowError("bad_logits", f"logits must be 1-D, got shape {tuple(row.logits.shape)}")
-        nan = bool(torch.isnan(row.logits).any())
+        logits = model_logits(row, self.profile)
+        nan = bool(torch.isnan(logits).any())
         lenient = self.profile.greedy_degenerate == "argmax"
         nan_sampling = self.profile.nan_logits == "first_unmasked"
-        nan_error = RowError("nan_logits", f"NaN at token ids {torch.nonzero(torch.isnan(row.logits)).flatten()[:5].tolist()}")
+        nan_error = RowError("nan_logits", f"NaN at token ids {torch.nonzero(torch.isnan(logits)).flatten()[:5].tolist()}")
         if nan and not (lenient or nan_sampling):
             raise nan_error
         res = resolve(row, self.profile)
@@ -173,7 +208,7 @@ class ReferenceSession:
         allow = (lenient and res.mode == GREEDY) or (nan_sampling and res.mode == SAMPLING)
         if nan and not allow:
             raise nan_error
-        x0 = row.logits.to(self.device).to(self.dtype)
+        x0 = logits.to(self.device).to(self.dtype)
         x = rewrite_logits(x0, row, self.profile, allow_nan=allow)
         return res, x0, x
 

@@ -198,6 +198,14 @@ def _history(row: Row, device) -> torch.Tensor:
     return torch.tensor([ids], dtype=torch.long, device=device).reshape(1, len(ids))
 
 
+def _allowed_fn(row: Row):
+    """``prefix_allowed_tokens_fn`` for ``row.allowed_token_ids`` (the same list at every step), or None."""
+    if row.allowed_token_ids is None:
+        return None
+    allowed = [int(t) for t in row.allowed_token_ids]
+    return lambda batch_id, input_ids: allowed
+
+
 def prepare(row: Row, model: ModelFree) -> Prepared:
     """Build HF's processors, warpers and stopping criteria for one row.
 
@@ -241,7 +249,7 @@ def prepare(row: Row, model: ModelFree) -> Prepared:
                     gc.repetition_penalty, prompt_ignore_length=int(row.prompt_ignore_length)))
             procs = model._get_logits_processor(
                 generation_config=gc, input_ids_seq_length=prompt_len, encoder_input_ids=prompt_ids,
-                prefix_allowed_tokens_fn=None, logits_processor=custom, device=device, model_kwargs={})
+                prefix_allowed_tokens_fn=_allowed_fn(row), logits_processor=custom, device=device, model_kwargs={})
             crit = model._get_stopping_criteria(gc, sc.StoppingCriteriaList(), tokenizer=None)
     except ValueError as e:
         raise RowError(classify_value_error(e), f"transformers: {e}".splitlines()[0]) from None
@@ -274,7 +282,9 @@ def run_processors(procs: list, input_ids: torch.Tensor, scores: torch.Tensor) -
     RowError
         ``invalid_bad_words`` / ``invalid_logit_bias`` when
         ``NoBadWordsLogitsProcessor`` / ``SequenceBiasLogitsProcessor`` reject
-        an id ``>= V`` (checked on first call); ``invalid_token_id`` when a
+        an id ``>= V`` (checked on first call); ``invalid_allowed_token_ids`` when
+        ``PrefixConstrainedLogitsProcessor`` gets an empty list (ValueError) or an
+        id ``>= V`` (IndexError); ``invalid_token_id`` when a
         history id breaks ``RepetitionPenaltyLogitsProcessor`` or
         ``NoRepeatNGramLogitsProcessor`` (a negative id: ``gather`` /
         ``scatter`` out of range).
@@ -286,9 +296,13 @@ def run_processors(procs: list, input_ids: torch.Tensor, scores: torch.Tensor) -
         except ValueError as e:
             kind = ("invalid_bad_words" if isinstance(p, lp.NoBadWordsLogitsProcessor)
                     else "invalid_logit_bias" if isinstance(p, lp.SequenceBiasLogitsProcessor)
+                    else "invalid_allowed_token_ids" if isinstance(p, lp.PrefixConstrainedLogitsProcessor)
                     else classify_value_error(e))
             raise RowError(kind, f"transformers {type(p).__name__}: {e}".splitlines()[0]) from None
         except (RuntimeError, IndexError) as e:
+            if isinstance(p, lp.PrefixConstrainedLogitsProcessor):   # an allowed id >= V indexes past the mask
+                raise RowError("invalid_allowed_token_ids",
+                               f"transformers {type(p).__name__}: {e}".splitlines()[0]) from None
             raise RowError("invalid_token_id",
                            f"transformers {type(p).__name__} failed on the history: {e}".splitlines()[0]) from None
     return scores

@@ -32,6 +32,8 @@ Row field                   Hugging Face spelling
 ``logit_bias``              ``sequence_bias`` with one-token sequences
                             -> ``SequenceBiasLogitsProcessor``
 ``bad_words``               ``bad_words_ids`` -> ``NoBadWordsLogitsProcessor``
+``allowed_token_ids``       ``prefix_allowed_tokens_fn`` returning the list at every step ->
+                            ``PrefixConstrainedLogitsProcessor`` (single steps only)
 ``no_repeat_ngram_size``    ``no_repeat_ngram_size`` -> ``NoRepeatNGramLogitsProcessor``
 ``min_length``              ``min_new_tokens`` (generated tokens only)
                             -> ``MinNewTokensLengthLogitsProcessor`` (and the
@@ -69,14 +71,16 @@ SUPPORTED_FEATURES = frozenset({
     "temperature", "top_k", "top_p", "min_p", "typical_p", "repetition_penalty", "prompt_ignore_length",
     "logit_bias", "min_length", "bad_words", "no_repeat_ngram", "end_id", "end_id_set", "ignore_eos",
     "stop_words", "max_new_tokens", "max_seq_len", "seed", "logprobs", "processed_logits",
-    "low_precision_logits", "finish_reason",
+    "low_precision_logits", "finish_reason", "allowed_token_ids",
 })
 
 #: Features a scenario (:mod:`.scenario`, ``generate()`` per request) may need: the single-step
 #: mapping's less what only a single-step row has (logprobs, processed logits, low-precision
 #: logits: a scenario's scripted model gives float32 rows and its truths hold no logprobs),
-#: plus beam search (:mod:`.beam`).
-SCENARIO_FEATURES = (SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits"}) | {"beam_search"}
+#: plus beam search (:mod:`.beam`); ``allowed_token_ids`` (``prefix_allowed_tokens_fn``) is wired
+#: into the single-step processors only.
+SCENARIO_FEATURES = (SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits",
+                                           "allowed_token_ids"}) | {"beam_search"}
 
 
 def resolve_do_sample(row: Row) -> bool:
@@ -209,6 +213,9 @@ def unsupported_reason(row: Row) -> Optional[str]:
         return "top-p decay: transformers has no such warper"
     if any(len(w) > 1 for w in row.stop_words):
         return "multi-token stop words as token ids: transformers matches stop strings through a tokenizer"
+    if row.allowed_token_ids is not None and any(int(t) < 0 for t in row.allowed_token_ids):
+        return ("a negative id in allowed_token_ids: PrefixConstrainedLogitsProcessor writes mask[..., ids] = 0, "
+                "so -1 silently allows the last token of the vocabulary (no rule modelled)")
     if row.ignore_eos and row.min_length and end_id_set(row.end_id):
         return ("ignore_eos with min_length: transformers has no ignore-EOS flag; eos_token_id=None also "
                 "drops the id MinNewTokensLengthLogitsProcessor would ban")

@@ -282,6 +282,8 @@ class TrtllmSession(ReferenceSession):
                 x = self._engine_bans(x, row)  # min_length, bad words and no-repeat-ngram in one pass
             elif name == "dry":
                 pass   # TensorRT-LLM has no DRY: the adapter declares no "dry" feature, so no row sets it
+            elif name == "allowed_token_ids":
+                pass   # not a TensorRT-LLM parameter: the adapter declares no "allowed_token_ids" feature
             elif name not in ("presence_frequency", "bad_words", "no_repeat_ngram"):
                 raise ValueError(f"rewrite {name!r} of profile {self.profile.name} has no engine stage")
         if torch.isnan(x).any():

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 import vllm
 from vllm import SamplingParams
@@ -59,6 +60,11 @@ from vllm.logprobs import append_logprobs_for_next_position
 from vllm.platforms import current_platform
 from vllm.renderers.base import BaseRenderer
 from vllm.sampling_params import SamplingType
+
+try:   # 0.32.0; older releases named the structured-output parameters otherwise
+    from vllm.sampling_params import StructuredOutputsParams
+except ImportError:   # pragma: no cover - depends on the installed vLLM
+    StructuredOutputsParams = None
 from vllm.v1.core.sched.utils import check_stop
 from vllm.v1.engine.input_processor import InputProcessor
 from vllm.v1.request import Request, RequestStatus
@@ -250,6 +256,15 @@ def make_params(row: Row) -> SamplingParams:
         sp._validate_logprobs(mc)
         sp._validate_logit_bias(mc)
         sp._validate_stop_token_ids(mc)
+        if row.allowed_token_ids is not None and hasattr(sp, "_validate_allowed_token_ids"):
+            sp._validate_allowed_token_ids(mc)
+        if row.token_bitmask is not None:
+            if StructuredOutputsParams is None:
+                raise RowError("unsupported", "this vLLM has no StructuredOutputsParams (structured outputs)")
+            # A structured-output request: its bitmask (the grammar backend's output, given by the
+            # case) is applied by apply_bitmask; MinTokensLogitsProcessor.add_request reads only
+            # whether structured_outputs is set. The constraint itself is never compiled.
+            sp.structured_outputs = StructuredOutputsParams(grammar="root ::= sampcheck-case-bitmask")
         if prompt and row.max_seq_len is not None:
             # An empty prompt in a case means "no history given", not an empty
             # request (which _validate_prompt_len would reject).
@@ -309,6 +324,59 @@ def new_generator(seed: int) -> torch.Generator:
         return torch.Generator(device="cpu").manual_seed(int(seed))
     except (RuntimeError, ValueError, OverflowError) as e:
         raise RowError("invalid_seed", f"seed {seed!r}: torch.Generator.manual_seed refused it ({e})") from None
+
+
+def allowed_mask(params: Sequence[SamplingParams], V: int) -> Optional[torch.Tensor]:
+    """``allowed_token_ids_mask`` as ``InputBatch.add_request`` fills it, or None when no row sets it.
+
+    Returns
+    -------
+    torch.Tensor or None
+        ``(B, V)`` bool: True where the token is banned (every id of a row with
+        ``allowed_token_ids`` but those it lists; False rows elsewhere); the ``Sampler``
+        ``masked_fill_``s them with ``-inf`` (v1/worker/gpu_input_batch.py@v0.32.0
+        ``InputBatch.add_request``; v1/sample/sampler.py ``apply_logits_processors``).
+    """
+    if not any(sp.allowed_token_ids for sp in params):
+        return None
+    mask = torch.zeros((len(params), V), dtype=torch.bool)
+    for i, sp in enumerate(params):
+        if sp.allowed_token_ids:
+            mask[i] = True
+            mask[i][sp.allowed_token_ids] = False
+    return mask
+
+
+def apply_bitmask(logits: torch.Tensor, rows: Sequence[Row]) -> torch.Tensor:
+    """The logits after vLLM's ``apply_grammar_bitmask`` with the rows' grammar bitmasks.
+
+    Parameters
+    ----------
+    logits : torch.Tensor
+        ``(B, V)``; not modified.
+    rows : sequence of Row
+        One per logits row; rows with a ``token_bitmask`` are the structured-output requests.
+
+    Returns
+    -------
+    torch.Tensor
+        ``logits`` itself when no row has a bitmask; else a copy masked in place by
+        ``vllm.v1.structured_output.utils.apply_grammar_bitmask`` (v0.32.0), given the
+        ``GrammarOutput`` a scheduler would send (the bitmasks of the structured requests,
+        in their order) and the batch's request ids, as ``GPUModelRunner.sample_tokens``
+        calls it (no speculative tokens).
+    """
+    struct = [j for j, r in enumerate(rows) if r.token_bitmask is not None]
+    if not struct:
+        return logits
+    from vllm.v1.structured_output.utils import apply_grammar_bitmask
+    req_ids = [f"req-{j}" for j in range(len(rows))]
+    words = np.array([[np.uint32(w).view(np.int32) for w in rows[j].token_bitmask] for j in struct], dtype=np.int32)
+    grammar_output = SimpleNamespace(grammar_bitmask=words, structured_output_request_ids=[req_ids[j] for j in struct])
+    out = logits.clone()
+    apply_grammar_bitmask(SimpleNamespace(scheduled_spec_decode_tokens={}), grammar_output,
+                          SimpleNamespace(req_ids=req_ids), out)
+    return out
 
 
 def make_metadata(params: Sequence[SamplingParams], rows: Sequence[Row], generators: dict,
@@ -371,7 +439,7 @@ def make_metadata(params: Sequence[SamplingParams], rows: Sequence[Row], generat
         presence_penalties=pres,
         repetition_penalties=rep,
         output_token_ids=outputs if needs_outputs else [],
-        allowed_token_ids_mask=None,
+        allowed_token_ids_mask=allowed_mask(params, V),
         bad_words_token_ids=bad,
         logitsprocs=LogitsProcessors(procs),
     )

@@ -132,6 +132,7 @@ class VllmSession:
         dt = dtypes.pop() if len(dtypes) == 1 else torch.float32
         logits = torch.stack([r.logits.to(dt) for r in grp])
         try:
+            logits = engine.apply_bitmask(logits, grp)   # the model runner's step before the Sampler
             md = engine.make_metadata(params, grp, gens)
             res = engine.run_batch(self.samplers, logits, md, params)
         except Exception as e:  # vLLM failed the whole batch
@@ -213,7 +214,7 @@ class VllmSession:
             m = min(chunk, n - done)
             rows = [base] * m
             md = engine.make_metadata([sp] * m, rows, {}, with_logprobs=False)
-            logits = base.logits.unsqueeze(0).expand(m, V)
+            logits = engine.apply_bitmask(base.logits.unsqueeze(0), [base]).expand(m, V)
             try:
                 toks = engine.draw_tokens(self.samplers.raw, logits, md)
             except Exception as e:

@@ -34,6 +34,16 @@ Row field                   vLLM spelling
                             placeholder string that a stand-in tokenizer encodes to
                             the word's ids, so ``SamplingParams.update_from_tokenizer``
                             validates them and fills ``bad_words_token_ids``
+``allowed_token_ids``       ``allowed_token_ids`` (``SamplingParams._validate_allowed_token_ids``;
+                            the mask ``InputBatch.add_request`` builds: True at every
+                            id not listed)
+``token_bitmask``           the output of a structured-output grammar: the request gets
+                            ``structured_outputs`` (a stand-in constraint, never
+                            compiled: no grammar backend runs) and the case's bitmask
+                            is applied by vLLM's ``apply_grammar_bitmask``
+                            (v1/structured_output/utils.py, xgrammar's kernel) to the
+                            logits before the ``Sampler``, as ``GPUModelRunner``
+                            applies the scheduler's ``GrammarOutput``
 ``stop_words`` (1 token)    ``stop_token_ids`` (multi-token stop words are strings in
                             vLLM, matched by the detokenizer: ``n/a``)
 ``max_new_tokens``          ``max_tokens``; unset with ``max_seq_len`` unset: the class
@@ -65,6 +75,7 @@ SUPPORTED_FEATURES = frozenset({
     "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
     "logit_bias", "min_length", "bad_words", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens",
     "max_seq_len", "seed", "logprobs", "processed_logits", "low_precision_logits", "finish_reason",
+    "allowed_token_ids", "token_bitmask",
 })
 
 _BAD_WORD_PREFIX = "<sampcheck-bad-word-"
@@ -126,7 +137,9 @@ def sampling_kwargs(row: Row):
     dict
         Keys among ``temperature, top_k, top_p, min_p, repetition_penalty,
         presence_penalty, frequency_penalty, logit_bias, min_tokens,
-        ignore_eos, bad_words, stop_token_ids, max_tokens, seed, logprobs``.
+        ignore_eos, bad_words, stop_token_ids, allowed_token_ids, max_tokens,
+        seed, logprobs`` (``token_bitmask`` is not a ``SamplingParams`` argument:
+        :func:`impls.vllm.engine.make_params` marks the request structured).
         Unset row fields are left out so that the ``SamplingParams`` class
         defaults apply (``max_tokens``: see the module docstring). Floats
         are coerced with ``float`` and ints with ``int``.
@@ -148,6 +161,8 @@ def sampling_kwargs(row: Row):
         kw["bad_words"] = [bad_word_text(i) for i in range(len(row.bad_words))]
     if row.stop_words:
         kw["stop_token_ids"] = [int(w[0]) for w in row.stop_words if len(w) == 1]
+    if row.allowed_token_ids is not None:
+        kw["allowed_token_ids"] = [int(t) for t in row.allowed_token_ids]
     if row.max_new_tokens is not None:
         kw["max_tokens"] = int(row.max_new_tokens)
     elif row.max_seq_len is not None:
@@ -190,6 +205,7 @@ def unsupported_reason(row: Row) -> Optional[str]:
 # VLLMValidationError messages of vLLM 0.32.0 (sampling_params.py, renderers/base.py)
 # -> our error kinds (first match wins).
 _MESSAGE_KINDS = (
+    ("allowed_token_ids", "invalid_allowed_token_ids"),
     ("temperature", "invalid_temperature"),
     ("top_p", "invalid_top_p"),
     ("top_k", "invalid_top_k"),
