@@ -105,7 +105,12 @@ class RowResult:
         temperature and filters; zeros outside the support; one-hot for
         greedy rows).
     raw_logprobs : torch.Tensor or None
-        ``(vocab,)`` float, the RAW logprobs of every token (§1.7).
+        ``(vocab,)`` float, the vector ``logprob``, ``rank`` and ``top_logprobs`` are read
+        from: the RAW logprobs of every token (§1.7), or the row's ``logprobs_mode``'s vector.
+    vocab_logprobs : torch.Tensor or None
+        ``(vocab,)`` float, every token's value of that vector, returned for ``logprobs = -1``.
+    token_logprobs : list of (int, float) or None
+        That vector at each id of ``logprob_token_ids``, in their order.
     extra : dict
         Implementation-specific facts for the report (e.g. the Philox
         ``seed`` and ``offset`` a row drew with).
@@ -123,6 +128,8 @@ class RowResult:
     rewritten_logits: Optional[torch.Tensor] = None
     probs: Optional[torch.Tensor] = None
     raw_logprobs: Optional[torch.Tensor] = None
+    vocab_logprobs: Optional[torch.Tensor] = None
+    token_logprobs: Optional[list] = None
     extra: dict = field(default_factory=dict)
 
     @classmethod

@@ -71,7 +71,9 @@ FEATURES = {
     "max_new_tokens": "a limit on generated tokens (§1.8)",
     "max_seq_len": "a limit on prompt plus generated tokens (§1.8)",
     "seed": "per-request seeds (§1.6)",
-    "logprobs": "logprobs of the sampled token, rank and top logprobs (§1.7)",
+    "logprobs": "logprobs of the sampled token, rank and top logprobs, or of the whole vocabulary (§1.7)",
+    "logprobs_mode": "which logits the returned logprobs are read from: raw or processed, normalised or not (§1.7)",
+    "logprob_token_ids": "the logprobs of given token ids, whatever was sampled (§1.7)",
     "processed_logits": "the logits after bias, penalties and bans, as an output (§1.2)",
     "canonical_rng": "the canonical Philox draw, token for token (DESIGN.md decision 1)",
     "low_precision_logits": "logits handed over in bfloat16 or float16 (§1)",
@@ -97,6 +99,7 @@ ERRORS = {
     "invalid_allowed_token_ids": "an empty allowed_token_ids list or an id outside [0, V)",
     "invalid_logit_bias": "a logit bias id outside [0, V) or a NaN bias",
     "invalid_token_id": "a history id the profile rejects",
+    "invalid_logprobs": "a logprobs count below -1, or a logprob_token_ids id outside [0, V)",
     "nan_logits": "NaN logits (input, or produced by a rewrite)",
     "posinf_logits": "a +inf logit in a sampling row",
     "no_valid_token": "every token -inf after bias, penalties and bans",
@@ -521,9 +524,29 @@ PARAMS = (
                    "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/sampler/token_ban.py@0a1f13c0 "
                    "TokenBanHandler._add_min_length_bans (step s banned iff generated + s < min_length)",
           scope="internal", annotation=int, default=0),
-    Param("logprobs", {"type": "integer", "minimum": 0}, "int", "how many top logprobs to return (0: only the "
-          "sampled token's)", unset="none requested", feature="logprobs", rule="§1.7", scope="step",
+    Param("logprobs", {"type": "integer", "minimum": -1}, "int", "how many top logprobs to return (0: only the "
+          "sampled token's; -1: every token's, as vocab_logprobs)", unset="none requested", feature="logprobs",
+          rule="§1.7; -1 returns the whole vector in id order (vLLM: logprobs=-1)", scope="step",
+          citation="vllm-project/vllm:vllm/v1/sample/sampler.py@v0.32.0 Sampler.forward (num_logprobs == -1: the "
+                   "full unsorted logprobs)",
           annotation=_O[int]),
+    Param("logprobs_mode", {"enum": ["raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits"]},
+          '`"raw_logprobs"`, `"raw_logits"`, `"processed_logprobs"`, `"processed_logits"`',
+          "which vector logprob, rank, top_logprobs, vocab_logprobs and token_logprobs are read from",
+          unset="raw_logprobs", feature="logprobs_mode", scope="step",
+          rule="raw: the logits at the profile's raw_logprobs_stage, log-softmaxed (raw_logprobs) or not "
+               "(raw_logits); processed: after the rewrites and, in a sampling row, temperature and the filters "
+               "(filtered tokens -inf), log-softmaxed or not; a greedy row's processed vector is its rewritten "
+               "logits (§1.7)",
+          citation="vllm-project/vllm:vllm/v1/sample/sampler.py@v0.32.0 Sampler.forward, Sampler.sample "
+                   "(LogprobsMode); huggingface/transformers:src/transformers/generation/utils.py@v5.24.0 "
+                   "GenerationMixin._sample (output_logits, output_scores)"),
+    Param("logprob_token_ids", _INTS, "array of int", "token ids whose logprobs to return, in this order, "
+          "as token_logprobs", unset="none requested", feature="logprob_token_ids", errors=("invalid_logprobs",),
+          scope="step", rule="ids in [0, V); read from the logprobs_mode's vector (§1.7)",
+          citation="vllm-project/vllm:vllm/sampling_params.py@v0.32.0 SamplingParams.logprob_token_ids, "
+                   "_validate_logprobs; vllm/v1/sample/sampler.py Sampler.gather_specific_token_logprobs",
+          annotation=_O[list]),
     # -- scenario requests only (impls.reference.scenario_types.RequestSpec) ----------------------------
     Param("id", {"type": "string", "pattern": r"^[\w.-]+$"}, "string", "the request's id (unique in the scenario)",
           scope="request"),

@@ -232,6 +232,8 @@ class Profile:
         (``max_new_tokens == 0`` is ``invalid_length``),
         ``"max_seq_len_above_prompt"`` (without ``max_new_tokens``,
         ``max_seq_len <= len(prompt)`` is ``invalid_length``),
+        ``"logprobs_count_matches_token_ids"`` (with ``logprob_token_ids``, a
+        ``logprobs`` other than their number is ``invalid_logprobs``),
         ``"negative_history_ids"`` (a negative id in the history is
         ``invalid_token_id`` when the repetition penalty is active, or when
         no-repeat-ngram would ban it), ``"min_length_above_max_new_tokens"``
@@ -770,7 +772,7 @@ VLLM = dataclasses.replace(
     nan_logits="first_unmasked",
     validation_skips=frozenset({"logit_bias_nan", "end_id_range"}),
     validation_extras=frozenset({"max_new_tokens_zero", "min_length_above_max_new_tokens",
-                                 "min_length_above_max_seq_len_room"}),
+                                 "min_length_above_max_seq_len_room", "logprobs_count_matches_token_ids"}),
     temperature_max=2.0,
     temperature_clamp_min=0.01,
     penalty_abs_max=2.0,
@@ -870,7 +872,9 @@ VLLM = dataclasses.replace(
                              + _v("v1/engine/input_processor.py", "InputProcessor.process_inputs") + " (with "
                              "max_tokens unset, max_model_len - prompt_len becomes max_tokens and min_tokens above "
                              "it is rejected; absent before 0.31.0, finding "
-                             "vllm-min-tokens-above-derived-max-tokens-accepted)",
+                             "vllm-min-tokens-above-derived-max-tokens-accepted); "
+                             + _v(_V_SP, "SamplingParams._validate_logprobs") + " (with both logprobs and "
+                             "logprob_token_ids set, logprobs must equal len(logprob_token_ids))",
         "temperature_max": _v(_V_SP, "SamplingParams._verify_args") + " (temperature must be in [0, 2])",
         "temperature_clamp_min": _v(_V_SP, "SamplingParams.__post_init__") + " (0 < temperature < _MAX_TEMP = "
                                  "0.01 is raised to 0.01 with a warning)",

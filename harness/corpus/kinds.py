@@ -23,6 +23,8 @@ from __future__ import annotations
 import importlib
 from typing import Optional
 
+from . import outputs
+
 __all__ = ["CheckKind", "RECORD_KEYS", "builtin", "register", "unregister", "get", "names", "all_kinds", "runtime_kinds",
            "ENTRY_POINT_GROUP", "BUILTIN_MODULES", "version"]
 
@@ -192,9 +194,8 @@ class CheckKind:
 
 #: The output keys run records (schema 1) keep of a result row's ``actual``, for the project's kinds:
 #: whatever of these a row observed (``message`` is kept, never compared; a scenario request's tokens
-#: are not among them).
-RECORD_KEYS = ("error", "token", "mode", "finish_reason", "logprob", "processed_logprob", "rank", "top_logprobs",
-               "support", "probs", "rewritten_logits", "message")
+#: are not among them). Declared with the outputs: :data:`harness.corpus.outputs.RECORD_KEYS`.
+RECORD_KEYS = outputs.RECORD_KEYS
 
 _KINDS: dict = {}
 _RUNTIME: list = []

@@ -28,7 +28,7 @@ import torch
 from impls import params
 from impls.base import FEATURES, Row
 
-from . import kinds, truths
+from . import kinds, outputs, truths
 from .paths import CASES_DIR
 
 __all__ = ["CaseError", "Case", "Batch", "CaseRow", "load_case", "load_batches", "discover", "select", "CASES_DIR",
@@ -55,13 +55,7 @@ _NUM = {"type": "number"}
 _INT = {"type": "integer"}
 _INTS = {"type": "array", "items": _INT}
 _PAIRS = {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2, "items": _NUM}}
-_EXPECT_OUTPUTS = {
-    "token": _INT, "support": _INTS, "mode": {"enum": ["greedy", "sampling", "beam"]},
-    "error": {"enum": list(ERROR_KINDS)},
-    "finish_reason": {"enum": ["end_id", "length", "stop_words", "none"]},
-    "logprob": _NUM, "processed_logprob": _NUM, "top_logprobs": _PAIRS, "rank": _INT,
-    "rewritten_logits": {"type": "array", "items": _NUM}, "probs": {"type": "array", "items": _NUM},
-}
+_EXPECT_OUTPUTS = {**outputs.SCHEMAS, "error": {"enum": list(ERROR_KINDS)}}
 _EXPECT = {
     "type": "object",
     "additionalProperties": False,
@@ -148,8 +142,8 @@ _ANYOF_HINTS = {
               "with no other keys",
 }
 
-EXPECT_FEATURES = {"rewritten_logits": "processed_logits", "logprob": "logprobs", "processed_logprob": "logprobs",
-                   "top_logprobs": "logprobs", "rank": "logprobs", "finish_reason": "finish_reason"}
+#: Output key -> the feature a case checking it must declare (:data:`harness.corpus.outputs.FEATURES`).
+EXPECT_FEATURES = outputs.FEATURES
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -461,7 +455,7 @@ def _check_expect(expect: dict, V: int, shown: str, where: str) -> None:
             raise CaseError(shown, f"{at}.token", f"{e['token']} outside [0, {V})")
         if "support" in e and any(not 0 <= t < V for t in e["support"]):
             raise CaseError(shown, f"{at}.support", f"ids outside [0, {V})")
-        for key in ("rewritten_logits", "probs"):
+        for key in (o.name for o in outputs.OUTPUTS if o.vocab):
             if key in e and len(e[key]) != V:
                 raise CaseError(shown, f"{at}.{key}", f"has {len(e[key])} values, vocab is {V}")
 

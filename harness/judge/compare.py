@@ -13,6 +13,7 @@ from typing import Optional
 
 import torch
 
+from harness.corpus import outputs
 from harness.corpus.truths import ASSERTION_KEYS, LOGPROB_KEYS, output_keys
 from impls.base import RowResult
 
@@ -21,10 +22,10 @@ __all__ = ["observe", "mismatches", "close", "EXPECT_KEYS", "jsonable", "golden_
 
 #: Outputs of a sampling row that follow its drawn token: compared one for one only when the
 #: same token was drawn (the judge under another RNG; ``sampcheck diff`` between two records).
-DRAW_KEYS = frozenset({"token", "logprob", "processed_logprob", "rank", "top_logprobs", "finish_reason"})
+DRAW_KEYS = frozenset(o.name for o in outputs.OUTPUTS if o.draw)
 
-EXPECT_KEYS = ("token", "support", "mode", "error", "finish_reason", "logprob", "processed_logprob",
-               "top_logprobs", "rank", "rewritten_logits", "probs")
+#: Every output key (:data:`harness.corpus.outputs.KEYS`).
+EXPECT_KEYS = outputs.KEYS
 #: Vectors longer than this are summarised in reports instead of listed.
 MAX_LISTED_VOCAB = 64
 
@@ -45,12 +46,14 @@ def observe(r: RowResult, keys=EXPECT_KEYS) -> dict:
     """
     out = {}
     for k in keys:
+        how = outputs.output(k).compare
         if k == "support":
             out[k] = None if r.probs is None else [int(i) for i in torch.nonzero(r.probs > 0).flatten().tolist()]
-        elif k in ("rewritten_logits", "probs"):
+        elif how == "vector":
             out[k] = _vec(getattr(r, k))
-        elif k == "top_logprobs":
-            out[k] = None if r.top_logprobs is None else [[int(i), float(v)] for i, v in r.top_logprobs]
+        elif how == "pairs":
+            v = getattr(r, k)
+            out[k] = None if v is None else [[int(i), float(x)] for i, x in v]
         else:
             out[k] = getattr(r, k)
     if r.error is not None:
@@ -114,12 +117,13 @@ def mismatches(got: dict, want: dict, atol: float = 1e-6, rtol: float = 1e-6,
             if g is None or g not in token_in_support:
                 out.append(f"token: got {g!r}, not in the predicted support {_fmt(token_in_support)}")
             continue
+        how = outputs.output(k).compare if k in outputs.KEYS else "exact"
         if g is None:
             out.append(f"{k}: not returned, want {_fmt(w)}")
-        elif k in ("logprob", "processed_logprob"):
+        elif how == "float":
             if not close(g, w, atol, rtol):
                 out.append(f"{k}: got {_fmt(g)}, want {_fmt(w)}")
-        elif k in ("rewritten_logits", "probs"):
+        elif how == "vector":
             if len(g) != len(w):
                 out.append(f"{k}: got {len(g)} values, want {len(w)}")
             else:
@@ -127,10 +131,10 @@ def mismatches(got: dict, want: dict, atol: float = 1e-6, rtol: float = 1e-6,
                 if bad:
                     i = bad[0]
                     out.append(f"{k}: {len(bad)} of {len(w)} differ; first at token {i}: got {_fmt(g[i])}, want {_fmt(w[i])}")
-        elif k == "top_logprobs":
+        elif how == "pairs":
             ids_g, ids_w = [int(p[0]) for p in g], [int(p[0]) for p in w]
             if ids_g != ids_w or not all(close(a[1], b[1], atol, rtol) for a, b in zip(g, w)):
-                out.append(f"top_logprobs: got {_fmt(g)}, want {_fmt(w)}")
+                out.append(f"{k}: got {_fmt(g)}, want {_fmt(w)}")
         elif k == "support":
             if sorted(g) != sorted(w):
                 extra = sorted(set(g) - set(w))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from harness.corpus import outputs
 from impls.base import STAGES, stage_provenance
 from impls.params import ERRORS, FEATURES
 
@@ -41,16 +42,16 @@ FEATURE_STAGES = {
     "end_id": "finish", "ignore_eos": "finish", "stop_words": "finish", "max_new_tokens": "finish",
     "max_seq_len": "finish", "finish_reason": "finish", "end_id_set": "finish",
     "seed": "seeds", "canonical_rng": "draw",
-    "logprobs": "logprobs", "processed_logits": "logit_bias",
+    "logprobs": "logprobs", "processed_logits": "logit_bias", "logprobs_mode": "logprobs",
+    "logprob_token_ids": "logprobs",
     "low_precision_logits": "filters",
     "min_keep": "filters", "typical_p": "filters", "top_n_sigma": "filters", "xtc": "filters", "dynatemp": "filters",
     "dry": "penalties", "mirostat": "filters",
 }
 #: The stage that produces each checked output key (single-step ``expect`` keys and scenario keys).
 OUTPUT_STAGES = {
-    "token": "draw", "tokens": "draw", "support": "filters", "probs": "filters", "mode": "validation",
-    "finish_reason": "finish", "finish_step": "finish", "logprob": "logprobs", "processed_logprob": "logprobs",
-    "top_logprobs": "logprobs", "rank": "logprobs", "rewritten_logits": "logit_bias",
+    **outputs.STAGES,   # a single-step row's outputs, declared with them
+    "tokens": "draw", "finish_step": "finish",
     "scheduled": "decode", "offsets": "seeds", "top_p": "decode", "error_step": "decode",
     "emitted": "speculative", "drafts": "speculative", "accepted": "speculative", "rewind": "speculative",
     "beam_tokens": "beam", "predecessors": "beam", "beams": "beam", "cum_logprobs": "beam", "scores": "beam",

@@ -82,7 +82,7 @@ def support_differences(row, support: list, pred, default, profile, keys, atol: 
             "processed_logprob": torch.log(pr[ids]).tolist(),
             "rank": ranks(res.raw_logprobs, ids, prof.rank_rule).tolist(),
         }
-        if row.logprobs is not None:
+        if row.logprobs is not None and row.logprobs >= 0:
             n_top = row.logprobs  # the head of the list: the same whichever token was drawn
             vals[name]["top_logprobs"] = top_logprobs(res.raw_logprobs, n_top,
                                                       int(torch.argmax(res.raw_logprobs)))[:n_top]

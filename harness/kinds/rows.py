@@ -188,8 +188,8 @@ class RowsKind(CheckKind):
         """``profile_name``: a registered profile's name, or a :class:`Profile` (a probe; not cached).
 
         Per row of every batch: token, error, mode, finish reason, RAW/PROCESSED logprobs (1e-6), rank, support,
-        and ``rewritten_logits`` (each rounded to 1e-6, non-finite ones as strings: :func:`golden_round`) for a
-        row whose truths check them (its ``expect`` or an ``expect_by_profile`` entry names them:
+        and ``rewritten_logits``, ``vocab_logprobs``, ``token_logprobs`` (each rounded to 1e-6, non-finite ones
+        as strings: :func:`golden_round`) for a row whose truths check them (its ``expect`` or an ``expect_by_profile`` entry names them:
         :func:`row_keys`), under every profile.
 
         The support is listed up to 64 ids, otherwise its size and a CRC-32 of the ids.
@@ -206,8 +206,10 @@ class RowsKind(CheckKind):
                 row = {"token": p.token, "error": p.error, "mode": p.mode, "finish_reason": p.finish_reason,
                        "logprob": golden_round(p.logprob), "processed_logprob": golden_round(p.processed_logprob),
                        "rank": p.rank}
-                if "rewritten_logits" in row_keys(r):
-                    row["rewritten_logits"] = golden_round(observe(p, ("rewritten_logits",))["rewritten_logits"])
+                for key in ("rewritten_logits", "vocab_logprobs", "token_logprobs"):
+                    if key in row_keys(r):   # vectors kept only where a truth checks them
+                        v = observe(p, (key,))[key]
+                        row[key] = None if v is None else golden_round(v)
                 if p.probs is not None:
                     support = [int(i) for i in (p.probs > 0).nonzero().flatten().tolist()]
                     if len(support) <= 64:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["raw_logprobs", "posinf_point_mass", "top_logprobs", "rank", "ranks"]
+__all__ = ["raw_logprobs", "posinf_point_mass", "top_logprobs", "rank", "ranks", "mode_vector", "LOGPROBS_MODES"]
+
+#: The values of a row's ``logprobs_mode`` (vLLM's ``LogprobsMode``, v1/sample/sampler.py@v0.32.0).
+LOGPROBS_MODES = ("raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits")
 
 
 def posinf_point_mass(x: torch.Tensor) -> torch.Tensor:
@@ -132,3 +135,59 @@ def ranks(lp: torch.Tensor, tokens: torch.Tensor, rule: str) -> torch.Tensor:
     if rule == "strict_plus_one":
         return 1 + n - torch.searchsorted(srt, v, right=True)
     return n - torch.searchsorted(srt, v, right=False)
+
+
+def mode_vector(mode, raw_src: torch.Tensor, x: torch.Tensor, keep, temperature: float, probs: torch.Tensor,
+                posinf_logits: str = "error") -> torch.Tensor:
+    """The ``(V,)`` vector a row's logprobs are read from under ``logprobs_mode`` (SEMANTICS §1.7).
+
+    Parameters
+    ----------
+    mode : str or None
+        One of :data:`LOGPROBS_MODES`; None is ``"raw_logprobs"``.
+    raw_src : torch.Tensor
+        ``(V,)`` logits at the profile's ``raw_logprobs_stage``.
+    x : torch.Tensor
+        ``(V,)`` logits after the rewrites.
+    keep : torch.Tensor or None
+        ``(V,)`` bool kept set of a sampling row; None for a greedy or beam row.
+    temperature : float
+        The sampling row's temperature.
+    probs : torch.Tensor
+        ``(V,)`` the distribution sampled from (a sampling row's ``processed_logprobs`` is its log).
+    posinf_logits : str
+        The profile's field, for ``raw_logprobs`` (:func:`raw_logprobs`).
+
+    Returns
+    -------
+    torch.Tensor
+        ``raw_logprobs``: :func:`raw_logprobs` of ``raw_src``; ``raw_logits``: ``raw_src``;
+        ``processed_logits``: a sampling row's ``x / T`` with ``-inf`` outside ``keep``, a greedy
+        row's ``x``; ``processed_logprobs``: ``log(probs)`` of a sampling row, ``log_softmax(x)``
+        of a greedy row.
+
+    Raises
+    ------
+    ValueError
+        An unknown mode.
+
+    Source: vllm-project/vllm:vllm/v1/sample/sampler.py@v0.32.0 ``Sampler.forward`` (raw modes: the
+    input logits before any processing, log-softmaxed or cloned) and ``Sampler.sample`` (processed
+    modes: an all-greedy batch's logits after the logits processors; a sampling row's after
+    temperature, min-p and top-k/top-p, from ``TopKTopPSampler``). vLLM reads a greedy row of a
+    batch that also samples after temperature 1 and its filters: not modelled.
+    """
+    mode = mode or "raw_logprobs"
+    if mode == "raw_logprobs":
+        return raw_logprobs(raw_src, posinf_logits)
+    if mode == "raw_logits":
+        return raw_src.clone()
+    if mode == "processed_logits":
+        if keep is None:
+            return x.clone()
+        return torch.where(keep, x / temperature, torch.full_like(x, float("-inf")))
+    if mode == "processed_logprobs":
+        if keep is None:
+            return torch.log_softmax(x, dim=-1)
+        return torch.log(probs)
+    raise ValueError(f"unknown logprobs_mode {mode!r}; known: {', '.join(LOGPROBS_MODES)}")

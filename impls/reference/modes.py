@@ -134,7 +134,8 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         word or an id outside ``[0, V)``), ``invalid_allowed_token_ids`` (an empty list or
         an id outside ``[0, V)``: vLLM ``SamplingParams._validate_allowed_token_ids``;
         transformers' ``PrefixConstrainedLogitsProcessor`` raises for an empty list),
-        ``invalid_token_id`` (history id
+        ``invalid_logprobs`` (a ``logprob_token_ids`` id outside ``[0, V)``: vLLM
+        ``SamplingParams._validate_logprobs``), ``invalid_token_id`` (history id
         outside ``[0, V)`` when the profile says ``history_out_of_range =
         "error"``).
     """
@@ -244,6 +245,13 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
                 continue
             if len(w) == 0 or any(not 0 <= t_ < V for t_ in w):
                 raise RowError(f"invalid_{name}", f"{name} entry {list(w)}: must be non-empty with ids in [0, {V})")
+    ids = row.logprob_token_ids
+    if ids is not None and any(not 0 <= t_ < V for t_ in ids):
+        raise RowError("invalid_logprobs", f"logprob_token_ids={list(ids)[:8]}: ids must be in [0, {V})")
+    if ("logprobs_count_matches_token_ids" in extras and ids is not None and row.logprobs is not None
+            and row.logprobs != len(ids)):
+        raise RowError("invalid_logprobs", f"logprobs={row.logprobs} with {len(ids)} logprob_token_ids: the count "
+                                           "must equal the number of ids")
     a = row.allowed_token_ids
     if a is not None and (len(a) == 0 or any(not 0 <= t_ < V for t_ in a)):
         raise RowError("invalid_allowed_token_ids", f"allowed_token_ids={list(a)[:8]}: must be non-empty with ids in "

@@ -22,7 +22,9 @@ fields choose the variants, never the engine's name):
    ``+inf`` id; a NaN follows ``profile.nan_logits``), then the canonical
    draw of :mod:`.draw` with ``(seed, offset)`` from :mod:`.seeds` (§1.6),
    all sampling rows drawn in one batched call;
-8. PROCESSED logprob, top-k logprobs and rank (:mod:`.logprobs`);
+8. PROCESSED logprob, top-k logprobs and rank, read from the vector the row's
+   ``logprobs_mode`` names (RAW logprobs by default), the whole vector
+   (``logprobs = -1``) and the ``logprob_token_ids`` entries (:mod:`.logprobs`);
 9. finish reason (:mod:`.finish`, §1.8).
 
 Any :class:`~impls.base.RowError` raised for one row becomes that row's
@@ -45,7 +47,7 @@ from .draw import gumbel_argmax
 from . import mirostat, mt19937
 from .filters import chain, mixture_probs, processed_probs
 from .finish import finish_reason
-from .logprobs import posinf_point_mass, rank, raw_logprobs, top_logprobs
+from .logprobs import mode_vector, posinf_point_mass, rank, raw_logprobs, top_logprobs
 from .modes import BEAM, GREEDY, SAMPLING, Resolved, effective_seed, resolve
 from .philox import seed_bits
 from .seeds import SeedManager
@@ -162,7 +164,8 @@ def token_outputs(row: Row, token: int, raw_lp: torch.Tensor, probs: torch.Tenso
         "logprob": float(raw_lp[token]),
         "processed_logprob": math.log(p) if p > 0 else float("-inf"),
         "rank": rank(raw_lp, token, profile.rank_rule),
-        "top_logprobs": top_logprobs(raw_lp, row.logprobs, token) if row.logprobs is not None else None,
+        "top_logprobs": (top_logprobs(raw_lp, row.logprobs, token)
+                         if row.logprobs is not None and row.logprobs >= 0 else None),
         "finish_reason": finish_reason(row, token, profile),
     }
 
@@ -483,8 +486,12 @@ class ReferenceSession:
         raw_src = x0 if stage == "before_processing" else x
         if stage == "after_temperature" and keep is not None and res.temperature != 1.0:
             raw_src = x / res.temperature
-        lp = raw_logprobs(raw_src, self.profile.posinf_logits)
+        lp = mode_vector(row.logprobs_mode, raw_src, x, keep, res.temperature, probs, self.profile.posinf_logits)
         result.raw_logprobs = lp
+        if row.logprobs == -1:
+            result.vocab_logprobs = lp
+        if row.logprob_token_ids is not None:
+            result.token_logprobs = [(int(t), float(lp[int(t)])) for t in row.logprob_token_ids]
         for k, v in token_outputs(row, tok, lp, probs, self.profile).items():
             setattr(result, k, v)
 

@@ -184,12 +184,21 @@ class TransformersSession:
         res.rewritten_logits = rewritten[0]
         res.probs = probs
         src = raw[0] if self.profile.raw_logprobs_stage == "before_processing" else rewritten[0]
-        lps = torch.log_softmax(src, dim=-1)
+        # logprobs_mode: transformers returns raw logits (output_logits) and processed scores
+        # (output_scores: after the processors and, when sampling, the warpers); the *_logprobs
+        # modes are their log_softmax, taken here.
+        lps = {None: lambda: torch.log_softmax(src, dim=-1), "raw_logprobs": lambda: torch.log_softmax(src, dim=-1),
+               "raw_logits": lambda: src.clone(), "processed_logits": lambda: final[0].clone(),
+               "processed_logprobs": lambda: torch.log_softmax(final[0], dim=-1)}[row.logprobs_mode]()
         res.raw_logprobs = lps
         res.logprob = float(lps[tok])
         res.rank = rank(lps, tok, self.profile.rank_rule)
-        if row.logprobs is not None:
+        if row.logprobs == -1:
+            res.vocab_logprobs = lps
+        elif row.logprobs is not None:
             res.top_logprobs = top_logprobs(lps, row.logprobs, tok)
+        if row.logprob_token_ids is not None:
+            res.token_logprobs = [(int(t), float(lps[int(t)])) for t in row.logprob_token_ids]
         res.finish_reason = self._finish(prep, tok)
         res.extra["hf_processors"] = prep.names()
 

@@ -71,7 +71,7 @@ SUPPORTED_FEATURES = frozenset({
     "temperature", "top_k", "top_p", "min_p", "typical_p", "repetition_penalty", "prompt_ignore_length",
     "logit_bias", "min_length", "bad_words", "no_repeat_ngram", "end_id", "end_id_set", "ignore_eos",
     "stop_words", "max_new_tokens", "max_seq_len", "seed", "logprobs", "processed_logits",
-    "low_precision_logits", "finish_reason", "allowed_token_ids",
+    "low_precision_logits", "finish_reason", "allowed_token_ids", "logprobs_mode", "logprob_token_ids",
 })
 
 #: Features a scenario (:mod:`.scenario`, ``generate()`` per request) may need: the single-step
@@ -80,7 +80,7 @@ SUPPORTED_FEATURES = frozenset({
 #: plus beam search (:mod:`.beam`); ``allowed_token_ids`` (``prefix_allowed_tokens_fn``) is wired
 #: into the single-step processors only.
 SCENARIO_FEATURES = (SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits",
-                                           "allowed_token_ids"}) | {"beam_search"}
+                                           "allowed_token_ids", "logprobs_mode", "logprob_token_ids"}) | {"beam_search"}
 
 
 def resolve_do_sample(row: Row) -> bool:
@@ -213,6 +213,9 @@ def unsupported_reason(row: Row) -> Optional[str]:
         return "top-p decay: transformers has no such warper"
     if any(len(w) > 1 for w in row.stop_words):
         return "multi-token stop words as token ids: transformers matches stop strings through a tokenizer"
+    if row.logprob_token_ids is not None and any(not 0 <= int(t) < row.vocab for t in row.logprob_token_ids):
+        return ("logprob_token_ids outside the vocabulary: transformers has no such parameter (the adapter reads "
+                "the ids from output_logits / output_scores, which validates nothing)")
     if row.allowed_token_ids is not None and any(int(t) < 0 for t in row.allowed_token_ids):
         return ("a negative id in allowed_token_ids: PrefixConstrainedLogitsProcessor writes mask[..., ids] = 0, "
                 "so -1 silently allows the last token of the vocabulary (no rule modelled)")

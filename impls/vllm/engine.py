@@ -432,7 +432,9 @@ def make_metadata(params: Sequence[SamplingParams], rows: Sequence[Row], generat
         top_p=None if not any(sp.top_p < 1 for sp in params) else top_p,
         top_k=None if all(k == V for k in ks) else top_k,
         generators=dict(generators),
-        max_num_logprobs=max(sp.logprobs for sp in params) if with_logprobs else None,
+        max_num_logprobs=max(V if sp.logprobs == -1 else sp.logprobs for sp in params) if with_logprobs else None,
+        logprob_token_ids=({i: list(sp.logprob_token_ids) for i, sp in enumerate(params) if sp.logprob_token_ids}
+                           or None) if with_logprobs else None,
         no_penalties=no_penalties,
         prompt_token_ids=prompt_ids,
         frequency_penalties=freq,
@@ -497,15 +499,28 @@ def _restore_rng(state, generators: dict) -> None:
 
 
 class Samplers:
-    """The two ``Sampler`` instances of a session (raw and processed logprobs modes)."""
+    """The ``Sampler`` instances of a session, one per ``logprobs_mode`` (vLLM's engine-wide setting).
+
+    ``raw`` (``raw_logprobs``, vLLM's default) samples and reports unless a row asks for
+    another mode (:meth:`for_mode`); ``processed`` (``processed_logits``) gives the adapter the
+    processed logits of every batch (the distribution sampled from).
+    """
 
     def __init__(self):
         self.raw = sampler_mod.Sampler(logprobs_mode="raw_logprobs")
         self.processed = sampler_mod.Sampler(logprobs_mode="processed_logits")
+        self._by_mode = {"raw_logprobs": self.raw, "processed_logits": self.processed}
+
+    def for_mode(self, mode: Optional[str]):
+        """The ``Sampler`` of an engine started with ``logprobs_mode = mode`` (None: ``raw_logprobs``)."""
+        mode = mode or "raw_logprobs"
+        if mode not in self._by_mode:
+            self._by_mode[mode] = sampler_mod.Sampler(logprobs_mode=mode)
+        return self._by_mode[mode]
 
 
-def run_batch(samplers: Samplers, logits: torch.Tensor, md: SamplingMetadata, params: Sequence[SamplingParams]
-              ) -> BatchOutput:
+def run_batch(samplers: Samplers, logits: torch.Tensor, md: SamplingMetadata, params: Sequence[SamplingParams],
+              mode: Optional[str] = None) -> BatchOutput:
     """Sample one batch with vLLM's ``Sampler``.
 
     Parameters
@@ -516,6 +531,9 @@ def run_batch(samplers: Samplers, logits: torch.Tensor, md: SamplingMetadata, pa
     md : SamplingMetadata
         From :func:`make_metadata` (with logprobs).
     params : sequence of SamplingParams
+    mode : str, optional
+        The engine's ``logprobs_mode`` for this batch (None: ``raw_logprobs``): which
+        ``Sampler`` samples and reports (:meth:`Samplers.for_mode`).
 
     Returns
     -------
@@ -527,7 +545,7 @@ def run_batch(samplers: Samplers, logits: torch.Tensor, md: SamplingMetadata, pa
     rewritten = x.clone()
     ptok, processed = samplers.processed.sample(x, md)
     _restore_rng(state, md.generators)
-    out = samplers.raw(logits.clone(), md)
+    out = samplers.for_mode(mode)(logits.clone(), md)
     tokens = out.sampled_token_ids.flatten().tolist()
     lt = out.logprobs_tensors
     per_row = []

@@ -118,8 +118,8 @@ class VllmSession:
             except RowError as e:
                 out[i] = RowResult.failed(e)
         groups: dict = {}
-        for i in staged:
-            groups.setdefault(rows[i].vocab, []).append(i)
+        for i in staged:   # a logprobs_mode is an engine setting: one batch per (vocabulary, mode)
+            groups.setdefault((rows[i].vocab, rows[i].logprobs_mode), []).append(i)
         for idx in groups.values():
             self._run_group(rows, idx, staged, out)
         return out
@@ -134,7 +134,7 @@ class VllmSession:
         try:
             logits = engine.apply_bitmask(logits, grp)   # the model runner's step before the Sampler
             md = engine.make_metadata(params, grp, gens)
-            res = engine.run_batch(self.samplers, logits, md, params)
+            res = engine.run_batch(self.samplers, logits, md, params, mode=grp[0].logprobs_mode)
         except Exception as e:  # vLLM failed the whole batch
             for i in idx:
                 out[i] = RowResult(error="engine_error", message=f"vLLM raised for the batch: {type(e).__name__}: {e}")
@@ -159,8 +159,17 @@ class VllmSession:
         entries = res.logprobs[j]
         r.logprob = float(entries[tok].logprob)
         r.rank = int(entries[tok].rank)
-        if row.logprobs is not None:
-            ids, lps = res.gathered[j]
+        ids, lps = res.gathered[j]
+        if row.logprob_token_ids is not None:
+            # Sampler.forward prefers the logprob_token_ids tensors: the sampled token, then the ids asked
+            n = len(row.logprob_token_ids)
+            r.token_logprobs = list(zip(ids[1:1 + n], lps[1:1 + n]))
+        elif row.logprobs == -1:
+            # InputBatch asks vocab_size top logprobs: every token once, sorted; laid out by id here
+            vec = torch.full((V,), float("nan"), dtype=torch.float32)
+            vec[torch.tensor(ids[1:], dtype=torch.long)] = torch.tensor(lps[1:], dtype=torch.float32)
+            r.vocab_logprobs = vec
+        elif row.logprobs is not None:
             top = list(zip(ids[1:1 + row.logprobs], lps[1:1 + row.logprobs]))
             if tok not in [t for t, _ in top]:
                 top.append((tok, lps[0]))

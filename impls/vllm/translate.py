@@ -52,7 +52,12 @@ Row field                   vLLM spelling
                             ``max_model_len``"
 ``max_seq_len``             ``max_model_len`` of ``check_stop`` (prompt + output)
 ``seed``                    ``seed`` (-1 means unseeded: ``SamplingParams.__post_init__``)
-``logprobs``                ``logprobs`` (the adapter always asks for at least 0, i.e.
+``logprob_token_ids``       ``logprob_token_ids`` (``Sampler.gather_specific_token_logprobs``)
+``logprobs_mode``           the engine's ``logprobs_mode`` (a ``ModelConfig`` field, one per
+                            engine): rows of different modes are sampled in separate
+                            batches, each by a ``Sampler(logprobs_mode=...)``
+``logprobs``                ``logprobs`` (-1: every token, which ``InputBatch`` turns into
+                            ``vocab_size`` top logprobs; the adapter always asks for at least 0, i.e.
                             the sampled token's logprob; sampling does not depend on it)
 ==========================  ==========================================================
 
@@ -75,7 +80,7 @@ SUPPORTED_FEATURES = frozenset({
     "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
     "logit_bias", "min_length", "bad_words", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens",
     "max_seq_len", "seed", "logprobs", "processed_logits", "low_precision_logits", "finish_reason",
-    "allowed_token_ids", "token_bitmask",
+    "allowed_token_ids", "token_bitmask", "logprobs_mode", "logprob_token_ids",
 })
 
 _BAD_WORD_PREFIX = "<sampcheck-bad-word-"
@@ -170,6 +175,10 @@ def sampling_kwargs(row: Row):
     if row.seed is not None:
         kw["seed"] = int(row.seed)
     kw["logprobs"] = int(row.logprobs) if row.logprobs is not None else 0
+    if row.logprob_token_ids is not None:
+        kw["logprob_token_ids"] = [int(t) for t in row.logprob_token_ids]
+        if row.logprobs is None:   # SamplingParams.get_num_logprobs: the count the ids imply
+            kw["logprobs"] = len(row.logprob_token_ids)
     return kw
 
 
@@ -206,6 +215,7 @@ def unsupported_reason(row: Row) -> Optional[str]:
 # -> our error kinds (first match wins).
 _MESSAGE_KINDS = (
     ("allowed_token_ids", "invalid_allowed_token_ids"),
+    ("logprob_token_ids", "invalid_logprobs"),
     ("temperature", "invalid_temperature"),
     ("top_p", "invalid_top_p"),
     ("top_k", "invalid_top_k"),
