@@ -321,6 +321,11 @@ def _cmd_run(args) -> int:
         return 130
     for line in run_summary(outcome.doc):
         print(line)
+    run_files = {str((r.get("details") or {}).get("file")) for r in outcome.doc["results"] if r.get("check") == "load"}
+    for u in outcome.doc["run"].get("uncounted_files", []):
+        if u["file"] not in run_files:  # a declared file this run did not select: its error is shown nowhere else
+            print(f"sampcheck run: note: {u['file']}: {u['field']}: {u['reason']} (a case file this run did not "
+                  "select; counted 0 in the statistical budget)", file=sys.stderr)
     print(f"wrote {outcome.results_path} and {outcome.html_path}"
           + (f" (a subset, --cases: {FULL_OUT}, the report of the last full run, is left as it was; --out {FULL_OUT} "
              "replaces it)" if subset_default else ""))
@@ -376,15 +381,15 @@ def _list_impls(verbose: bool) -> int:
 def _cmd_list(args) -> int:
     if args.what == "impls":
         return _list_impls(args.verbose)
-    from harness.corpus.load import CaseError, discover, load_case
+    from harness.corpus.load import CASES_DIR, CaseError, discover, load_case
     no_cases = _no_cases_problem()
     if no_cases:
         print(f"sampcheck list cases: {no_cases}", file=sys.stderr)
         return 2
     status, broken = 0, 0
-    for p in discover():
+    for p in discover(CASES_DIR):
         try:
-            c = load_case(p)
+            c = load_case(p, CASES_DIR)
             print(f"{c.id:<55} {c.check:<12} {c.description}")
         except CaseError as e:
             print(f"ERROR {e}", file=sys.stderr)
@@ -422,14 +427,14 @@ def _cmd_golden(args) -> int:
             if no_cases:
                 print(f"sampcheck golden {args.action}: {no_cases}", file=sys.stderr)
                 return 2
-            paths = select(discover(), args.cases)
+            paths = select(discover(CASES_DIR), args.cases, CASES_DIR)
     except ValueError as e:
         print(f"sampcheck golden: {e}", file=sys.stderr)
         return 2
     cases, broken = [], 0
     for p in paths:
         try:
-            cases.append(load_case(p))
+            cases.append(load_case(p, CASES_DIR))
         except CaseError as e:
             print(f"ERROR {e}", file=sys.stderr)
             broken += 1
