@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -402,7 +403,8 @@ def _cmd_list(args) -> int:
 
 def _cmd_golden(args) -> int:
     from harness.records import golden
-    from harness.corpus.load import CASES_DIR, CaseError, discover, load_case, select
+    from harness.corpus.ids import is_external
+    from harness.corpus.load import CASES_DIR, COMMON_FIELDS, CaseError, discover, load_case, select
     from harness.judge.judge import Judge
     if args.action == "add" and not args.ids:
         print("sampcheck golden add: give the id of the case, e.g. 'sampcheck golden add filters/my-case'",
@@ -416,7 +418,12 @@ def _cmd_golden(args) -> int:
         if args.action == "add":
             paths = []
             for cid in args.ids:
-                p = CASES_DIR / f"{cid.removesuffix('.toml')}.toml"
+                cid = cid.removesuffix(".toml")
+                if not re.fullmatch(COMMON_FIELDS["id"]["pattern"].strip("^$"), cid):  # no '..', no absolute path
+                    print(f"sampcheck golden add: {cid!r} is not a case id (an id is the path under cases/ without "
+                          ".toml, e.g. 'filters/my-case')", file=sys.stderr)
+                    return 2
+                p = CASES_DIR / f"{cid}.toml"
                 if not p.is_file():
                     print(f"sampcheck golden add: no case file {p} for id {cid!r} "
                           "(an id is the path under cases/ without .toml)", file=sys.stderr)
@@ -441,6 +448,13 @@ def _cmd_golden(args) -> int:
     if args.action == "add" and broken:
         print("sampcheck golden add: fix the case file first ('sampcheck list cases' validates every case)",
               file=sys.stderr)
+        return 2
+    external = [c for c in cases if is_external(c.id)]
+    if external:
+        # golden files belong to corpus cases only: an external file's id is no corpus id (harness.corpus.ids)
+        for c in external:
+            print(f"sampcheck golden {args.action}: {c.path}: lies outside the corpus {CASES_DIR} (id {c.id}): golden "
+                  "files are written for corpus cases only; move the file into the corpus first", file=sys.stderr)
         return 2
     judge = Judge([], 1)
     if args.action in ("update", "add"):
