@@ -22,6 +22,7 @@ import math
 import os
 import zlib
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Optional
 
@@ -176,6 +177,8 @@ def schema_error(shown: str, e: fastjsonschema.JsonSchemaValueException, root: s
         reason = f"unknown field(s) {extra}; see cases/README.md for the fields this table takes"
     if reason.startswith("value "):
         reason = reason[len("value "):]
+    if e.rule == "type" and reason.startswith("must be integer") and isinstance(e.value, (float, Decimal)):
+        reason += f", not the TOML float {float(e.value)!r}"  # 0.7, nan, inf, or 2.0 (TOML tells them apart)
     leaf = field_.rsplit(".", 1)[-1]
     parent = field_.rsplit(".", 2)[-2] if field_.count(".") >= 1 else ""
     if (("cannot be validated by any definition" in reason or (leaf == "logits" and e.rule == "type"))
@@ -576,7 +579,10 @@ def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> lis
     """
     if not patterns:
         return paths
-    real = {q: Path(os.path.realpath(q)) for q in paths}
+    def place(q) -> Path:  # where an entry lies (its folder resolved, not the entry: a link is where it is)
+        return Path(os.path.realpath(Path(q).parent)) / Path(q).name
+
+    where = {q: place(q) for q in paths}
     chosen, seen = [], set()
     for pat in patterns:
         p = Path(pat)
@@ -584,10 +590,13 @@ def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> lis
         if pat.startswith("tag:"):
             hits = [q for q in paths if pat[4:] in _tags(q)]
         elif p.exists():
-            p = Path(os.path.realpath(p))
-            hits = [q for q in paths if real[q] == p or p in real[q].parents] if p.is_dir() or p.suffix == ".toml" else []
-            if p.is_file() and p not in real.values():
-                hits = [p]
+            if p.is_dir():
+                d = Path(os.path.realpath(p))
+                hits = [q for q in paths if d in where[q].parents]
+            elif p.suffix.lower() == ".toml" or p.is_file():
+                hits = [q for q in paths if where[q] == place(p)]
+                if not hits and p.is_file():
+                    hits = [Path(os.path.realpath(p))]  # outside the corpus: an external case
         else:
             ids = {corpus_id(q, root) or q.stem: q for q in paths}
             hits = [q for i, q in ids.items() if fnmatch.fnmatchcase(i, pat) or fnmatch.fnmatchcase(i, pat.rstrip("/") + "/*")]
