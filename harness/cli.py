@@ -27,7 +27,7 @@ Commands:
   (:mod:`harness.records.records`).
 * ``sampcheck diff A B [--html FILE] [--text FILE]`` — compare two run
   records (:mod:`harness.report.diff`); exit 0 when nothing changed, 1 when
-  something did, 2 for bad usage or an unreadable record.
+  something did, 2 for bad usage or an unreadable or malformed record (file, case and field named).
 * ``sampcheck report --bench FILE [--out DIR]`` — the latency report.
 * ``sampcheck check-impl NAME [--device] [--no-smoke]`` — the adapter
   conformance kit (:mod:`harness.conformance`).

@@ -20,6 +20,7 @@ to 2026-12-03 (115 of schema 1, 150 of schema 2), passes.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import fastjsonschema
@@ -105,15 +106,34 @@ def _validator(key):
     return _VALIDATORS[key]
 
 
-def _where(e: fastjsonschema.JsonSchemaValueException) -> tuple:
+#: What a field of several shapes must be, by its name (the reason of an ``anyOf`` violation).
+_SHAPES = {
+    "support": "must be null, a list of token ids, a list of such lists (per step), or {head, length}",
+    "top_logprobs": "must be null or a list of [token id, logprob]",
+    "probs": "must be null or a list of numbers ('inf', '-inf', 'nan' allowed)",
+    "rewritten_logits": "must be null or a list of numbers ('inf', '-inf', 'nan' allowed)",
+    "tokens": "must be null or a list of token ids",
+    "outside_support": "must be null, a count >= 0, or {token: count >= 0}",
+    "a_out": "must be null or an object of outputs", "b_out": "must be null or an object of outputs",
+}
+_FLOATS = "must be a number, 'inf', '-inf', 'nan' or null"
+
+
+def _where(e: fastjsonschema.JsonSchemaValueException, schema: int = 2) -> tuple:
     """``(field, reason)`` of a violation: ``data.rows[0].actual.token`` -> ``rows[0].actual.token``."""
     name = e.name or "data"
     field_ = name[len("data."):] if name.startswith("data.") else "<entry>"
     reason = e.message[len(name):].strip() if e.message.startswith(name) else e.message
+    leaf = re.sub(r"\[\d+\]$", "", field_.rsplit(".", 1)[-1])
     if "cannot be validated by any definition" in reason:
-        reason = "has the wrong type or shape"
-    elif " must not contain " in reason and reason.endswith(" properties"):
-        reason = f"unknown field(s) {reason.split(' must not contain ', 1)[1][: -len(' properties')]}"
+        reason = _SHAPES.get(leaf, _FLOATS if leaf in ("logprob", "processed_logprob", "p_value", "tv",
+                                                      "alpha_per_check") else "has the wrong type or shape")
+    elif reason.startswith("must not contain ") and reason.endswith(" properties"):
+        reason = f"unknown field(s) {reason[len('must not contain '):-len(' properties')]}"
+        if schema < 2 and ("'own_code'" in reason or "'borrowed'" in reason):
+            reason += f" (own_code and borrowed are fields of record schema 2; this record says schema {schema})"
+    elif reason == "must contain ['counts'] properties" and re.fullmatch(r"rows\[\d+\]", field_):
+        reason = "has neither 'actual' (an exact row) nor 'counts' (a statistical row)"
     return field_, reason
 
 
@@ -143,9 +163,7 @@ def check_record(rec: dict) -> list:
         try:
             check(entry)
         except fastjsonschema.JsonSchemaValueException as e:
-            field_, reason = _where(e)
-            if field_ in ("own_code", "borrowed") or "'own_code'" in reason or "'borrowed'" in reason:
-                reason += f" (own_code and borrowed are fields of record schema 2; this record says schema {rec['schema']})"
+            field_, reason = _where(e, rec["schema"])
             out.append(f"case {cid!r}: {field_}: {reason}")
             continue
         seen = Counter(r["row"] for r in entry.get("rows", []))

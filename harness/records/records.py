@@ -45,7 +45,10 @@ Per case (only the keys that apply):
   whether the implementation's own code performed every stage the case exercises
   (:mod:`harness.judge.provenance`), and ``borrowed``, the stages it did not, when false.
 
-Schemas: 1 (before stage provenance) and 2 (``own_code``/``borrowed`` added) are both read;
+Schemas: 1 (before stage provenance) and 2 (``own_code``/``borrowed`` added) are both read,
+every case entry checked against the schema the record declares
+(:mod:`harness.records.record_schema`: a malformed row is a :class:`RecordError` naming the
+case and the field, never a crash or a wrong verdict of the diff);
 :func:`load` gives a schema-1 record's verdicts no ``own_code`` (unknown), and
 :mod:`harness.report.diff` compares provenance only where both records have it.
 """
@@ -347,7 +350,9 @@ def load(path) -> dict:
         Naming the file and the problem: it does not exist, is empty, is not
         UTF-8, is truncated or otherwise not JSON (with line and column), is
         not a ``sampcheck-record``, has another schema, or has a malformed
-        field.
+        field (``record schema N: case '<id>': <field>: <reason>``, the field
+        as :mod:`harness.records.record_schema` types it), or is nested too
+        deeply for the JSON parser.
     """
     path = Path(path)
     try:
@@ -364,6 +369,8 @@ def load(path) -> dict:
         raise RecordError(path, f"not UTF-8 text (byte {e.start})") from None
     try:
         rec = json.loads(text)
+    except RecursionError:
+        raise RecordError(path, "not a run record: nested too deeply for the JSON parser") from None
     except json.JSONDecodeError as e:
         what = ("truncated" if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string")
                 else "not valid JSON")
