@@ -36,9 +36,18 @@ def _real(path) -> str:
 def corpus_id(path, root) -> Optional[str]:
     """The id of ``path`` below the corpus ``root``, or None when it lies outside.
 
-    The id is the path below ``root`` with a final ``.toml`` (lower case only) removed: a
-    file ``x.TOML`` has the id ``.../x.TOML``, which no valid case declares, so it is
-    reported rather than taken for ``x.toml``.
+    Parameters
+    ----------
+    path, root : str or Path
+        A case file (need not exist) and the corpus root.
+
+    Returns
+    -------
+    str or None
+        The path below ``root`` (its folder resolved, a final link not) with a final
+        ``.toml`` (lower case only) removed: a file ``x.TOML`` has the id ``.../x.TOML``,
+        which no valid case declares, so it is reported rather than taken for ``x.toml``.
+        None when ``path`` does not lie below ``root``. Never raises for a link loop.
     """
     path = Path(path)
     where = Path(_real(path.parent)) / path.name
@@ -50,7 +59,14 @@ def corpus_id(path, root) -> Optional[str]:
 
 
 def external_id(path) -> str:
-    """``ext/<10 hex digits of SHA-256 of the resolved path>/<name>`` (the module docstring)."""
+    """The external id of a case file (the module docstring).
+
+    Returns
+    -------
+    str
+        ``ext/<10 hex digits of the SHA-256 of the resolved path>/<name>``, ``<name>`` matching
+        ``[a-z0-9_.-]+`` (``case`` when nothing of the file name is left).
+    """
     digest = hashlib.sha256(_real(path).encode("utf-8", "surrogateescape")).hexdigest()[:10]
     name = Path(path).name
     if name.lower().endswith(".toml"):
@@ -60,7 +76,13 @@ def external_id(path) -> str:
 
 
 def case_id(path, root) -> str:
-    """The id of the case file ``path``: its corpus id under ``root``, else its external id."""
+    """The id of the case file ``path``.
+
+    Returns
+    -------
+    str
+        :func:`corpus_id` under ``root``, else :func:`external_id`.
+    """
     cid = corpus_id(path, root)
     return cid if cid is not None else external_id(path)
 

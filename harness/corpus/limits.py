@@ -18,8 +18,10 @@ __all__ = ["MAX_FILE_BYTES", "MAX_NESTING", "INT_MIN", "INT_MAX", "MAX_VOCAB", "
            "MAX_SCENARIO_LOGITS", "MAX_SEED_CHARS", "MAX_ROW_INDEX_DIGITS"]
 
 #: Bytes of one case file (read no further: a larger file is refused before parsing).
-#: Parsing a file of this size takes at most about 3 s on a 2-core CI machine (measured:
-#: 2.6 s for one flat array of 500,000 integers, the slowest shape found).
+#: Loading a file of this size takes at most about 4 s on the 2-core development machine
+#: (measured 2026-12-03: 2.5 s for one row of 262,000 literal logits, 3.9 s for 24,961
+#: one-token rows, 4.0 s for 19,780 rows with an ``expect``; parsing alone, 2.9 s for one
+#: flat array of 500,000 integers).
 MAX_FILE_BYTES = 1 << 20
 #: Levels of arrays and tables (``[``/``{`` brackets, and the parts of one dotted key or
 #: table header), checked on the text before :mod:`tomllib` parses it (its recursion ends

@@ -165,6 +165,14 @@ def schema_error(shown: str, e: fastjsonschema.JsonSchemaValueException, root: s
         ``e.name`` is ``data`` then the path (``data.rows[0].top_p``).
     root : str
         What ``data`` itself is called (``<top>`` for the whole file).
+
+    Returns
+    -------
+    CaseError
+        Field: the dotted path (``rows[0].top_p``; under ``root`` when it is not ``<top>``).
+        Reason: fastjsonschema's, with the hints of a field that takes several shapes
+        (``seed``, ``logits``, ``end_id``, ``early_stopping``, an ``expect_by_profile``
+        entry), unknown fields named, and a refused TOML float shown.
     """
     name = e.name or "data"
     field_ = root if name == "data" else (name.replace("data.", "", 1) if root == "<top>"
