@@ -36,7 +36,7 @@ from impls.base import FEATURES, Row
 from . import kinds, truths
 from .errors import CaseError
 from .ids import case_id, corpus_id
-from .limits import MAX_CASE_LOGITS, MAX_ROW_INDEX_DIGITS
+from .limits import MAX_CASE_LOGITS
 from .paths import CASES_DIR
 from .tomlfile import plain, read_case_toml
 
