@@ -27,7 +27,7 @@ Commands:
   (:mod:`harness.records.records`).
 * ``sampcheck diff A B [--html FILE] [--text FILE]`` — compare two run
   records (:mod:`harness.report.diff`); exit 0 when nothing changed, 1 when
-  something did, 2 for bad usage or an unreadable record.
+  something did, 2 for bad usage or an unreadable or malformed record (file, case and field named).
 * ``sampcheck report --bench FILE [--out DIR]`` — the latency report.
 * ``sampcheck check-impl NAME [--device] [--no-smoke]`` — the adapter
   conformance kit (:mod:`harness.conformance`).
@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -321,6 +322,11 @@ def _cmd_run(args) -> int:
         return 130
     for line in run_summary(outcome.doc):
         print(line)
+    run_files = {str((r.get("details") or {}).get("file")) for r in outcome.doc["results"] if r.get("check") == "load"}
+    for u in outcome.doc["run"].get("uncounted_files", []):
+        if u["file"] not in run_files:  # a declared file this run did not select: its error is shown nowhere else
+            print(f"sampcheck run: note: {u['file']}: {u['field']}: {u['reason']} (a case file this run did not "
+                  "select; counted 0 in the statistical budget)", file=sys.stderr)
     print(f"wrote {outcome.results_path} and {outcome.html_path}"
           + (f" (a subset, --cases: {FULL_OUT}, the report of the last full run, is left as it was; --out {FULL_OUT} "
              "replaces it)" if subset_default else ""))
@@ -376,15 +382,15 @@ def _list_impls(verbose: bool) -> int:
 def _cmd_list(args) -> int:
     if args.what == "impls":
         return _list_impls(args.verbose)
-    from harness.corpus.load import CaseError, discover, load_case
+    from harness.corpus.load import CASES_DIR, CaseError, discover, load_case
     no_cases = _no_cases_problem()
     if no_cases:
         print(f"sampcheck list cases: {no_cases}", file=sys.stderr)
         return 2
     status, broken = 0, 0
-    for p in discover():
+    for p in discover(CASES_DIR):
         try:
-            c = load_case(p)
+            c = load_case(p, CASES_DIR)
             print(f"{c.id:<55} {c.check:<12} {c.description}")
         except CaseError as e:
             print(f"ERROR {e}", file=sys.stderr)
@@ -397,7 +403,8 @@ def _cmd_list(args) -> int:
 
 def _cmd_golden(args) -> int:
     from harness.records import golden
-    from harness.corpus.load import CASES_DIR, CaseError, discover, load_case, select
+    from harness.corpus.ids import is_external
+    from harness.corpus.load import CASES_DIR, COMMON_FIELDS, CaseError, discover, load_case, select
     from harness.judge.judge import Judge
     if args.action == "add" and not args.ids:
         print("sampcheck golden add: give the id of the case, e.g. 'sampcheck golden add filters/my-case'",
@@ -411,7 +418,12 @@ def _cmd_golden(args) -> int:
         if args.action == "add":
             paths = []
             for cid in args.ids:
-                p = CASES_DIR / f"{cid.removesuffix('.toml')}.toml"
+                cid = cid.removesuffix(".toml")
+                if not re.fullmatch(COMMON_FIELDS["id"]["pattern"].strip("^$"), cid):  # no '..', no absolute path
+                    print(f"sampcheck golden add: {cid!r} is not a case id (an id is the path under cases/ without "
+                          ".toml, e.g. 'filters/my-case')", file=sys.stderr)
+                    return 2
+                p = CASES_DIR / f"{cid}.toml"
                 if not p.is_file():
                     print(f"sampcheck golden add: no case file {p} for id {cid!r} "
                           "(an id is the path under cases/ without .toml)", file=sys.stderr)
@@ -422,20 +434,27 @@ def _cmd_golden(args) -> int:
             if no_cases:
                 print(f"sampcheck golden {args.action}: {no_cases}", file=sys.stderr)
                 return 2
-            paths = select(discover(), args.cases)
+            paths = select(discover(CASES_DIR), args.cases, CASES_DIR)
     except ValueError as e:
         print(f"sampcheck golden: {e}", file=sys.stderr)
         return 2
     cases, broken = [], 0
     for p in paths:
         try:
-            cases.append(load_case(p))
+            cases.append(load_case(p, CASES_DIR))
         except CaseError as e:
             print(f"ERROR {e}", file=sys.stderr)
             broken += 1
     if args.action == "add" and broken:
         print("sampcheck golden add: fix the case file first ('sampcheck list cases' validates every case)",
               file=sys.stderr)
+        return 2
+    external = [c for c in cases if is_external(c.id)]
+    if external:
+        # golden files belong to corpus cases only: an external file's id is no corpus id (harness.corpus.ids)
+        for c in external:
+            print(f"sampcheck golden {args.action}: {c.path}: lies outside the corpus {CASES_DIR} (id {c.id}): golden "
+                  "files are written for corpus cases only; move the file into the corpus first", file=sys.stderr)
         return 2
     judge = Judge([], 1)
     if args.action in ("update", "add"):

@@ -29,7 +29,8 @@ from typing import Any, Callable, Optional, Union
 
 __all__ = ["Param", "PARAMS", "FEATURES", "ERRORS", "param", "row_fields", "row_schema", "request_schema",
            "field_feature", "step_fields", "request_fields", "markdown_table", "template_comment",
-           "parse_seed", "end_id_set", "SCOPES", "bitmask_words", "bitmask_word_count", "bitmask_allows"]
+           "parse_seed", "end_id_set", "SCOPES", "bitmask_words", "bitmask_word_count", "bitmask_allows",
+           "MAX_VOCAB", "MAX_SEED_CHARS", "GENERATOR", "MODEL"]
 
 #: Where a field may appear: ``row`` (single-step rows, their ``defaults``, and scenario
 #: requests), ``step`` (single-step rows only: the logits, the history and the slot of one
@@ -293,27 +294,57 @@ _INT = {"type": "integer"}
 _BOOL = {"type": "boolean"}
 _INTS = {"type": "array", "items": _INT}
 _WORDS = {"type": "array", "items": _INTS}
-_PAIRS = {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2, "items": _NUM}}
-#: A generated row of logits (cases/README.md, "Generated logits").
+#: ``[[id, value], ...]``: a token id (an integer: a TOML float such as ``0.7`` is refused, never
+#: truncated) and a number.
+_PAIRS = {"type": "array", "items": {"type": "array", "minItems": 2, "items": [_INT, _NUM], "additionalItems": False}}
+#: The largest vocabulary of one row (a generator's ``vocab``; cases/README.md, "Limits").
+MAX_VOCAB = 1 << 20
+#: The longest seed written as a string (``"0x"`` and 16 hex digits, or 20 decimal digits, hold any
+#: seed in ``[-2**63, 2**64)``; the row's rule rejects larger ones at run time, as ``invalid_seed``).
+MAX_SEED_CHARS = 64
+#: A generated row of logits (cases/README.md, "Generated logits"). ``seed`` is NumPy's
+#: ``default_rng`` seed, which must be >= 0; ``low``/``high`` are checked by the loader
+#: (finite, ``low <= high``: NumPy refuses the rest only when the row is built).
 GENERATOR = {
     "type": "object",
     "required": ["dist", "vocab"],
     "additionalProperties": False,
     "properties": {
         "dist": {"enum": ["normal", "uniform", "constant"]},
-        "vocab": {"type": "integer", "minimum": 1, "maximum": 1 << 20},
-        "seed": _INT, "sigma": _NUM, "mean": _NUM, "low": _NUM, "high": _NUM, "value": _NUM,
+        "vocab": {"type": "integer", "minimum": 1, "maximum": MAX_VOCAB},
+        "seed": {"type": "integer", "minimum": 0}, "sigma": _NUM, "mean": _NUM, "low": _NUM, "high": _NUM, "value": _NUM,
         "set": _PAIRS,
     },
 }
 _SEED = "seed:000_fabad194daba9a8c.txt"
 _LLAMA = "abetlen/llama-cpp-python:vendor/llama.cpp/src/llama-sampler.cpp@v0.3.36"
-_MODEL = {"type": "object", "required": ["kind"], "properties": {"kind": {"enum": ["table", "context", "toy"]}}}
+_LOGITS_ROW = {"type": "array", "minItems": 1, "items": _NUM}
+
+
+def _model_kind(kind: str, required: list, props: dict) -> dict:
+    return {"if": {"required": ["kind"], "properties": {"kind": {"const": kind}}},
+            "then": {"required": required, "additionalProperties": False, "properties": {"kind": {}, **props}}}
+
+
+#: A scripted model table (cases/README.md, "Models"; :func:`impls.reference.scripted.make_model`):
+#: each kind's fields, typed (a TOML float is never taken for a token id, a vocab or a seed).
+MODEL = {"type": "object", "required": ["kind"], "properties": {"kind": {"enum": ["table", "context", "toy"]}},
+         "allOf": [
+             _model_kind("table", ["steps"], {"steps": {"type": "array", "minItems": 1, "items": _LOGITS_ROW},
+                                              "after_last": {"enum": ["repeat", "error"]}}),
+             _model_kind("context", ["default"], {"default": _LOGITS_ROW, "rules": {"type": "array", "items": {
+                 "type": "object", "required": ["after", "logits"], "additionalProperties": False,
+                 "properties": {"after": _INTS, "logits": _LOGITS_ROW}}}}),
+             _model_kind("toy", ["vocab", "seed"], {
+                 "vocab": {"type": "integer", "minimum": 1, "maximum": MAX_VOCAB},
+                 "seed": {"type": "integer", "minimum": 0}, "n": {"type": "integer", "minimum": 0},
+                 "sigma": _NUM, "mean": _NUM, "set": _PAIRS}),
+         ]}
 _O = Optional
 
 #: Every field, in :class:`~impls.base.Row` order (request-only fields last).
 PARAMS = (
-    Param("logits", {"anyOf": [{"type": "array", "minItems": 1, "items": _NUM}, GENERATOR]},
+    Param("logits", {"if": {"type": "array"}, "then": {"minItems": 1, "items": _NUM}, "else": GENERATOR},
           "array of floats (`inf`, `-inf`, `nan` allowed) or a generator table",
           "the row's logits over the vocabulary; its length is the vocabulary V", scope="step",
           errors=("nan_logits", "posinf_logits", "bad_logits"),
@@ -506,7 +537,8 @@ PARAMS = (
           "(§1.3, §5)", annotation=list, factory=list),
     Param("generated", _INTS, "array of int", "the tokens generated before this step", scope="step",
           errors=("invalid_token_id",), rule="as prompt", annotation=list, factory=list),
-    Param("seed", {"anyOf": [_INT, {"type": "string", "pattern": "^(0[xX][0-9a-fA-F]+|-?[0-9]+)$"}]},
+    Param("seed", {"anyOf": [_INT, {"type": "string", "maxLength": MAX_SEED_CHARS,
+                                     "pattern": "^(0[xX][0-9a-fA-F]+|-?[0-9]+)$"}]},
           'int, or a string `"0x..."`/decimal for seeds at or above `2**63`', "the request's seed",
           unset="unseeded: the global stream at the slot's offset (§1.6)", feature="seed", errors=("invalid_seed",),
           rule="an integer in [-2**63, 2**64), read as its uint64 bits (§1.6)", citation=f"{_SEED} § 三套计数器",
@@ -575,7 +607,7 @@ PARAMS = (
           scope="request"),
     Param("d2t", _INTS, "array of int", "draft-to-target offsets: token += d2t[token]", errors=("invalid_d2t",),
           rule="one per draft token id; greedy requests only (§4)", scope="request"),
-    Param("model", _MODEL, "table", "a scripted model for this request (overrides the scenario's)",
+    Param("model", MODEL, "table", "a scripted model for this request (overrides the scenario's)",
           scope="request"),
 )
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import difflib
 import re
-import tomllib
 from pathlib import Path
 from typing import Optional
 
 from impls import params
 
+from .errors import CaseError
 from .load import CASES_DIR, CATEGORIES, discover
+from .tomlfile import read_case_toml
 
 __all__ = ["CATEGORIES", "TODO", "template", "new_case", "similar_cases"]
 
@@ -244,8 +245,8 @@ def similar_cases(features, root: Path = None, limit: int = 5, exclude=()) -> li
         if cid in skip:
             continue
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            data = read_case_toml(path)  # within the limits of cases/README.md: a hostile file is skipped
+        except CaseError:
             continue
         theirs = data.get("features")
         if isinstance(theirs, list):

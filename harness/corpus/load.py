@@ -1,23 +1,28 @@
 """Case files: loading, validation and conversion to implementation rows.
 
 A case file (TOML, schema 1, normative description in ``cases/README.md``)
-is parsed with :mod:`tomllib`, checked against a JSON schema with
+is read within the limits of :mod:`.limits` and parsed with :mod:`tomllib`
+(:mod:`.tomlfile`: size, nesting, 64-bit integers, TOML floats never taken for
+integers), checked against a JSON schema with
 :mod:`fastjsonschema` (the common fields, plus every registered check kind's
 fields: :mod:`.kinds`), then checked for the rules a schema cannot state (id
-equals path, category equals its first component), and handed to its check
-kind (``check``), which loads its own part (:meth:`.kinds.CheckKind.load`;
-the single-step kinds share :func:`load_batches`). The features the fields
-need must be declared. Every problem raises :class:`CaseError` naming the
-file, the field and the reason.
+equals path, category equals its first component; :mod:`.ids`), and handed to
+its check kind (``check``), which loads its own part
+(:meth:`.kinds.CheckKind.load`; the single-step kinds share
+:func:`load_batches`). The features the fields need must be declared. Every
+problem raises :class:`CaseError` naming the file, the field and the reason;
+:func:`load_case` raises nothing else, whatever the file holds.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import tomllib
+import math
+import os
 import zlib
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Optional
 
@@ -29,10 +34,14 @@ from impls import params
 from impls.base import FEATURES, Row
 
 from . import kinds, outputs, truths
+from .errors import CaseError
+from .ids import case_id, corpus_id
+from .limits import MAX_CASE_LOGITS
 from .paths import CASES_DIR
+from .tomlfile import plain, read_case_toml
 
 __all__ = ["CaseError", "Case", "Batch", "CaseRow", "load_case", "load_batches", "discover", "select", "CASES_DIR",
-           "make_logits", "case_schema"]
+           "make_logits", "case_schema", "schema_error", "vocab_of", "check_generator"]
 
 SCHEMA_VERSION = 1
 CATEGORIES = ("greedy", "seeds", "penalties", "finish", "beam", "filters", "bans", "logprobs",
@@ -41,20 +50,10 @@ CATEGORIES = ("greedy", "seeds", "penalties", "finish", "beam", "filters", "bans
 ERROR_KINDS = tuple(params.ERRORS)
 
 
-class CaseError(Exception):
-    """A malformed case: ``path``, ``field`` (dotted, e.g. ``rows[2].top_p``) and ``reason``."""
-
-    def __init__(self, path: str, field_: str, reason: str):
-        super().__init__(f"{path}: {field_}: {reason}")
-        self.path = str(path)
-        self.field = field_
-        self.reason = reason
-
-
 _NUM = {"type": "number"}
 _INT = {"type": "integer"}
 _INTS = {"type": "array", "items": _INT}
-_PAIRS = {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2, "items": _NUM}}
+_PAIRS = {"type": "array", "items": {"type": "array", "minItems": 2, "items": [_INT, _NUM], "additionalItems": False}}
 _EXPECT_OUTPUTS = {**outputs.SCHEMAS, "error": {"enum": list(ERROR_KINDS)}}
 _EXPECT = {
     "type": "object",
@@ -64,7 +63,7 @@ _EXPECT = {
         # assertions (harness.judge.compare.ASSERTION_KEYS)
         "any_of": {"type": "array", "minItems": 2, "items": {
             "type": "object", "minProperties": 1, "additionalProperties": False, "properties": _EXPECT_OUTPUTS}},
-        "finite_logprobs": {"const": True},
+        "finite_logprobs": {"type": "boolean", "const": True},
     },
 }
 #: A single-step row's fields: the parameter registry's (:func:`impls.params.row_schema`), ``expect``
@@ -93,7 +92,7 @@ _SOURCE = {
 #: The fields every case takes (cases/README.md, "Top-level fields"); each check kind adds its own
 #: (:attr:`.kinds.CheckKind.case_fields`), and ``check`` is one of the registered kinds.
 COMMON_FIELDS = {
-    "schema": {"const": SCHEMA_VERSION},
+    "schema": {"type": "integer", "const": SCHEMA_VERSION},
     "id": {"type": "string", "pattern": r"^[a-z_]+/[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)*$"},
     "description": {"type": "string", "minLength": 1},
     "category": {"enum": list(CATEGORIES)},
@@ -136,11 +135,60 @@ def _validator():
 
 
 _ANYOF_HINTS = {
-    "seed": "must be an integer, or a string holding a decimal or 0x-prefixed hexadecimal integer (for seeds >= 2**63)",
+    "seed": "must be an integer, or a string of at most 64 characters holding a decimal or 0x-prefixed hexadecimal "
+            "integer (for seeds >= 2**63)",
     "logits": "must be a non-empty array of numbers, or a generator table {dist = 'normal'|'uniform'|'constant', "
-              "vocab = N (1 to 2**20), seed = S (optional), sigma/mean/low/high/value, set = [[id, value], ...]} "
-              "with no other keys",
+              "vocab = N (1 to 2**20), seed = S (optional, >= 0), sigma/mean/low/high/value, set = [[id, value], "
+              "...]} with no other keys",
+    "end_id": "must be an integer, or a non-empty array of integers (an EOS set)",
+    "early_stopping": "must be true, false or the string 'never'",
 }
+#: The reason for an ``expect_by_profile`` entry that is neither an expectation table nor ``"expect"``.
+_BY_PROFILE_HINT = ("must be a table of the keys 'expect' takes (cases/README.md, 'Truths for other profiles'), or "
+                    "the string 'expect'")
+
+
+def schema_error(shown: str, e: fastjsonschema.JsonSchemaValueException, root: str = "<top>") -> CaseError:
+    """A schema violation as a :class:`CaseError` at the violating field, with a reason a person can act on.
+
+    Parameters
+    ----------
+    shown : str
+        The file name.
+    e : fastjsonschema.JsonSchemaValueException
+        ``e.name`` is ``data`` then the path (``data.rows[0].top_p``).
+    root : str
+        What ``data`` itself is called (``<top>`` for the whole file).
+
+    Returns
+    -------
+    CaseError
+        Field: the dotted path (``rows[0].top_p``; under ``root`` when it is not ``<top>``).
+        Reason: fastjsonschema's, with the hints of a field that takes several shapes
+        (``seed``, ``logits``, ``end_id``, ``early_stopping``, an ``expect_by_profile``
+        entry), unknown fields named, and a refused TOML float shown.
+    """
+    name = e.name or "data"
+    field_ = root if name == "data" else (name.replace("data.", "", 1) if root == "<top>"
+                                          else root + name[len("data"):])
+    reason = e.message.replace(e.name or "data", "value")
+    if reason.startswith("value must be same as const definition: "):
+        reason = "must be " + reason.split(": ", 1)[1]
+    if " must not contain " in reason and reason.endswith(" properties"):
+        extra = reason.split(" must not contain ", 1)[1][: -len(" properties")]
+        reason = f"unknown field(s) {extra}; see cases/README.md for the fields this table takes"
+    if reason.startswith("value "):
+        reason = reason[len("value "):]
+    if e.rule == "type" and reason.startswith("must be integer") and isinstance(e.value, (float, Decimal)):
+        reason += f", not the TOML float {float(e.value)!r}"  # 0.7, nan, inf, or 2.0 (TOML tells them apart)
+    leaf = field_.rsplit(".", 1)[-1]
+    parent = field_.rsplit(".", 2)[-2] if field_.count(".") >= 1 else ""
+    if (("cannot be validated by any definition" in reason or (leaf == "logits" and e.rule == "type"))
+            and leaf in _ANYOF_HINTS):
+        reason = _ANYOF_HINTS[leaf]
+    elif "cannot be validated by any definition" in reason and parent == "expect_by_profile":
+        reason = _BY_PROFILE_HINT
+    return CaseError(shown, field_, reason)
 
 #: Output key -> the feature a case checking it must declare (:data:`harness.corpus.outputs.FEATURES`).
 EXPECT_FEATURES = outputs.FEATURES
@@ -263,12 +311,23 @@ class Case:
         raise KeyError(name)
 
 
-def _rel_id(path: Path, root: Path) -> str:
-    return path.relative_to(root).with_suffix("").as_posix()
-
-
-def _vocab_of(spec) -> int:
+def vocab_of(spec) -> int:
+    """The vocabulary of a row's ``logits``: a literal list's length, or a generator's ``vocab``."""
     return len(spec) if isinstance(spec, list) else int(spec["vocab"])
+
+
+def _find_todo(data) -> list:
+    """Where string values start with ``TODO``, in document order (``rows[0].logits``), without recursion."""
+    todo, stack = [], [(data, "")]
+    while stack:
+        value, at = stack.pop()
+        if isinstance(value, str) and value.lstrip().startswith("TODO"):
+            todo.append(at or "<top>")
+        elif isinstance(value, dict):
+            stack.extend(reversed([(v, f"{at}.{k}" if at else str(k)) for k, v in value.items()]))
+        elif isinstance(value, list):
+            stack.extend(reversed([(v, f"{at}[{i}]") for i, v in enumerate(value)]))
+    return todo
 
 
 def load_case(path: Path, root: Path = CASES_DIR) -> Case:
@@ -277,46 +336,48 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
     Parameters
     ----------
     path : Path
-        A ``.toml`` file under ``root``.
+        A ``.toml`` file: under ``root`` (its id is its path there, which its ``id`` field
+        must repeat), or anywhere else (an external case: its id is
+        :func:`harness.corpus.ids.external_id`, whatever its ``id`` field says).
     root : Path
-        The corpus root (``cases/``); the id must equal the path below it.
+        The corpus root (``cases/``).
 
     Returns
     -------
     Case
+        ``id`` as above; ``draw_seed`` defaults to the CRC-32 of the file's own ``id``
+        field, so a case copied out of the corpus draws as it did there.
 
     Raises
     ------
     CaseError
-        Unreadable file, TOML syntax error, values still starting with ``TODO``
-        (field ``<unfinished>``; the reason lists every one, in document order, as
-        ``description, source[0], rows[0].logits``: the placeholders of
-        :func:`harness.corpus.authoring.template`), schema violation, or a rule of
-        ``cases/README.md`` broken; the message names file, field, reason.
+        The only exception, whatever the file holds, naming file, field and reason: a file
+        that cannot be read or is over a limit of :mod:`harness.corpus.limits`
+        (:func:`harness.corpus.tomlfile.read_case_toml`), a TOML syntax error, values
+        still starting with ``TODO`` (field ``<unfinished>``; the reason lists every one,
+        in document order, as ``description, source[0], rows[0].logits``: the placeholders
+        of :func:`harness.corpus.authoring.template`), a schema violation (a TOML float
+        where an integer is wanted included), or a rule of ``cases/README.md`` broken. A
+        failure of the loader itself (a bug) is field ``<load>``, never an abort.
     """
     path = Path(path)
     shown = str(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise CaseError(shown, "<file>", f"cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise CaseError(shown, "<file>", f"not UTF-8: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise CaseError(shown, "<toml>", f"syntax error: {e}") from None
-    # the values 'sampcheck case new' leaves to the author start with "TODO": name every one left at once
-    todo = []
+        return _load(path, root, shown)
+    except CaseError:
+        raise
+    except RecursionError:
+        raise CaseError(shown, "<load>", "nested too deeply for the loader (a bug: the limits of cases/README.md "
+                                         "should have refused it; please report it)") from None
+    except Exception as e:  # a kind's loader (maybe a plug-in's) failed: this file's error, never the run's
+        raise CaseError(shown, "<load>", f"the loader failed ({type(e).__name__}: {e}); this is a bug of the "
+                                         "check kind's loader, please report it") from None
 
-    def find_todo(value, at: str) -> None:
-        if isinstance(value, str) and value.lstrip().startswith("TODO"):
-            todo.append(at or "<top>")
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                find_todo(v, f"{at}.{k}" if at else str(k))
-        elif isinstance(value, list):
-            for i, v in enumerate(value):
-                find_todo(v, f"{at}[{i}]")
-    find_todo(data, "")
+
+def _load(path: Path, root: Path, shown: str) -> Case:
+    data = read_case_toml(path, shown)
+    # the values 'sampcheck case new' leaves to the author start with "TODO": name every one left at once
+    todo = _find_todo(data)
     if todo:
         raise CaseError(shown, "<unfinished>", f"{len(todo)} value(s) still start with 'TODO' (the template's "
                         f"placeholders): {', '.join(todo)}; replace each (cases/README.md, 'Turn a bug report "
@@ -332,23 +393,12 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
             raise CaseError(shown, "source", "each source must be {seed = '<NNN_hex16>.txt', section = '...'}, "
                             "{repo = 'owner/name', path = '...', version = '...'} or "
                             "{url = 'https://github.com/<owner>/<repo>/issues/<N>' (or /pull/<N>)}") from None
-        field_ = (e.name or "data").replace("data.", "", 1).replace("data", "<top>")
-        reason = e.message.replace(e.name or "data", "value")
-        if reason.startswith("value must be same as const definition: "):
-            reason = "must be " + reason.split(": ", 1)[1]
-        if " must not contain " in reason and reason.endswith(" properties"):
-            extra = reason.split(" must not contain ", 1)[1][: -len(" properties")]
-            reason = f"unknown field(s) {extra}; see cases/README.md for the fields this table takes"
-        leaf = field_.rsplit(".", 1)[-1]
-        if "cannot be validated by any definition" in reason and leaf in _ANYOF_HINTS:
-            reason = _ANYOF_HINTS[leaf]
-        raise CaseError(shown, field_, reason) from None
-    try:
-        rel = _rel_id(path.resolve(), Path(root).resolve())
-    except ValueError:
-        rel = None
+        raise schema_error(shown, e) from None
+    plain(data)  # integral TOML floats were Decimals for the schema (harness.corpus.tomlfile): floats again
+    rel = corpus_id(path, root)
     if rel is not None and data["id"] != rel:
-        raise CaseError(shown, "id", f"is {data['id']!r} but the file's path says {rel!r}")
+        hint = " (the extension must be '.toml', in lower case)" if rel.lower().endswith(".toml") else ""
+        raise CaseError(shown, "id", f"is {data['id']!r} but the file's path says {rel!r}{hint}")
     if data["category"] != data["id"].split("/")[0]:
         raise CaseError(shown, "category", f"is {data['category']!r} but the id starts with {data['id'].split('/')[0]!r}")
     kind = kinds.get(data["check"])
@@ -365,7 +415,8 @@ def load_case(path: Path, root: Path = CASES_DIR) -> Case:
     payload = {k: v for k, v in attrs.items() if k not in known}
     src = data["source"]
     return Case(
-        id=data["id"], description=data["description"], category=data["category"], check=kind.name,
+        id=rel if rel is not None else case_id(path, root), description=data["description"],
+        category=data["category"], check=kind.name,
         features=frozenset(declared), sources=src if isinstance(src, list) else [src],
         draw_seed=data.get("draw_seed", zlib.crc32(data["id"].encode())),
         atol=float(data.get("atol", 1e-6)), rtol=float(data.get("rtol", 1e-6)), notes=data.get("notes", ""),
@@ -384,8 +435,10 @@ def load_batches(data: dict, shown: str) -> tuple:
     ------
     CaseError
         Neither or both of ``rows`` and ``batches``, duplicate batch names, a row without
-        logits, an expectation or generator id outside the vocabulary, an expected vector
-        of the wrong length, a field value that does not convert (a seed that is not an
+        logits, an expectation or generator id outside the vocabulary, a uniform
+        generator whose ``low``/``high`` NumPy cannot draw from (:func:`check_generator`),
+        more logits in all than :data:`~.limits.MAX_CASE_LOGITS`, an expected vector of
+        the wrong length, a field value that does not convert (a seed that is not an
         integer).
     """
     if ("rows" in data) == ("batches" in data):
@@ -397,6 +450,7 @@ def load_batches(data: dict, shown: str) -> tuple:
         raise CaseError(shown, "batches", f"duplicate batch names {names}")
     used = set()
     batches = []
+    total = 0
     for b_i, b in enumerate(raw_batches):
         rows = []
         for r_i, r in enumerate(b["rows"]):
@@ -405,12 +459,13 @@ def load_batches(data: dict, shown: str) -> tuple:
             if "logits" not in merged:
                 raise CaseError(shown, f"{where}.logits", "missing (and no defaults.logits)")
             expect = r.get("expect", {})
-            V = _vocab_of(merged["logits"])
+            V = vocab_of(merged["logits"])
+            total += V
+            if total > MAX_CASE_LOGITS:
+                raise CaseError(shown, f"{where}.logits", f"the rows up to this one hold {total} logits; a case holds "
+                                f"at most {MAX_CASE_LOGITS} (2**22) in all (cases/README.md, 'Limits')")
             if isinstance(merged["logits"], dict):
-                for j, pair in enumerate(merged["logits"].get("set", [])):
-                    tok = pair[0]
-                    if tok != int(tok) or not 0 <= tok < V:
-                        raise CaseError(shown, f"{where}.logits.set[{j}]", f"token id {tok} outside [0, {V})")
+                check_generator(merged["logits"], shown, f"{where}.logits")
             try:
                 by_profile = truths.resolve(r.get("expect_by_profile", {}), expect, where)
             except truths.TruthError as e:
@@ -441,6 +496,31 @@ def load_batches(data: dict, shown: str) -> tuple:
     return batches, used
 
 
+def check_generator(spec: dict, shown: str, where: str) -> None:
+    """What the schema of a generator table cannot say: ``set`` ids in ``[0, vocab)``, and a
+    uniform draw NumPy can make (``low``, ``high`` and ``high - low`` finite, ``low <= high``).
+
+    Raises
+    ------
+    CaseError
+        At ``<where>.set[j][0]``, ``<where>.low`` or ``<where>.high``.
+    """
+    V = spec["vocab"]
+    for j, (tok, _) in enumerate(spec.get("set", [])):
+        if not 0 <= tok < V:
+            raise CaseError(shown, f"{where}.set[{j}][0]", f"token id {tok} outside [0, {V})")
+    if spec["dist"] == "uniform":
+        low, high = float(spec.get("low", 0.0)), float(spec.get("high", 1.0))
+        for name, v in (("low", low), ("high", high)):
+            if not math.isfinite(v):
+                raise CaseError(shown, f"{where}.{name}", f"{v} is not a finite number (a uniform draw needs finite "
+                                                          "bounds)")
+        if low > high:
+            raise CaseError(shown, f"{where}.high", f"{high} is below low = {low}")
+        if not math.isfinite(high - low):
+            raise CaseError(shown, f"{where}.high", f"high - low = {high} - {low} overflows a float64")
+
+
 def _check_expect(expect: dict, V: int, shown: str, where: str) -> None:
     """Token ids in ``[0, V)`` and vectors of length ``V``, in an expectation and its ``any_of`` alternatives.
 
@@ -463,21 +543,24 @@ def _check_expect(expect: dict, V: int, shown: str, where: str) -> None:
 def discover(root: Path = CASES_DIR) -> list:
     """All case files under ``root`` (sorted), excluding ``findings.toml``.
 
-    Any file whose name ends in ``.toml`` in any letter case counts, and so
-    does one lying directly in ``root``: a misplaced file is then reported by
-    :func:`load_case` (its id or category cannot match) instead of being
-    silently ignored.
+    Any entry but a directory whose name ends in ``.toml`` in any letter case
+    counts, and so does one lying directly in ``root``: a misplaced file, a
+    dangling or looping symbolic link, a FIFO is then reported by
+    :func:`load_case` (its id or category cannot match; it cannot be read)
+    instead of being silently ignored. Symbolic links to folders are not
+    followed.
     """
     root = Path(root)
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() == ".toml"
+    return sorted(p for p in root.rglob("*") if p.suffix.lower() == ".toml" and not p.is_dir()
                   and not (p.name == "findings.toml" and p.parent == root))
 
 
 def _tags(path: Path) -> list:
-    """The ``tags`` of a case file ([] when it does not parse or has none)."""
+    """The ``tags`` of a case file ([] when it cannot be read within the limits, does not parse or has none:
+    :func:`load_case` reports such a file when it is run)."""
     try:
-        tags = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("tags", [])
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        tags = read_case_toml(Path(path)).get("tags", [])
+    except CaseError:
         return []
     return tags if isinstance(tags, list) else []
 
@@ -491,7 +574,9 @@ def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> lis
     Returns
     -------
     list of Path
-        Files matching any pattern (all of ``paths`` when ``patterns`` is empty).
+        Files matching any pattern (all of ``paths`` when ``patterns`` is empty), each file
+        once (by its id: two patterns naming one file, even by different paths, give it once). A file
+        outside ``root`` named by its path is an external case (:mod:`harness.corpus.ids`).
 
     Raises
     ------
@@ -500,23 +585,33 @@ def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> lis
     """
     if not patterns:
         return paths
-    root = Path(root).resolve()
-    chosen = []
+    def place(q) -> Path:  # where an entry lies (its folder resolved, not the entry: a link is where it is)
+        return Path(os.path.realpath(Path(q).parent)) / Path(q).name
+
+    where = {q: place(q) for q in paths}
+    chosen, seen = [], set()
     for pat in patterns:
         p = Path(pat)
         hits = []
         if pat.startswith("tag:"):
             hits = [q for q in paths if pat[4:] in _tags(q)]
         elif p.exists():
-            p = p.resolve()
-            hits = [q for q in paths if q.resolve() == p or p in q.resolve().parents] if p.is_dir() or p.suffix == ".toml" else []
-            if p.is_file() and p not in [q.resolve() for q in paths]:
-                hits = [p]
+            if p.is_dir():
+                d = Path(os.path.realpath(p))
+                hits = [q for q in paths if d in where[q].parents]
+            elif p.suffix.lower() == ".toml" or p.is_file():
+                hits = [q for q in paths if where[q] == place(p)]
+                if not hits and p.is_file():
+                    hits = [Path(os.path.realpath(p))]  # outside the corpus: an external case
         else:
-            ids = {_rel_id(q.resolve(), root) if root in q.resolve().parents else q.stem: q for q in paths}
+            ids = {corpus_id(q, root) or q.stem: q for q in paths}
             hits = [q for i, q in ids.items() if fnmatch.fnmatchcase(i, pat) or fnmatch.fnmatchcase(i, pat.rstrip("/") + "/*")]
         if not hits:
             raise ValueError(f"--cases {pat!r} matches no case (ids look like 'filters/top-p-dyadic-boundary'; "
                              "'tag:NAME' selects by tag)")
-        chosen.extend(h for h in hits if h not in chosen)
+        for h in hits:
+            key = case_id(h, root)  # one file given twice, by two paths, is one case
+            if key not in seen:
+                seen.add(key)
+                chosen.append(h)
     return chosen

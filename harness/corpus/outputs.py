@@ -23,7 +23,8 @@ _NUM = {"type": "number"}
 _INT = {"type": "integer"}
 _INTS = {"type": "array", "items": _INT}
 _NUMS = {"type": "array", "items": _NUM}
-_PAIRS = {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2, "items": _NUM}}
+#: ``[id, value]`` pairs: an integer id, then a number (no third item)
+_PAIRS = {"type": "array", "items": {"type": "array", "minItems": 2, "items": [_INT, _NUM], "additionalItems": False}}
 
 
 @dataclass(frozen=True)

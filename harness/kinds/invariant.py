@@ -25,7 +25,8 @@ from typing import Optional
 import torch
 
 from harness.corpus import truths
-from harness.corpus.load import CaseError
+from harness.corpus.limits import MAX_ROW_INDEX_DIGITS
+from harness.corpus.load import CaseError, vocab_of
 from harness.judge.blame import blame, field_entries, suspects
 from harness.judge.compare import mismatches, observe
 from harness.judge.verdict import Evidence, verdict
@@ -36,11 +37,13 @@ from .rows import RowsKind, where
 
 __all__ = ["InvariantKind", "relations", "by_chance"]
 
+#: ``"batch:index"`` (a batch's name, a row index of at most MAX_ROW_INDEX_DIGITS digits).
+_ROW_REF = rf"^[\w-]+:[0-9]{{1,{MAX_ROW_INDEX_DIGITS}}}$"
 _INVARIANTS = {"type": "array", "minItems": 1, "items": {
     "type": "object", "required": ["kind", "a", "b"], "additionalProperties": False,
     "properties": {"kind": {"enum": ["same_token", "same_result", "different_token", "prob_not_greater"]},
-                   "a": {"type": "string", "pattern": r"^[\w-]+:[0-9]+$"},
-                   "b": {"type": "string", "pattern": r"^[\w-]+:[0-9]+$"},
+                   "a": {"type": "string", "pattern": _ROW_REF},
+                   "b": {"type": "string", "pattern": _ROW_REF},
                    "tokens": {"type": "array", "minItems": 1, "items": {"type": "integer"}},
                    "holds_by_profile": {"type": "object", "additionalProperties": {"type": "boolean"}}}}}
 
@@ -159,6 +162,13 @@ class InvariantKind(RowsKind):
             if (inv["kind"] == "prob_not_greater") != ("tokens" in inv):
                 raise CaseError(shown, f"invariants[{i}].tokens",
                                 "required with kind 'prob_not_greater', and only allowed there")
+            for side in ("a", "b"):
+                name, idx = inv[side].split(":")
+                V = vocab_of(by_name[name].rows[int(idx)].fields["logits"])
+                bad = [t for t in inv.get("tokens", []) if not 0 <= t < V]
+                if bad:
+                    raise CaseError(shown, f"invariants[{i}].tokens", f"ids {bad[:5]} outside [0, {V}), the "
+                                                                      f"vocabulary of row {inv[side]!r}")
             for name in inv.get("holds_by_profile", {}):
                 if name == truths.default_profile_name():
                     raise CaseError(shown, f"invariants[{i}].holds_by_profile.{name}",

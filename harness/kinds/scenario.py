@@ -37,7 +37,8 @@ from impls.reference.scripted import ModelError, make_model
 
 from harness.corpus import truths
 from harness.corpus.kinds import RECORD_KEYS, CheckKind
-from harness.corpus.load import ERROR_KINDS, CaseError
+from harness.corpus.limits import MAX_SCENARIO_LOGITS
+from harness.corpus.load import ERROR_KINDS, CaseError, schema_error
 from harness.judge.blame import blame, field_entries, suspects
 from harness.judge.compare import close, golden_round
 from harness.judge.result import Result
@@ -53,7 +54,8 @@ _INTS = {"type": "array", "items": _INT}
 _NUMS = {"type": "array", "items": _NUM}
 _INTSS = {"type": "array", "items": _INTS}
 _REASON = {"enum": ["end_id", "length", "stop_words", "none"]}
-_MODEL = {"type": "object", "required": ["kind"], "properties": {"kind": {"enum": ["table", "context", "toy"]}}}
+#: A scripted model (:data:`impls.params.MODEL`: each kind's fields, typed).
+_MODEL = params.MODEL
 #: Request-level expectation keys and their types.
 _EXPECT_PROPS = {
     "error": {"enum": list(ERROR_KINDS)}, "error_step": _INT, "tokens": _INTS, "finish_reason": _REASON,
@@ -161,8 +163,7 @@ def load_scenario(data: dict, shown: str) -> tuple:
     try:
         _validate(sc)
     except fastjsonschema.JsonSchemaValueException as e:
-        name = (e.name or "data").replace("data", "scenario", 1)
-        raise CaseError(shown, name, e.message.replace(e.name or "data", "value")) from None
+        raise schema_error(shown, e, root="scenario") from None
     model = _model(sc["model"], shown, "scenario.model")
     draft = _model(sc["draft_model"], shown, "scenario.draft_model") if "draft_model" in sc else None
     defaults = sc.get("defaults", {})
@@ -235,7 +236,38 @@ def load_scenario(data: dict, shown: str) -> tuple:
     spec = ScenarioSpec(model=model, requests=reqs, draft_model=draft, max_beam_width=sc.get("max_beam_width", 4),
                         max_steps=sc.get("max_steps", 32), max_seq_len=sc.get("max_seq_len"),
                         schedule=sc.get("schedule"))
+    _check_budget(spec, stat, shown)
     return ScenarioCase(spec, expect, sc.get("relations", []), stat, by_profile), used
+
+
+def _check_budget(spec: ScenarioSpec, stat: Optional[dict], shown: str) -> None:
+    """The model logits a scenario may ask for (:data:`harness.corpus.limits.MAX_SCENARIO_LOGITS`).
+
+    A decode asks for at most, per request, vocab x ``max_steps`` x beams x (1 + drafts)
+    rows of logits (beams counted up to ``max_beam_width``: a wider request is rejected);
+    a statistical scenario runs ``draws`` copies of its request for one step.
+
+    Raises
+    ------
+    CaseError
+        At ``scenario`` (the decode) or ``scenario.statistical.draws``.
+    """
+    draft_v = spec.draft_model.vocab if spec.draft_model is not None else 0
+    total = 0
+    for req in spec.requests:
+        v = max((req.model or spec.model).vocab, draft_v)
+        total += v * spec.max_steps * max(1, min(req.beam_width, spec.max_beam_width)) * (1 + (req.draft_len or 0))
+    if total > MAX_SCENARIO_LOGITS:
+        raise CaseError(shown, "scenario", f"may ask its models for {total} logits (vocab x max_steps x beams x "
+                        f"(1 + draft_len), summed over requests); a scenario may ask for at most "
+                        f"{MAX_SCENARIO_LOGITS} (2**24; cases/README.md, 'Limits')")
+    if stat is not None:
+        req = next(r for r in spec.requests if r.id == stat["request"])
+        n = stat["draws"] * max((req.model or spec.model).vocab, draft_v) * (1 + (req.draft_len or 0))
+        if n > MAX_SCENARIO_LOGITS:
+            raise CaseError(shown, "scenario.statistical.draws", f"{stat['draws']} draws of a request over vocab "
+                            f"{(req.model or spec.model).vocab} ask for {n} logits in one step; at most "
+                            f"{MAX_SCENARIO_LOGITS} (2**24; cases/README.md, 'Limits')")
 
 
 def _check_expect(e: dict, V: int, shown: str, where: str) -> None:
@@ -392,8 +424,9 @@ class ScenarioKind(CheckKind):
 
     name = "scenario"
     runs_scenarios = True
-    # validated in detail by load_scenario (SCENARIO_SCHEMA)
-    case_fields = {"scenario": {"type": "object"}}
+    # validated with the whole file (so that a TOML float is never taken for an integer:
+    # harness.corpus.tomlfile), then by load_scenario
+    case_fields = {"scenario": SCENARIO_SCHEMA}
     exclusive_fields = ("scenario",)
     #: What run records keep of a request (schema 1 of the records: its error, finish reason and
     #: supports; the request's tokens are not kept).

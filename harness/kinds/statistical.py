@@ -88,7 +88,7 @@ class StatisticalKind(RowsKind):
         if isinstance(data.get("rows"), list):
             return len(data["rows"])
         if isinstance(data.get("batches"), list):
-            return sum(len(b.get("rows", [])) for b in data["batches"] if isinstance(b, dict))
+            return sum(len(b["rows"]) for b in data["batches"] if isinstance(b, dict) and isinstance(b.get("rows"), list))
         return 0
 
     def is_statistical(self, case) -> bool:

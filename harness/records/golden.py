@@ -74,8 +74,25 @@ def _changed(old, new: str) -> bool:
 
 
 def golden_path(case_id: str, profile_name: str, root: Path = GOLDEN_DIR) -> Path:
-    """``golden/<profile>/<case-id>.json``."""
-    return Path(root) / profile_name / f"{case_id}.json"
+    """``golden/<profile>/<case-id>.json``.
+
+    Raises
+    ------
+    ValueError
+        ``case_id`` is an external id (``ext/...``: a file from outside the corpus,
+        :mod:`harness.corpus.ids`), or the path would leave ``root/<profile>`` (an id with
+        ``..`` or an absolute one): golden files are written for corpus cases only, and only
+        under the golden folder.
+    """
+    import os
+    from harness.corpus.ids import is_external
+    if is_external(case_id):
+        raise ValueError(f"{case_id}: a case from outside the corpus has no golden file")
+    base = Path(root) / profile_name
+    path = base / f"{case_id}.json"
+    if not os.path.normpath(path).startswith(os.path.normpath(base) + os.sep):
+        raise ValueError(f"{case_id!r}: its golden file would lie outside {base}")
+    return path
 
 
 def _dump(rec: dict) -> str:
@@ -153,8 +170,20 @@ def unified_diff(path: Path, old, new: str, base: Path = None) -> str:
     return "".join(lines)
 
 
-def write(changes: list) -> list:
-    """Write the files of :func:`plan`; return ``[(path, "added"|"changed")]``."""
+def write(changes: list, root: Path = None) -> list:
+    """Write the files of :func:`plan`; return ``[(path, "added"|"changed")]``.
+
+    Raises
+    ------
+    ValueError
+        A path outside ``root`` (default :data:`GOLDEN_DIR`), symbolic links resolved, before
+        anything is written: golden files are written under the golden folder only.
+    """
+    import os
+    base = os.path.realpath(root if root is not None else GOLDEN_DIR)
+    for path, _, _ in changes:
+        if not os.path.realpath(path).startswith(base + os.sep):
+            raise ValueError(f"{path}: outside the golden folder {base}; nothing written")
     done = []
     for path, old, text in changes:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -174,7 +203,7 @@ def update(cases: list, judge, profiles=tuple(PROFILES), root: Path = None, acce
     """
     changes = plan(cases, judge, profiles, root)
     if accept:
-        return write(changes)
+        return write(changes, root)
     return [(path, "added" if old is None else "changed") for path, old, _ in changes]
 
 

