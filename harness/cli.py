@@ -9,7 +9,9 @@ Commands:
   ``reports/latest``; with ``--cases``, ``reports/latest-subset``, which leaves
   the full run's report alone), print per implementation its cases of each
   status and how many verdicts its own code decided (:func:`run_summary`);
-  exit 0 when nothing failed or errored, 1 otherwise, 2 for bad usage.
+  exit 0 when nothing failed or errored, 1 otherwise, 2 for bad usage (``DIR`` in use by
+  another run included), 3 when a file could not be written (a full disk: the results so far
+  stay in the journal, ``--resume`` continues).
 * ``sampcheck list impls [-v]|cases`` — what can be run: the implementation
   registry (with ``-v`` each one's features and stage provenance), or the
   cases (validated; a malformed file is listed with its error).
@@ -287,7 +289,7 @@ def run_summary(doc: dict) -> list:
 
 
 def _cmd_run(args) -> int:
-    from harness.run.runner import run
+    from harness.run.runner import RunStopped, run
     impls = list(dict.fromkeys(args.impl or ["reference"]))  # a name given twice runs once
     subset_default = args.out is None and bool(args.cases)
     if args.out is None:
@@ -297,16 +299,6 @@ def _cmd_run(args) -> int:
         print(f"sampcheck run: {problem}", file=sys.stderr)
         return 2
     journal = Path(args.out) / "results.partial.jsonl"
-    if args.resume and not journal.is_file():
-        print(f"sampcheck run: note: nothing to resume in {args.out} (no results.partial.jsonl): running afresh",
-              file=sys.stderr)
-    if not args.resume and journal.is_file():
-        try:
-            kept = max(0, sum(1 for line in journal.open(encoding="utf-8", errors="replace") if line.strip()) - 1)
-        except OSError:
-            kept = 0
-        print(f"sampcheck run: note: {journal} holds {kept} result(s) of an interrupted run; this run starts "
-              "afresh and replaces them (re-run with --resume to continue that run instead)", file=sys.stderr)
     try:
         from harness.run.isolation import DEFAULT_TIMEOUT
         outcome = run(impls, args.cases, Path(args.out), args.device, progress=not args.no_progress,
@@ -315,6 +307,9 @@ def _cmd_run(args) -> int:
     except (KeyError, ValueError) as e:
         print(f"sampcheck run: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2
+    except RunStopped as e:
+        print(f"sampcheck run: {e}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print(f"\nsampcheck run: interrupted; the results obtained so far are kept in {journal}: re-run the same "
               "command with --resume to continue", file=sys.stderr)
