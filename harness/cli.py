@@ -200,6 +200,11 @@ def _cmd_report(args) -> int:
     return 0
 
 
+#: Why a command does not write into the data an installed package carries (harness/corpus/paths.py).
+_READ_ONLY = ("the {what} in use ({path}) is the copy installed with the sampcheck package, which is not written to: "
+              "work in a checkout of the project, or set {env} to a folder of your own")
+
+
 def _no_cases_problem() -> str:
     """'' when the corpus folder holds case files, else the one-line problem (run, list, golden)."""
     from harness.corpus.load import CASES_DIR, discover
@@ -560,6 +565,12 @@ def _cmd_golden(args) -> int:
               file=sys.stderr)
         return 2
     judge = Judge([], 1)
+    from harness.corpus.paths import packaged
+    if args.action in ("update", "add") and args.accept and packaged(golden.GOLDEN_DIR):
+        print(f"sampcheck golden {args.action}: "
+              f"{_READ_ONLY.format(what='golden files', path=golden.GOLDEN_DIR, env='SAMPCHECK_GOLDEN')}",
+              file=sys.stderr)
+        return 2
     if args.action in ("update", "add"):
         changes = golden.plan(cases, judge)
         for path, old, new in changes:
@@ -713,6 +724,12 @@ def _cmd_case(args) -> int:
     """``sampcheck case new``: the template (:func:`harness.corpus.authoring.new_case`), then the existing cases
     that share the most of ``--features`` (:func:`harness.corpus.authoring.similar_cases`)."""
     from harness.corpus.authoring import new_case, similar_cases
+    from harness.corpus.load import CASES_DIR
+    from harness.corpus.paths import packaged
+    if packaged(CASES_DIR):
+        print(f"sampcheck case new: {_READ_ONLY.format(what='corpus', path=CASES_DIR, env='SAMPCHECK_CASES')}",
+              file=sys.stderr)
+        return 2
     features = list(dict.fromkeys(f.strip() for opt in args.features or [] for f in opt.split(",") if f.strip()))
     try:
         path = new_case(args.category, args.name, check=args.check, force=args.force, features=features)
