@@ -14,6 +14,7 @@ The crash tests run ``sampcheck`` in a child process armed by tests/_crashpoint.
 from __future__ import annotations
 
 import doctest
+import errno
 import json
 import os
 import random
@@ -347,3 +348,21 @@ def test_a_full_disk_stops_the_run_with_a_message_and_resume_finishes_it(clean, 
     assert cp.returncode == 1, cp.stderr
     assert f"--resume: reused {n} result(s)" in cp.stderr
     assert outcome_of(json.loads((out / "results.json").read_text())) == want
+
+
+def test_run_stopped_names_what_failed(tmp_path):
+    from harness.run.runner import RunStopped
+    j = Journal(tmp_path / Journal.NAME)
+    j.open({"journal": 1, "impls": ["x"], "cases": [], "started": "s"},
+           [{"case": "a/b", "impl": "x", "status": "pass", "check": "exact", "details": {"message": ""}}])
+    j.close()
+    full = RunStopped.from_error(OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), tmp_path / "index.html", j)
+    assert full.disk_full and full.kept == 1
+    assert str(full) == (f"the disk is full: writing {tmp_path / 'index.html'} failed (Disk quota exceeded). The run "
+                         f"stopped; the 1 result(s) obtained so far are kept in {j.path}: free some space, then re-run "
+                         "the same command with --resume")
+    other = RunStopped.from_error(OSError(errno.EMFILE, os.strerror(errno.EMFILE), "/x/y"), None,
+                                  Journal(tmp_path / "none" / Journal.NAME))
+    assert not other.disk_full
+    assert str(other) == "a system call failed: Too many open files (/x/y). The run stopped; no result had been " \
+                         "obtained yet"

@@ -203,7 +203,8 @@ class RunStopped(Exception):
     Attributes
     ----------
     path : str or None
-        The file being written (None when the failing call named none).
+        The file being written (None when the run was not writing one: ``reason`` then names the file
+        the failing call named, if any).
     reason : str
         The system's message (``No space left on device``).
     disk_full : bool
@@ -215,7 +216,7 @@ class RunStopped(Exception):
 
     def __init__(self, path, reason: str, disk_full: bool, kept: int, journal: Path):
         self.path, self.reason, self.disk_full, self.kept, self.journal = path, reason, disk_full, kept, Path(journal)
-        where = f"writing {path} failed" if path else "a write failed"
+        where = f"writing {path} failed" if path else "a system call failed"
         head = f"the disk is full: {where} ({reason})" if disk_full else f"{where}: {reason}"
         tail = (f"the {kept} result(s) obtained so far are kept in {journal}: "
                 + ("free some space" if disk_full else "fix the cause") + ", then re-run the same command with --resume"
@@ -229,8 +230,10 @@ class RunStopped(Exception):
             kept = len({(r["case"], r["impl"]) for r in journal.scan().results})
         except OSError:
             kept = 0
-        return cls(path or err.filename, err.strerror or str(err), err.errno in (errno.ENOSPC, errno.EDQUOT), kept,
-                   journal.path)
+        reason = err.strerror or str(err)
+        if path is None and err.filename:
+            reason += f" ({err.filename})"
+        return cls(path, reason, err.errno in (errno.ENOSPC, errno.EDQUOT), kept, journal.path)
 
 
 def _note(line: str) -> None:
