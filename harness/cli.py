@@ -2,14 +2,21 @@
 
 Commands:
 
-* ``sampcheck run [--impl NAME]... [--cases PATTERN]... [--out DIR] [--device cpu|cuda]
-  [--timeout SECONDS] [--resume] [--no-isolation] [--no-progress]``
+* ``sampcheck run [--impl NAME]... [--cases PATTERN]... [--smoke] [--out DIR] [--device cpu|cuda]
+  [--timeout SECONDS] [--resume] [--shard I/N] [--junit-xml FILE] [--no-isolation] [--no-progress]``
   — run cases (each implementation in its own worker process, with a time
-  limit per case), write ``DIR/results.json`` and ``DIR/index.html`` (default
+  limit per case; with ``--device cuda``, one worker per implementation and visible GPU), write
+  ``DIR/results.json`` and ``DIR/index.html`` (default
   ``reports/latest``; with ``--cases``, ``reports/latest-subset``, which leaves
-  the full run's report alone), print per implementation its cases of each
+  the full run's report alone; with ``--shard I/N``, ``reports/shard-I-of-N``), print per
+  implementation its cases of each
   status and how many verdicts its own code decided (:func:`run_summary`);
-  exit 0 when nothing failed or errored, 1 otherwise, 2 for bad usage.
+  exit 0 when nothing failed or errored, 1 otherwise, 2 for bad usage (``DIR`` in use by
+  another run included), 3 when a file could not be written (a full disk: the results so far
+  stay in the journal, ``--resume`` continues).
+* ``sampcheck merge SHARD... [--out DIR] [--junit-xml FILE] [--record FILE [--impl NAME]]`` — the
+  results of the shards of one run as one ``results.json`` and report (:mod:`harness.run.merge`);
+  exit 0/1 as ``run``, 2 for shards that do not belong together.
 * ``sampcheck list impls [-v]|cases`` — what can be run: the implementation
   registry (with ``-v`` each one's features and stage provenance), or the
   cases (validated; a malformed file is listed with its error).
@@ -99,7 +106,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an interrupted run: reuse the results in DIR/results.partial.jsonl")
     r.add_argument("--no-isolation", action="store_true",
                    help="run the implementations in this process instead of one worker process each")
+    r.add_argument("--shard", metavar="I/N",
+                   help="run only shard I of N of the selected cases (dealt round-robin; the statistical level is "
+                        "unchanged); 'sampcheck merge' joins the shards' results (default --out: "
+                        "reports/shard-I-of-N)")
+    r.add_argument("--smoke", action="store_true",
+                   help="the smoke tier: the cases tagged 'smoke' (the same as --cases tag:smoke; with --cases, "
+                        "added to them)")
+    r.add_argument("--junit-xml", metavar="FILE",
+                   help="also write the results as JUnit XML (one test case per case and implementation) for CI "
+                        "dashboards")
     _add_impl_options(r)
+    m = sub.add_parser("merge", help="merge the results of the shards of one run (run --shard I/N) into one "
+                                     "results.json and report")
+    m.add_argument("shards", nargs="+", metavar="SHARD",
+                   help="a shard's results.json, or the folder holding it (every shard 1..N once)")
+    m.add_argument("--out", metavar="DIR",
+                   help=f"output directory (default: {FULL_OUT} when the shards ran the whole corpus, else "
+                        f"{SUBSET_OUT})")
+    m.add_argument("--junit-xml", metavar="FILE", help="also write the merged results as JUnit XML")
+    m.add_argument("--record", metavar="FILE", help="also write the run record of one implementation "
+                                                    "(as 'sampcheck record' does)")
+    m.add_argument("--impl", metavar="NAME", help="--record: the implementation (needed when the results hold "
+                                                  "several)")
     ls = sub.add_parser("list", help="list implementations or cases")
     ls.add_argument("what", choices=["impls", "cases"])
     ls.add_argument("-v", "--verbose", action="store_true",
@@ -172,6 +201,11 @@ def _cmd_report(args) -> int:
     return 0
 
 
+#: Why a command does not write into the data an installed package carries (harness/corpus/paths.py).
+_READ_ONLY = ("the {what} in use ({path}) is the copy installed with the sampcheck package, which is not written to: "
+              "work in a checkout of the project, or set {env} to a folder of your own")
+
+
 def _no_cases_problem() -> str:
     """'' when the corpus folder holds case files, else the one-line problem (run, list, golden)."""
     from harness.corpus.load import CASES_DIR, discover
@@ -191,6 +225,21 @@ def _writable_dir(path: Path) -> str:
     return ""
 
 
+def _output_file_problem(opt: str, target) -> str:
+    """'' when the file ``target`` of option ``opt`` can be written (or is None), else the one-line problem."""
+    if not target:
+        return ""
+    path = Path(target)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        return f"{opt} {target}: is a directory (give a file name)"
+    if not parent.is_dir():
+        return f"{opt} {target}: " + (f"folder {parent} does not exist" if not parent.exists()
+                                      else f"{parent} is not a directory")
+    why = _writable_dir(parent)
+    return f"{opt} {target}: {why}" if why else ""
+
+
 def _usage_problem(args) -> str:
     """A problem with ``run``'s arguments found before any case runs ('' if none); the output folder is
     created only once the other arguments are found good."""
@@ -198,6 +247,9 @@ def _usage_problem(args) -> str:
         return "--cases '': an empty pattern; give an id, a glob, a category or a path"
     if args.timeout is not None and not args.timeout > 0:
         return f"--timeout {args.timeout:g}: must be a positive number of seconds"
+    why = _output_file_problem("--junit-xml", args.junit_xml)
+    if why:
+        return why
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         return f"--out {args.out}: exists and is not a directory"
@@ -288,34 +340,41 @@ def run_summary(doc: dict) -> list:
 
 
 def _cmd_run(args) -> int:
-    from harness.run.runner import run
+    from harness.run.runner import RunStopped, run
+    from harness.run.shard import parse_shard
     impls = list(dict.fromkeys(args.impl or ["reference"]))  # a name given twice runs once
-    subset_default = args.out is None and bool(args.cases)
+    if args.smoke:
+        args.cases = list(dict.fromkeys([*(args.cases or []), "tag:smoke"]))
+    shard = None
+    if args.shard is not None:
+        try:
+            shard = parse_shard(args.shard)
+        except ValueError as e:
+            print(f"sampcheck run: {e}", file=sys.stderr)
+            return 2
+    subset_default = args.out is None and bool(args.cases) and shard is None
     if args.out is None:
-        args.out = SUBSET_OUT if args.cases else FULL_OUT
+        args.out = f"reports/shard-{shard[0]}-of-{shard[1]}" if shard else SUBSET_OUT if args.cases else FULL_OUT
     problem = _usage_problem(args)
     if problem:
         print(f"sampcheck run: {problem}", file=sys.stderr)
         return 2
     journal = Path(args.out) / "results.partial.jsonl"
-    if args.resume and not journal.is_file():
-        print(f"sampcheck run: note: nothing to resume in {args.out} (no results.partial.jsonl): running afresh",
-              file=sys.stderr)
-    if not args.resume and journal.is_file():
-        try:
-            kept = max(0, sum(1 for line in journal.open(encoding="utf-8", errors="replace") if line.strip()) - 1)
-        except OSError:
-            kept = 0
-        print(f"sampcheck run: note: {journal} holds {kept} result(s) of an interrupted run; this run starts "
-              "afresh and replaces them (re-run with --resume to continue that run instead)", file=sys.stderr)
+    gpus = None
+    if args.device == "cuda" and not args.no_isolation:
+        from harness.run.lanes import visible_gpus
+        gpus = visible_gpus()
     try:
         from harness.run.isolation import DEFAULT_TIMEOUT
         outcome = run(impls, args.cases, Path(args.out), args.device, progress=not args.no_progress,
-                      isolate=not args.no_isolation, resume=args.resume,
+                      isolate=not args.no_isolation, resume=args.resume, shard=shard, gpus=gpus,
                       timeout=args.timeout if args.timeout else DEFAULT_TIMEOUT)
     except (KeyError, ValueError) as e:
         print(f"sampcheck run: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2
+    except RunStopped as e:
+        print(f"sampcheck run: {e}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print(f"\nsampcheck run: interrupted; the results obtained so far are kept in {journal}: re-run the same "
               "command with --resume to continue", file=sys.stderr)
@@ -330,12 +389,80 @@ def _cmd_run(args) -> int:
     print(f"wrote {outcome.results_path} and {outcome.html_path}"
           + (f" (a subset, --cases: {FULL_OUT}, the report of the last full run, is left as it was; --out {FULL_OUT} "
              "replaces it)" if subset_default else ""))
+    if shard and not outcome.doc["results"]:
+        print(f"sampcheck run: note: shard {shard[0]}/{shard[1]} holds no case ({outcome.doc['run']['shard']['selected']} "
+              "selected)", file=sys.stderr)
+    if args.junit_xml and _write_junit(outcome.doc, args.junit_xml, "run"):
+        return 3
     skipped = {name: m.get("skip_reason") for name, m in outcome.doc["run"]["impls"].items() if m.get("skip_reason")}
     for name, why in skipped.items():
         print(f"sampcheck run: nothing ran on {name}: {why}", file=sys.stderr)
     if skipped and len(skipped) == len(outcome.doc["run"]["impls"]):
         return max(outcome.exit_code, 1)  # a run that tested nothing is not a success
     return outcome.exit_code
+
+
+def _write_junit(doc: dict, target: str, command: str) -> bool:
+    """Write ``doc`` as JUnit XML to ``target``; True (after saying why) when it could not be written."""
+    from harness.report.html import command_prefix
+    from harness.report.junit import junit_xml
+    from harness.run.journal import atomic_write
+    try:
+        atomic_write(Path(target), junit_xml(doc, command_prefix()))
+    except OSError as e:
+        print(f"sampcheck {command}: cannot write --junit-xml {target}: {e.strerror or e}", file=sys.stderr)
+        return True
+    print(f"wrote {target}")
+    return False
+
+
+def _cmd_merge(args) -> int:
+    from harness.run import merge as mergemod
+    from harness.run.outlock import OutLock
+    problem = _output_file_problem("--junit-xml", args.junit_xml) or _output_file_problem("--record", args.record)
+    if problem:
+        print(f"sampcheck merge: {problem}", file=sys.stderr)
+        return 2
+    if args.impl and not args.record:
+        print("sampcheck merge: --impl chooses the implementation of --record; give --record FILE too", file=sys.stderr)
+        return 2
+    try:
+        doc = mergemod.merge(args.shards)
+    except mergemod.MergeError as e:
+        print(f"sampcheck merge: {e}", file=sys.stderr)
+        return 2
+    impls = list(doc["run"]["impls"])
+    rec_impl = args.impl or (impls[0] if len(impls) == 1 else None)
+    if args.record and rec_impl not in impls:
+        print(f"sampcheck merge: --record: " + (f"--impl {args.impl} did not run in these shards (they ran "
+              f"{', '.join(impls)})" if args.impl else f"the shards ran {len(impls)} implementations "
+              f"({', '.join(impls)}): choose one with --impl NAME"), file=sys.stderr)
+        return 2
+    run = doc["run"]
+    out = args.out or (FULL_OUT if run["cases_selected"] == run["cases_declared"] else SUBSET_OUT)
+    try:
+        with OutLock(Path(out), command="sampcheck merge"):
+            results_path, html_path = mergemod.write(doc, Path(out))
+    except ValueError as e:  # OutLocked
+        print(f"sampcheck merge: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"sampcheck merge: cannot write in --out {out}: {e.strerror or e}", file=sys.stderr)
+        return 3
+    for line in run_summary(doc):
+        print(line)
+    print(f"wrote {results_path} and {html_path} ({len(run['merged_from'])} shards, {run['cases_selected']} cases)")
+    if args.junit_xml and _write_junit(doc, args.junit_xml, "merge"):
+        return 3
+    if args.record:
+        from harness.records import records
+        try:
+            path = records.write(records.from_results(doc, rec_impl), Path(args.record))
+        except OSError as e:
+            print(f"sampcheck merge: cannot write --record {args.record}: {e.strerror or e}", file=sys.stderr)
+            return 3
+        print(f"wrote {path} (the run record of {rec_impl})")
+    return 1 if any(r["status"] in ("fail", "error") for r in doc["results"]) else 0
 
 
 def _list_impls(verbose: bool) -> int:
@@ -457,6 +584,12 @@ def _cmd_golden(args) -> int:
                   "files are written for corpus cases only; move the file into the corpus first", file=sys.stderr)
         return 2
     judge = Judge([], 1)
+    from harness.corpus.paths import packaged
+    if args.action in ("update", "add") and args.accept and packaged(golden.GOLDEN_DIR):
+        print(f"sampcheck golden {args.action}: "
+              f"{_READ_ONLY.format(what='golden files', path=golden.GOLDEN_DIR, env='SAMPCHECK_GOLDEN')}",
+              file=sys.stderr)
+        return 2
     if args.action in ("update", "add"):
         changes = golden.plan(cases, judge)
         for path, old, new in changes:
@@ -610,6 +743,12 @@ def _cmd_case(args) -> int:
     """``sampcheck case new``: the template (:func:`harness.corpus.authoring.new_case`), then the existing cases
     that share the most of ``--features`` (:func:`harness.corpus.authoring.similar_cases`)."""
     from harness.corpus.authoring import new_case, similar_cases
+    from harness.corpus.load import CASES_DIR
+    from harness.corpus.paths import packaged
+    if packaged(CASES_DIR):
+        print(f"sampcheck case new: {_READ_ONLY.format(what='corpus', path=CASES_DIR, env='SAMPCHECK_CASES')}",
+              file=sys.stderr)
+        return 2
     features = list(dict.fromkeys(f.strip() for opt in args.features or [] for f in opt.split(",") if f.strip()))
     try:
         path = new_case(args.category, args.name, check=args.check, force=args.force, features=features)
@@ -645,7 +784,7 @@ def main(argv=None) -> int:
     _export_impl_options(args)
     handlers = {"run": _cmd_run, "list": _cmd_list, "golden": _cmd_golden, "record": _cmd_record,
                 "diff": _cmd_diff, "case": _cmd_case, "report": _cmd_report, "docs": _cmd_docs,
-                "check-impl": _cmd_check_impl}
+                "check-impl": _cmd_check_impl, "merge": _cmd_merge}
     try:
         return handlers[args.command](args)
     except BrokenPipeError:

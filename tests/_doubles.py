@@ -71,3 +71,32 @@ class Crashes(Reference):
 
     def open_session(self, device="cpu"):
         raise RuntimeError("engine exploded")
+
+
+class KillsItsWorker(Reference):
+    """The reference, except that on a case whose first logit is 7.5 its process kills itself
+    (SIGKILL, as the kernel's out-of-memory killer would) the first ``times`` times, counted in
+    the file ``flag`` (so the count survives the worker)."""
+
+    MARK = 7.5
+
+    def __init__(self, flag, times: int = 1):
+        super().__init__(TRTLLM, name=f"dies-{times}x")
+        self.flag, self.times = str(flag), times
+
+    def open_session(self, device="cpu"):
+        import os
+        import signal
+        inner = super().open_session(device)
+        flag, times, mark = Path(self.flag), self.times, self.MARK
+
+        class S:
+            def step(self, rows):
+                if any(float(r.logits[0]) == mark for r in rows):
+                    died = len(flag.read_text().splitlines()) if flag.exists() else 0
+                    if died < times:
+                        with open(flag, "a") as fh:
+                            fh.write("died\n")
+                        os.kill(os.getpid(), signal.SIGKILL)
+                return inner.step(rows)
+        return S()

@@ -25,16 +25,18 @@ a copy of a process that ran one. An object that does not pickle (tests
 define classes inside test functions) is forked while this process has a
 single thread, and otherwise runs in-process (:func:`start_method`).
 
-:class:`Journal` appends every result to ``results.partial.jsonl`` as soon
-as it exists (one JSON object a line, flushed and fsynced), so an
-interrupted run loses nothing; ``sampcheck run --resume`` reads it back and
-runs only the (case, implementation) pairs it lacks.
+:class:`harness.run.journal.Journal` (importable from here too) appends every result to
+``results.partial.jsonl`` as soon as it exists, so an interrupted run loses
+nothing; ``sampcheck run --resume`` reads it back and runs only the (case,
+implementation) pairs it lacks.
+
+A worker may start with environment variables of its own (``env``): the runner gives
+each lane of a multi-GPU run its ``CUDA_VISIBLE_DEVICES`` (:mod:`harness.run.lanes`).
 """
 
 from __future__ import annotations
 
 import faulthandler
-import json
 import multiprocessing as mp
 import os
 import pickle
@@ -44,6 +46,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Optional
+
+from .journal import Journal
 
 __all__ = ["Worker", "InProcess", "Journal", "WorkerInfo", "DEFAULT_TIMEOUT", "DEFAULT_STARTUP_TIMEOUT",
            "make_runner", "label_of"]
@@ -109,14 +113,18 @@ def _describe(impl, device: str) -> WorkerInfo:
 
 
 def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, log_path: Optional[str],
-           sys_path: tuple = (), check_kinds: tuple = ()) -> None:
+           sys_path: tuple = (), check_kinds: tuple = (), env: Optional[dict] = None) -> None:
     """Body of a worker process: build, report, then judge cases until told to stop.
+
+    ``env`` is set first, before anything can initialise a device (e.g. ``CUDA_VISIBLE_DEVICES``
+    of a lane: :mod:`harness.run.lanes`).
 
     ``sys_path`` is the parent's import path at launch: its entries the worker lacks are put
     first, so a ``package.module:Class`` spec the parent can import, the worker can too (a fork
     server keeps the path it started with). ``check_kinds`` are the check kinds the parent
     registered at run time (:func:`harness.corpus.kinds.runtime_kinds`), registered here too.
     """
+    os.environ.update(env or {})
     sys.path[:0] = [p for p in sys_path if p not in sys.path]
     from harness.corpus import kinds
     for kind in check_kinds:
@@ -251,7 +259,12 @@ class Worker:
     startup_timeout : float
         Seconds to import and build the implementation.
     log_dir : Path or None
-        Where the worker's stderr goes (``<label>.log``); None: inherited.
+        Where the worker's stderr goes (``<log_name>.log``); None: inherited.
+    env : dict, optional
+        Environment variables the worker sets before it builds the implementation (a lane's
+        ``CUDA_VISIBLE_DEVICES``).
+    log_name : str, optional
+        The log's name without ``.log`` (default: the label).
 
     Attributes
     ----------
@@ -263,8 +276,10 @@ class Worker:
     """
 
     def __init__(self, spec, device: str, root: Path, n_stat: int, timeout: float = DEFAULT_TIMEOUT,
-                 startup_timeout: float = DEFAULT_STARTUP_TIMEOUT, log_dir: Optional[Path] = None):
+                 startup_timeout: float = DEFAULT_STARTUP_TIMEOUT, log_dir: Optional[Path] = None,
+                 env: Optional[dict] = None, log_name: Optional[str] = None):
         self.spec = spec
+        self.env = dict(env or {})
         self.device = device
         self.root = Path(root)
         self.n_stat = n_stat
@@ -274,7 +289,7 @@ class Worker:
         self.log_path = None
         if log_dir is not None:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
-            self.log_path = Path(log_dir) / f"{self.label}.log"
+            self.log_path = Path(log_dir) / f"{log_name or self.label}.log"
         self.method = start_method(spec) or "fork"
         self.ctx = _context(self.method)
         self.proc = None
@@ -288,7 +303,7 @@ class Worker:
         parent, child = self.ctx.Pipe()
         from harness.corpus import kinds
         args = (child, self.spec, self.device, str(self.root), str(self.root / "findings.toml"), self.n_stat,
-                str(self.log_path) if self.log_path else None, tuple(sys.path), tuple(kinds.runtime_kinds()))
+                str(self.log_path) if self.log_path else None, tuple(sys.path), tuple(kinds.runtime_kinds()), self.env)
         self.proc = self.ctx.Process(target=_serve, args=args, daemon=True, name=f"sampcheck-{self.label}")
         self.proc.start()
         child.close()
@@ -459,64 +474,3 @@ def make_runner(spec, device: str, root: Path, n_stat: int, isolate: bool = True
         runner.why_not_isolated = ("the implementation object cannot be pickled and this process has "
                                    f"{_thread_count()} threads: forking it could deadlock")
     return runner
-
-
-class Journal:
-    """Append-only record of a run's results: ``DIR/results.partial.jsonl``.
-
-    The first line is ``{"journal": 1, "impls": [...], "started": ...}``;
-    each further line is one result in the results.json form. Lines are
-    flushed and fsynced as they are written. A torn last line (the process
-    died mid-write) is ignored when reading.
-
-    Parameters
-    ----------
-    path : Path
-    """
-
-    NAME = "results.partial.jsonl"
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self._fh = None
-
-    def read(self) -> tuple[Optional[dict], list]:
-        """Return ``(header, results)`` of an existing journal, or ``(None, [])``."""
-        if not self.path.exists():
-            return None, []
-        header, results = None, []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "journal" in obj:
-                header = obj
-            elif {"case", "impl", "status"} <= set(obj):
-                results.append(obj)
-        return header, results
-
-    def open(self, header: dict, keep: list) -> None:
-        """Start the journal afresh with ``header`` and the results ``keep``."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "w", encoding="utf-8")
-        self._write(header)
-        for r in keep:
-            self._write(r)
-
-    def append(self, result: dict) -> None:
-        """Write one result (results.json form) and make it durable."""
-        self._write(result)
-
-    def _write(self, obj: dict) -> None:
-        self._fh.write(json.dumps(obj) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-
-    def close(self, remove: bool = False) -> None:
-        """Close; with ``remove``, delete the file (the run completed)."""
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
-        if remove and self.path.exists():
-            self.path.unlink()
