@@ -13,6 +13,10 @@ import _doubles
 from harness.corpus.load import CaseError, load_case
 from impls import processors as P
 from impls.base import Row
+from impls.profiles import get_profile
+from impls.reference.sampler import ReferenceSession, rewrite_logits
+from impls.reference.scenario import RequestSpec, ScenarioSpec, run_scenario
+from impls.reference.scripted import TableModel
 
 X = torch.tensor([3.0, 2.0, 1.0, 0.0])
 INF = float("-inf")
@@ -116,6 +120,52 @@ def test_the_loader_reports_located_errors(tmp_path):
     assert case.features == frozenset({"logits_processors"})
     row = case.batches[0].rows[0].to_row()
     assert [p.kind for p in row.logits_processors] == ["cycle", "margin"]
+
+
+# -- where the reference runs them (the profiles' "custom" entries) ------------------------
+def test_custom_position_against_the_repetition_penalty_per_profile():
+    # [1, 3, 2.2, 0.5], token 1 generated, repetition 2, bias +1 on token 1:
+    # before the penalty (trtllm, vllm): (3 + 1) / 2 = 2; after it (hf, sglang): 3 / 2 + 1 = 2.5
+    row = Row(torch.tensor([1.0, 3.0, 2.2, 0.5]), generated=[1], repetition_penalty=2.0,
+              logits_processors=_one({"kind": "bias", "bias": [[1, 1.0]]}))
+    got = {name: rewrite_logits(row.logits, row, get_profile(name))[1].item() for name in
+           ("trtllm", "vllm", "hf", "sglang", "llamacpp")}
+    assert got == {"trtllm": 2.0, "vllm": 2.0, "hf": 2.5, "sglang": 2.5, "llamacpp": 2.0}
+
+
+def test_vllm_runs_argmax_invariant_kinds_after_the_temperature_and_not_on_greedy_rows():
+    margin = _one({"kind": "margin", "margin": 1.2})
+    row = Row(torch.tensor([2.0, 1.0, 0.0, -1.0]), temperature=2.0, logits_processors=margin)
+    supports = {}
+    for name in ("trtllm", "vllm", "hf"):
+        r = ReferenceSession(get_profile(name)).step([row])[0]
+        supports[name] = torch.nonzero(r.probs > 0).flatten().tolist()
+    # before the temperature: bans < 0.8; vLLM after it: [1, 0.5, 0, -0.5] bans < -0.2
+    assert supports == {"trtllm": [0, 1], "vllm": [0, 1, 2], "hf": [0, 1]}
+    greedy = row.replace(temperature=0.0)
+    assert rewrite_logits(greedy.logits, greedy, get_profile("vllm")).tolist() == [2.0, 1.0, 0.0, -1.0]
+    assert rewrite_logits(greedy.logits, greedy, get_profile("trtllm")).tolist() == [2.0, 1.0, INF, INF]
+
+
+def test_a_row_without_processors_is_untouched_by_its_neighbours():
+    cyc = _one({"kind": "cycle", "tokens": [3]})
+    rows = [Row(X, temperature=0.0, logits_processors=cyc, slot=0), Row(X, temperature=0.0, slot=1)]
+    out = ReferenceSession(get_profile("trtllm")).step(rows)
+    assert [r.token for r in out] == [3, 0]
+
+
+def test_scenario_steps_are_each_requests_own():
+    # one row repeated [0, 1, 1.4, 0.5]; 'r' step_bias on 3 (+0.5 n), 's' on 1 (+0.3 n) arriving at step 1
+    model = TableModel([[0.0, 1.0, 1.4, 0.5]])
+    reqs = [RequestSpec("r", 0, {"prompt": [1], "temperature": 0.0, "max_new_tokens": 5,
+                                 "logits_processors": _one({"kind": "step_bias", "token": 3, "per_step": 0.5})}),
+            RequestSpec("s", 1, {"prompt": [2], "temperature": 0.0, "max_new_tokens": 4,
+                                 "logits_processors": _one({"kind": "step_bias", "token": 1, "per_step": 0.3})},
+                        arrive=1)]
+    res = run_scenario(ScenarioSpec(model=model, requests=reqs), get_profile("trtllm"),
+                       ReferenceSession(get_profile("trtllm")))
+    assert res.requests["r"].tokens == [2, 2, 3, 3, 3]
+    assert res.requests["s"].tokens == [2, 2, 1, 1]
 
 
 def test_kind_table_lists_every_kind():
