@@ -30,7 +30,15 @@ reasons. What this module adds:
   :func:`.translate.generation_config`); the engine itself runs without a
   tokenizer (``skip_tokenizer_init``);
 * the end of the run: after ``max_steps`` steps the requests still running
-  are aborted and report ``finish_reason = "none"``.
+  are aborted and report ``finish_reason = "none"``;
+* custom logits processors: a scenario whose requests have ``logits_processors``
+  runs on an engine built with the two ``LogitsProcessor`` classes of
+  :mod:`.processors` (``LLM(logits_processors=[...])``), each request carrying
+  its processors in ``SamplingParams.extra_args``; the processors' per-request
+  state is kept by batch row and moved by vLLM's own ``BatchUpdate``s as its
+  persistent batch changes (requests finishing: ``InputBatch.condense``). After
+  each step the loop checks that no processor found a row whose steps counter
+  disagrees with its output tokens (:data:`.processors.MISMATCHES`).
 
 The ``SamplingParams`` of a request are :func:`.translate.sampling_kwargs`
 of its fields (the single-step adapter's mapping). A request vLLM rejects
@@ -83,6 +91,7 @@ from ..base import Row, RowError  # noqa: E402
 from ..reference.scenario_types import (RequestResult, ScenarioResult, ScenarioSpec,  # noqa: E402
                                         ScenarioUnsupported, StepRecord)
 from . import engine as _engine  # noqa: E402
+from . import processors as _case_processors  # noqa: E402
 from . import scripted_model  # noqa: E402
 from .translate import (classify_validation_error, eos_id, generation_config, sampling_kwargs,  # noqa: E402
                         unsupported_reason as row_unsupported_reason)
@@ -138,6 +147,10 @@ class ScriptedEngine:
         The model's ``vocab_size``.
     max_model_len : int
         vLLM's ``max_model_len`` (prompt + output), engine-wide.
+    processors : bool
+        Build the engine with the custom ``LogitsProcessor`` classes of :mod:`.processors`
+        (``LLM(logits_processors=[...])``: an engine-wide setting, so engines with and without
+        them are cached apart).
 
     Attributes
     ----------
@@ -155,7 +168,7 @@ class ScriptedEngine:
         (``VLLM_ENABLE_V1_MULTIPROCESSING`` already read as 1).
     """
 
-    def __init__(self, vocab: int, max_model_len: int):
+    def __init__(self, vocab: int, max_model_len: int, processors: bool = False):
         if envs.VLLM_ENABLE_V1_MULTIPROCESSING:
             raise RuntimeError("the scripted engine needs VLLM_ENABLE_V1_MULTIPROCESSING=0 (an in-process engine "
                                "core); vLLM read it as 1 before impls.vllm.loop was imported")
@@ -164,7 +177,8 @@ class ScriptedEngine:
         self.key = f"sampcheck-{self.vocab}-{self.max_model_len}-{os.getpid()}-{id(self)}"
         self._dir = tempfile.mkdtemp(prefix="sampcheck-vllm-")
         scripted_model.write_config(self._dir, self.vocab, self.max_model_len, self.key)
-        self.llm = LLM(model=self._dir, max_model_len=self.max_model_len, **ENGINE_ARGS)
+        extra = {"logits_processors": list(_case_processors.CLASSES)} if processors else {}
+        self.llm = LLM(model=self._dir, max_model_len=self.max_model_len, **ENGINE_ARGS, **extra)
         self.engine = self.llm.llm_engine
         self.runs = 0
 
@@ -193,9 +207,9 @@ _ENGINES: dict = {}
 MAX_ENGINES = 8
 
 
-def engine_for(vocab: int, max_model_len: int) -> ScriptedEngine:
-    """The cached :class:`ScriptedEngine` for ``(vocab, max_model_len)``, built on first use."""
-    key = (int(vocab), int(max_model_len))
+def engine_for(vocab: int, max_model_len: int, processors: bool = False) -> ScriptedEngine:
+    """The cached :class:`ScriptedEngine` for ``(vocab, max_model_len, processors)``, built on first use."""
+    key = (int(vocab), int(max_model_len), bool(processors))
     eng = _ENGINES.pop(key, None)
     if eng is None:
         while len(_ENGINES) >= MAX_ENGINES:
@@ -393,11 +407,15 @@ class _Run:
     def step(self, step: int) -> None:
         before = {q.rid: list(q.tokens) for q in self.admitted if q.status == "running"}
         self.binding.errors.clear()
+        _case_processors.MISMATCHES.clear()
         try:
             outs = self.eng.engine.step()
         except Exception:
             discard(self.eng)  # vLLM failed the whole step: the engine's state cannot be trusted any more
             raise
+        if _case_processors.MISMATCHES:
+            raise RuntimeError(f"step {step}: a custom logits processor's steps counter disagrees with its row's "
+                               f"output tokens (class, batch index, counter, outputs): {_case_processors.MISMATCHES}")
         failed = {}
         for prompt, generated, msg in self.binding.errors:
             for q in self.admitted:
@@ -636,4 +654,5 @@ def run_scenario(spec: ScenarioSpec) -> ScenarioResult:
     if any(req.use_beam_search or req.beam_width != 1 for req in spec.requests):
         return run_beam(spec)
     V = _model_of(spec, spec.requests[0]).vocab
-    return _Run(spec, engine_for(V, _max_model_len(spec))).run()
+    procs = any(req.fields.get("logits_processors") for req in spec.requests)
+    return _Run(spec, engine_for(V, _max_model_len(spec), procs)).run()
