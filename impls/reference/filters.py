@@ -344,7 +344,8 @@ def chain(x: torch.Tensor, res, profile: Profile) -> list:
     ``softmax`` of the float64 values of ``x``, cumulative masses are float64 sums), so
     the kept set is exact arithmetic's up to ~1e-16; tokens tie iff their logits are
     equal. ``"custom"`` in ``filter_order`` runs the row's argmax-invariant custom logits processors
-    (:func:`impls.processors.filter_keep`) on the temperature-scaled logits. Source: SEMANTICS §1.5. Profile trtllm: ``probs = softmax(x / T)``, then
+    (:func:`impls.processors.filter_keep`) on the temperature-scaled logits (§1.4b).
+    Source: SEMANTICS §1.5. Profile trtllm: ``probs = softmax(x / T)``, then
     min-p, then top-k, then top-p on the renormalised survivors, then the filters only
     llama.cpp has (top-n-sigma, typical-p, XTC). A mirostat row (``res.mirostat`` 1 or 2) is
     one outcome, mirostat's cut after the temperature, decided in float32 as llama.cpp does
