@@ -18,7 +18,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "VLLM", "FLASHINFER", "FLASHINFER_JOINT", "LLAMACPP", "SGLANG", "get_profile", "profile_diff",
+__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "VLLM", "FLASHINFER", "FLASHINFER_JOINT", "LLAMACPP", "SGLANG",
+           "SGLANG_FLASHINFER", "get_profile", "profile_diff",
            "version_verified"]
 
 SEED_TRTLLM = "seed:000_fabad194daba9a8c.txt"
@@ -368,6 +369,18 @@ class Profile:
         does not hold by design. The reference models the dependence (not
         the engine's stream) by shifting the offset by the row's index.
         Read by: ``impls/reference/sampler.py`` ``ReferenceSession._draw``.
+    batch_min_p_filters : tuple of str or None
+        A rule that makes a row's filters depend on its neighbours. When set, a
+        SAMPLING row whose batch (the rows of its step that pass validation and
+        have its vocabulary size, greedy rows included) holds a row that sets
+        ``min_p > 0`` runs these filters in this order, each on the
+        renormalised survivors of the previous one, instead of
+        ``filter_order`` and ``filters_renormalise`` (SGLang's FlashInfer
+        backend: ``need_min_p_sampling`` switches the whole batch from joint
+        top-k/top-p sampling to top-k renorm, top-p renorm, min-p sampling).
+        None: a row's filters never depend on the batch. Read by:
+        ``impls/reference/sampler.py`` ``ReferenceSession.step`` and
+        ``sample_many`` (a row drawn alone is its own batch).
     versions : str
         The engine releases whose sources this profile was read from and
         checked against, as a PEP 440 specifier (``"==0.32.0"``); empty for
@@ -453,6 +466,8 @@ class Profile:
     seed_keyed_by_batch_row: bool = False
     seeds_honoured: bool = True
     ignore_eos_scope: str = "end_id"
+    # Added for the sglang-flashinfer profile; the default is trtllm's behaviour.
+    batch_min_p_filters: Optional[tuple] = None
     versions: str = field(default="", compare=False)
     citations: dict = field(default_factory=dict, compare=False, hash=False)
 
@@ -1123,7 +1138,55 @@ SGLANG = dataclasses.replace(
     },
 )
 
-PROFILES = {p.name: p for p in (TRTLLM, HF, VLLM, FLASHINFER, FLASHINFER_JOINT, LLAMACPP, SGLANG)}
+_SGK = "sglang-kernel 0.4.10 (the wheel sglang 0.5.23 pins): sgl_kernel/sampling.py"
+
+#: SGLang 0.5.23 on a CUDA server, default server arguments: ``sampling_backend =
+#: "flashinfer"`` (the default where FlashInfer imports), no deterministic inference. The same
+#: validation, penalties and finish rules as :data:`SGLANG`; the filters are FlashInfer's, and
+#: which FlashInfer calls run depends on the batch: with no row setting ``min_p > 0``,
+#: ``top_k_top_p_sampling_from_probs(filter_apply_order="joint")`` (top-k and top-p both on the
+#: probabilities after temperature); with one, every row goes through ``top_k_renorm_prob``, then
+#: ``top_p_renorm_prob`` on the top-k-renormalised probabilities, then
+#: ``min_p_sampling_from_probs`` (field ``batch_min_p_filters``). Run by :mod:`impls.sglang_gpu`
+#: (``sglang-flashinfer``) from the wheels' own files. Not modelled: a greedy row in a batch that
+#: also samples goes through the same FlashInfer call with ``top_k = 1``, which keeps every token
+#: tied at the maximum (an all-greedy batch takes ``torch.argmax``); the corpus's greedy ties are
+#: judged as argmax.
+SGLANG_FLASHINFER = dataclasses.replace(
+    SGLANG,
+    name="sglang-flashinfer",
+    description="SGLang 0.5.23 Sampler, FlashInfer backend (CUDA): joint top-k/top-p, or top-k, top-p, min-p "
+                "renormalised in turn for every row of a batch where one row sets min_p",
+    top_k_ties="keep_all",
+    top_p_rule="mass_above",
+    batch_min_p_filters=("top_k", "top_p", "min_p"),
+    citations={
+        **SGLANG.citations,
+        "filters_renormalise": _sg(_SG_SAMPLER, "Sampler._sample_from_probs") + " (flashinfer backend, no row "
+                               "with min_p > 0: top_k_top_p_sampling_from_probs(probs, top_ks, top_ps, "
+                               "filter_apply_order='joint')) and " + f"{_FI_PY} top_k_top_p_sampling_from_probs "
+                               "('joint': both thresholds on the original probabilities)",
+        "top_k_ties": _sg(_SG_SAMPLER, "Sampler._sample_from_probs") + " (top_k_renorm_prob, or the joint "
+                      f"sampler) and {_SGK} top_k_renorm_probs (forwarded to flashinfer.sampling when it imports); "
+                      f"{_FI}: include/flashinfer/topk.cuh RadixTopKRenormProbKernel_MultiCTA (every prob >= the "
+                      f"k-th largest kept) and {_FI_CUH} TopKTopPSamplingFromProbKernel (ties at the k-th value "
+                      "kept)",
+        "top_p_rule": _sg(_SG_SAMPLER, "Sampler._sample_from_probs") + f" (top_p_renorm_prob, or the joint "
+                      f"sampler) and {_SGK} top_p_renorm_probs; {_FI_PY} top_p_renorm_probs (keep the probs >= "
+                      "the threshold whose mass reaches top_p: a token stays iff the mass strictly above it is "
+                      f"< top_p) and {_FI_CUH} TopKTopPSamplingFromProbKernel",
+        "batch_min_p_filters": _sg(_SG_BATCH, "SamplingBatchInfo.from_schedule_batch") + " (need_min_p_sampling = "
+                               "any request's min_p > 0, over the whole batch) and " + _sg(
+                                   _SG_SAMPLER, "Sampler._sample_from_probs") + " (flashinfer backend: when "
+                               "need_min_p_sampling, probs = top_k_renorm_prob(probs, top_ks), then "
+                               "top_p_renorm_prob(probs, top_ps), then min_p_sampling_from_probs(probs, min_ps), "
+                               "for every row; " + f"{_FI_CUH} MinPSamplingFromProbKernel keeps probs >= "
+                               "max * min_p)",
+    },
+)
+
+PROFILES = {p.name: p for p in (TRTLLM, HF, VLLM, FLASHINFER, FLASHINFER_JOINT, LLAMACPP, SGLANG,
+                                SGLANG_FLASHINFER)}
 
 
 def get_profile(name: str) -> Profile:
