@@ -146,7 +146,26 @@ class Profile:
     finish_order : tuple of str
         Precedence of ``"end_id"``, ``"length"``, ``"stop_words"``.
     stop_words_see_prompt : bool
-        Whether a stop word may straddle the prompt/generated boundary.
+        Whether a stop word (token ids) or a stop string (text, §1.8a) may straddle the
+        prompt/generated boundary: matched over the prompt's tokens or text too, or over
+        the generated ones only. Read by: ``impls/reference/finish.py`` ``finish_reason``
+        and ``impls/reference/stop_strings.py`` ``find_stop``.
+    stop_string_pick : {"earliest_end", "list_order"}
+        When several stop strings match at one step (§1.8a): the one whose match ends
+        first in the text, ties by list order (vLLM), or the first of the list that
+        matches anywhere (SGLang). Read by: ``impls/reference/stop_strings.py``
+        ``find_stop``.
+    stop_string_trim : {"text", "none"}
+        What a stop string that finished a request does to its output text: ``"text"``
+        cuts the text at the match's start, or with ``include_stop_str_in_output`` at its
+        end (what the finishing token adds after the match is cut either way; the tokens
+        stay), or ``"none"``: the text keeps every generated token's text and
+        ``include_stop_str_in_output`` is not read (transformers). Read by:
+        ``impls/reference/stop_strings.py`` ``output_text``.
+    stop_strings_after_min_length : bool
+        Stop strings are not looked for while at most ``min_length`` tokens are generated
+        (vLLM's detokenizer waits for more than ``min_tokens``), rather than from the first
+        token. Read by: ``impls/reference/stop_strings.py`` ``find_stop``.
     global_seed : int
         Seed of unseeded rows (§1.6).
     unseeded_offset_base : int
@@ -226,8 +245,10 @@ class Profile:
         negative values are ignored), ``"end_id_range"`` (any end id is
         accepted; one outside ``[0, V)`` never stops and bans nothing),
         ``"logit_bias_nan"`` (a NaN bias is added, giving a NaN logit),
-        ``"empty_bad_word"`` (an empty bad word is ignored). Read by:
-        ``validate``.
+        ``"empty_bad_word"`` (an empty bad word is ignored), ``"empty_stop_string"`` (an
+        empty stop string is accepted: it is in every text, so it finishes the request at
+        its first token, §1.8a). Read by: ``validate``; ``empty_stop_string`` by
+        ``impls/reference/scenario.py`` (admission).
     validation_extras : frozenset of str
         Checks the engine makes beyond ``validate``'s: ``"max_new_tokens_zero"``
         (``max_new_tokens == 0`` is ``invalid_length``),
@@ -425,6 +446,9 @@ class Profile:
     rank_rule: str = "strict_plus_one"
     finish_order: tuple = ("end_id", "length", "stop_words")
     stop_words_see_prompt: bool = True
+    stop_string_pick: str = "earliest_end"
+    stop_string_trim: str = "text"
+    stop_strings_after_min_length: bool = False
     global_seed: int = 42
     unseeded_offset_base: int = 1 << 62
     # Added for the hf profile; the defaults are trtllm's behaviour.
@@ -511,6 +535,15 @@ _TRT_BEAM_CITATIONS = {
                             "the 2 * beam_width go to the pool)",
 }
 
+#: Stop strings are not a parameter of TensorRT-LLM's sampler; what its LLM API does with them (read 2026-12-05).
+_TRT_STOP_STRINGS = ("SEMANTICS §1.8a: the reference's rule. TensorRT-LLM's sampler has no stop strings: its LLM API "
+                     "encodes each one with the tokenizer into a token-id stop word "
+                     "(NVIDIA/TensorRT-LLM:tensorrt_llm/sampling_params.py@a98a9061 SamplingParams._setup, "
+                     "_get_stop_words), matched on ids like stop_words, and without include_stop_str_in_output drops "
+                     "that word's tokens (tensorrt_llm/executor/result.py@005bc848 GenerationResultBase."
+                     "_handle_sequence); a token-id rule the reference does not model, so impls/trtllm declares no "
+                     "stop_strings")
+
 #: Default profile: TensorRT-LLM's PyTorch sampler (fused production path).
 TRTLLM = Profile(
     name="trtllm",
@@ -547,6 +580,7 @@ TRTLLM = Profile(
         "posinf_logits": "SEMANTICS §1.5 and §5 (softmax of a row holding +inf is undefined: a per-request error, "
                          "never a silent token)",
         "nan_logits": "SEMANTICS §5 (a NaN logit rejects its request with a clear error, never a silent token)",
+        **{f: _TRT_STOP_STRINGS for f in ("stop_string_pick", "stop_string_trim", "stop_strings_after_min_length")},
         "end_id_set_others_reason": "SEMANTICS §1.8: the reference's rule for an EOS set (every id an end id, as "
                                     "in transformers); TensorRT-LLM takes one end id "
                                     "(NVIDIA/TensorRT-LLM:tensorrt_llm/sampling_params.py@a98a9061 "
@@ -633,7 +667,9 @@ HF = dataclasses.replace(
     bad_words_skip_end_id=True,
     prompt_ignore_length_scope="repetition",
     greedy_degenerate="argmax",
-    validation_skips=frozenset({"inactive_params", "end_id_range", "logit_bias_nan", "empty_bad_word"}),
+    validation_skips=frozenset({"inactive_params", "end_id_range", "logit_bias_nan", "empty_bad_word",
+                                "empty_stop_string"}),
+    stop_string_trim="none",
     validation_extras=frozenset({"max_new_tokens_zero", "max_seq_len_above_prompt", "negative_history_ids"}),
     **_HF_BEAM_FIELDS,
     citations={
@@ -706,7 +742,15 @@ HF = dataclasses.replace(
                             f"{_HF_SRC} SequenceBiasLogitsProcessor (_validate_arguments accepts any float and "
                             "an empty key is never applied); "
                             f"{_HF_UTILS} GenerationMixin._prepare_special_tokens (an eos id < 0 only logs a "
-                            "warning; none is checked against the vocabulary)",
+                            "warning; none is checked against the vocabulary); "
+                            f"{_HF_STOP} StopStringCriteria (an empty stop string is accepted: its target length "
+                            "0 is reached at once, so generation stops after the first token)",
+        "stop_string_trim": f"{_HF_STOP} StopStringCriteria (only says when to stop; GenerationConfig has no "
+                            "include_stop_str_in_output: generate returns every generated id, whose decode keeps "
+                            "the stop string and the text after it)",
+        "stop_words_see_prompt": f"{_HF_STOP} StopStringCriteria.__call__ (matches the last maximum_token_len ids "
+                                 "of input_ids, prompt included; the adapter runs one-token stop words through "
+                                 "EosTokenCriteria, which sees only the new token)",
         "validation_extras": f"{_HF_CFG} GenerationConfig.validate (max_new_tokens <= 0 raises); {_HF_UTILS} "
                              "GenerationMixin._validate_generated_length (input length >= max_length raises); "
                              f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (torch.gather on a negative id raises)",
@@ -795,6 +839,7 @@ VLLM = dataclasses.replace(
     seed_minus_one_unseeded=True,
     min_length_bans_stop_words=True,
     end_id_set_others_reason="stop_words",
+    stop_strings_after_min_length=True,
     beam_logprob_stage="raw_logits",
     beam_early_stopping_true="pool",
     beam_diversity="none",
@@ -846,9 +891,26 @@ VLLM = dataclasses.replace(
                               "logits before any processing)",
         "rank_rule": _v("v1/sample/ops/logprobs.py", "batched_count_greater_than") + " ((x >= value).sum())",
         "finish_order": _v("v1/core/sched/utils.py", "check_stop") + " (EOS, then stop_token_ids, then "
-                        "max_model_len / max_tokens)",
+                        "max_model_len / max_tokens); stop strings sit with the stop tokens: "
+                        + _v("v1/engine/output_processor.py", "OutputProcessor.process_outputs") + " turns a "
+                        "finish the engine core gave (length included) into FinishReason.STOP with the string as "
+                        "stop_reason when the detokenizer matches one, while a request the core stopped on the "
+                        "EOS or a stop token (stop_terminated) has that token's text left out, so it completes "
+                        "no stop string unless include_stop_str_in_output",
         "stop_words_see_prompt": _v("v1/core/sched/utils.py", "check_stop") + " (only the last output token is "
-                                 "compared with stop_token_ids)",
+                                 "compared with stop_token_ids) and " + _v("v1/engine/detokenizer.py",
+                                 "BaseIncrementalDetokenizer.update") + " (stop strings are looked for in "
+                                 "output_text, the generated tokens' text; the prompt primes the DecodeStream "
+                                 "but adds no text)",
+        "stop_string_pick": _v("v1/engine/detokenizer.py", "check_stop_strings") + " (the stop string that "
+                            "completes earliest in the text, ties by stop-list order; each searched from "
+                            "1 - new_char_count - len(stop) before the end, so a match ends in the new text)",
+        "stop_string_trim": _v("v1/engine/detokenizer.py", "check_stop_strings") + " (truncate output_text to "
+                            "the stop string's start, or with include_in_output to its end) and "
+                            "BaseIncrementalDetokenizer.update (token_ids keep the token that completed it)",
+        "stop_strings_after_min_length": _v("v1/engine/detokenizer.py", "BaseIncrementalDetokenizer.update")
+                                         + " (stop strings are evaluated only if num_output_tokens() > "
+                                         "min_tokens; vLLM PR 22014)",
         "unset_max_new_tokens": _v(_V_SP, "SamplingParams") + " (max_tokens defaults to 16)",
         "logit_bias_duplicates": _v(_V_SP, "SamplingParams") + " (logit_bias is a dict[int, float]: one value per "
                                  "token, the last one given)",
@@ -1074,6 +1136,7 @@ SGLANG = dataclasses.replace(
     min_length_bans_stop_words=True,
     seeds_honoured=False,
     ignore_eos_scope="stop_tokens",
+    stop_string_pick="list_order",
     citations={
         "greedy_when_unset": _sg(_SG_SP, "SamplingParams") + " (temperature 1.0, top_p 1.0, top_k TOP_K_ALL by "
                              "default: a request that sets nothing samples)",
@@ -1114,7 +1177,11 @@ SGLANG = dataclasses.replace(
         "finish_order": _sg(_SG_REQ, "Req.update_finish_state") + " (stop strings, then stop_token_ids and "
                         "EOS ids in _check_token_based_finish, then max_new_tokens)",
         "stop_words_see_prompt": _sg(_SG_REQ, "Req._check_token_based_finish") + " (only the newly accepted "
-                                 "output tokens are compared with stop_token_ids)",
+                                 "output tokens are compared with stop_token_ids) and Req._check_str_based_finish "
+                                 "(stop strings looked for in tail_str, a decode of the last output_ids, and in "
+                                 "decoded_text, the output's text)",
+        "stop_string_pick": _sg(_SG_REQ, "Req._check_str_based_finish") + " (the first of stop_strs, in list order, "
+                            "found in tail_str or decoded_text finishes the request with it as matched)",
         "unset_max_new_tokens": _sg(_SG_SP, "SamplingParams") + " (max_new_tokens defaults to 128)",
         "logit_bias_duplicates": _sg(_SG_BATCH, "SamplingBatchInfo.from_schedule_batch") + " (logit_bias is a "
                                  "dict[str, float], deduplicated on int(key): one value per token)",
