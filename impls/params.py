@@ -73,6 +73,7 @@ FEATURES = {
     "end_id_set": "an EOS set: end_id given as an array of ids, any of which ends the request (§1.4, §1.8)",
     "ignore_eos": "generation past the end id (§1.8)",
     "stop_words": "stop sequences (§1.8)",
+    "stop_strings": "stop strings matched on the text of a toy tokenizer defined in the case, spanning tokens (§1.8a)",
     "max_new_tokens": "a limit on generated tokens (§1.8)",
     "max_seq_len": "a limit on prompt plus generated tokens (§1.8)",
     "seed": "per-request seeds (§1.6)",
@@ -100,7 +101,7 @@ ERRORS = {
     "invalid_length": "a negative length limit, or limits the profile finds inconsistent",
     "invalid_end_id": "an end id (or an id of an EOS set) outside [-1, V)",
     "invalid_bad_words": "an empty bad word or an id outside [0, V)",
-    "invalid_stop_words": "an empty stop word or an id outside [0, V)",
+    "invalid_stop_words": "an empty stop word or stop string, or an id outside [0, V)",
     "invalid_allowed_token_ids": "an empty allowed_token_ids list or an id outside [0, V)",
     "invalid_logit_bias": "a logit bias id outside [0, V) or a NaN bias",
     "invalid_token_id": "a history id the profile rejects",
@@ -620,6 +621,25 @@ PARAMS = (
           citation="flashinfer-ai/flashinfer#879 and PR #3551 (chain_speculative_sampling: -1 pads, a negative id is "
                    "an immediate rejection); vllm-project/vllm:vllm/v1/sample/rejection_sampler.py@v0.32.0 "
                    "rejection_random_sample_kernel (draft_token_id < 0: padding, rejected)",
+          scope="request"),
+    Param("stop", {"type": "array", "items": {"type": "string"}}, "array of strings",
+          "stop strings: the request finishes when its text completes one (matched on the toy tokenizer's text, "
+          "across tokens)", unset="none", feature="stop_strings", errors=("invalid_stop_words",),
+          rule="each non-empty (an empty one is invalid_stop_words at admission unless the profile's "
+               "validation_skips has empty_stop_string); needs [scenario.tokenizer]; a match must end in the text of "
+               "the token just generated; the earliest-ending match wins (stop_string_pick), seen over the prompt's "
+               "text too where stop_words_see_prompt; the output text is cut at the match (stop_string_trim); plain "
+               "requests only (§1.8a)",
+          citation="vllm-project/vllm:vllm/v1/engine/detokenizer.py@v0.32.0 check_stop_strings, "
+                   "BaseIncrementalDetokenizer.update; huggingface/transformers:src/transformers/generation/"
+                   "stopping_criteria.py@v5.24.0 StopStringCriteria",
+          scope="request"),
+    Param("include_stop_str_in_output", _BOOL, "bool",
+          "keep the matched stop string in the output text (the text after it in its token is cut either way)",
+          unset="false", feature="stop_strings",
+          rule="read where the profile's stop_string_trim is 'text' (§1.8a)",
+          citation="vllm-project/vllm:vllm/v1/engine/detokenizer.py@v0.32.0 check_stop_strings (include_in_output: "
+                   "truncate to the end of the stop string, else to its start)",
           scope="request"),
     Param("d2t", _INTS, "array of int", "draft-to-target offsets: token += d2t[token]", errors=("invalid_d2t",),
           rule="one per draft token id; greedy requests only (§4)", scope="request"),

@@ -299,3 +299,38 @@ def test_a_processor_that_leaves_a_stale_entry_is_caught(monkeypatch):
     # which the loop's own check reports
     with pytest.raises(RuntimeError, match=r"steps counter disagrees .*\('CaseRewriteProcessor', 0, 2, 1\)"):
         _run(model, *reqs)
+
+
+def test_stop_strings_run_through_vllms_detokenizer_on_the_toy_tokenizer():
+    # The engine starts with the case's toy tokenizer (0 "<eos>" special, 1 "x", 2 "ab", 3 "cd", 4 "ef",
+    # 5 "yS", 6 "TOP"); greedy argmax 2, 3, 4, then 4 (text "ab", "abcd", "abcdef", ...).
+    # 'span' stop "bcde": ends at 5 in the new text "ef" at step 2 -> check_stop_strings (v1/engine/
+    #   detokenizer.py) finishes it: stop_reason "bcde", text cut at its start 1 -> "a", tokens [2, 3, 4] kept.
+    # 'inc' the same with include_stop_str_in_output -> text cut at its end: "abcde" (the "f" is cut).
+    # 'minl' stop "b", min_tokens 1: the "b" of step 0 is not looked at (1 token, not > min_tokens);
+    #   later "b"s never end in the new text -> max_tokens 3: length, text "abcdef", no stop_reason.
+    # 'pr' prompt [5] ("yS") + "TOP": vLLM searches output_text only -> no "STOP": length at step 1 with
+    #   max_tokens 2; its own model gives argmax 6 then 4 (prompt [5] names it).
+    # 'empty' stop [""]: SamplingParams._verify_args raises -> invalid_stop_words at step 0.
+    from impls.reference.toy_tokenizer import make_tokenizer
+    tok = make_tokenizer({"vocab": ["<eos>", "x", "ab", "cd", "ef", "yS", "TOP"], "special": [0]}, 7)
+    model = TableModel([[0, 0, 5, 0, 0, 0, 0], [0, 0, 0, 5, 0, 0, 0], [0, 0, 0, 0, 5, 0, 0]])
+    g = dict(end_id=0, **GREEDY)
+    reqs = [RequestSpec("span", 0, {"prompt": [1], "max_new_tokens": 6, **g}, stop=("bcde",)),
+            RequestSpec("inc", 1, {"prompt": [1, 1], "max_new_tokens": 6, **g}, stop=("bcde",),
+                        include_stop_str_in_output=True),
+            RequestSpec("minl", 2, {"prompt": [1, 1, 1], "max_new_tokens": 3, "min_length": 1, **g}, stop=("b",)),
+            RequestSpec("pr", 3, {"prompt": [5], "max_new_tokens": 2, **g}, stop=("STOP",),
+                        model=TableModel([[0, 0, 0, 0, 0, 0, 5], [0, 0, 0, 0, 5, 0, 0]])),
+            RequestSpec("empty", 4, {"prompt": [1, 2], "max_new_tokens": 2, **g}, stop=("",))]
+    res = _run(model, *reqs, tokenizer=tok)
+    got = {k: (r.error, r.tokens, r.finish_reason, r.finish_step, r.text, r.stop_reason)
+           for k, r in res.requests.items()}
+    assert got == {
+        "span": (None, [2, 3, 4], "stop_words", 2, "a", "bcde"),
+        "inc": (None, [2, 3, 4], "stop_words", 2, "abcde", "bcde"),
+        "minl": (None, [2, 3, 4], "length", 2, "abcdef", None),
+        "pr": (None, [6, 4], "length", 1, "TOPef", None),
+        "empty": ("invalid_stop_words", [], None, None, None, None),
+    }
+    assert {"text", "stop_reason"} <= res.keys

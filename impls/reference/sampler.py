@@ -226,8 +226,11 @@ class ReferenceSession:
             return int(torch.argmax(torch.log_softmax(x / res.temperature, dim=-1)))
         return int(torch.argmax(x))
 
-    def _kept(self, res: Resolved, x: torch.Tensor) -> torch.Tensor:
+    def _kept(self, res: Resolved, x: torch.Tensor, profile: Optional[Profile] = None) -> torch.Tensor:
         """The kept set of a SAMPLING row: ``(V,)`` bool.
+
+        ``profile`` (default the session's) is the one whose filter rules apply: the
+        session's, or its batch variant (:meth:`batch_profiles`).
 
         A ``+inf`` in ``x`` is ``posinf_logits`` under ``profile.posinf_logits
         == "error"``; under ``"argmax"`` the kept set is the point mass on the
@@ -251,7 +254,7 @@ class ReferenceSession:
             raise RowError("posinf_logits", "+inf logit in a sampling row: the distribution is undefined")
         if not (x > float("-inf")).any():
             raise RowError("no_valid_token", "every token is -inf after bias, penalties and bans")
-        outcomes = chain(x, res, self.profile)
+        outcomes = chain(x, res, profile or self.profile)
         keep = outcomes[0].keep
         for o in outcomes[1:]:
             keep = keep | o.keep
@@ -341,6 +344,34 @@ class ReferenceSession:
         return processed_probs(x, keep, res.temperature)
 
     # -- the step ---------------------------------------------------------
+    def batch_profiles(self, rows: Sequence[Row], admitted: Sequence[int]) -> dict:
+        """The profile whose filter rules each admitted row follows, given its batch.
+
+        Under ``profile.batch_min_p_filters`` (SGLang's FlashInfer backend) a row's batch is
+        the admitted rows of its vocabulary size; when one of them sets ``min_p > 0`` (as
+        given: a greedy row's ``min_p`` counts, as SGLang keeps it), the rows of that batch
+        follow the profile with ``filter_order = batch_min_p_filters`` and
+        ``filters_renormalise = True``. Without the field every row follows the session's
+        profile.
+
+        Parameters
+        ----------
+        rows : sequence of Row
+        admitted : sequence of int
+            Indices of the rows that passed the batch and validation checks.
+
+        Returns
+        -------
+        dict
+            Row index -> Profile, for ``admitted``.
+        """
+        if self.profile.batch_min_p_filters is None:
+            return {i: self.profile for i in admitted}
+        switched = dataclasses.replace(self.profile, filter_order=tuple(self.profile.batch_min_p_filters),
+                                       filters_renormalise=True)
+        with_min_p = {rows[i].vocab for i in admitted if rows[i].min_p is not None and rows[i].min_p > 0}
+        return {i: switched if rows[i].vocab in with_min_p else self.profile for i in admitted}
+
     def step(self, rows: Sequence[Row]) -> list[RowResult]:
         """Sample one step for ``rows`` (see the module docstring for the pipeline).
 
@@ -360,19 +391,25 @@ class ReferenceSession:
         staged = {}
         used_slots = set()
         draw_idx = []
+        prepared = {}
         for i, row in enumerate(rows):
-            mode = None
             try:
                 claim_slot(row, used_slots, one_d=False)
-                res, x0, x = self._prepare(row)
-                mode = res.mode
+                prepared[i] = self._prepare(row)
                 self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile))
                 self.streams.observe(row.slot, row.request_id, effective_seed(row, self.profile))
+            except RowError as e:
+                out[i] = RowResult.failed(e, prepared[i][0].mode if i in prepared else None)
+                prepared.pop(i, None)
+        profiles = self.batch_profiles(rows, list(prepared))
+        for i, (res, x0, x) in prepared.items():
+            row = rows[i]
+            try:
                 if res.mode == SAMPLING:
                     if res.mirostat in (1, 2):
                         res = dataclasses.replace(res, mirostat_mu=self.mu.current(
                             row.slot, self._mirostat_key(row, res), res.mirostat_tau))
-                    keep = self._kept(res, x)
+                    keep = self._kept(res, x, profiles[i])
                     staged[i] = (res, x0, x, keep)
                     draw_idx.append(i)
                 else:
@@ -380,7 +417,7 @@ class ReferenceSession:
                     staged[i] = (res, x0, x, None)
                     out[i] = RowResult(token=tok, mode=res.mode)
             except RowError as e:
-                out[i] = RowResult.failed(e, mode)
+                out[i] = RowResult.failed(e, res.mode)
         self._draw(rows, staged, draw_idx, out)
         for i in draw_idx:
             if out[i].error is None:
@@ -530,7 +567,7 @@ class ReferenceSession:
             tok = self._choose_deterministic(res, x)
             counts[tok] = len(seeds)
             return counts
-        keep = self._kept(res, x)
+        keep = self._kept(res, x, self.batch_profiles([row], [0])[0])   # the draws' batches: copies of the row
         plain = self._plain(res, keep)
         xd = self._draw_logits(x) if plain else torch.log(self._sampled_probs(res, x, keep))
         T = res.temperature if plain else 1.0
@@ -606,7 +643,7 @@ class ReferenceSession:
         if res.mode != SAMPLING:
             tok = self._choose_deterministic(res, x)
             return [tok if mt19937.engine_seed(s) is not None else None for s in seeds]
-        keep = self._kept(res, x)
+        keep = self._kept(res, x, self.batch_profiles([row], [0])[0])
         outs = self._outcomes(keep)
         if outs is None:   # a point mass (+inf under posinf_logits == "argmax")
             tok = int(torch.nonzero(keep).flatten()[0])

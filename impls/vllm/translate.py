@@ -78,7 +78,7 @@ from .. import processors
 from ..base import Row, active, error_kind
 from ..params import end_id_set
 
-__all__ = ["SUPPORTED_FEATURES", "sampling_kwargs", "unsupported_reason", "classify_validation_error",
+__all__ = ["SUPPORTED_FEATURES", "sampling_kwargs", "stop_kwargs", "unsupported_reason", "classify_validation_error",
            "bad_word_text", "eos_id", "generation_config", "bad_word_index", "PROCESSORS_KEY"]
 
 #: The ``SamplingParams.extra_args`` key that carries a request's custom logits processors (the
@@ -196,6 +196,28 @@ def sampling_kwargs(row: Row):
 
 
 
+def stop_kwargs(req) -> dict:
+    """The ``SamplingParams`` stop-string arguments of a scenario request (SEMANTICS §1.8a).
+
+    Parameters
+    ----------
+    req : impls.reference.scenario_types.RequestSpec
+
+    Returns
+    -------
+    dict
+        ``stop`` (the request's strings, in order) and ``include_stop_str_in_output``
+        when the request sets them; empty otherwise (the ``SamplingParams`` defaults:
+        no stop strings, the stop string left out of the text).
+    """
+    kw: dict = {}
+    if req.stop:
+        kw["stop"] = list(req.stop)
+    if req.include_stop_str_in_output:
+        kw["include_stop_str_in_output"] = True
+    return kw
+
+
 def unsupported_reason(row: Row) -> Optional[str]:
     """Why vLLM's sampler cannot express ``row``, or None.
 
@@ -227,6 +249,7 @@ def unsupported_reason(row: Row) -> Optional[str]:
 # VLLMValidationError messages of vLLM 0.32.0 (sampling_params.py, renderers/base.py)
 # -> our error kinds (first match wins).
 _MESSAGE_KINDS = (
+    ("stop cannot contain", "invalid_stop_words"),
     ("allowed_token_ids", "invalid_allowed_token_ids"),
     ("logprob_token_ids", "invalid_logprobs"),
     ("temperature", "invalid_temperature"),
