@@ -17,8 +17,9 @@ From these declarations come:
 
 Adding a row parameter that only the reference understands is one :class:`Param` in
 :data:`PARAMS` plus its rule's code in :mod:`impls.reference` (which reads it by name,
-``row.<name>``). This module imports nothing of the project (the lowest layer of
-:mod:`impls`).
+``row.<name>``). This module imports nothing of the project but :mod:`impls.processors`
+(the registry of custom logits processor kinds, which imports nothing of the project): the
+lowest layer of :mod:`impls`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
+
+from . import processors as _processors
 
 __all__ = ["Param", "PARAMS", "FEATURES", "ERRORS", "param", "row_fields", "row_schema", "request_schema",
            "field_feature", "step_fields", "request_fields", "markdown_table", "template_comment",
@@ -64,6 +67,7 @@ FEATURES = {
     "bad_words": "banned token sequences (§1.4)",
     "allowed_token_ids": "a whitelist: every token not listed is banned (§1.4a; vLLM)",
     "token_bitmask": "a structured-output (grammar) bitmask: packed int32 words, a 0 bit bans its token (§1.4a)",
+    "logits_processors": "custom logits processors named from impls/processors.py, with per-request state (§1.4b)",
     "no_repeat_ngram": "no-repeat n-gram bans (§1.4)",
     "end_id": "an end (EOS) id (§1.8)",
     "end_id_set": "an EOS set: end_id given as an array of ids, any of which ends the request (§1.4, §1.8)",
@@ -522,6 +526,18 @@ PARAMS = (
                    "(xgrammar apply_token_bitmask_inplace); sgl-project/sglang:python/sglang/srt/sampling/"
                    "sampling_batch_info.py@v0.5.23 SamplingBatchInfo.apply_logits_bias",
           annotation=_O[tuple], convert=bitmask_words, vocab_check=_bitmask_vocab_check),
+    Param("logits_processors", _processors.SCHEMA, "array of tables `{kind = \"...\", ...}`",
+          "custom logits processors (the kinds of impls/processors.py, with their arguments), applied in this order",
+          unset="none", feature="logits_processors",
+          rule="each a kind of impls/processors.py with its arguments (a load error otherwise: unknown kind or "
+               "argument, a missing one, a NaN bias, a token id outside [0, V)); run at 'custom' in the profile's "
+               "rewrite_order, the argmax-invariant kinds at 'custom' in its filter_order where it has one "
+               "(after the temperature, sampling rows only); a stateful kind reads the request's steps so far, "
+               "never its batch position (§1.4b)",
+          citation="vllm-project/vllm:vllm/v1/sample/logits_processor/interface.py@v0.32.0 LogitsProcessor, "
+                   "BatchUpdate; huggingface/transformers:src/transformers/generation/utils.py@v5.24.0 "
+                   "GenerationMixin._get_logits_processor (logits_processor merged before the warpers)",
+          annotation=_O[tuple], convert=_processors.parse, vocab_check=_processors.vocab_check),
     Param("stop_words", _WORDS, "array of arrays of int", "token sequences that finish the request",
           feature="stop_words", errors=("invalid_stop_words",), rule="each non-empty with ids in [0, V) (§1.8)",
           annotation=list, factory=list),

@@ -64,8 +64,11 @@ class Profile:
     rewrite_order : tuple of str
         Order of the logits rewrites (§1.2): names among ``"allowed_token_ids"``,
         ``"logit_bias"``, ``"repetition"``, ``"presence_frequency"``, ``"dry"``,
-        ``"min_length"``, ``"bad_words"``, ``"no_repeat_ngram"``, and ``"token_bitmask"``
-        where ``token_bitmask_stage`` is ``"rewrite"``. A rewrite left out never runs
+        ``"min_length"``, ``"bad_words"``, ``"no_repeat_ngram"``, ``"token_bitmask"``
+        where ``token_bitmask_stage`` is ``"rewrite"``, and ``"custom"``: where a row's
+        custom logits processors (``logits_processors``, :mod:`impls.processors`, §1.4b) run
+        among the built-in rewrites (every kind, or, when ``filter_order`` holds ``"custom"``
+        too, the kinds that are not argmax-invariant). A rewrite left out never runs
         under the profile.
     token_bitmask_stage : {"logits", "rewrite"}
         Where a row's grammar bitmask (§1.4a) bans its 0 bits: ``"logits"``, on the
@@ -104,8 +107,12 @@ class Profile:
     filter_order : tuple of str
         Order of the filters after temperature (before it, with
         ``temperature_first`` False): ``"min_p"``, ``"top_k"``, ``"top_p"``,
-        ``"top_n_sigma"``, ``"typical_p"``, ``"xtc"``. A filter left out of
-        the order never runs under the profile.
+        ``"top_n_sigma"``, ``"typical_p"``, ``"xtc"``, and ``"custom"``: where the
+        argmax-invariant custom logits processors run instead of at ``"custom"`` in
+        ``rewrite_order`` — on the temperature-scaled logits, on sampling rows only (a
+        greedy row never sees them; vLLM's ``Sampler.sample``). A filter left out of
+        the order never runs under the profile. Read by: ``impls/reference/filters.py``
+        ``chain`` and ``impls/reference/sampler.py`` ``rewrite_logits``.
     filters_renormalise : bool
         Each filter sees the renormalised survivors of the previous one
         (trtllm fused op) rather than the original distribution (joint).
@@ -425,7 +432,7 @@ class Profile:
     top_p_zero_valid: bool = True
     top_k_disabled_below: int = 0
     validate_penalties: bool = True
-    rewrite_order: tuple = ("allowed_token_ids", "logit_bias", "repetition", "presence_frequency", "dry",
+    rewrite_order: tuple = ("custom", "allowed_token_ids", "logit_bias", "repetition", "presence_frequency", "dry",
                             "min_length", "bad_words", "no_repeat_ngram")
     token_bitmask_stage: str = "logits"
     allowed_token_ids_force: bool = False
@@ -554,7 +561,11 @@ TRTLLM = Profile(
         "min_p_forces_sampling": "SEMANTICS §1.1 rule 3",
         "top_p_decay_forces_sampling": "SEMANTICS §1.1 rule 3",
         "rewrite_order": f"{SEED_TRTLLM} § 三处 logits 改写,顺序不能错 (allowed_token_ids is not a TensorRT-LLM "
-                         "parameter: the reference bans the unlisted ids first, SEMANTICS §1.4a)",
+                         "parameter: the reference bans the unlisted ids first, SEMANTICS §1.4a); custom first: "
+                         "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/model_engine.py@001e6700 "
+                         "PyTorchModelEngine.forward calls _execute_logit_post_processors on the model's logits "
+                         "(each request's SamplingParams.logits_processor, lp(py_request_id, logits, prompt + "
+                         "generated ids, ...), greedy rows included) before the sampler's bias, penalties and bans",
         "token_bitmask_stage": "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/py_executor.py@9521caf4 "
                                "PyExecutor._executor_loop (guided_decoder.execute applies the grammar bitmask "
                                "in place on batch_outputs['logits'] before _sample_async)",
@@ -653,7 +664,8 @@ HF = dataclasses.replace(
     temperature_zero="error",
     top_p_zero_valid=True,
     validate_penalties=True,
-    rewrite_order=("logit_bias", "repetition", "no_repeat_ngram", "bad_words", "min_length", "allowed_token_ids"),
+    rewrite_order=("logit_bias", "repetition", "no_repeat_ngram", "bad_words", "min_length", "allowed_token_ids",
+                   "custom"),
     allowed_token_ids_force=True,
     penalty_clamp_finite=False,
     filter_order=("top_k", "top_p", "min_p", "typical_p"),
@@ -697,7 +709,11 @@ HF = dataclasses.replace(
                               "NaN fails)",
         "rewrite_order": f"{_HF_UTILS} GenerationMixin._get_logits_processor (SequenceBias, RepetitionPenalty, "
                          "NoRepeatNGram, NoBadWords, MinLength, MinNewTokensLength, PrefixConstrained — "
-                         "allowed_token_ids through prefix_allowed_tokens_fn —, then the warpers)",
+                         "allowed_token_ids through prefix_allowed_tokens_fn —, then the warpers); custom: "
+                         "generate(logits_processor=...) goes through _merge_criteria_processor_list, which appends "
+                         "a processor of a new type after the default processors, and the warpers (temperature, "
+                         "top-k, top-p, min-p) are appended after that merge, only under do_sample: the custom "
+                         "processors run last among the rewrites, before the temperature, greedy rows included",
         "allowed_token_ids_force": f"{_HF_SRC} PrefixConstrainedLogitsProcessor.__call__ (when every allowed "
                                    "token is already -inf, scores_processed = mask: the allowed tokens get 0)",
         "penalty_clamp_finite": f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (torch.where(score < 0, score * p, "
@@ -813,7 +829,9 @@ VLLM = dataclasses.replace(
     explicit_greedy=frozenset({"temperature_0"}),
     top_p_zero_valid=False,
     top_k_disabled_below=-1,
-    rewrite_order=("allowed_token_ids", "bad_words", "min_length", "logit_bias", "repetition", "presence_frequency"),
+    rewrite_order=("allowed_token_ids", "bad_words", "min_length", "logit_bias", "custom", "repetition",
+                   "presence_frequency"),
+    filter_order=("min_p", "custom", "top_k", "top_p", "top_n_sigma", "typical_p", "xtc"),
     min_length_yields_when_empty="token_bitmask",
     presence_counts_prompt=False,
     penalty_clamp_finite=False,
@@ -865,7 +883,10 @@ VLLM = dataclasses.replace(
         "rewrite_order": _v(_V_SAMPLER, "Sampler.apply_logits_processors") + " (allowed ids, bad words, the "
                          "non-argmax-invariant processors in the order of "
                          + _v("v1/sample/logits_processor/__init__.py", "BUILTIN_LOGITS_PROCESSORS")
-                         + " (MinTokens, LogitBias), then Sampler.apply_penalties)",
+                         + " (MinTokens, LogitBias) and then the custom classes (build_logitsprocs chains the "
+                         "built-ins before LLM(logits_processors=[...]); LogitsProcessors keeps that order within "
+                         + _v("v1/sample/logits_processor/state.py", "LogitsProcessors") + ": its "
+                         "non_argmax_invariant list), then Sampler.apply_penalties)",
         "presence_counts_prompt": _v("model_executor/layers/utils.py", "apply_penalties") + " (frequency and "
                                   "presence use output_bin_counts: output tokens only; the prompt feeds only the "
                                   "repetition penalty's mask)",
@@ -875,8 +896,13 @@ VLLM = dataclasses.replace(
         "history_out_of_range": _v("renderers/base.py", "BaseRenderer.validate_token_ids") + " (a prompt id < 0 "
                                 "or above the vocabulary rejects the request)",
         "filter_order": _v(_V_SAMPLER, "Sampler.sample") + " (temperature, the argmax-invariant "
-                        + _v(_V_BUILTIN, "MinPLogitsProcessor") + ", then TopKTopPSampler: top-k then top-p in "
-                        + _v(_V_TOPK, "apply_top_k_top_p_pytorch") + ")",
+                        + _v(_V_BUILTIN, "MinPLogitsProcessor") + ", then the custom classes whose "
+                        "is_argmax_invariant() is True (the argmax_invariant list of " +
+                        _v("v1/sample/logits_processor/state.py", "LogitsProcessors") + ": built-ins first), then "
+                        "TopKTopPSampler: top-k then "
+                        "top-p in " + _v(_V_TOPK, "apply_top_k_top_p_pytorch") + "; an all-greedy batch returns "
+                        "before the argmax-invariant processors, and a greedy row of a mixed batch takes "
+                        "greedy_sample's argmax of the logits before them)",
         "filters_renormalise": _v(_V_BUILTIN, "MinPLogitsProcessor.apply") + " writes -inf into the logits, and "
                                + _v(_V_TOPK, "apply_top_k_top_p_pytorch") + " takes top-p on softmax of the "
                                "top-k-masked sorted logits",
@@ -1041,7 +1067,7 @@ LLAMACPP = dataclasses.replace(
     explicit_greedy=frozenset({"temperature_0"}),
     top_k_disabled_below=-(1 << 31),
     validate_penalties=False,
-    rewrite_order=("allowed_token_ids", "logit_bias", "repetition", "presence_frequency", "dry"),
+    rewrite_order=("custom", "allowed_token_ids", "logit_bias", "repetition", "presence_frequency", "dry"),
     penalty_clamp_finite=False,
     temperature_first=False,
     filter_order=("top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc"),
@@ -1059,7 +1085,11 @@ LLAMACPP = dataclasses.replace(
                            "becomes -inf, so dist picks it; top_k 1 and top_p 0 are ordinary cuts)",
         "top_k_disabled_below": f"{_LL_S} llama_sampler_top_k_impl (k <= 0: no cut)",
         "validate_penalties": f"{_LL_S} llama_sampler_init_penalties (no check of any value)",
-        "rewrite_order": f"{_LL}/common/sampling.cpp common_sampler_init (logit_bias first, then the samplers "
+        "rewrite_order": "custom first: the C chain has no user-processor stage; llama-cpp-python's "
+                         "abetlen/llama-cpp-python:llama_cpp/llama.py@v0.3.36 Llama._init_sampler adds "
+                         "logits_processor as a custom sampler before every other (impls/llamacpp drives the C "
+                         "chain, so the feature is n/a there); "
+                         f"{_LL}/common/sampling.cpp common_sampler_init (logit_bias first, then the samplers "
                          f"of params.samplers: penalties, then DRY) and {_LL_S} llama_sampler_penalties_apply "
                          "(repetition, then frequency and presence, per token in one pass)",
         "presence_counts_prompt": f"{_LL}/tools/server/server-context.cpp (every prompt token is passed to "
@@ -1114,7 +1144,7 @@ SGLANG = dataclasses.replace(
     top_p_zero_valid=False,
     top_k_disabled_below=-1,
     rewrite_order=("allowed_token_ids", "presence_frequency", "min_length", "repetition", "token_bitmask",
-                   "logit_bias"),
+                   "logit_bias", "custom"),
     token_bitmask_stage="rewrite",
     presence_counts_prompt=False,
     repetition_counts_prompt=False,
@@ -1149,7 +1179,11 @@ SGLANG = dataclasses.replace(
         "rewrite_order": _sg(_SG_BATCH, "SamplingBatchInfo.apply_logits_bias") + " (the additive penalties, "
                          "frequency, presence and min_new_tokens, accumulated by "
                          + _sg(_SG_PEN + "/orchestrator.py", "accumulate_additive_penalties") + ", then the "
-                         "repetition penalty's scaling, the grammar mask, then logit_bias; allowed_token_ids "
+                         "repetition penalty's scaling, the grammar mask, then logit_bias; custom last: "
+                         + _sg(_SG_SAMPLER, "Sampler._preprocess_logits") + " runs apply_custom_logit_processor "
+                         "(each request's custom_logit_processor with its custom_params, greedy rows included) on "
+                         "the logits ModelRunner._preprocess_logits already rewrote, before the temperature; "
+                         "allowed_token_ids "
                          "is not an SGLang parameter)",
         "token_bitmask_stage": _sg(_SG_BATCH, "SamplingBatchInfo.apply_logits_bias") + " (grammar_mask.apply "
                                "between _apply_pre_grammar_logits_transforms, the penalties, and "

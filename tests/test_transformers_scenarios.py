@@ -49,7 +49,8 @@ def test_declared_features_and_keys():
     assert impl.scenario_features == SCENARIO_FEATURES == frozenset({
         "temperature", "top_k", "top_p", "min_p", "typical_p", "repetition_penalty", "prompt_ignore_length",
         "logit_bias", "min_length", "bad_words", "no_repeat_ngram", "end_id", "end_id_set", "ignore_eos",
-        "stop_words", "max_new_tokens", "max_seq_len", "seed", "finish_reason", "beam_search", "stop_strings"})
+        "stop_words", "max_new_tokens", "max_seq_len", "seed", "finish_reason", "beam_search", "logits_processors",
+        "stop_strings"})
     assert REPORTED == frozenset({"error", "error_step", "tokens", "finish_reason", "finish_step", "text", "beams",
                                   "cum_logprobs", "scores", "beam_finish_reasons"})
     assert impl.stages["decode"] == "own" and impl.stages["seeds"] == "adapter"

@@ -39,6 +39,9 @@ FEATURE_STAGES = {
     "logit_bias": "logit_bias",
     "min_length": "bans", "bad_words": "bans", "no_repeat_ngram": "bans",
     "allowed_token_ids": "bans", "token_bitmask": "bans",
+    # a custom processor's arithmetic is the case's (impls/processors.py); where it runs among the
+    # rewrites, on which rows and with which request's state is the engine's: a logits rewrite (§1.2)
+    "logits_processors": "logit_bias",
     "end_id": "finish", "ignore_eos": "finish", "stop_words": "finish", "max_new_tokens": "finish",
     "max_seq_len": "finish", "finish_reason": "finish", "end_id_set": "finish", "stop_strings": "finish",
     "seed": "seeds", "canonical_rng": "draw",

@@ -199,6 +199,10 @@ def load_scenario(data: dict, shown: str) -> tuple:
                 fields[k] = prm.convert(v) if prm.convert is not None else v
             except ValueError as e:
                 raise CaseError(shown, f"{where}.{k}", str(e)) from None
+            if prm.vocab_check is not None:
+                reason = prm.vocab_check(v, V)
+                if reason is not None:
+                    raise CaseError(shown, f"{where}.{k}", reason)
         fields.pop("slot", None)
         K = r.get("draft_len", 0)
         drafts = r.get("drafts")

@@ -11,8 +11,10 @@ fields choose the variants, never the engine's name):
 3. validation and mode resolution (:mod:`.modes`, §1.1);
 4. upcast to the working dtype (float32; float64 in oracle mode);
 5. logits rewrites in ``profile.rewrite_order`` (:mod:`.rewrites`,
-   :mod:`.bans`; §1.2-§1.4a): allowed token ids, logit bias, repetition,
-   presence/frequency, DRY, min_length, bad words, no-repeat-ngram (and the
+   :mod:`.bans`; §1.2-§1.4b): allowed token ids, logit bias, repetition,
+   presence/frequency, DRY, min_length, bad words, no-repeat-ngram, the row's
+   custom logits processors (:mod:`impls.processors`; the argmax-invariant ones
+   among the filters where ``profile.filter_order`` holds ``"custom"``) (and the
    grammar bitmask under ``token_bitmask_stage == "rewrite"``);
 6. RAW logprobs from the stage ``profile.raw_logprobs_stage`` (§1.7);
 7. GREEDY: argmax, ties → lowest id. BEAM (one step, width 1): argmax of
@@ -89,6 +91,7 @@ def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile, allow_nan: bool 
     # (SEMANTICS §1.5a): the penalties and DRY are not applied
     skip = ("repetition", "presence_frequency", "dry") if row.mirostat in (1, 2) else ()
     steps = {
+        "custom": lambda y: rewrites.apply_custom(y, row, profile),
         "allowed_token_ids": lambda y: bans.apply_allowed_token_ids(y, row, profile),
         "token_bitmask": lambda y: (bans.apply_bans(y, bans.bitmask_bans(row))
                                     if profile.token_bitmask_stage == "rewrite" else y),

@@ -19,6 +19,9 @@ A plain request (no beam search):
 * ``prompt_ignore_length``: the custom ``RepetitionPenaltyLogitsProcessor``
   that :func:`.hf.prepare` uses, passed as ``logits_processor`` (it takes the
   default one's place in ``_merge_criteria_processor_list``);
+* custom logits processors: :class:`.hf.CaseProcessors`, passed as
+  ``logits_processor`` after the repetition processor (appended after HF's own
+  processors, before the warpers);
 * stop strings (SEMANTICS §1.8a): ``generate(stop_strings=req.stop,
   tokenizer=...)`` with the case's toy tokenizer as a Hugging Face fast
   tokenizer (:func:`impls.reference.toy_tokenizer.fast_tokenizer`), so that
@@ -224,6 +227,8 @@ def run_plain_request(req: RequestSpec, model, steps: list, profile: Profile, de
     if row.prompt_ignore_length is not None and gc.repetition_penalty is not None and gc.repetition_penalty != 1.0:
         procs.append(hf.lp.RepetitionPenaltyLogitsProcessor(gc.repetition_penalty,
                                                             prompt_ignore_length=int(row.prompt_ignore_length)))
+    if row.logits_processors:
+        procs.append(hf.CaseProcessors(row.logits_processors, len(prompt)))
     crits = hf.sc.StoppingCriteriaList([_Budget(len(prompt) + len(steps))])
     stops = sorted({int(w[0]) for w in row.stop_words if len(w) == 1})
     if stops:

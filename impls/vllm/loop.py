@@ -44,7 +44,15 @@ reasons. What this module adds:
   characters until the request finishes (``get_next_output_text``): cases
   let stop-string requests finish;
 * the end of the run: after ``max_steps`` steps the requests still running
-  are aborted and report ``finish_reason = "none"``.
+  are aborted and report ``finish_reason = "none"``;
+* custom logits processors: a scenario whose requests have ``logits_processors``
+  runs on an engine built with the two ``LogitsProcessor`` classes of
+  :mod:`.processors` (``LLM(logits_processors=[...])``), each request carrying
+  its processors in ``SamplingParams.extra_args``; the processors' per-request
+  state is kept by batch row and moved by vLLM's own ``BatchUpdate``s as its
+  persistent batch changes (requests finishing: ``InputBatch.condense``). After
+  each step the loop checks that no processor found a row whose steps counter
+  disagrees with its output tokens (:data:`.processors.MISMATCHES`).
 
 The ``SamplingParams`` of a request are :func:`.translate.sampling_kwargs`
 of its fields (the single-step adapter's mapping). A request vLLM rejects
@@ -98,6 +106,7 @@ from ..reference.scenario_types import (RequestResult, ScenarioResult, ScenarioS
                                         ScenarioUnsupported, StepRecord)
 from ..reference.toy_tokenizer import save_fast_tokenizer  # noqa: E402
 from . import engine as _engine  # noqa: E402
+from . import processors as _case_processors  # noqa: E402
 from . import scripted_model  # noqa: E402
 from .translate import (classify_validation_error, eos_id, generation_config, sampling_kwargs,  # noqa: E402
                         stop_kwargs, unsupported_reason as row_unsupported_reason)
@@ -157,6 +166,10 @@ class ScriptedEngine:
         The model's ``vocab_size``.
     max_model_len : int
         vLLM's ``max_model_len`` (prompt + output), engine-wide.
+    processors : bool
+        Build the engine with the custom ``LogitsProcessor`` classes of :mod:`.processors`
+        (``LLM(logits_processors=[...])``: an engine-wide setting, so engines with and without
+        them are cached apart).
     tokenizer : ToyTokenizer or None
         A scenario's toy tokenizer: saved next to ``config.json``
         (:func:`impls.reference.toy_tokenizer.save_fast_tokenizer`) and loaded by vLLM
@@ -179,7 +192,7 @@ class ScriptedEngine:
         (``VLLM_ENABLE_V1_MULTIPROCESSING`` already read as 1).
     """
 
-    def __init__(self, vocab: int, max_model_len: int, tokenizer=None):
+    def __init__(self, vocab: int, max_model_len: int, processors: bool = False, tokenizer=None):
         if envs.VLLM_ENABLE_V1_MULTIPROCESSING:
             raise RuntimeError("the scripted engine needs VLLM_ENABLE_V1_MULTIPROCESSING=0 (an in-process engine "
                                "core); vLLM read it as 1 before impls.vllm.loop was imported")
@@ -189,6 +202,8 @@ class ScriptedEngine:
         self._dir = tempfile.mkdtemp(prefix="sampcheck-vllm-")
         scripted_model.write_config(self._dir, self.vocab, self.max_model_len, self.key)
         args = dict(ENGINE_ARGS)
+        if processors:
+            args["logits_processors"] = list(_case_processors.CLASSES)
         if tokenizer is not None:
             save_fast_tokenizer(tokenizer, self._dir)
             args["skip_tokenizer_init"] = False
@@ -222,14 +237,14 @@ _ENGINES: dict = {}
 MAX_ENGINES = 8
 
 
-def engine_for(vocab: int, max_model_len: int, tokenizer=None) -> ScriptedEngine:
-    """The cached :class:`ScriptedEngine` for ``(vocab, max_model_len, tokenizer)``, built on first use."""
-    key = (int(vocab), int(max_model_len), None if tokenizer is None else tokenizer.key())
+def engine_for(vocab: int, max_model_len: int, processors: bool = False, tokenizer=None) -> ScriptedEngine:
+    """The cached :class:`ScriptedEngine` for ``(vocab, max_model_len, processors, tokenizer)``, built on first use."""
+    key = (int(vocab), int(max_model_len), bool(processors), None if tokenizer is None else tokenizer.key())
     eng = _ENGINES.pop(key, None)
     if eng is None:
         while len(_ENGINES) >= MAX_ENGINES:
             _ENGINES.pop(next(iter(_ENGINES))).close()
-        eng = ScriptedEngine(key[0], key[1], tokenizer)
+        eng = ScriptedEngine(key[0], key[1], key[2], tokenizer)
     _ENGINES[key] = eng  # most recently used last
     return eng
 
@@ -423,11 +438,15 @@ class _Run:
     def step(self, step: int) -> None:
         before = {q.rid: list(q.tokens) for q in self.admitted if q.status == "running"}
         self.binding.errors.clear()
+        _case_processors.MISMATCHES.clear()
         try:
             outs = self.eng.engine.step()
         except Exception:
             discard(self.eng)  # vLLM failed the whole step: the engine's state cannot be trusted any more
             raise
+        if _case_processors.MISMATCHES:
+            raise RuntimeError(f"step {step}: a custom logits processor's steps counter disagrees with its row's "
+                               f"output tokens (class, batch index, counter, outputs): {_case_processors.MISMATCHES}")
         failed = {}
         for prompt, generated, msg in self.binding.errors:
             for q in self.admitted:
@@ -672,4 +691,5 @@ def run_scenario(spec: ScenarioSpec) -> ScenarioResult:
     if any(req.use_beam_search or req.beam_width != 1 for req in spec.requests):
         return run_beam(spec)
     V = _model_of(spec, spec.requests[0]).vocab
-    return _Run(spec, engine_for(V, _max_model_len(spec), spec.tokenizer)).run()
+    procs = any(req.fields.get("logits_processors") for req in spec.requests)
+    return _Run(spec, engine_for(V, _max_model_len(spec), procs, spec.tokenizer)).run()
