@@ -54,7 +54,7 @@ from .modes import BEAM, GREEDY, SAMPLING, Resolved, effective_seed, resolve
 from .philox import seed_bits
 from .seeds import SeedManager
 
-__all__ = ["ReferenceSession", "rewrite_logits", "model_logits", "token_outputs", "REFERENCE_VERSION"]
+__all__ = ["ReferenceSession", "rewrite_logits", "model_logits", "token_outputs", "vector_outputs", "REFERENCE_VERSION"]
 
 #: Bumped whenever a rule of the reference changes; recorded in golden files.
 #: 2: top-p decay across steps (§2), decay + beam rejected, integer-only seeds,
@@ -170,6 +170,32 @@ def token_outputs(row: Row, token: int, raw_lp: torch.Tensor, probs: torch.Tenso
         "top_logprobs": (top_logprobs(raw_lp, row.logprobs, token)
                          if row.logprobs is not None and row.logprobs >= 0 else None),
         "finish_reason": finish_reason(row, token, profile),
+    }
+
+
+def vector_outputs(row: Row, lp: torch.Tensor) -> dict:
+    """The outputs of a row read from its whole logprob vector, whatever token was drawn.
+
+    Parameters
+    ----------
+    row : Row
+    lp : torch.Tensor
+        ``(V,)`` the vector of the row's ``logprobs_mode`` (:func:`.logprobs.mode_vector`;
+        RAW logprobs when the mode is unset).
+
+    Returns
+    -------
+    dict
+        ``vocab_logprobs``: ``lp`` when ``row.logprobs == -1`` (every token, in id order),
+        else None; ``token_logprobs``: ``[(id, lp[id]), ...]`` in the order of
+        ``row.logprob_token_ids``, else None. Source: SEMANTICS §1.7;
+        vllm-project/vllm:vllm/v1/sample/sampler.py@v0.32.0 ``Sampler.forward``
+        (``num_logprobs == -1``) and ``Sampler.gather_specific_token_logprobs``.
+    """
+    return {
+        "vocab_logprobs": lp if row.logprobs == -1 else None,
+        "token_logprobs": ([(int(t), float(lp[int(t)])) for t in row.logprob_token_ids]
+                           if row.logprob_token_ids is not None else None),
     }
 
 
@@ -528,11 +554,7 @@ class ReferenceSession:
             raw_src = x / res.temperature
         lp = mode_vector(row.logprobs_mode, raw_src, x, keep, res.temperature, probs, self.profile.posinf_logits)
         result.raw_logprobs = lp
-        if row.logprobs == -1:
-            result.vocab_logprobs = lp
-        if row.logprob_token_ids is not None:
-            result.token_logprobs = [(int(t), float(lp[int(t)])) for t in row.logprob_token_ids]
-        for k, v in token_outputs(row, tok, lp, probs, self.profile).items():
+        for k, v in (*vector_outputs(row, lp).items(), *token_outputs(row, tok, lp, probs, self.profile).items()):
             setattr(result, k, v)
 
     def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 4096) -> torch.Tensor:
