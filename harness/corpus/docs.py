@@ -4,7 +4,8 @@
 * ``cases/features.txt`` — the feature list, one name a line;
 * in ``cases/README.md``, the blocks between ``<!-- sampcheck docs: NAME -->`` and
   ``<!-- /sampcheck docs -->``: ``row-fields`` (the fields of a single-step row),
-  ``request-fields`` (the fields of a scenario request) and ``error-kinds``;
+  ``request-fields`` (the fields of a scenario request), ``error-kinds`` and
+  ``processor-kinds`` (the custom logits processor kinds of :mod:`impls.processors`);
 * where the corpus has the project's ``docs/`` beside it (:func:`docs_dir`: a checkout, not an
   installed wheel), ``docs/features.md`` and ``docs/coverage.md`` (:mod:`.tables`; the latter
   reads the mutation cache ``docs/coverage.json``, which ``sampcheck docs --refresh`` writes).
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from typing import Optional
 
-from impls import params
+from impls import params, processors
 
 from . import tables
 from .paths import CASES_DIR
@@ -44,6 +45,7 @@ BLOCKS = {
     "row-fields": lambda: params.markdown_table("step"),
     "request-fields": lambda: params.markdown_table("request"),
     "error-kinds": _errors,
+    "processor-kinds": processors.kind_table,
 }
 
 

@@ -14,6 +14,7 @@ import torch
 
 from ..base import Row, RowError
 from .scripted import ScriptedModel
+from .toy_tokenizer import ToyTokenizer
 
 __all__ = ["PAD", "DRAFT_PAD", "RequestSpec", "ScenarioSpec", "StepRecord", "RequestResult", "ScenarioResult", "SlotState",
            "ScenarioUnsupported", "replicate", "fail_request"]
@@ -66,6 +67,11 @@ class RequestSpec:
         Draft-to-target offsets, ``(V_draft,)``: ``token += d2t[token]``.
     model : ScriptedModel or None
         Overrides the scenario's target model for this request.
+    stop : tuple of str
+        Stop strings (SEMANTICS §1.8a), matched on the text of the scenario's
+        :attr:`ScenarioSpec.tokenizer`; empty: none.
+    include_stop_str_in_output : bool
+        Keep the matched stop string in the output text.
     """
 
     id: str
@@ -81,6 +87,8 @@ class RequestSpec:
     drafts: Optional[list] = None
     d2t: Optional[list] = None
     model: Optional[ScriptedModel] = None
+    stop: tuple = ()
+    include_stop_str_in_output: bool = False
 
     @property
     def use_beam_search(self) -> bool:
@@ -129,6 +137,9 @@ class ScenarioSpec:
         early-stopping estimate of TensorRT-LLM.
     schedule : list of list of str or None
         Explicit request ids per step; replaces ``arrive``/``pause``.
+    tokenizer : ToyTokenizer or None
+        The case's toy tokenizer (token id -> text): requests' text and stop strings
+        (SEMANTICS §1.8a); None: the scenario has no text.
     """
 
     model: ScriptedModel
@@ -138,6 +149,7 @@ class ScenarioSpec:
     max_steps: int = 32
     max_seq_len: Optional[int] = None
     schedule: Optional[list] = None
+    tokenizer: Optional[ToyTokenizer] = None
 
     def request(self, rid: str) -> RequestSpec:
         """The request called ``rid`` (KeyError if absent)."""
@@ -215,6 +227,11 @@ class RequestResult:
     cum_logprobs, scores : list of float or None
         Their unnormalised cumulative logprobs and length-normalised scores.
     beam_finish_reasons : list of str or None
+    text : str or None
+        With a tokenizer: the output text (the generated tokens' text, cut at a stop string
+        that finished the request; SEMANTICS §1.8a). None without a tokenizer or on error.
+    stop_reason : str or None
+        The stop string that finished the request (vLLM's ``stop_reason``), else None.
     """
 
     id: str
@@ -229,6 +246,8 @@ class RequestResult:
     cum_logprobs: Optional[list] = None
     scores: Optional[list] = None
     beam_finish_reasons: Optional[list] = None
+    text: Optional[str] = None
+    stop_reason: Optional[str] = None
 
 
 @dataclass
@@ -264,6 +283,8 @@ class SlotState:
     beam : object or None
         The :class:`~.beam.BeamSearch` of a beam request.
     result : RequestResult
+    stop_match : object or None
+        The :class:`~.stop_strings.StopMatch` that finished the request (SEMANTICS §1.8a).
     """
 
     request: RequestSpec
@@ -274,6 +295,7 @@ class SlotState:
     mode: Optional[str] = None
     beam: Any = None
     result: Optional[RequestResult] = None
+    stop_match: Any = None
 
     def fold(self, tokens: list) -> None:
         """Append finalised ``tokens`` and fold them into the counts and the decay runtime value.
@@ -322,6 +344,8 @@ def replicate(spec: ScenarioSpec, rid: str, seeds: list) -> ScenarioSpec:
         reqs.append(RequestSpec(id=f"{rid}#{i}", slot=i, fields=f, beam_width=base.beam_width,
                                 length_penalty=base.length_penalty, early_stopping=base.early_stopping,
                                 diversity_rate=base.diversity_rate, draft_len=base.draft_len, drafts=base.drafts,
-                                d2t=base.d2t, model=base.model))
+                                d2t=base.d2t, model=base.model, stop=base.stop,
+                                include_stop_str_in_output=base.include_stop_str_in_output))
     return ScenarioSpec(model=spec.model, requests=reqs, draft_model=spec.draft_model,
-                        max_beam_width=spec.max_beam_width, max_steps=1, max_seq_len=spec.max_seq_len)
+                        max_beam_width=spec.max_beam_width, max_steps=1, max_seq_len=spec.max_seq_len,
+                        tokenizer=spec.tokenizer)

@@ -19,6 +19,17 @@ A plain request (no beam search):
 * ``prompt_ignore_length``: the custom ``RepetitionPenaltyLogitsProcessor``
   that :func:`.hf.prepare` uses, passed as ``logits_processor`` (it takes the
   default one's place in ``_merge_criteria_processor_list``);
+* custom logits processors: :class:`.hf.CaseProcessors`, passed as
+  ``logits_processor`` after the repetition processor (appended after HF's own
+  processors, before the warpers);
+* stop strings (SEMANTICS §1.8a): ``generate(stop_strings=req.stop,
+  tokenizer=...)`` with the case's toy tokenizer as a Hugging Face fast
+  tokenizer (:func:`impls.reference.toy_tokenizer.fast_tokenizer`), so that
+  transformers builds its own ``StopStringCriteria``; the output text is that
+  tokenizer's ``decode(tokens, skip_special_tokens=True)`` (transformers has
+  no ``include_stop_str_in_output``: nothing is trimmed, profile field
+  ``stop_string_trim``), and the finish reason counts a ``StopStringCriteria``
+  that fires on the final history as ``stop_words``;
 * single-token stop words: an ``EosTokenCriteria`` on their ids, passed as
   ``stopping_criteria`` under a subclass with no code of its own
   (``_merge_criteria_processor_list`` replaces a default criterion by a custom
@@ -62,7 +73,8 @@ slot another request still holds (the reference rejects it with
 
 Reported (``ScenarioResult.keys``): :data:`REPORTED`. Not reported: the
 per-step ``scheduled`` list, Philox ``offsets``, supports and runtime top-p
-(none is an observation of ``generate``).
+(none is an observation of ``generate``), nor ``stop_reason`` (no criterion
+says which stop string it matched).
 
 Imported lazily: it imports transformers.
 """
@@ -80,6 +92,7 @@ from ..profiles import Profile
 from ..reference.scenario_types import (RequestResult, RequestSpec, ScenarioResult, ScenarioSpec,
                                         ScenarioUnsupported, StepRecord)
 from ..reference.scripted import ModelError
+from ..reference.toy_tokenizer import ToyTokenizer, fast_tokenizer
 from . import TransformersBeamImpl, beam, hf  # TransformersBeamImpl: defined in the package, re-exported
 from .session import finish_reason, sampling_failure
 from .translate import SCENARIO_FEATURES, generate_kwargs, unsupported_reason
@@ -88,7 +101,17 @@ __all__ = ["run_scenario", "run_plain_request", "scheduled_steps", "SCENARIO_FEA
 
 #: Observations of a request: its error (and the step), tokens, finish reason and step; for
 #: beam requests also what :data:`.beam.REPORTED` lists.
-REPORTED = frozenset({"error", "error_step", "tokens", "finish_reason", "finish_step"}) | beam.REPORTED
+REPORTED = frozenset({"error", "error_step", "tokens", "finish_reason", "finish_step", "text"}) | beam.REPORTED
+
+_FAST: dict = {}
+
+
+def _fast(tok: ToyTokenizer):
+    """The Hugging Face fast tokenizer of a toy tokenizer, built once per tokenizer."""
+    key = tok.key()
+    if key not in _FAST:
+        _FAST[key] = fast_tokenizer(tok)
+    return _FAST[key]
 
 
 def scheduled_steps(spec: ScenarioSpec, req: RequestSpec) -> list:
@@ -155,7 +178,8 @@ def _failed(res: RequestResult, err: RowError, step: int) -> RequestResult:
     return res
 
 
-def run_plain_request(req: RequestSpec, model, steps: list, profile: Profile, device: str = "cpu") -> RequestResult:
+def run_plain_request(req: RequestSpec, model, steps: list, profile: Profile, device: str = "cpu",
+                      tokenizer: Optional[ToyTokenizer] = None) -> RequestResult:
     """Run one request without beam search through ``generate()`` (the module docstring).
 
     Parameters
@@ -167,12 +191,14 @@ def run_plain_request(req: RequestSpec, model, steps: list, profile: Profile, de
     profile : Profile
         Supplies ``finish_order``.
     device : str
+    tokenizer : ToyTokenizer, optional
+        The scenario's toy tokenizer: the request's stop strings and its output ``text``.
 
     Returns
     -------
     RequestResult
-        ``tokens``, ``finish_reason``, ``finish_step`` and one :class:`StepRecord` per
-        token; or ``error``, ``message``, ``error_step``.
+        ``tokens``, ``finish_reason``, ``finish_step``, ``text`` (with a tokenizer) and one
+        :class:`StepRecord` per token; or ``error``, ``message``, ``error_step``.
 
     Raises
     ------
@@ -201,10 +227,15 @@ def run_plain_request(req: RequestSpec, model, steps: list, profile: Profile, de
     if row.prompt_ignore_length is not None and gc.repetition_penalty is not None and gc.repetition_penalty != 1.0:
         procs.append(hf.lp.RepetitionPenaltyLogitsProcessor(gc.repetition_penalty,
                                                             prompt_ignore_length=int(row.prompt_ignore_length)))
+    if row.logits_processors:
+        procs.append(hf.CaseProcessors(row.logits_processors, len(prompt)))
     crits = hf.sc.StoppingCriteriaList([_Budget(len(prompt) + len(steps))])
     stops = sorted({int(w[0]) for w in row.stop_words if len(w) == 1})
     if stops:
         crits.append(_StopTokens(torch.tensor(stops, dtype=torch.long, device=dev)))
+    fast = _fast(tokenizer) if tokenizer is not None else None
+    if req.stop:
+        kw.update(stop_strings=list(req.stop), tokenizer=fast)
     lm = beam._model_class()(model, len(prompt)).to(dev).eval()
     ids = torch.tensor([prompt], dtype=torch.long, device=dev).reshape(1, len(prompt))
     try:
@@ -225,7 +256,10 @@ def run_plain_request(req: RequestSpec, model, steps: list, profile: Profile, de
     res.tokens = toks
     res.steps = [StepRecord(s, tokens=[t]) for s, t in zip(steps, toks)]
     final = torch.tensor([prompt + toks], dtype=torch.long, device=dev)
-    reason = finish_reason(prep, final, profile.finish_order) if toks else "none"
+    string_crits = [hf.sc.StopStringCriteria(fast, list(req.stop))] if req.stop else []
+    reason = finish_reason(prep, final, profile.finish_order, string_crits) if toks else "none"
+    if fast is not None:
+        res.text = fast.decode(toks, skip_special_tokens=True)
     res.finish_reason = reason
     if reason != "none":
         res.finish_step = steps[len(toks) - 1]
@@ -334,7 +368,7 @@ def run_scenario(spec: ScenarioSpec, profile: Profile, device: str = "cpu", beam
     for r in spec.requests:
         model = r.model or spec.model
         if not r.use_beam_search:
-            out[r.id] = run_plain_request(r, model, sched[r.id], profile, device)
+            out[r.id] = run_plain_request(r, model, sched[r.id], profile, device, spec.tokenizer)
             continue
         if not 1 <= r.beam_width <= spec.max_beam_width:
             # transformers has no max_beam_width: the engine limit of the scenario is the adapter's
