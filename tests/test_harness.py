@@ -187,7 +187,8 @@ def test_known_diff_names_the_profile_field(tmp_path):
     # where hf differs is named, each marked "combination".
     from impls.profiles import profile_diff
     assert [f["field"] for f in r["details"]["fields"]] == profile_diff(TRTLLM, HF)
-    assert all(f["combination"] for f in r["details"]["fields"]) and len(r["details"]["fields"]) == 30
+    # 33: ... and the parallel-sampling fields child_seed_rule, child_unseeded, n_greedy
+    assert all(f["combination"] for f in r["details"]["fields"]) and len(r["details"]["fields"]) == 33
     assert out.exit_code == 0
 
 

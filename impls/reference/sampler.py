@@ -363,7 +363,8 @@ class ReferenceSession:
                 claim_slot(row, used_slots, one_d=False)
                 res, x0, x = self._prepare(row)
                 mode = res.mode
-                self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile))
+                self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile),
+                                   stream=row.child_stream)
                 self.streams.observe(row.slot, row.request_id, effective_seed(row, self.profile))
                 if res.mode == SAMPLING:
                     if res.mirostat in (1, 2):
