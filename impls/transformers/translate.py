@@ -79,8 +79,9 @@ SUPPORTED_FEATURES = frozenset({
 #: logits: a scenario's scripted model gives float32 rows and its truths hold no logprobs),
 #: plus beam search (:mod:`.beam`); ``allowed_token_ids`` (``prefix_allowed_tokens_fn``) is wired
 #: into the single-step processors only.
-SCENARIO_FEATURES = (SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits",
-                                           "allowed_token_ids", "logprobs_mode", "logprob_token_ids"}) | {"beam_search"}
+SCENARIO_FEATURES = ((SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits",
+                                           "allowed_token_ids", "logprobs_mode", "logprob_token_ids"})
+                     | {"beam_search", "n"})
 
 
 def resolve_do_sample(row: Row) -> bool:
