@@ -42,8 +42,9 @@ __all__ = ["VllmImpl", "IMPLEMENTATIONS", "SCENARIO_FEATURES"]
 #: What the engine loop (:mod:`.loop`, ``run_scenario``) can express: the single-step features less the
 #: observations a scenario does not report (logprobs, processed logits, low-precision logits), plus beam
 #: search through ``LLM.beam_search`` (what it lacks is refused per scenario:
-#: :func:`.loop.beam_unsupported_reason`).
-SCENARIO_FEATURES = (SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits"}) | {"beam_search"}
+#: :func:`.loop.beam_unsupported_reason`) and parallel sampling (``n``: ``LLMEngine.add_request``'s own fan-out).
+SCENARIO_FEATURES = ((SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits"})
+                     | {"beam_search", "n"})
 
 
 def _installed(metadata, dist: str) -> bool:
