@@ -228,3 +228,42 @@ def test_loader_refuses_children_without_n_schedules_naming_children_and_beams(t
     with pytest.raises(CaseError, match="needs feature 'n'"):
         _load(tmp_path, BODY, '["seed", "temperature", "max_new_tokens"]')
 
+
+# ------------------------------------------------------------------ who can express n
+
+N_CASES = sorted(p.relative_to(Path("cases")).with_suffix("").as_posix() for p in Path("cases").rglob("n-*.toml"))
+
+
+def test_the_ten_n_cases_need_feature_n():
+    assert len(N_CASES) == 10
+    for cid in N_CASES:
+        assert "n" in load_case(Path("cases") / f"{cid}.toml").features, cid
+
+
+def test_engines_without_a_request_layer_report_the_n_cases_na_naming_the_feature():
+    # Only the reference (every profile), vLLM's engine loop (LLMEngine.add_request fans n out) and transformers
+    # (generate(num_return_sequences=n)) declare n. TensorRT-LLM's children are made by the C++ batch manager
+    # (LlmRequest::createChildRequest), outside the checkout's PyTorch sampler functions; SGLang's adapter runs single
+    # steps; llama.cpp's chain, FlashInfer's kernels and vLLM's GPU sampling paths have no requests; a beam request
+    # has no children (transformers-beam).
+    from harness.judge.judge import Judge
+    from impls import registry
+
+    case = load_case(Path("cases/seeds/n-children-seed-plus-index.toml"))
+    can = set()
+    for e in registry.entries():
+        if e.problem or e.origin.startswith("entry point"):
+            continue
+        impl = e.create()
+        if "conformance" not in registry.roles_of(impl):
+            continue
+        if "n" in case.kind.feature_set(impl):
+            can.add(e.name)
+        else:
+            why = Judge._na(case, impl)
+            head = f"{e.name} cannot express feature(s): "
+            assert why.startswith(head) and "n" in why[len(head):].split(", "), why
+            if getattr(impl, "run_scenario", None) is not None and "finish_reason" in case.kind.feature_set(impl):
+                assert why == head + "n", why   # a scenario engine: n is all it lacks here
+    assert can == {"reference", "reference-hf", "reference-vllm", "reference-flashinfer", "reference-flashinfer-joint",
+                   "reference-llamacpp", "reference-sglang", "transformers", "vllm"}
