@@ -2,14 +2,19 @@
 # The project's GPU session on a machine without network (the H200 of GPU.md):
 # carried wheels, then `tox -e gpu` itself, then the extras that produce committed files.
 #   STAGES="tox"            tox -e gpu (TOX_ARGS after --, e.g. "--latency-quick")
-#   STAGES="records"        FlashInfer and vLLM-GPU (vllm-triton, vllm-flashinfer, vllm-rejection: the source bundle
-#                           .whl/vllm-src of impls/vllm_gpu) run records for golden/engines/
+#   STAGES="records"        FlashInfer, vLLM-GPU (vllm-triton, vllm-flashinfer, vllm-rejection: the source bundle
+#                           .whl/vllm-src of impls/vllm_gpu) and sglang-flashinfer (the source bundle .whl/sglang-src
+#                           of impls/sglang_gpu) run records for golden/engines/
 #   STAGES="latency"        the full latency grid (same suite as tox -e gpu) and its report
 #                           (LATENCY_ARGS: more pytest options; LATENCY_TIMEOUT: seconds before an interrupt)
 #   STAGES="sweep"          the fused kernel's token-for-token sweep (SWEEP_DRAWS) and compute-sanitizer
 #   STAGES="host"           the fused kernel's GPU tests and the host cost of one call (benchmarks/host_cost.py)
 #   STAGES="kernels"        GPU time of each fused launch at large batches (benchmarks/kernel_times.py)
 # Results go to $OUT (default ./out); several stages: STAGES="tox records".
+# The source bundles are built on a machine with network and carried in .whl/ (folders, not
+# installed): python -m impls.vllm_gpu.bundle --out .whl/vllm-src ..., python -m
+# impls.sglang_gpu.bundle --out .whl/sglang-src --from <sglang wheel> --from <sglang-kernel wheel>
+# (keep those two wheels out of .whl/: every .whl/*.whl is installed below).
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -48,7 +53,7 @@ for stage in ${STAGES:-tox}; do
     ;;
   records)
     echo "== run records"
-    for impl in flashinfer flashinfer-joint vllm-triton vllm-flashinfer vllm-rejection; do
+    for impl in flashinfer flashinfer-joint vllm-triton vllm-flashinfer vllm-rejection sglang-flashinfer; do
       python3 -m harness.cli record --impl $impl --device cuda --out "$OUT/$impl-record.json" 2>&1 | tail -3
       rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
     done

@@ -17,8 +17,9 @@ From these declarations come:
 
 Adding a row parameter that only the reference understands is one :class:`Param` in
 :data:`PARAMS` plus its rule's code in :mod:`impls.reference` (which reads it by name,
-``row.<name>``). This module imports nothing of the project (the lowest layer of
-:mod:`impls`).
+``row.<name>``). This module imports nothing of the project but :mod:`impls.processors`
+(the registry of custom logits processor kinds, which imports nothing of the project): the
+lowest layer of :mod:`impls`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
+
+from . import processors as _processors
 
 __all__ = ["Param", "PARAMS", "FEATURES", "ERRORS", "param", "row_fields", "row_schema", "request_schema",
            "field_feature", "step_fields", "request_fields", "markdown_table", "template_comment",
@@ -64,11 +67,13 @@ FEATURES = {
     "bad_words": "banned token sequences (§1.4)",
     "allowed_token_ids": "a whitelist: every token not listed is banned (§1.4a; vLLM)",
     "token_bitmask": "a structured-output (grammar) bitmask: packed int32 words, a 0 bit bans its token (§1.4a)",
+    "logits_processors": "custom logits processors named from impls/processors.py, with per-request state (§1.4b)",
     "no_repeat_ngram": "no-repeat n-gram bans (§1.4)",
     "end_id": "an end (EOS) id (§1.8)",
     "end_id_set": "an EOS set: end_id given as an array of ids, any of which ends the request (§1.4, §1.8)",
     "ignore_eos": "generation past the end id (§1.8)",
     "stop_words": "stop sequences (§1.8)",
+    "stop_strings": "stop strings matched on the text of a toy tokenizer defined in the case, spanning tokens (§1.8a)",
     "max_new_tokens": "a limit on generated tokens (§1.8)",
     "max_seq_len": "a limit on prompt plus generated tokens (§1.8)",
     "seed": "per-request seeds (§1.6)",
@@ -97,7 +102,7 @@ ERRORS = {
     "invalid_length": "a negative length limit, or limits the profile finds inconsistent",
     "invalid_end_id": "an end id (or an id of an EOS set) outside [-1, V)",
     "invalid_bad_words": "an empty bad word or an id outside [0, V)",
-    "invalid_stop_words": "an empty stop word or an id outside [0, V)",
+    "invalid_stop_words": "an empty stop word or stop string, or an id outside [0, V)",
     "invalid_allowed_token_ids": "an empty allowed_token_ids list or an id outside [0, V)",
     "invalid_logit_bias": "a logit bias id outside [0, V) or a NaN bias",
     "invalid_token_id": "a history id the profile rejects",
@@ -526,6 +531,18 @@ PARAMS = (
                    "(xgrammar apply_token_bitmask_inplace); sgl-project/sglang:python/sglang/srt/sampling/"
                    "sampling_batch_info.py@v0.5.23 SamplingBatchInfo.apply_logits_bias",
           annotation=_O[tuple], convert=bitmask_words, vocab_check=_bitmask_vocab_check),
+    Param("logits_processors", _processors.SCHEMA, "array of tables `{kind = \"...\", ...}`",
+          "custom logits processors (the kinds of impls/processors.py, with their arguments), applied in this order",
+          unset="none", feature="logits_processors",
+          rule="each a kind of impls/processors.py with its arguments (a load error otherwise: unknown kind or "
+               "argument, a missing one, a NaN bias, a token id outside [0, V)); run at 'custom' in the profile's "
+               "rewrite_order, the argmax-invariant kinds at 'custom' in its filter_order where it has one "
+               "(after the temperature, sampling rows only); a stateful kind reads the request's steps so far, "
+               "never its batch position (§1.4b)",
+          citation="vllm-project/vllm:vllm/v1/sample/logits_processor/interface.py@v0.32.0 LogitsProcessor, "
+                   "BatchUpdate; huggingface/transformers:src/transformers/generation/utils.py@v5.24.0 "
+                   "GenerationMixin._get_logits_processor (logits_processor merged before the warpers)",
+          annotation=_O[tuple], convert=_processors.parse, vocab_check=_processors.vocab_check),
     Param("stop_words", _WORDS, "array of arrays of int", "token sequences that finish the request",
           feature="stop_words", errors=("invalid_stop_words",), rule="each non-empty with ids in [0, V) (§1.8)",
           annotation=list, factory=list),
@@ -626,6 +643,25 @@ PARAMS = (
           citation="flashinfer-ai/flashinfer#879 and PR #3551 (chain_speculative_sampling: -1 pads, a negative id is "
                    "an immediate rejection); vllm-project/vllm:vllm/v1/sample/rejection_sampler.py@v0.32.0 "
                    "rejection_random_sample_kernel (draft_token_id < 0: padding, rejected)",
+          scope="request"),
+    Param("stop", {"type": "array", "items": {"type": "string"}}, "array of strings",
+          "stop strings: the request finishes when its text completes one (matched on the toy tokenizer's text, "
+          "across tokens)", unset="none", feature="stop_strings", errors=("invalid_stop_words",),
+          rule="each non-empty (an empty one is invalid_stop_words at admission unless the profile's "
+               "validation_skips has empty_stop_string); needs [scenario.tokenizer]; a match must end in the text of "
+               "the token just generated; the earliest-ending match wins (stop_string_pick), seen over the prompt's "
+               "text too where stop_words_see_prompt; the output text is cut at the match (stop_string_trim); plain "
+               "requests only (§1.8a)",
+          citation="vllm-project/vllm:vllm/v1/engine/detokenizer.py@v0.32.0 check_stop_strings, "
+                   "BaseIncrementalDetokenizer.update; huggingface/transformers:src/transformers/generation/"
+                   "stopping_criteria.py@v5.24.0 StopStringCriteria",
+          scope="request"),
+    Param("include_stop_str_in_output", _BOOL, "bool",
+          "keep the matched stop string in the output text (the text after it in its token is cut either way)",
+          unset="false", feature="stop_strings",
+          rule="read where the profile's stop_string_trim is 'text' (§1.8a)",
+          citation="vllm-project/vllm:vllm/v1/engine/detokenizer.py@v0.32.0 check_stop_strings (include_in_output: "
+                   "truncate to the end of the stop string, else to its start)",
           scope="request"),
     Param("d2t", _INTS, "array of int", "draft-to-target offsets: token += d2t[token]", errors=("invalid_d2t",),
           rule="one per draft token id; greedy requests only (§4)", scope="request"),

@@ -18,7 +18,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "VLLM", "FLASHINFER", "FLASHINFER_JOINT", "LLAMACPP", "SGLANG", "get_profile", "profile_diff",
+__all__ = ["Profile", "PROFILES", "TRTLLM", "HF", "VLLM", "FLASHINFER", "FLASHINFER_JOINT", "LLAMACPP", "SGLANG",
+           "SGLANG_FLASHINFER", "get_profile", "profile_diff",
            "version_verified"]
 
 SEED_TRTLLM = "seed:000_fabad194daba9a8c.txt"
@@ -63,8 +64,11 @@ class Profile:
     rewrite_order : tuple of str
         Order of the logits rewrites (§1.2): names among ``"allowed_token_ids"``,
         ``"logit_bias"``, ``"repetition"``, ``"presence_frequency"``, ``"dry"``,
-        ``"min_length"``, ``"bad_words"``, ``"no_repeat_ngram"``, and ``"token_bitmask"``
-        where ``token_bitmask_stage`` is ``"rewrite"``. A rewrite left out never runs
+        ``"min_length"``, ``"bad_words"``, ``"no_repeat_ngram"``, ``"token_bitmask"``
+        where ``token_bitmask_stage`` is ``"rewrite"``, and ``"custom"``: where a row's
+        custom logits processors (``logits_processors``, :mod:`impls.processors`, §1.4b) run
+        among the built-in rewrites (every kind, or, when ``filter_order`` holds ``"custom"``
+        too, the kinds that are not argmax-invariant). A rewrite left out never runs
         under the profile.
     token_bitmask_stage : {"logits", "rewrite"}
         Where a row's grammar bitmask (§1.4a) bans its 0 bits: ``"logits"``, on the
@@ -103,8 +107,12 @@ class Profile:
     filter_order : tuple of str
         Order of the filters after temperature (before it, with
         ``temperature_first`` False): ``"min_p"``, ``"top_k"``, ``"top_p"``,
-        ``"top_n_sigma"``, ``"typical_p"``, ``"xtc"``. A filter left out of
-        the order never runs under the profile.
+        ``"top_n_sigma"``, ``"typical_p"``, ``"xtc"``, and ``"custom"``: where the
+        argmax-invariant custom logits processors run instead of at ``"custom"`` in
+        ``rewrite_order`` — on the temperature-scaled logits, on sampling rows only (a
+        greedy row never sees them; vLLM's ``Sampler.sample``). A filter left out of
+        the order never runs under the profile. Read by: ``impls/reference/filters.py``
+        ``chain`` and ``impls/reference/sampler.py`` ``rewrite_logits``.
     filters_renormalise : bool
         Each filter sees the renormalised survivors of the previous one
         (trtllm fused op) rather than the original distribution (joint).
@@ -145,7 +153,26 @@ class Profile:
     finish_order : tuple of str
         Precedence of ``"end_id"``, ``"length"``, ``"stop_words"``.
     stop_words_see_prompt : bool
-        Whether a stop word may straddle the prompt/generated boundary.
+        Whether a stop word (token ids) or a stop string (text, §1.8a) may straddle the
+        prompt/generated boundary: matched over the prompt's tokens or text too, or over
+        the generated ones only. Read by: ``impls/reference/finish.py`` ``finish_reason``
+        and ``impls/reference/stop_strings.py`` ``find_stop``.
+    stop_string_pick : {"earliest_end", "list_order"}
+        When several stop strings match at one step (§1.8a): the one whose match ends
+        first in the text, ties by list order (vLLM), or the first of the list that
+        matches anywhere (SGLang). Read by: ``impls/reference/stop_strings.py``
+        ``find_stop``.
+    stop_string_trim : {"text", "none"}
+        What a stop string that finished a request does to its output text: ``"text"``
+        cuts the text at the match's start, or with ``include_stop_str_in_output`` at its
+        end (what the finishing token adds after the match is cut either way; the tokens
+        stay), or ``"none"``: the text keeps every generated token's text and
+        ``include_stop_str_in_output`` is not read (transformers). Read by:
+        ``impls/reference/stop_strings.py`` ``output_text``.
+    stop_strings_after_min_length : bool
+        Stop strings are not looked for while at most ``min_length`` tokens are generated
+        (vLLM's detokenizer waits for more than ``min_tokens``), rather than from the first
+        token. Read by: ``impls/reference/stop_strings.py`` ``find_stop``.
     global_seed : int
         Seed of unseeded rows (§1.6).
     unseeded_offset_base : int
@@ -225,8 +252,10 @@ class Profile:
         negative values are ignored), ``"end_id_range"`` (any end id is
         accepted; one outside ``[0, V)`` never stops and bans nothing),
         ``"logit_bias_nan"`` (a NaN bias is added, giving a NaN logit),
-        ``"empty_bad_word"`` (an empty bad word is ignored). Read by:
-        ``validate``.
+        ``"empty_bad_word"`` (an empty bad word is ignored), ``"empty_stop_string"`` (an
+        empty stop string is accepted: it is in every text, so it finishes the request at
+        its first token, §1.8a). Read by: ``validate``; ``empty_stop_string`` by
+        ``impls/reference/scenario.py`` (admission).
     validation_extras : frozenset of str
         Checks the engine makes beyond ``validate``'s: ``"max_new_tokens_zero"``
         (``max_new_tokens == 0`` is ``invalid_length``),
@@ -401,6 +430,18 @@ class Profile:
         does not hold by design. The reference models the dependence (not
         the engine's stream) by shifting the offset by the row's index.
         Read by: ``impls/reference/sampler.py`` ``ReferenceSession._draw``.
+    batch_min_p_filters : tuple of str or None
+        A rule that makes a row's filters depend on its neighbours. When set, a
+        SAMPLING row whose batch (the rows of its step that pass validation and
+        have its vocabulary size, greedy rows included) holds a row that sets
+        ``min_p > 0`` runs these filters in this order, each on the
+        renormalised survivors of the previous one, instead of
+        ``filter_order`` and ``filters_renormalise`` (SGLang's FlashInfer
+        backend: ``need_min_p_sampling`` switches the whole batch from joint
+        top-k/top-p sampling to top-k renorm, top-p renorm, min-p sampling).
+        None: a row's filters never depend on the batch. Read by:
+        ``impls/reference/sampler.py`` ``ReferenceSession.step`` and
+        ``sample_many`` (a row drawn alone is its own batch).
     versions : str
         The engine releases whose sources this profile was read from and
         checked against, as a PEP 440 specifier (``"==0.32.0"``); empty for
@@ -424,7 +465,7 @@ class Profile:
     top_p_zero_valid: bool = True
     top_k_disabled_below: int = 0
     validate_penalties: bool = True
-    rewrite_order: tuple = ("allowed_token_ids", "logit_bias", "repetition", "presence_frequency", "dry",
+    rewrite_order: tuple = ("custom", "allowed_token_ids", "logit_bias", "repetition", "presence_frequency", "dry",
                             "min_length", "bad_words", "no_repeat_ngram")
     token_bitmask_stage: str = "logits"
     allowed_token_ids_force: bool = False
@@ -445,6 +486,9 @@ class Profile:
     rank_rule: str = "strict_plus_one"
     finish_order: tuple = ("end_id", "length", "stop_words")
     stop_words_see_prompt: bool = True
+    stop_string_pick: str = "earliest_end"
+    stop_string_trim: str = "text"
+    stop_strings_after_min_length: bool = False
     global_seed: int = 42
     unseeded_offset_base: int = 1 << 62
     # Added for the hf profile; the defaults are trtllm's behaviour.
@@ -491,6 +535,8 @@ class Profile:
     child_unseeded: str = "index"
     child_seed_overflow: str = "wrap"
     n_greedy: str = "identical"
+    # Added for the sglang-flashinfer profile; the default is trtllm's behaviour.
+    batch_min_p_filters: Optional[tuple] = None
     versions: str = field(default="", compare=False)
     citations: dict = field(default_factory=dict, compare=False, hash=False)
 
@@ -554,6 +600,15 @@ _TRT_N_CITATIONS = {
                 "reference's rule",
 }
 
+#: Stop strings are not a parameter of TensorRT-LLM's sampler; what its LLM API does with them (read 2026-12-05).
+_TRT_STOP_STRINGS = ("SEMANTICS §1.8a: the reference's rule. TensorRT-LLM's sampler has no stop strings: its LLM API "
+                     "encodes each one with the tokenizer into a token-id stop word "
+                     "(NVIDIA/TensorRT-LLM:tensorrt_llm/sampling_params.py@a98a9061 SamplingParams._setup, "
+                     "_get_stop_words), matched on ids like stop_words, and without include_stop_str_in_output drops "
+                     "that word's tokens (tensorrt_llm/executor/result.py@005bc848 GenerationResultBase."
+                     "_handle_sequence); a token-id rule the reference does not model, so impls/trtllm declares no "
+                     "stop_strings")
+
 #: Default profile: TensorRT-LLM's PyTorch sampler (fused production path).
 TRTLLM = Profile(
     name="trtllm",
@@ -564,7 +619,11 @@ TRTLLM = Profile(
         "min_p_forces_sampling": "SEMANTICS §1.1 rule 3",
         "top_p_decay_forces_sampling": "SEMANTICS §1.1 rule 3",
         "rewrite_order": f"{SEED_TRTLLM} § 三处 logits 改写,顺序不能错 (allowed_token_ids is not a TensorRT-LLM "
-                         "parameter: the reference bans the unlisted ids first, SEMANTICS §1.4a)",
+                         "parameter: the reference bans the unlisted ids first, SEMANTICS §1.4a); custom first: "
+                         "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/model_engine.py@001e6700 "
+                         "PyTorchModelEngine.forward calls _execute_logit_post_processors on the model's logits "
+                         "(each request's SamplingParams.logits_processor, lp(py_request_id, logits, prompt + "
+                         "generated ids, ...), greedy rows included) before the sampler's bias, penalties and bans",
         "token_bitmask_stage": "NVIDIA/TensorRT-LLM:tensorrt_llm/_torch/pyexecutor/py_executor.py@9521caf4 "
                                "PyExecutor._executor_loop (guided_decoder.execute applies the grammar bitmask "
                                "in place on batch_outputs['logits'] before _sample_async)",
@@ -590,6 +649,7 @@ TRTLLM = Profile(
         "posinf_logits": "SEMANTICS §1.5 and §5 (softmax of a row holding +inf is undefined: a per-request error, "
                          "never a silent token)",
         "nan_logits": "SEMANTICS §5 (a NaN logit rejects its request with a clear error, never a silent token)",
+        **{f: _TRT_STOP_STRINGS for f in ("stop_string_pick", "stop_string_trim", "stop_strings_after_min_length")},
         "end_id_set_others_reason": "SEMANTICS §1.8: the reference's rule for an EOS set (every id an end id, as "
                                     "in transformers); TensorRT-LLM takes one end id "
                                     "(NVIDIA/TensorRT-LLM:tensorrt_llm/sampling_params.py@a98a9061 "
@@ -663,7 +723,8 @@ HF = dataclasses.replace(
     temperature_zero="error",
     top_p_zero_valid=True,
     validate_penalties=True,
-    rewrite_order=("logit_bias", "repetition", "no_repeat_ngram", "bad_words", "min_length", "allowed_token_ids"),
+    rewrite_order=("logit_bias", "repetition", "no_repeat_ngram", "bad_words", "min_length", "allowed_token_ids",
+                   "custom"),
     allowed_token_ids_force=True,
     penalty_clamp_finite=False,
     filter_order=("top_k", "top_p", "min_p", "typical_p"),
@@ -677,7 +738,9 @@ HF = dataclasses.replace(
     bad_words_skip_end_id=True,
     prompt_ignore_length_scope="repetition",
     greedy_degenerate="argmax",
-    validation_skips=frozenset({"inactive_params", "end_id_range", "logit_bias_nan", "empty_bad_word"}),
+    validation_skips=frozenset({"inactive_params", "end_id_range", "logit_bias_nan", "empty_bad_word",
+                                "empty_stop_string"}),
+    stop_string_trim="none",
     validation_extras=frozenset({"max_new_tokens_zero", "max_seq_len_above_prompt", "negative_history_ids"}),
     **_HF_BEAM_FIELDS,
     child_seed_rule="shared_stream",
@@ -715,7 +778,11 @@ HF = dataclasses.replace(
                               "NaN fails)",
         "rewrite_order": f"{_HF_UTILS} GenerationMixin._get_logits_processor (SequenceBias, RepetitionPenalty, "
                          "NoRepeatNGram, NoBadWords, MinLength, MinNewTokensLength, PrefixConstrained — "
-                         "allowed_token_ids through prefix_allowed_tokens_fn —, then the warpers)",
+                         "allowed_token_ids through prefix_allowed_tokens_fn —, then the warpers); custom: "
+                         "generate(logits_processor=...) goes through _merge_criteria_processor_list, which appends "
+                         "a processor of a new type after the default processors, and the warpers (temperature, "
+                         "top-k, top-p, min-p) are appended after that merge, only under do_sample: the custom "
+                         "processors run last among the rewrites, before the temperature, greedy rows included",
         "allowed_token_ids_force": f"{_HF_SRC} PrefixConstrainedLogitsProcessor.__call__ (when every allowed "
                                    "token is already -inf, scores_processed = mask: the allowed tokens get 0)",
         "penalty_clamp_finite": f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (torch.where(score < 0, score * p, "
@@ -760,7 +827,15 @@ HF = dataclasses.replace(
                             f"{_HF_SRC} SequenceBiasLogitsProcessor (_validate_arguments accepts any float and "
                             "an empty key is never applied); "
                             f"{_HF_UTILS} GenerationMixin._prepare_special_tokens (an eos id < 0 only logs a "
-                            "warning; none is checked against the vocabulary)",
+                            "warning; none is checked against the vocabulary); "
+                            f"{_HF_STOP} StopStringCriteria (an empty stop string is accepted: its target length "
+                            "0 is reached at once, so generation stops after the first token)",
+        "stop_string_trim": f"{_HF_STOP} StopStringCriteria (only says when to stop; GenerationConfig has no "
+                            "include_stop_str_in_output: generate returns every generated id, whose decode keeps "
+                            "the stop string and the text after it)",
+        "stop_words_see_prompt": f"{_HF_STOP} StopStringCriteria.__call__ (matches the last maximum_token_len ids "
+                                 "of input_ids, prompt included; the adapter runs one-token stop words through "
+                                 "EosTokenCriteria, which sees only the new token)",
         "validation_extras": f"{_HF_CFG} GenerationConfig.validate (max_new_tokens <= 0 raises); {_HF_UTILS} "
                              "GenerationMixin._validate_generated_length (input length >= max_length raises); "
                              f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (torch.gather on a negative id raises)",
@@ -823,7 +898,9 @@ VLLM = dataclasses.replace(
     explicit_greedy=frozenset({"temperature_0"}),
     top_p_zero_valid=False,
     top_k_disabled_below=-1,
-    rewrite_order=("allowed_token_ids", "bad_words", "min_length", "logit_bias", "repetition", "presence_frequency"),
+    rewrite_order=("allowed_token_ids", "bad_words", "min_length", "logit_bias", "custom", "repetition",
+                   "presence_frequency"),
+    filter_order=("min_p", "custom", "top_k", "top_p", "top_n_sigma", "typical_p", "xtc"),
     min_length_yields_when_empty="token_bitmask",
     presence_counts_prompt=False,
     penalty_clamp_finite=False,
@@ -849,6 +926,7 @@ VLLM = dataclasses.replace(
     seed_minus_one_unseeded=True,
     min_length_bans_stop_words=True,
     end_id_set_others_reason="stop_words",
+    stop_strings_after_min_length=True,
     beam_logprob_stage="raw_logits",
     beam_early_stopping_true="pool",
     beam_diversity="none",
@@ -893,7 +971,10 @@ VLLM = dataclasses.replace(
         "rewrite_order": _v(_V_SAMPLER, "Sampler.apply_logits_processors") + " (allowed ids, bad words, the "
                          "non-argmax-invariant processors in the order of "
                          + _v("v1/sample/logits_processor/__init__.py", "BUILTIN_LOGITS_PROCESSORS")
-                         + " (MinTokens, LogitBias), then Sampler.apply_penalties)",
+                         + " (MinTokens, LogitBias) and then the custom classes (build_logitsprocs chains the "
+                         "built-ins before LLM(logits_processors=[...]); LogitsProcessors keeps that order within "
+                         + _v("v1/sample/logits_processor/state.py", "LogitsProcessors") + ": its "
+                         "non_argmax_invariant list), then Sampler.apply_penalties)",
         "presence_counts_prompt": _v("model_executor/layers/utils.py", "apply_penalties") + " (frequency and "
                                   "presence use output_bin_counts: output tokens only; the prompt feeds only the "
                                   "repetition penalty's mask)",
@@ -903,8 +984,13 @@ VLLM = dataclasses.replace(
         "history_out_of_range": _v("renderers/base.py", "BaseRenderer.validate_token_ids") + " (a prompt id < 0 "
                                 "or above the vocabulary rejects the request)",
         "filter_order": _v(_V_SAMPLER, "Sampler.sample") + " (temperature, the argmax-invariant "
-                        + _v(_V_BUILTIN, "MinPLogitsProcessor") + ", then TopKTopPSampler: top-k then top-p in "
-                        + _v(_V_TOPK, "apply_top_k_top_p_pytorch") + ")",
+                        + _v(_V_BUILTIN, "MinPLogitsProcessor") + ", then the custom classes whose "
+                        "is_argmax_invariant() is True (the argmax_invariant list of " +
+                        _v("v1/sample/logits_processor/state.py", "LogitsProcessors") + ": built-ins first), then "
+                        "TopKTopPSampler: top-k then "
+                        "top-p in " + _v(_V_TOPK, "apply_top_k_top_p_pytorch") + "; an all-greedy batch returns "
+                        "before the argmax-invariant processors, and a greedy row of a mixed batch takes "
+                        "greedy_sample's argmax of the logits before them)",
         "filters_renormalise": _v(_V_BUILTIN, "MinPLogitsProcessor.apply") + " writes -inf into the logits, and "
                                + _v(_V_TOPK, "apply_top_k_top_p_pytorch") + " takes top-p on softmax of the "
                                "top-k-masked sorted logits",
@@ -919,9 +1005,26 @@ VLLM = dataclasses.replace(
                               "logits before any processing)",
         "rank_rule": _v("v1/sample/ops/logprobs.py", "batched_count_greater_than") + " ((x >= value).sum())",
         "finish_order": _v("v1/core/sched/utils.py", "check_stop") + " (EOS, then stop_token_ids, then "
-                        "max_model_len / max_tokens)",
+                        "max_model_len / max_tokens); stop strings sit with the stop tokens: "
+                        + _v("v1/engine/output_processor.py", "OutputProcessor.process_outputs") + " turns a "
+                        "finish the engine core gave (length included) into FinishReason.STOP with the string as "
+                        "stop_reason when the detokenizer matches one, while a request the core stopped on the "
+                        "EOS or a stop token (stop_terminated) has that token's text left out, so it completes "
+                        "no stop string unless include_stop_str_in_output",
         "stop_words_see_prompt": _v("v1/core/sched/utils.py", "check_stop") + " (only the last output token is "
-                                 "compared with stop_token_ids)",
+                                 "compared with stop_token_ids) and " + _v("v1/engine/detokenizer.py",
+                                 "BaseIncrementalDetokenizer.update") + " (stop strings are looked for in "
+                                 "output_text, the generated tokens' text; the prompt primes the DecodeStream "
+                                 "but adds no text)",
+        "stop_string_pick": _v("v1/engine/detokenizer.py", "check_stop_strings") + " (the stop string that "
+                            "completes earliest in the text, ties by stop-list order; each searched from "
+                            "1 - new_char_count - len(stop) before the end, so a match ends in the new text)",
+        "stop_string_trim": _v("v1/engine/detokenizer.py", "check_stop_strings") + " (truncate output_text to "
+                            "the stop string's start, or with include_in_output to its end) and "
+                            "BaseIncrementalDetokenizer.update (token_ids keep the token that completed it)",
+        "stop_strings_after_min_length": _v("v1/engine/detokenizer.py", "BaseIncrementalDetokenizer.update")
+                                         + " (stop strings are evaluated only if num_output_tokens() > "
+                                         "min_tokens; vLLM PR 22014)",
         "unset_max_new_tokens": _v(_V_SP, "SamplingParams") + " (max_tokens defaults to 16)",
         "logit_bias_duplicates": _v(_V_SP, "SamplingParams") + " (logit_bias is a dict[int, float]: one value per "
                                  "token, the last one given)",
@@ -1052,7 +1155,7 @@ LLAMACPP = dataclasses.replace(
     explicit_greedy=frozenset({"temperature_0"}),
     top_k_disabled_below=-(1 << 31),
     validate_penalties=False,
-    rewrite_order=("allowed_token_ids", "logit_bias", "repetition", "presence_frequency", "dry"),
+    rewrite_order=("custom", "allowed_token_ids", "logit_bias", "repetition", "presence_frequency", "dry"),
     penalty_clamp_finite=False,
     temperature_first=False,
     filter_order=("top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc"),
@@ -1070,7 +1173,11 @@ LLAMACPP = dataclasses.replace(
                            "becomes -inf, so dist picks it; top_k 1 and top_p 0 are ordinary cuts)",
         "top_k_disabled_below": f"{_LL_S} llama_sampler_top_k_impl (k <= 0: no cut)",
         "validate_penalties": f"{_LL_S} llama_sampler_init_penalties (no check of any value)",
-        "rewrite_order": f"{_LL}/common/sampling.cpp common_sampler_init (logit_bias first, then the samplers "
+        "rewrite_order": "custom first: the C chain has no user-processor stage; llama-cpp-python's "
+                         "abetlen/llama-cpp-python:llama_cpp/llama.py@v0.3.36 Llama._init_sampler adds "
+                         "logits_processor as a custom sampler before every other (impls/llamacpp drives the C "
+                         "chain, so the feature is n/a there); "
+                         f"{_LL}/common/sampling.cpp common_sampler_init (logit_bias first, then the samplers "
                          f"of params.samplers: penalties, then DRY) and {_LL_S} llama_sampler_penalties_apply "
                          "(repetition, then frequency and presence, per token in one pass)",
         "presence_counts_prompt": f"{_LL}/tools/server/server-context.cpp (every prompt token is passed to "
@@ -1125,7 +1232,7 @@ SGLANG = dataclasses.replace(
     top_p_zero_valid=False,
     top_k_disabled_below=-1,
     rewrite_order=("allowed_token_ids", "presence_frequency", "min_length", "repetition", "token_bitmask",
-                   "logit_bias"),
+                   "logit_bias", "custom"),
     token_bitmask_stage="rewrite",
     presence_counts_prompt=False,
     repetition_counts_prompt=False,
@@ -1149,6 +1256,7 @@ SGLANG = dataclasses.replace(
     ignore_eos_scope="stop_tokens",
     child_seed_rule="same_seed",
     child_unseeded="unseeded",
+    stop_string_pick="list_order",
     citations={
         "child_seed_rule": _sg("managers/io_struct.py", "GenerateReqInput._normalize_sampling_params") + " (the "
                            "request's sampling_params repeated parallel_sample_num times: every copy keeps its "
@@ -1171,7 +1279,11 @@ SGLANG = dataclasses.replace(
         "rewrite_order": _sg(_SG_BATCH, "SamplingBatchInfo.apply_logits_bias") + " (the additive penalties, "
                          "frequency, presence and min_new_tokens, accumulated by "
                          + _sg(_SG_PEN + "/orchestrator.py", "accumulate_additive_penalties") + ", then the "
-                         "repetition penalty's scaling, the grammar mask, then logit_bias; allowed_token_ids "
+                         "repetition penalty's scaling, the grammar mask, then logit_bias; custom last: "
+                         + _sg(_SG_SAMPLER, "Sampler._preprocess_logits") + " runs apply_custom_logit_processor "
+                         "(each request's custom_logit_processor with its custom_params, greedy rows included) on "
+                         "the logits ModelRunner._preprocess_logits already rewrote, before the temperature; "
+                         "allowed_token_ids "
                          "is not an SGLang parameter)",
         "token_bitmask_stage": _sg(_SG_BATCH, "SamplingBatchInfo.apply_logits_bias") + " (grammar_mask.apply "
                                "between _apply_pre_grammar_logits_transforms, the penalties, and "
@@ -1199,7 +1311,11 @@ SGLANG = dataclasses.replace(
         "finish_order": _sg(_SG_REQ, "Req.update_finish_state") + " (stop strings, then stop_token_ids and "
                         "EOS ids in _check_token_based_finish, then max_new_tokens)",
         "stop_words_see_prompt": _sg(_SG_REQ, "Req._check_token_based_finish") + " (only the newly accepted "
-                                 "output tokens are compared with stop_token_ids)",
+                                 "output tokens are compared with stop_token_ids) and Req._check_str_based_finish "
+                                 "(stop strings looked for in tail_str, a decode of the last output_ids, and in "
+                                 "decoded_text, the output's text)",
+        "stop_string_pick": _sg(_SG_REQ, "Req._check_str_based_finish") + " (the first of stop_strs, in list order, "
+                            "found in tail_str or decoded_text finishes the request with it as matched)",
         "unset_max_new_tokens": _sg(_SG_SP, "SamplingParams") + " (max_new_tokens defaults to 128)",
         "logit_bias_duplicates": _sg(_SG_BATCH, "SamplingBatchInfo.from_schedule_batch") + " (logit_bias is a "
                                  "dict[str, float], deduplicated on int(key): one value per token)",
@@ -1223,7 +1339,55 @@ SGLANG = dataclasses.replace(
     },
 )
 
-PROFILES = {p.name: p for p in (TRTLLM, HF, VLLM, FLASHINFER, FLASHINFER_JOINT, LLAMACPP, SGLANG)}
+_SGK = "sglang-kernel 0.4.10 (the wheel sglang 0.5.23 pins): sgl_kernel/sampling.py"
+
+#: SGLang 0.5.23 on a CUDA server, default server arguments: ``sampling_backend =
+#: "flashinfer"`` (the default where FlashInfer imports), no deterministic inference. The same
+#: validation, penalties and finish rules as :data:`SGLANG`; the filters are FlashInfer's, and
+#: which FlashInfer calls run depends on the batch: with no row setting ``min_p > 0``,
+#: ``top_k_top_p_sampling_from_probs(filter_apply_order="joint")`` (top-k and top-p both on the
+#: probabilities after temperature); with one, every row goes through ``top_k_renorm_prob``, then
+#: ``top_p_renorm_prob`` on the top-k-renormalised probabilities, then
+#: ``min_p_sampling_from_probs`` (field ``batch_min_p_filters``). Run by :mod:`impls.sglang_gpu`
+#: (``sglang-flashinfer``) from the wheels' own files. Not modelled: a greedy row in a batch that
+#: also samples goes through the same FlashInfer call with ``top_k = 1``, which keeps every token
+#: tied at the maximum (an all-greedy batch takes ``torch.argmax``); the corpus's greedy ties are
+#: judged as argmax.
+SGLANG_FLASHINFER = dataclasses.replace(
+    SGLANG,
+    name="sglang-flashinfer",
+    description="SGLang 0.5.23 Sampler, FlashInfer backend (CUDA): joint top-k/top-p, or top-k, top-p, min-p "
+                "renormalised in turn for every row of a batch where one row sets min_p",
+    top_k_ties="keep_all",
+    top_p_rule="mass_above",
+    batch_min_p_filters=("top_k", "top_p", "min_p"),
+    citations={
+        **SGLANG.citations,
+        "filters_renormalise": _sg(_SG_SAMPLER, "Sampler._sample_from_probs") + " (flashinfer backend, no row "
+                               "with min_p > 0: top_k_top_p_sampling_from_probs(probs, top_ks, top_ps, "
+                               "filter_apply_order='joint')) and " + f"{_FI_PY} top_k_top_p_sampling_from_probs "
+                               "('joint': both thresholds on the original probabilities)",
+        "top_k_ties": _sg(_SG_SAMPLER, "Sampler._sample_from_probs") + " (top_k_renorm_prob, or the joint "
+                      f"sampler) and {_SGK} top_k_renorm_probs (forwarded to flashinfer.sampling when it imports); "
+                      f"{_FI}: include/flashinfer/topk.cuh RadixTopKRenormProbKernel_MultiCTA (every prob >= the "
+                      f"k-th largest kept) and {_FI_CUH} TopKTopPSamplingFromProbKernel (ties at the k-th value "
+                      "kept)",
+        "top_p_rule": _sg(_SG_SAMPLER, "Sampler._sample_from_probs") + f" (top_p_renorm_prob, or the joint "
+                      f"sampler) and {_SGK} top_p_renorm_probs; {_FI_PY} top_p_renorm_probs (keep the probs >= "
+                      "the threshold whose mass reaches top_p: a token stays iff the mass strictly above it is "
+                      f"< top_p) and {_FI_CUH} TopKTopPSamplingFromProbKernel",
+        "batch_min_p_filters": _sg(_SG_BATCH, "SamplingBatchInfo.from_schedule_batch") + " (need_min_p_sampling = "
+                               "any request's min_p > 0, over the whole batch) and " + _sg(
+                                   _SG_SAMPLER, "Sampler._sample_from_probs") + " (flashinfer backend: when "
+                               "need_min_p_sampling, probs = top_k_renorm_prob(probs, top_ks), then "
+                               "top_p_renorm_prob(probs, top_ps), then min_p_sampling_from_probs(probs, min_ps), "
+                               "for every row; " + f"{_FI_CUH} MinPSamplingFromProbKernel keeps probs >= "
+                               "max * min_p)",
+    },
+)
+
+PROFILES = {p.name: p for p in (TRTLLM, HF, VLLM, FLASHINFER, FLASHINFER_JOINT, LLAMACPP, SGLANG,
+                                SGLANG_FLASHINFER)}
 
 
 def get_profile(name: str) -> Profile:

@@ -30,7 +30,7 @@ __all__ = ["Entry", "ImplLoadError", "ENTRY_POINT_GROUP", "BUILTIN_PACKAGES", "e
 ENTRY_POINT_GROUP = "sampcheck.impls"
 #: The project's own implementation packages, in the order ``list impls`` shows them.
 BUILTIN_PACKAGES = ("impls.reference", "impls.transformers", "impls.fused", "impls.flashinfer", "impls.vllm",
-                    "impls.vllm_gpu", "impls.trtllm", "impls.llamacpp", "impls.sglang", "impls.peers", "impls.reference.latency")
+                    "impls.vllm_gpu", "impls.trtllm", "impls.llamacpp", "impls.sglang", "impls.sglang_gpu", "impls.peers", "impls.reference.latency")
 
 
 class ImplLoadError(Exception):

@@ -292,7 +292,8 @@ def test_cli_case_new_golden_add_and_update(tmp_path, monkeypatch, capsys):
     assert main(["golden", "add", "penalties/logit-bias-token-zero", "--accept"]) == 0
     written = sorted(q.relative_to(gold).as_posix() for q in gold.rglob("*.json"))
     assert written == [f"{p}/penalties/logit-bias-token-zero.json"
-                       for p in ("flashinfer-joint", "flashinfer", "hf", "llamacpp", "sglang", "trtllm", "vllm")]  # sorted paths
+                       for p in ("flashinfer-joint", "flashinfer", "hf", "llamacpp", "sglang-flashinfer", "sglang",
+                                 "trtllm", "vllm")]  # sorted paths
     capsys.readouterr()
     assert main(["golden", "check"]) == 0
     assert main(["golden", "update"]) == 0

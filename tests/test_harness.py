@@ -184,11 +184,14 @@ def test_known_diff_names_the_profile_field(tmp_path):
     assert r["status"] == "known-diff"
     # No single field reproduces the difference (HF's error takes do_sample's mode_source together with
     # temperature_zero), and an exact case's blame does not search pairs (an invariant's does): every field
-    # where hf differs is named, each marked "combination".
+    # where hf differs is named, each marked "combination". 31 fields: the 30 of the token-mask change
+    # (allowed_token_ids_force the last added) and stop_string_trim (hf "none": StopStringCriteria only
+    # stops, the decoded text keeps the stop string; trtllm "text"), added with stop strings (#17, group 4).
     from impls.profiles import profile_diff
     assert [f["field"] for f in r["details"]["fields"]] == profile_diff(TRTLLM, HF)
-    # 33: ... and the parallel-sampling fields child_seed_rule, child_unseeded, n_greedy
-    assert all(f["combination"] for f in r["details"]["fields"]) and len(r["details"]["fields"]) == 33
+    # 34: and the parallel-sampling fields child_seed_rule, child_unseeded, n_greedy (#17, group 2)
+    assert all(f["combination"] for f in r["details"]["fields"]) and len(r["details"]["fields"]) == 34
+    assert "stop_string_trim" in profile_diff(TRTLLM, HF) and HF.stop_string_trim == "none"
     assert out.exit_code == 0
 
 

@@ -266,4 +266,4 @@ def test_engines_without_a_request_layer_report_the_n_cases_na_naming_the_featur
             if getattr(impl, "run_scenario", None) is not None and "finish_reason" in case.kind.feature_set(impl):
                 assert why == head + "n", why   # a scenario engine: n is all it lacks here
     assert can == {"reference", "reference-hf", "reference-vllm", "reference-flashinfer", "reference-flashinfer-joint",
-                   "reference-llamacpp", "reference-sglang", "transformers", "vllm"}
+                   "reference-llamacpp", "reference-sglang", "reference-sglang-flashinfer", "transformers", "vllm"}

@@ -13,14 +13,15 @@ def test_builtin_names_in_registry_order():
     builtin = {e.name for e in registry.entries() if e.origin.startswith("impls.")}
     assert [n for n in registry.names("conformance") if n in builtin] == [
         "reference", "reference-hf", "reference-vllm", "reference-flashinfer", "reference-flashinfer-joint",
-        "reference-llamacpp", "reference-sglang", "transformers", "transformers-beam", "fused", "flashinfer",
-        "flashinfer-joint", "vllm", "vllm-triton", "vllm-flashinfer", "vllm-rejection", "trtllm", "llamacpp", "sglang"]
+        "reference-llamacpp", "reference-sglang", "reference-sglang-flashinfer", "transformers", "transformers-beam", "fused", "flashinfer",
+        "flashinfer-joint", "vllm", "vllm-triton", "vllm-flashinfer", "vllm-rejection", "trtllm", "llamacpp", "sglang",
+        "sglang-flashinfer"]
     assert [n for n in registry.names("latency") if n in builtin] == [
         "fused", "flashinfer", "vllm-cpu", "vllm-triton", "vllm-flashinfer", "torch-sort", "argmax", "reference-cuda",
         "reference-cpu"]
-    assert len(builtin) == 24 and len(set(registry.names())) == len(registry.names())
+    assert len(builtin) == 26 and len(set(registry.names())) == len(registry.names())
     # built-ins first, then entry points (the example adapter, where it is installed)
-    assert registry.names()[:24] == [e.name for e in registry.entries() if e.name in builtin]
+    assert registry.names()[:26] == [e.name for e in registry.entries() if e.name in builtin]
 
 
 @pytest.mark.parametrize("name", [e.name for e in registry.entries() if e.problem is None])

@@ -55,6 +55,17 @@ def test_logprobs_are_taken_after_temperature(impl):
     assert [t for t, _ in r.top_logprobs] == [0, 1]
 
 
+def test_logprobs_minus_one_returns_every_tokens_logprob_by_id(impl):
+    # logits [ln 8, ln 4, ln 2, 0], T = 0 (greedy), logprobs = -1: the request asks top_logprobs_num = V,
+    # laid out by id: log_softmax = [ln 8/15, ln 4/15, ln 2/15, ln 1/15] = [-0.628608659, -1.321755840,
+    # -2.014903021, -2.708050201]; no top_logprobs list (the whole vector is the answer).
+    row = _row([math.log(8), math.log(4), math.log(2), 0.0], temperature=0.0, logprobs=-1)
+    (r,) = impl.open_session().step([row])
+    assert r.token == 0 and r.top_logprobs is None
+    assert r.vocab_logprobs.tolist() == pytest.approx([-0.628608659, -1.321755840, -2.014903021, -2.708050201],
+                                                      abs=1e-6)
+
+
 def test_top_k_and_top_p_judged_on_one_distribution(impl):
     # probs [0.5, 0.3, 0.2], top_k 2, top_p 0.6. SGLang's torch path: one sort; top-k zeroes rank 2;
     # top-p zeroes a token whose mass sorted before it exceeds 0.6: exclusive sums 0, 0.5, 0.8 ->

@@ -45,7 +45,7 @@ from impls.reference.draw import gumbel_argmax
 from impls.reference.filters import chain, kept_set, mixture_probs, processed_probs
 from impls.reference.modes import SAMPLING, effective_seed, resolve
 from impls.reference.philox import uniforms
-from impls.reference.sampler import rewrite_logits
+from impls.reference.sampler import model_logits, rewrite_logits
 
 
 # ---------------------------------------------------------------- the planted samplers
@@ -80,6 +80,17 @@ class Planted(Reference):
                              torch.tensor(seeds, dtype=torch.int64), torch.zeros(n, dtype=torch.int64))
 
     # -- plumbing -------------------------------------------------------
+    def logits(self, row, dtype: torch.dtype) -> torch.Tensor:
+        """``(V,)``: the row's logits after every mask and rewrite, by the reference's own declarations.
+
+        :func:`~impls.reference.sampler.model_logits` applies the grammar bitmask where the profile
+        puts it on the model's logits (``token_bitmask_stage``), then
+        :func:`~impls.reference.sampler.rewrite_logits` runs ``rewrite_order``: allowed token ids,
+        logit bias, penalties, min_length, bad words, no-repeat-ngram (and the bitmask under the
+        ``"rewrite"`` stage). No planted sampler's defect is in these masks.
+        """
+        return rewrite_logits(model_logits(row, self.profile).to(dtype), row, self.profile)
+
     def probs(self, x: torch.Tensor, res):
         """The distribution this sampler draws from when it is not one kept set at one temperature, else None.
 
@@ -97,7 +108,7 @@ class Planted(Reference):
     def distribution(self, row) -> np.ndarray:
         """``(V,)`` float64: what this sampler actually draws from (for the power statement)."""
         res = resolve(row, self.profile)
-        x = rewrite_logits(row.logits.to(torch.float64), row, self.profile)
+        x = self.logits(row, torch.float64)
         keep = self.kept(x, res)
         p = self.probs(x, res)
         return (p if p is not None else processed_probs(x, keep, self.temperature(res.temperature))).numpy()
@@ -109,7 +120,7 @@ class Planted(Reference):
             def sample_many(self, row, seeds, chunk=8192):
                 res = resolve(row, impl.profile)
                 assert res.mode == SAMPLING
-                x = rewrite_logits(row.logits.to(torch.float32), row, impl.profile)
+                x = impl.logits(row, torch.float32)
                 keep = impl.kept(x, res)
                 probs = impl.probs(x.to(torch.float64), res)
                 sv = [effective_seed(row.replace(seed=int(s))) for s in seeds]

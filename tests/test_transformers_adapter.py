@@ -544,3 +544,47 @@ def test_import_without_transformers():
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+# --------------------------------------------------------------------------- custom logits processors
+def _procs(*tables):
+    from impls import processors
+    return processors.parse(list(tables))
+
+
+@needs_transformers
+def test_custom_processors_land_after_hf_processors_and_before_the_warpers():
+    # _merge_criteria_processor_list (utils.py@v5.24.0) appends a custom processor of a new type after
+    # _get_logits_processor's own; the warpers are appended after the merge, under do_sample only.
+    from impls.transformers import hf
+    row = Row(logits=torch.zeros(4), prompt=[1], repetition_penalty=1.5, temperature=0.7, top_p=0.9,
+              logits_processors=_procs({"kind": "bias", "bias": [[0, 1.0]]}))
+    prep = hf.prepare(row, hf.ModelFree())
+    assert prep.names() == ["RepetitionPenaltyLogitsProcessor", "CaseProcessors", "TemperatureLogitsWarper",
+                            "TopKLogitsWarper", "TopPLogitsWarper"]
+
+
+@needs_transformers
+def test_custom_processor_after_the_repetition_penalty_and_by_the_rows_steps():
+    # [1, 3, 2.2, 0.5], token 1 generated, repetition 2 then bias +1: 3 / 2 + 1 = 2.5 beats 2.2 -> token 1.
+    # cycle [3, 1, 2] at n = len(generated) = 2: only token 2 is left.
+    a, b = step(Row(logits=T(1.0, 3.0, 2.2, 0.5), generated=[1], temperature=0.0, repetition_penalty=2.0,
+                    logits_processors=_procs({"kind": "bias", "bias": [[1, 1.0]]})),
+                Row(logits=T(3.0, 2.0, 1.0, 0.0), generated=[0, 0], temperature=0.0,
+                    logits_processors=_procs({"kind": "cycle", "tokens": [3, 1, 2]})))
+    assert (a.token, a.rewritten_logits[1].item()) == (1, 2.5)
+    assert b.token == 2 and b.rewritten_logits.tolist() == [-INF, -INF, 1.0, -INF]
+
+
+@needs_transformers
+def test_generate_counts_each_requests_steps():
+    # generate() with one row: n = input_ids length - prompt length. Row [0, 1, 1.4, 0.5] repeated,
+    # step_bias +0.5 n on token 3: 0.5, 1.0 (token 2), then 1.5, 2.0 (token 3).
+    from impls.profiles import HF
+    from impls.reference.scenario_types import RequestSpec, ScenarioSpec
+    from impls.reference.scripted import TableModel
+    from impls.transformers.scenario import run_scenario
+    req = RequestSpec("r", 0, {"prompt": [1, 2], "temperature": 0.0, "max_new_tokens": 4,
+                               "logits_processors": _procs({"kind": "step_bias", "token": 3, "per_step": 0.5})})
+    res = run_scenario(ScenarioSpec(model=TableModel([[0.0, 1.0, 1.4, 0.5]]), requests=[req]), HF)
+    assert res.requests["r"].tokens == [2, 2, 3, 3]

@@ -49,8 +49,9 @@ def test_declared_features_and_keys():
     assert impl.scenario_features == SCENARIO_FEATURES == frozenset({
         "temperature", "top_k", "top_p", "min_p", "typical_p", "repetition_penalty", "prompt_ignore_length",
         "logit_bias", "min_length", "bad_words", "no_repeat_ngram", "end_id", "end_id_set", "ignore_eos",
-        "stop_words", "max_new_tokens", "max_seq_len", "seed", "finish_reason", "beam_search", "n"})
-    assert REPORTED == frozenset({"error", "error_step", "tokens", "finish_reason", "finish_step", "beams",
+        "stop_words", "max_new_tokens", "max_seq_len", "seed", "finish_reason", "beam_search", "logits_processors",
+        "stop_strings", "n"})
+    assert REPORTED == frozenset({"error", "error_step", "tokens", "finish_reason", "finish_step", "text", "beams",
                                   "cum_logprobs", "scores", "beam_finish_reasons"})
     assert impl.stages["decode"] == "own" and impl.stages["seeds"] == "adapter"
 
@@ -103,6 +104,32 @@ def test_stop_word_criterion_sits_next_to_the_eos_criterion():
                    "eos": (None, None, [2, 0, 3], "end_id", 2)}
     ref = Reference(HF).run_scenario(spec)
     assert {k: outcome(v) for k, v in ref.requests.items()} == got
+
+
+def test_stop_strings_run_through_stop_string_criteria_and_the_text_is_not_trimmed():
+    # Toy tokenizer 0 "<eos>" (special), 1 "x", 2 "ab", 3 "cd", 4 "ef"; greedy argmax 2, 3, 4, then 4.
+    # 'span' stop "bcde": "abcdef" after token 4, the match ends in the final token "ef" -> StopStringCriteria
+    # stops there: [2, 3, 4], stop_words at step 2; transformers keeps the whole text "abcdef" (no
+    # include_stop_str_in_output). 'late' stop "fx": never in "abcdefefef..." -> max_new_tokens 4: length.
+    # 'prompt' (prompt [1, 2] = "xab", stop "bc"): "xabcd" after token 3 ("b" of the prompt's "ab" and "c" of
+    # "cd"; the criterion reads input_ids, prompt included) -> stop_words at step 0 with tokens [3].
+    # Table rows are by generated position, so 'prompt' gets argmax 2 ("ab") first: redo with its own model.
+    from impls.reference.toy_tokenizer import make_tokenizer
+    tok = make_tokenizer({"vocab": ["<eos>", "x", "ab", "cd", "ef"], "special": [0]}, 5)
+    steps = [[0, 0, 5, 0, 0], [0, 0, 0, 5, 0], [0, 0, 0, 0, 5]]
+    g = dict(temperature=0.0, end_id=0, max_new_tokens=4)
+    span = RequestSpec(id="span", slot=0, fields=dict(prompt=[1], **g), stop=("bcde",))
+    late = RequestSpec(id="late", slot=1, fields=dict(prompt=[1], **g), stop=("fx",), include_stop_str_in_output=True)
+    pr = RequestSpec(id="prompt", slot=2, fields=dict(prompt=[1, 2], **g), stop=("bc",),
+                     model=TableModel([[0, 0, 0, 5, 0]]))
+    res, spec = run(span, late, pr, steps=steps, tokenizer=tok)
+    got = {k: (outcome(v), v.text) for k, v in res.requests.items()}
+    assert got == {"span": ((None, None, [2, 3, 4], "stop_words", 2), "abcdef"),
+                   "late": ((None, None, [2, 3, 4, 4], "length", 3), "abcdefef"),
+                   "prompt": ((None, None, [3], "stop_words", 0), "cd")}
+    ref = Reference(HF).run_scenario(spec)
+    assert {k: (outcome(v), v.text) for k, v in ref.requests.items()} == got
+    assert ref.requests["span"].stop_reason == "bcde" and res.requests["span"].stop_reason is None  # not reported
 
 
 def test_repetition_penalty_over_history_and_prompt_ignore_length():

@@ -460,3 +460,78 @@ def test_all_minus_inf_sampling_row_returns_token_0_the_finding():
     assert _tokens_over_seeds(Row(logits=T(-INF, -INF, -INF), temperature=1.0), 32) == {0}
     (pred,) = Reference(VLLM).open_session().step([Row(logits=T(-INF, -INF, -INF), temperature=1.0, seed=0)])
     assert pred.error == "no_valid_token"
+
+
+# --------------------------------------------------------------------------- custom logits processors
+def _procs(*tables):
+    from impls import processors
+    return processors.parse(list(tables))
+
+
+def test_processors_travel_in_extra_args():
+    from impls.vllm.translate import PROCESSORS_KEY, sampling_kwargs
+    r = Row(logits=torch.zeros(4), logits_processors=_procs({"kind": "cycle", "tokens": [2, 1]}))
+    assert sampling_kwargs(r)["extra_args"] == {PROCESSORS_KEY: [{"kind": "cycle", "tokens": [2, 1]}]}
+    assert "extra_args" not in sampling_kwargs(Row(logits=torch.zeros(4)))
+
+
+@needs_vllm
+def test_processor_state_follows_batch_updates_in_the_documented_order():
+    # BatchUpdate (v1/sample/logits_processor/interface.py): removed, then added, then moved; an added or
+    # moved request replaces the entry at its index; a SWAP exchanges two entries (or an entry and a hole).
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor.interface import BatchUpdate, MoveDirectionality as M
+
+    from impls.vllm.processors import CaseFilterProcessor, CaseRewriteProcessor
+    from impls.vllm.translate import PROCESSORS_KEY
+
+    def sp(*tables):
+        return SamplingParams(extra_args={PROCESSORS_KEY: list(tables)})
+
+    cyc = {"kind": "cycle", "tokens": [1]}
+    sb = {"kind": "step_bias", "token": 0, "per_step": 1.0}
+    mar = {"kind": "margin", "margin": 0.5}
+    p = CaseRewriteProcessor(None, torch.device("cpu"), False)
+    f = CaseFilterProcessor(None, torch.device("cpu"), False)
+    assert (p.is_argmax_invariant(), f.is_argmax_invariant()) == (False, True)
+    out_a, out_b, out_c = [], [7, 7], []
+    first = BatchUpdate(batch_size=3, removed=[], moved=[],
+                        added=[(0, sp(cyc), [1], out_a), (1, sp(sb, mar), [1], out_b), (2, sp(), [1], out_c)])
+    for q in (p, f):
+        q.update_state(first)
+    # each class keeps its own kinds; a request joins with steps = its output tokens so far
+    assert {i: (len(s.processors), s.steps) for i, s in p.rows.items()} == {0: (1, 0), 1: (1, 2)}
+    assert {i: s.steps for i, s in f.rows.items()} == {1: 2}
+    # next step: every held row advanced by one; 'a' (row 0) finished, 'c' (row 2) condensed into row 0
+    out_b.append(7)
+    p.update_state(BatchUpdate(batch_size=2, removed=[], added=[], moved=[(2, 0, M.UNIDIRECTIONAL)]))
+    assert {i: s.steps for i, s in p.rows.items()} == {1: 3}          # 'a''s cycle is gone from row 0
+    # a swap of row 1 (b) with an empty row 0 moves b's entry to row 0 and leaves row 1 empty
+    p.update_state(BatchUpdate(batch_size=2, removed=[], added=[], moved=[(0, 1, M.SWAP)]))
+    assert {i: s.steps for i, s in p.rows.items()} == {0: 4}
+    # a new request added into a removed index starts afresh (no steps carried over)
+    p.update_state(BatchUpdate(batch_size=2, removed=[0], added=[(0, sp(sb), [2], [])], moved=[]))
+    assert {i: s.steps for i, s in p.rows.items()} == {0: 0}
+    x = torch.zeros(2, 3)
+    assert p.apply(x).tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]   # step_bias at n = 0 adds 0
+
+
+@needs_vllm
+def test_single_step_rows_run_the_processors_at_their_own_steps():
+    # cycle [3, 1, 2] on [3, 2, 1, 0], greedy: n = len(generated) picks the only token left.
+    cyc = _procs({"kind": "cycle", "tokens": [3, 1, 2]})
+    out = step(Row(logits=T(3.0, 2.0, 1.0, 0.0), temperature=0.0, logits_processors=cyc),
+               Row(logits=T(3.0, 2.0, 1.0, 0.0), temperature=0.0, generated=[0, 0], logits_processors=cyc),
+               Row(logits=T(3.0, 2.0, 1.0, 0.0), temperature=0.0, generated=[1]))
+    assert [r.token for r in out] == [3, 2, 0]
+
+
+@needs_vllm
+def test_argmax_invariant_processors_run_after_the_temperature_on_sampling_rows_only():
+    # margin 1.2 on [2, 1, 0, -1] at T = 2: Sampler.sample applies it to x / T = [1, 0.5, 0, -0.5]
+    # (bans < -0.2: support {0, 1, 2}); a greedy row's rewritten logits never see it.
+    margin = _procs({"kind": "margin", "margin": 1.2})
+    s, g = step(Row(logits=T(2.0, 1.0, 0.0, -1.0), temperature=2.0, seed=3, logits_processors=margin),
+                Row(logits=T(2.0, 1.0, 0.0, -1.0), temperature=0.0, logits_processors=margin))
+    assert support(s) == [0, 1, 2]
+    assert g.token == 0 and g.rewritten_logits.tolist() == [2.0, 1.0, 0.0, -1.0]

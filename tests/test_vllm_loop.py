@@ -289,3 +289,110 @@ def test_child_seed_past_uint64_max_refuses_the_request_after_child_0_entered_th
     assert res["a#0"].error is None and res["a#0"].tokens == res["b"].tokens and len(res["b"].tokens) == 3
     eng = loop.engine_for(16, loop.DEFAULT_MAX_MODEL_LEN)
     assert not eng.engine.has_unfinished_requests()
+
+
+# --------------------------------------------------------------------------- custom logits processors
+def _procs(*tables):
+    from impls import processors
+    return processors.parse(list(tables))
+
+
+def _condense_scenario():
+    # invariants/custom-processor-state-follows-condense, without 'c2': a (cycle [4], 1 token), b, c
+    # (step_bias) in rows 0, 1, 2; 'a' finishes at step 0, so InputBatch.condense moves c 2 -> 0.
+    model = TableModel([[0.0, 0.0, 0.0, 1.0, 0.5, 1.8]])
+    return model, [
+        _req("a", 0, (1,), max_new_tokens=1, logits_processors=_procs({"kind": "cycle", "tokens": [4]}), **GREEDY),
+        _req("b", 1, (2,), max_new_tokens=6,
+             logits_processors=_procs({"kind": "step_bias", "token": 4, "per_step": 0.3}), **GREEDY),
+        _req("c", 2, (3,), max_new_tokens=5,
+             logits_processors=_procs({"kind": "step_bias", "token": 3, "per_step": 0.5}), **GREEDY)]
+
+
+def test_processor_state_follows_a_request_that_condense_moves(monkeypatch):
+    from vllm.v1.sample.logits_processor.interface import MoveDirectionality
+
+    from impls.vllm import processors as vp
+
+    seen = []
+    real = vp._CaseProcessor.update_state
+
+    def record(self, batch_update):
+        if batch_update is not None and isinstance(self, vp.CaseRewriteProcessor):
+            seen.append((list(batch_update.removed), [a[0] for a in batch_update.added], list(batch_update.moved)))
+        return real(self, batch_update)
+
+    monkeypatch.setattr(vp._CaseProcessor, "update_state", record)
+    model, reqs = _condense_scenario()
+    res = _run(model, *reqs)
+    # vLLM's own bookkeeping: three added rows, then the one-way move of c into a's row
+    assert seen[0] == ([], [0, 1, 2], [])
+    assert ([], [], [(2, 0, MoveDirectionality.UNIDIRECTIONAL)]) in seen
+    # token 4 of b holds 0.5 + 0.3 n (beats 1.8 at n = 5); token 3 of c 1 + 0.5 n (from n = 2)
+    assert res.requests["a"].tokens == [4]
+    assert res.requests["b"].tokens == [5, 5, 5, 5, 5, 4]
+    assert res.requests["c"].tokens == [5, 5, 3, 3, 3]
+
+
+def test_a_processor_that_leaves_a_stale_entry_is_caught(monkeypatch):
+    # Plant a classic bug: a move carries the source's entry but leaves the target's when the source has
+    # none. invariants/custom-processor-state-cleared-on-move: 'c' (no processor) condensed into 'a''s
+    # row 0 would then run 'a''s cycle [4]; correct bookkeeping gives the argmax 5 throughout.
+    from impls.vllm import processors as vp
+
+    real = vp._CaseProcessor.update_state
+
+    def stale(self, batch_update):
+        if batch_update is None or not batch_update.moved:
+            return real(self, batch_update)
+        moves = list(batch_update.moved)
+        real(self, type(batch_update)(batch_size=batch_update.batch_size, removed=batch_update.removed,
+                                      added=batch_update.added, moved=[]))
+        for a, b, _ in moves:
+            if a in self.rows:
+                self.rows[b] = self.rows.pop(a)
+
+    model = TableModel([[0.0, 0.0, 0.0, 1.0, 0.5, 1.8]])
+    reqs = [_req("a", 0, (1,), max_new_tokens=1, logits_processors=_procs({"kind": "cycle", "tokens": [4]}), **GREEDY),
+            _req("b", 1, (2,), max_new_tokens=3, **GREEDY), _req("c", 2, (3,), max_new_tokens=3, **GREEDY)]
+    assert _run(model, *reqs).requests["c"].tokens == [5, 5, 5]
+    monkeypatch.setattr(vp._CaseProcessor, "update_state", stale)
+    # step 1 forces 4 on 'c'; at step 2 the stale entry's counter (2) is not 'c''s output length (1),
+    # which the loop's own check reports
+    with pytest.raises(RuntimeError, match=r"steps counter disagrees .*\('CaseRewriteProcessor', 0, 2, 1\)"):
+        _run(model, *reqs)
+
+
+def test_stop_strings_run_through_vllms_detokenizer_on_the_toy_tokenizer():
+    # The engine starts with the case's toy tokenizer (0 "<eos>" special, 1 "x", 2 "ab", 3 "cd", 4 "ef",
+    # 5 "yS", 6 "TOP"); greedy argmax 2, 3, 4, then 4 (text "ab", "abcd", "abcdef", ...).
+    # 'span' stop "bcde": ends at 5 in the new text "ef" at step 2 -> check_stop_strings (v1/engine/
+    #   detokenizer.py) finishes it: stop_reason "bcde", text cut at its start 1 -> "a", tokens [2, 3, 4] kept.
+    # 'inc' the same with include_stop_str_in_output -> text cut at its end: "abcde" (the "f" is cut).
+    # 'minl' stop "b", min_tokens 1: the "b" of step 0 is not looked at (1 token, not > min_tokens);
+    #   later "b"s never end in the new text -> max_tokens 3: length, text "abcdef", no stop_reason.
+    # 'pr' prompt [5] ("yS") + "TOP": vLLM searches output_text only -> no "STOP": length at step 1 with
+    #   max_tokens 2; its own model gives argmax 6 then 4 (prompt [5] names it).
+    # 'empty' stop [""]: SamplingParams._verify_args raises -> invalid_stop_words at step 0.
+    from impls.reference.toy_tokenizer import make_tokenizer
+    tok = make_tokenizer({"vocab": ["<eos>", "x", "ab", "cd", "ef", "yS", "TOP"], "special": [0]}, 7)
+    model = TableModel([[0, 0, 5, 0, 0, 0, 0], [0, 0, 0, 5, 0, 0, 0], [0, 0, 0, 0, 5, 0, 0]])
+    g = dict(end_id=0, **GREEDY)
+    reqs = [RequestSpec("span", 0, {"prompt": [1], "max_new_tokens": 6, **g}, stop=("bcde",)),
+            RequestSpec("inc", 1, {"prompt": [1, 1], "max_new_tokens": 6, **g}, stop=("bcde",),
+                        include_stop_str_in_output=True),
+            RequestSpec("minl", 2, {"prompt": [1, 1, 1], "max_new_tokens": 3, "min_length": 1, **g}, stop=("b",)),
+            RequestSpec("pr", 3, {"prompt": [5], "max_new_tokens": 2, **g}, stop=("STOP",),
+                        model=TableModel([[0, 0, 0, 0, 0, 0, 5], [0, 0, 0, 0, 5, 0, 0]])),
+            RequestSpec("empty", 4, {"prompt": [1, 2], "max_new_tokens": 2, **g}, stop=("",))]
+    res = _run(model, *reqs, tokenizer=tok)
+    got = {k: (r.error, r.tokens, r.finish_reason, r.finish_step, r.text, r.stop_reason)
+           for k, r in res.requests.items()}
+    assert got == {
+        "span": (None, [2, 3, 4], "stop_words", 2, "a", "bcde"),
+        "inc": (None, [2, 3, 4], "stop_words", 2, "abcde", "bcde"),
+        "minl": (None, [2, 3, 4], "length", 2, "abcdef", None),
+        "pr": (None, [6, 4], "length", 1, "TOPef", None),
+        "empty": ("invalid_stop_words", [], None, None, None, None),
+    }
+    assert {"text", "stop_reason"} <= res.keys

@@ -3,7 +3,8 @@
 * ``cases/features.txt`` — the feature list, one name a line;
 * in ``cases/README.md``, the blocks between ``<!-- sampcheck docs: NAME -->`` and
   ``<!-- /sampcheck docs -->``: ``row-fields`` (the fields of a single-step row),
-  ``request-fields`` (the fields of a scenario request) and ``error-kinds``.
+  ``request-fields`` (the fields of a scenario request), ``error-kinds`` and
+  ``processor-kinds`` (the custom logits processor kinds of :mod:`impls.processors`).
 
 Nothing else in those files is touched. :func:`stale` lists the files whose text differs
 from what the registry gives (``sampcheck docs --check`` exits 1 on any).
@@ -14,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from impls import params
+from impls import params, processors
 
 from .paths import CASES_DIR
 
@@ -37,6 +38,7 @@ BLOCKS = {
     "row-fields": lambda: params.markdown_table("step"),
     "request-fields": lambda: params.markdown_table("request"),
     "error-kinds": _errors,
+    "processor-kinds": processors.kind_table,
 }
 
 

@@ -39,8 +39,11 @@ FEATURE_STAGES = {
     "logit_bias": "logit_bias",
     "min_length": "bans", "bad_words": "bans", "no_repeat_ngram": "bans",
     "allowed_token_ids": "bans", "token_bitmask": "bans",
+    # a custom processor's arithmetic is the case's (impls/processors.py); where it runs among the
+    # rewrites, on which rows and with which request's state is the engine's: a logits rewrite (§1.2)
+    "logits_processors": "logit_bias",
     "end_id": "finish", "ignore_eos": "finish", "stop_words": "finish", "max_new_tokens": "finish",
-    "max_seq_len": "finish", "finish_reason": "finish", "end_id_set": "finish",
+    "max_seq_len": "finish", "finish_reason": "finish", "end_id_set": "finish", "stop_strings": "finish",
     "seed": "seeds", "canonical_rng": "draw",
     "n": "decode",  # the fan-out into children is the engine's request loop (LLMEngine.add_request, generate())
     "logprobs": "logprobs", "processed_logits": "logit_bias", "logprobs_mode": "logprobs",
@@ -56,7 +59,7 @@ OUTPUT_STAGES = {
     "scheduled": "decode", "offsets": "seeds", "top_p": "decode", "error_step": "decode",
     "emitted": "speculative", "drafts": "speculative", "accepted": "speculative", "rewind": "speculative",
     "beam_tokens": "beam", "predecessors": "beam", "beams": "beam", "cum_logprobs": "beam", "scores": "beam",
-    "beam_finish_reasons": "beam",
+    "beam_finish_reasons": "beam", "text": "finish", "stop_reason": "finish",
 }
 #: The stage that raises each error kind (:data:`impls.params.ERRORS`): the row's validation, or
 #: the step that finds the distribution undefined.

@@ -35,6 +35,7 @@ from impls.reference import Reference
 from impls.reference.scenario import RequestSpec, ScenarioSpec, ScenarioUnsupported, alone, replicate
 from impls.reference.scenario_types import child_id, parent_of
 from impls.reference.scripted import ModelError, make_model
+from impls.reference.toy_tokenizer import TokenizerError, make_tokenizer
 
 from harness.corpus import truths
 from harness.corpus.kinds import RECORD_KEYS, CheckKind
@@ -64,6 +65,7 @@ _EXPECT_PROPS = {
     "emitted": _INTSS, "drafts": _INTSS, "accepted": _INTS, "rewind": _INTS,
     "beam_tokens": _INTSS, "predecessors": _INTSS, "beams": _INTSS, "cum_logprobs": _NUMS, "scores": _NUMS,
     "beam_finish_reasons": {"type": "array", "items": _REASON}, "probs": _NUMS,
+    "text": {"type": "string"}, "stop_reason": {"type": "string"},
 }
 EXPECT_KEYS = tuple(_EXPECT_PROPS)
 _FLOAT_KEYS = {"top_p", "cum_logprobs", "scores", "probs"}
@@ -85,6 +87,7 @@ SCENARIO_SCHEMA = {
     "type": "object", "required": ["model", "requests"], "additionalProperties": False,
     "properties": {
         "model": _MODEL, "draft_model": _MODEL,
+        "tokenizer": {"type": "object"},  # validated by impls.reference.toy_tokenizer.make_tokenizer
         "defaults": {"type": "object", "additionalProperties": False, "properties": {
             k: v for k, v in params.request_schema().items() if k not in ("id", "slot", "model")}},
         "requests": {"type": "array", "minItems": 1, "items": _REQUEST},
@@ -165,14 +168,17 @@ def load_scenario(data: dict, shown: str) -> tuple:
         Schema violation, bad model, duplicate request ids, a schedule or
         relation naming an unknown request, an expectation outside the
         vocabulary, ``d2t`` of the wrong length, literal drafts longer than
-        ``draft_len``, a draft request without a way to get drafts; for
-        parallel sampling (cases/README.md, "Parallel sampling"): ``n > 1``
-        with beam search, ``children`` without ``n > 1`` or with more than
-        ``n`` entries, a request with ``n > 1`` expecting more of itself than
+        ``draft_len``, a draft request without a way to get drafts, a toy
+        tokenizer that is not one (``scenario.tokenizer.vocab[3]``) or whose size is
+        not a request model's vocabulary, stop strings without a tokenizer or on a
+        beam or draft request, a ``text`` or ``stop_reason`` expectation without a
+        tokenizer; for parallel sampling (cases/README.md, "Parallel sampling"):
+        ``n > 1`` with beam search, ``children`` without ``n > 1`` or with more
+        than ``n`` entries, a request with ``n > 1`` expecting more of itself than
         ``probs`` and ``support``, slots that meet a request's children's, a
-        schedule naming a child, a relation naming a request with ``n > 1``
-        or a child it does not have, a statistical check over children whose
-        ``draws`` is not ``n``.
+        schedule naming a child, a relation naming a request with ``n > 1`` or a
+        child it does not have, a statistical check over children whose ``draws``
+        is not ``n``.
     """
     sc = data["scenario"]
     try:
@@ -181,6 +187,12 @@ def load_scenario(data: dict, shown: str) -> tuple:
         raise schema_error(shown, e, root="scenario") from None
     model = _model(sc["model"], shown, "scenario.model")
     draft = _model(sc["draft_model"], shown, "scenario.draft_model") if "draft_model" in sc else None
+    tok = None
+    if "tokenizer" in sc:
+        try:
+            tok = make_tokenizer(sc["tokenizer"], model.vocab)
+        except TokenizerError as e:
+            raise CaseError(shown, "scenario.tokenizer" + (f".{e.field}" if e.field else ""), e.reason) from None
     defaults = sc.get("defaults", {})
     used, reqs, expect, seen, by_profile = set(), [], {}, {}, {}
     for i, raw in enumerate(sc["requests"]):
@@ -201,6 +213,10 @@ def load_scenario(data: dict, shown: str) -> tuple:
                 fields[k] = prm.convert(v) if prm.convert is not None else v
             except ValueError as e:
                 raise CaseError(shown, f"{where}.{k}", str(e)) from None
+            if prm.vocab_check is not None:
+                reason = prm.vocab_check(v, V)
+                if reason is not None:
+                    raise CaseError(shown, f"{where}.{k}", reason)
         fields.pop("slot", None)
         K = r.get("draft_len", 0)
         drafts = r.get("drafts")
@@ -212,6 +228,17 @@ def load_scenario(data: dict, shown: str) -> tuple:
                     raise CaseError(shown, f"{where}.drafts[{j}]", f"{len(d)} tokens, draft_len is {K}")
         elif K and draft is None:
             raise CaseError(shown, f"{where}.draft_len", "needs scenario.draft_model or literal drafts")
+        if tok is not None and V != tok.size:
+            raise CaseError(shown, f"{where}.model", f"vocabulary {V}, the scenario's tokenizer has {tok.size} tokens")
+        for key in ("stop", "include_stop_str_in_output"):
+            if key not in r:
+                continue
+            if tok is None:
+                raise CaseError(shown, f"{where}.{key}", "needs [scenario.tokenizer] (stop strings are matched on its "
+                                "text)")
+            if r.get("use_beam_search") or K:
+                raise CaseError(shown, f"{where}.{key}", "stop strings are checked on plain requests only (one "
+                                "token a step): not with beam search or draft tokens")
         if "d2t" in r and draft is not None and len(r["d2t"]) != draft.vocab:
             raise CaseError(shown, f"{where}.d2t", f"has {len(r['d2t'])} entries, the draft vocab is {draft.vocab}")
         n = r.get("n", 1)
@@ -228,7 +255,8 @@ def load_scenario(data: dict, shown: str) -> tuple:
                                 pause=frozenset(r.get("pause", [])), beam_width=r.get("beam_width", 1),
                                 length_penalty=r.get("length_penalty"), early_stopping=r.get("early_stopping"),
                                 diversity_rate=r.get("diversity_rate"), draft_len=K, drafts=drafts,
-                                d2t=r.get("d2t"), model=rmodel, n=n))
+                                d2t=r.get("d2t"), model=rmodel, stop=tuple(r.get("stop", ())),
+                                include_stop_str_in_output=bool(r.get("include_stop_str_in_output", False)), n=n))
         for k, v in r.items():
             feat = params.field_feature(k, v) if k not in _TRUTH_FIELDS else None
             if feat is not None:
@@ -253,6 +281,9 @@ def load_scenario(data: dict, shown: str) -> tuple:
                 raise CaseError(shown, err.field, err.reason) from None
             for label, t in [("expect", e)] + [(f"expect_by_profile.{p}", t) for p, t in mine.items()]:
                 _check_expect(t, V, shown, f"{at}.{label}")
+                for key in ("text", "stop_reason"):
+                    if key in t and tok is None:
+                        raise CaseError(shown, f"{at}.{label}.{key}", "needs [scenario.tokenizer]")
                 if "finish_reason" in t:
                     used.add(("finish_reason", f"{at}.{label}.finish_reason"))
             expect[oid] = e
@@ -290,7 +321,7 @@ def load_scenario(data: dict, shown: str) -> tuple:
                             f"the children of request {q.id!r} are its n = {q.n} children: draws must equal n")
     spec = ScenarioSpec(model=model, requests=reqs, draft_model=draft, max_beam_width=sc.get("max_beam_width", 4),
                         max_steps=sc.get("max_steps", 32), max_seq_len=sc.get("max_seq_len"),
-                        schedule=sc.get("schedule"))
+                        schedule=sc.get("schedule"), tokenizer=tok)
     _check_budget(spec, stat, shown)
     return ScenarioCase(spec, expect, sc.get("relations", []), stat, by_profile), used
 
@@ -408,6 +439,7 @@ def observe(rr, keys=EXPECT_KEYS) -> dict:
         "beams": lambda: rr.beams, "cum_logprobs": lambda: rr.cum_logprobs, "scores": lambda: rr.scores,
         "beam_finish_reasons": lambda: rr.beam_finish_reasons,
         "probs": lambda: None,
+        "text": lambda: rr.text, "stop_reason": lambda: rr.stop_reason,
     }
     out = {k: table[k]() for k in keys}
     if rr.error is not None:

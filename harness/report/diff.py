@@ -125,8 +125,19 @@ def _short(v, limit: int = 80) -> str:
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-def _groups(counts_a: list, counts_b: list, out_a: int, out_b: int) -> list:
-    """Finest common groups of two binnings: ``[(label, count_a, count_b)]``, deterministic order."""
+def _outside_count(out) -> int:
+    """Draws outside the predicted support: a count, or a record's ``{token: count}`` (``outside_support``)."""
+    if isinstance(out, dict):
+        return sum(int(n) for n in out.values())
+    return int(out or 0)
+
+
+def _groups(counts_a: list, counts_b: list, out_a, out_b) -> list:
+    """Finest common groups of two binnings: ``[(label, count_a, count_b)]``, deterministic order.
+
+    The draws outside the support (``out_a``, ``out_b``: :func:`_outside_count`) are one group.
+    """
+    out_a, out_b = _outside_count(out_a), _outside_count(out_b)
     parent = {}
 
     def find(t):
@@ -154,19 +165,20 @@ def _groups(counts_a: list, counts_b: list, out_a: int, out_b: int) -> list:
     rows = [(",".join(str(t) for t in sorted(m)), tot[r][0], tot[r][1]) for r, m in
             sorted(members.items(), key=lambda kv: min(kv[1]))]
     if out_a or out_b:
-        rows.append(("outside support", int(out_a or 0), int(out_b or 0)))
+        rows.append(("outside support", out_a, out_b))
     return rows
 
 
-def two_sample(counts_a: list, counts_b: list, outside_a: int = 0, outside_b: int = 0) -> dict:
+def two_sample(counts_a: list, counts_b: list, outside_a=0, outside_b=0) -> dict:
     """Chi-square two-sample (homogeneity) test of two binned samples of one row.
 
     Parameters
     ----------
     counts_a, counts_b : list of [list of int, int]
         ``[[token ids of a bin], observed draws]`` of each record.
-    outside_a, outside_b : int
-        Draws outside the predicted support.
+    outside_a, outside_b : int or dict
+        Draws outside the predicted support: a count, or a record's
+        ``outside_support`` (``{token: count}``); one group.
 
     Returns
     -------

@@ -75,7 +75,7 @@ class FusedSession:
         list of RowResult
         """
         from ..reference.modes import BEAM, GREEDY, effective_seed, resolve
-        from ..reference.sampler import rewrite_logits, token_outputs
+        from ..reference.sampler import rewrite_logits, token_outputs, vector_outputs
         from ..reference.logprobs import raw_logprobs
         from .kernel import STATUS_KINDS, PATHS
         from .ops import fused_sample
@@ -119,7 +119,8 @@ class FusedSession:
                 if res.mode not in (GREEDY, BEAM):
                     r.extra.update(seed=params["seed"], offset=params["offset"])
                 r.raw_logprobs = raw_logprobs(xr)
-                for key, v in token_outputs(rows[i], t, r.raw_logprobs, probs[j], TRTLLM).items():
+                for key, v in (*vector_outputs(rows[i], r.raw_logprobs).items(),
+                               *token_outputs(rows[i], t, r.raw_logprobs, probs[j], TRTLLM).items()):
                     setattr(r, key, v)
                 out[i] = r
         return out

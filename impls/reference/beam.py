@@ -197,6 +197,7 @@ class BeamSearch:
         steps = {
             "allowed_token_ids": lambda y: bans.apply_allowed_token_ids(y, hist, p),
             "token_bitmask": lambda y: y,   # a step field: a beam request carries none
+            "custom": lambda y: rewrites.apply_custom(y, hist, p),   # each beam at its own history
             "logit_bias": lambda y: rewrites.apply_logit_bias(y, hist),
             "repetition": lambda y: rewrites.apply_repetition(y, counted, p),
             "presence_frequency": lambda y: rewrites.apply_presence_frequency(y, counted, p),

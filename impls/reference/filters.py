@@ -15,6 +15,7 @@ from typing import Optional
 
 import torch
 
+from .. import processors
 from ..profiles import Profile
 
 __all__ = ["kept_set", "chain", "Outcome", "processed_probs", "mixture_probs", "min_p_mask", "top_k_mask",
@@ -342,7 +343,9 @@ def chain(x: torch.Tensor, res, profile: Profile) -> list:
     Membership is decided in float64 whatever the dtype of ``x`` (the probabilities are
     ``softmax`` of the float64 values of ``x``, cumulative masses are float64 sums), so
     the kept set is exact arithmetic's up to ~1e-16; tokens tie iff their logits are
-    equal. Source: SEMANTICS §1.5. Profile trtllm: ``probs = softmax(x / T)``, then
+    equal. ``"custom"`` in ``filter_order`` runs the row's argmax-invariant custom logits processors
+    (:func:`impls.processors.filter_keep`) on the temperature-scaled logits (§1.4b).
+    Source: SEMANTICS §1.5. Profile trtllm: ``probs = softmax(x / T)``, then
     min-p, then top-k, then top-p on the renormalised survivors, then the filters only
     llama.cpp has (top-n-sigma, typical-p, XTC). A mirostat row (``res.mirostat`` 1 or 2) is
     one outcome, mirostat's cut after the temperature, decided in float32 as llama.cpp does
@@ -390,6 +393,10 @@ def chain(x: torch.Tensor, res, profile: Profile) -> list:
             return out, ("descending" if res.top_p < 1 else None)
         if name == "top_n_sigma":
             return top_n_sigma_mask(scaled, keep, res.top_n_sigma), None
+        if name == "custom":
+            # the argmax-invariant custom processors (§1.4b), on the logits this stage sees
+            # (vLLM's Sampler.sample: after the temperature and min-p, before top-k/top-p)
+            return processors.filter_keep(scaled, keep, res.processors, res.processor_steps), None
         if name == "typical_p":
             out, key = typical_mask(cur, keep, res.typical_p, mk, profile.typical_p_rule)
             # a NaN mass is not >= 1: llama.cpp runs the sampler (it keeps all, in typical order)

@@ -15,7 +15,7 @@ def _ends_with(hist: list, word: list) -> bool:
     return len(word) <= len(hist) and hist[len(hist) - len(word):] == list(word)
 
 
-def finish_reason(row: Row, token: int, profile: Profile) -> str:
+def finish_reason(row: Row, token: int, profile: Profile, stop_string: bool = False) -> str:
     """Finish reason of ``row`` once ``token`` is appended to ``generated``.
 
     Conditions: END_ID if ``token`` is an id of the EOS set
@@ -28,7 +28,9 @@ def finish_reason(row: Row, token: int, profile: Profile) -> str:
     ``len(prompt) + len(generated) >= max_seq_len``; STOP_WORDS if the
     history ends with a stop word (``prompt + generated`` when
     ``profile.stop_words_see_prompt``, so a match may straddle the prompt
-    boundary; multi-token words match across steps). With neither length
+    boundary; multi-token words match across steps), or ``stop_string``
+    says a stop string matched at this step (:func:`.stop_strings.find_stop`,
+    SEMANTICS §1.8a: stop strings take the same place). With neither length
     set, ``profile.unset_max_new_tokens`` applies (Hugging Face: 20); with
     ``profile.max_new_tokens_overrides_max_seq_len`` a set
     ``max_new_tokens`` drops the ``max_seq_len`` test. Under
@@ -59,7 +61,7 @@ def finish_reason(row: Row, token: int, profile: Profile) -> str:
         END_ID: token in ends,
         LENGTH: (max_new is not None and len(gen) >= max_new)
         or (max_seq is not None and len(row.prompt) + len(gen) >= max_seq),
-        STOP_WORDS: token in stops or any(_ends_with(hist, w) for w in row.stop_words
+        STOP_WORDS: stop_string or token in stops or any(_ends_with(hist, w) for w in row.stop_words
                                           if not (row.ignore_eos and profile.ignore_eos_scope == "stop_tokens"
                                                   and len(w) == 1)),
     }

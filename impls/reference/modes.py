@@ -17,6 +17,7 @@ from typing import Optional
 
 import torch
 
+from .. import processors
 from ..base import Row, RowError
 from ..profiles import Profile
 from .philox import seed_bits
@@ -59,6 +60,11 @@ class Resolved:
     mirostat_mu : float or None
         The slot's mirostat state for this step (set by the session); None: a new sampler
         (``2 * tau``).
+    processors : tuple of impls.processors.Processor
+        The row's custom logits processors (§1.4b); the filter chain runs the argmax-invariant
+        ones where the profile's ``filter_order`` holds ``"custom"``.
+    processor_steps : int
+        The request's steps so far (:func:`impls.processors.steps`), which stateful kinds read.
     """
 
     mode: str
@@ -77,6 +83,8 @@ class Resolved:
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
     mirostat_mu: Optional[float] = None
+    processors: tuple = ()
+    processor_steps: int = 0
 
     @property
     def xtc_active(self) -> bool:
@@ -447,6 +455,8 @@ def resolve(row: Row, profile: Profile) -> Resolved:
         mirostat=row.mirostat or 0,
         mirostat_tau=row.mirostat_tau if row.mirostat_tau is not None else 5.0,
         mirostat_eta=row.mirostat_eta if row.mirostat_eta is not None else 0.1,
+        processors=tuple(row.logits_processors or ()),
+        processor_steps=processors.steps(row),
     )
     # §1.1 rule 4: an assertion, reaching it means resolution was bypassed.
     # Only the spellings the profile treats as greedy are excluded here (profiles

@@ -1,6 +1,6 @@
-"""Logits rewrites before filtering: logit bias and occurrence penalties.
+"""Logits rewrites before filtering: logit bias, occurrence penalties, custom logits processors.
 
-SEMANTICS §1.2-§1.3 ("penalty sign handling"). Each function takes one row's
+SEMANTICS §1.2-§1.3 ("penalty sign handling"), §1.4b. Each function takes one row's
 logits ``x`` of shape ``(V,)`` in the working dtype (float32, or float64 in
 oracle mode) and returns a new tensor; nothing is modified in place.
 """
@@ -14,10 +14,29 @@ from collections import Counter
 
 import torch
 
+from .. import processors
 from ..base import Row, RowError
 from ..profiles import Profile
 
-__all__ = ["apply_logit_bias", "apply_repetition", "apply_presence_frequency", "apply_dry", "penalty_active"]
+__all__ = ["apply_logit_bias", "apply_repetition", "apply_presence_frequency", "apply_dry", "penalty_active",
+           "apply_custom"]
+
+
+def apply_custom(x: torch.Tensor, row: Row, profile: Profile) -> torch.Tensor:
+    """The row's custom logits processors at ``"custom"`` in ``profile.rewrite_order`` (§1.4b).
+
+    Every kind of ``row.logits_processors``, in order, at the request's steps
+    (:func:`impls.processors.steps`: from the row's own history); where ``profile.filter_order``
+    holds ``"custom"`` (vLLM) only the kinds that can change the argmax, the argmax-invariant ones
+    running among the filters instead (:func:`impls.reference.filters.chain`).
+
+    Returns
+    -------
+    torch.Tensor
+        ``x`` itself when the row has no processor.
+    """
+    only = False if "custom" in profile.filter_order else None
+    return processors.apply_all(x, row.logits_processors, processors.steps(row), only)
 
 
 def apply_logit_bias(x: torch.Tensor, row: Row, profile: Profile = None) -> torch.Tensor:

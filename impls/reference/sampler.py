@@ -11,8 +11,10 @@ fields choose the variants, never the engine's name):
 3. validation and mode resolution (:mod:`.modes`, §1.1);
 4. upcast to the working dtype (float32; float64 in oracle mode);
 5. logits rewrites in ``profile.rewrite_order`` (:mod:`.rewrites`,
-   :mod:`.bans`; §1.2-§1.4a): allowed token ids, logit bias, repetition,
-   presence/frequency, DRY, min_length, bad words, no-repeat-ngram (and the
+   :mod:`.bans`; §1.2-§1.4b): allowed token ids, logit bias, repetition,
+   presence/frequency, DRY, min_length, bad words, no-repeat-ngram, the row's
+   custom logits processors (:mod:`impls.processors`; the argmax-invariant ones
+   among the filters where ``profile.filter_order`` holds ``"custom"``) (and the
    grammar bitmask under ``token_bitmask_stage == "rewrite"``);
 6. RAW logprobs from the stage ``profile.raw_logprobs_stage`` (§1.7);
 7. GREEDY: argmax, ties → lowest id. BEAM (one step, width 1): argmax of
@@ -52,7 +54,7 @@ from .modes import BEAM, GREEDY, SAMPLING, Resolved, effective_seed, resolve
 from .philox import seed_bits
 from .seeds import SeedManager
 
-__all__ = ["ReferenceSession", "rewrite_logits", "model_logits", "token_outputs", "REFERENCE_VERSION"]
+__all__ = ["ReferenceSession", "rewrite_logits", "model_logits", "token_outputs", "vector_outputs", "REFERENCE_VERSION"]
 
 #: Bumped whenever a rule of the reference changes; recorded in golden files.
 #: 2: top-p decay across steps (§2), decay + beam rejected, integer-only seeds,
@@ -89,6 +91,7 @@ def rewrite_logits(x: torch.Tensor, row: Row, profile: Profile, allow_nan: bool 
     # (SEMANTICS §1.5a): the penalties and DRY are not applied
     skip = ("repetition", "presence_frequency", "dry") if row.mirostat in (1, 2) else ()
     steps = {
+        "custom": lambda y: rewrites.apply_custom(y, row, profile),
         "allowed_token_ids": lambda y: bans.apply_allowed_token_ids(y, row, profile),
         "token_bitmask": lambda y: (bans.apply_bans(y, bans.bitmask_bans(row))
                                     if profile.token_bitmask_stage == "rewrite" else y),
@@ -170,6 +173,32 @@ def token_outputs(row: Row, token: int, raw_lp: torch.Tensor, probs: torch.Tenso
     }
 
 
+def vector_outputs(row: Row, lp: torch.Tensor) -> dict:
+    """The outputs of a row read from its whole logprob vector, whatever token was drawn.
+
+    Parameters
+    ----------
+    row : Row
+    lp : torch.Tensor
+        ``(V,)`` the vector of the row's ``logprobs_mode`` (:func:`.logprobs.mode_vector`;
+        RAW logprobs when the mode is unset).
+
+    Returns
+    -------
+    dict
+        ``vocab_logprobs``: ``lp`` when ``row.logprobs == -1`` (every token, in id order),
+        else None; ``token_logprobs``: ``[(id, lp[id]), ...]`` in the order of
+        ``row.logprob_token_ids``, else None. Source: SEMANTICS §1.7;
+        vllm-project/vllm:vllm/v1/sample/sampler.py@v0.32.0 ``Sampler.forward``
+        (``num_logprobs == -1``) and ``Sampler.gather_specific_token_logprobs``.
+    """
+    return {
+        "vocab_logprobs": lp if row.logprobs == -1 else None,
+        "token_logprobs": ([(int(t), float(lp[int(t)])) for t in row.logprob_token_ids]
+                           if row.logprob_token_ids is not None else None),
+    }
+
+
 class ReferenceSession:
     """Per-slot state and the batched step of the reference sampler.
 
@@ -223,8 +252,11 @@ class ReferenceSession:
             return int(torch.argmax(torch.log_softmax(x / res.temperature, dim=-1)))
         return int(torch.argmax(x))
 
-    def _kept(self, res: Resolved, x: torch.Tensor) -> torch.Tensor:
+    def _kept(self, res: Resolved, x: torch.Tensor, profile: Optional[Profile] = None) -> torch.Tensor:
         """The kept set of a SAMPLING row: ``(V,)`` bool.
+
+        ``profile`` (default the session's) is the one whose filter rules apply: the
+        session's, or its batch variant (:meth:`batch_profiles`).
 
         A ``+inf`` in ``x`` is ``posinf_logits`` under ``profile.posinf_logits
         == "error"``; under ``"argmax"`` the kept set is the point mass on the
@@ -248,7 +280,7 @@ class ReferenceSession:
             raise RowError("posinf_logits", "+inf logit in a sampling row: the distribution is undefined")
         if not (x > float("-inf")).any():
             raise RowError("no_valid_token", "every token is -inf after bias, penalties and bans")
-        outcomes = chain(x, res, self.profile)
+        outcomes = chain(x, res, profile or self.profile)
         keep = outcomes[0].keep
         for o in outcomes[1:]:
             keep = keep | o.keep
@@ -338,6 +370,34 @@ class ReferenceSession:
         return processed_probs(x, keep, res.temperature)
 
     # -- the step ---------------------------------------------------------
+    def batch_profiles(self, rows: Sequence[Row], admitted: Sequence[int]) -> dict:
+        """The profile whose filter rules each admitted row follows, given its batch.
+
+        Under ``profile.batch_min_p_filters`` (SGLang's FlashInfer backend) a row's batch is
+        the admitted rows of its vocabulary size; when one of them sets ``min_p > 0`` (as
+        given: a greedy row's ``min_p`` counts, as SGLang keeps it), the rows of that batch
+        follow the profile with ``filter_order = batch_min_p_filters`` and
+        ``filters_renormalise = True``. Without the field every row follows the session's
+        profile.
+
+        Parameters
+        ----------
+        rows : sequence of Row
+        admitted : sequence of int
+            Indices of the rows that passed the batch and validation checks.
+
+        Returns
+        -------
+        dict
+            Row index -> Profile, for ``admitted``.
+        """
+        if self.profile.batch_min_p_filters is None:
+            return {i: self.profile for i in admitted}
+        switched = dataclasses.replace(self.profile, filter_order=tuple(self.profile.batch_min_p_filters),
+                                       filters_renormalise=True)
+        with_min_p = {rows[i].vocab for i in admitted if rows[i].min_p is not None and rows[i].min_p > 0}
+        return {i: switched if rows[i].vocab in with_min_p else self.profile for i in admitted}
+
     def step(self, rows: Sequence[Row]) -> list[RowResult]:
         """Sample one step for ``rows`` (see the module docstring for the pipeline).
 
@@ -357,20 +417,26 @@ class ReferenceSession:
         staged = {}
         used_slots = set()
         draw_idx = []
+        prepared = {}
         for i, row in enumerate(rows):
-            mode = None
             try:
                 claim_slot(row, used_slots, one_d=False)
-                res, x0, x = self._prepare(row)
-                mode = res.mode
+                prepared[i] = self._prepare(row)
                 self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile),
                                    stream=row.child_stream)
                 self.streams.observe(row.slot, row.request_id, effective_seed(row, self.profile))
+            except RowError as e:
+                out[i] = RowResult.failed(e, prepared[i][0].mode if i in prepared else None)
+                prepared.pop(i, None)
+        profiles = self.batch_profiles(rows, list(prepared))
+        for i, (res, x0, x) in prepared.items():
+            row = rows[i]
+            try:
                 if res.mode == SAMPLING:
                     if res.mirostat in (1, 2):
                         res = dataclasses.replace(res, mirostat_mu=self.mu.current(
                             row.slot, self._mirostat_key(row, res), res.mirostat_tau))
-                    keep = self._kept(res, x)
+                    keep = self._kept(res, x, profiles[i])
                     staged[i] = (res, x0, x, keep)
                     draw_idx.append(i)
                 else:
@@ -378,7 +444,7 @@ class ReferenceSession:
                     staged[i] = (res, x0, x, None)
                     out[i] = RowResult(token=tok, mode=res.mode)
             except RowError as e:
-                out[i] = RowResult.failed(e, mode)
+                out[i] = RowResult.failed(e, res.mode)
         self._draw(rows, staged, draw_idx, out)
         for i in draw_idx:
             if out[i].error is None:
@@ -489,11 +555,7 @@ class ReferenceSession:
             raw_src = x / res.temperature
         lp = mode_vector(row.logprobs_mode, raw_src, x, keep, res.temperature, probs, self.profile.posinf_logits)
         result.raw_logprobs = lp
-        if row.logprobs == -1:
-            result.vocab_logprobs = lp
-        if row.logprob_token_ids is not None:
-            result.token_logprobs = [(int(t), float(lp[int(t)])) for t in row.logprob_token_ids]
-        for k, v in token_outputs(row, tok, lp, probs, self.profile).items():
+        for k, v in (*vector_outputs(row, lp).items(), *token_outputs(row, tok, lp, probs, self.profile).items()):
             setattr(result, k, v)
 
     def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 4096) -> torch.Tensor:
@@ -528,7 +590,7 @@ class ReferenceSession:
             tok = self._choose_deterministic(res, x)
             counts[tok] = len(seeds)
             return counts
-        keep = self._kept(res, x)
+        keep = self._kept(res, x, self.batch_profiles([row], [0])[0])   # the draws' batches: copies of the row
         plain = self._plain(res, keep)
         xd = self._draw_logits(x) if plain else torch.log(self._sampled_probs(res, x, keep))
         T = res.temperature if plain else 1.0
@@ -604,7 +666,7 @@ class ReferenceSession:
         if res.mode != SAMPLING:
             tok = self._choose_deterministic(res, x)
             return [tok if mt19937.engine_seed(s) is not None else None for s in seeds]
-        keep = self._kept(res, x)
+        keep = self._kept(res, x, self.batch_profiles([row], [0])[0])
         outs = self._outcomes(keep)
         if outs is None:   # a point mass (+inf under posinf_logits == "argmax")
             tok = int(torch.nonzero(keep).flatten()[0])

@@ -22,7 +22,8 @@ Pipeline of one step, in order:
    ``[1, max_beam_width]`` (``invalid_beam_width``), top-p decay with beam
    search or draft tokens (``invalid_top_p_decay``), ``d2t`` on a request
    that does not decode greedily (``invalid_d2t``), draft tokens with beam
-   search (``invalid_draft``), ``n > 1`` on a greedy request under
+   search (``invalid_draft``), an empty stop string (``invalid_stop_words``,
+   unless the profile skips that check), ``n > 1`` on a greedy request under
    ``n_greedy = "error"`` (``invalid_n``), a child seed past ``2**64 - 1`` under
    ``child_seed_overflow = "error"`` (``invalid_seed``, every child). A rejected
    request takes no slot; the others run;
@@ -34,8 +35,11 @@ Pipeline of one step, in order:
    verification rows of the speculative requests;
 5. **beam search** requests (:mod:`.beam`), one beam step each;
 6. **finalise**: append the emitted tokens, fold them into the slot's state
-   (penalty counts, top-p decay runtime value), record finish reasons and
-   release the slots of finished or failed requests.
+   (penalty counts, top-p decay runtime value), record finish reasons (a stop
+   string found in the scenario's toy-tokenizer text, :mod:`.stop_strings`,
+   takes the ``stop_words`` place of ``finish_order``) and release the slots
+   of finished or failed requests. When the run ends, each request with a
+   tokenizer gets its output text (cut at the stop string that finished it).
 
 Per-slot state (:class:`SlotState`) lives as long as the request holding the
 slot: the Philox ``(seed, offset)`` of :mod:`.seeds` (reset when a new
@@ -59,6 +63,8 @@ from .scenario_types import (RequestResult, RequestSpec, ScenarioResult, Scenari
 from .scripted import ModelError, ScriptedModel
 from .seeds import child_seed
 from .speculative import speculative_step
+from .finish import STOP_WORDS, finish_reason
+from .stop_strings import find_stop, output_text
 
 __all__ = ["RequestSpec", "ScenarioSpec", "StepRecord", "RequestResult", "ScenarioResult", "SlotState",
            "ScenarioUnsupported", "run_scenario", "replicate", "alone", "fan_out"]
@@ -153,6 +159,8 @@ class _Runner:
                 raise RowError("invalid_top_p_decay", "top_p_decay is not supported for requests carrying draft tokens")
             if req.d2t is not None and res.mode != GREEDY:
                 raise RowError("invalid_d2t", f"d2t needs greedy decoding; this request resolves to {res.mode}")
+            if "" in req.stop and "empty_stop_string" not in self.profile.validation_skips:
+                raise RowError("invalid_stop_words", "stop strings must not be empty")
             if req.n > 1 and res.mode == GREEDY and self.profile.n_greedy == "error":
                 raise RowError("invalid_n", f"n={req.n} on a request that decodes greedily (n_greedy = 'error')")
             if req.id in self.fan_errors:
@@ -191,12 +199,21 @@ class _Runner:
                 rec.offsets, rec.seed = [out.extra["offset"]], out.extra["seed"]
             if out.mode == "sampling" and out.probs is not None:
                 rec.support = [int(i) for i in torch.nonzero(out.probs > 0).flatten().tolist()]
+            reason = out.finish_reason
+            if st.request.stop and self.spec.tokenizer is not None:
+                match = find_stop(self.spec.tokenizer, st.request.stop, st.request.fields.get("prompt", []),
+                                  st.generated + [out.token], self.profile, row.min_length)
+                if match is not None:
+                    reason = finish_reason(row, out.token, self.profile, stop_string=True)
+                    if reason == STOP_WORDS:
+                        st.stop_match = match
+                    rec.finish_reason = reason
             if st.top_p is not None:
                 rec.top_p = st.top_p
                 p0 = st.request.fields.get("top_p") if st.request.fields.get("top_p") is not None else 1.0
                 assert math.isclose(runtime_top_p(row, p0), st.top_p, rel_tol=0, abs_tol=0), \
                     "runtime top-p state and history disagree"
-            self.finish(st, rec, [out.token], out.finish_reason)
+            self.finish(st, rec, [out.token], reason)
 
     def finish(self, st: SlotState, rec: StepRecord, tokens: list, reason: Optional[str]) -> None:
         st.fold(tokens)
@@ -232,6 +249,11 @@ class _Runner:
                     st.beam.finalize(r, "none")
             if st.beam is None and st.status != "failed":
                 r.tokens = list(st.generated)
+            if self.spec.tokenizer is not None and st.status != "failed" and r.error is None:
+                m = st.stop_match
+                r.text = output_text(self.spec.tokenizer, r.tokens, m, st.request.include_stop_str_in_output,
+                                     self.profile)
+                r.stop_reason = m.string if m is not None else None
         return ScenarioResult({k: st.result for k, st in self.states.items()}, step)
 
 

@@ -15,6 +15,7 @@ import torch
 
 from ..base import Row, RowError
 from .scripted import ScriptedModel
+from .toy_tokenizer import ToyTokenizer
 
 __all__ = ["PAD", "DRAFT_PAD", "CHILD_SEP", "child_id", "parent_of", "RequestSpec", "ScenarioSpec", "StepRecord",
            "RequestResult", "ScenarioResult", "SlotState", "ScenarioUnsupported", "replicate", "alone",
@@ -86,6 +87,11 @@ class RequestSpec:
         Draft-to-target offsets, ``(V_draft,)``: ``token += d2t[token]``.
     model : ScriptedModel or None
         Overrides the scenario's target model for this request.
+    stop : tuple of str
+        Stop strings (SEMANTICS §1.8a), matched on the text of the scenario's
+        :attr:`ScenarioSpec.tokenizer`; empty: none.
+    include_stop_str_in_output : bool
+        Keep the matched stop string in the output text.
     n : int
         Parallel sampling (SEMANTICS §2a): the request fans out into ``n``
         children (:meth:`children`); a child keeps its request's ``n``.
@@ -108,6 +114,8 @@ class RequestSpec:
     drafts: Optional[list] = None
     d2t: Optional[list] = None
     model: Optional[ScriptedModel] = None
+    stop: tuple = ()
+    include_stop_str_in_output: bool = False
     n: int = 1
     parent: Optional[str] = None
     index: int = 0
@@ -171,6 +179,9 @@ class ScenarioSpec:
         early-stopping estimate of TensorRT-LLM.
     schedule : list of list of str or None
         Explicit request ids per step; replaces ``arrive``/``pause``.
+    tokenizer : ToyTokenizer or None
+        The case's toy tokenizer (token id -> text): requests' text and stop strings
+        (SEMANTICS §1.8a); None: the scenario has no text.
     """
 
     model: ScriptedModel
@@ -180,6 +191,7 @@ class ScenarioSpec:
     max_steps: int = 32
     max_seq_len: Optional[int] = None
     schedule: Optional[list] = None
+    tokenizer: Optional[ToyTokenizer] = None
 
     def request(self, rid: str) -> RequestSpec:
         """The request called ``rid``, or the child so named (``"<id>#<i>"``); KeyError if absent."""
@@ -266,6 +278,11 @@ class RequestResult:
     cum_logprobs, scores : list of float or None
         Their unnormalised cumulative logprobs and length-normalised scores.
     beam_finish_reasons : list of str or None
+    text : str or None
+        With a tokenizer: the output text (the generated tokens' text, cut at a stop string
+        that finished the request; SEMANTICS §1.8a). None without a tokenizer or on error.
+    stop_reason : str or None
+        The stop string that finished the request (vLLM's ``stop_reason``), else None.
     """
 
     id: str
@@ -280,6 +297,8 @@ class RequestResult:
     cum_logprobs: Optional[list] = None
     scores: Optional[list] = None
     beam_finish_reasons: Optional[list] = None
+    text: Optional[str] = None
+    stop_reason: Optional[str] = None
 
 
 @dataclass
@@ -315,6 +334,8 @@ class SlotState:
     beam : object or None
         The :class:`~.beam.BeamSearch` of a beam request.
     result : RequestResult
+    stop_match : object or None
+        The :class:`~.stop_strings.StopMatch` that finished the request (SEMANTICS §1.8a).
     """
 
     request: RequestSpec
@@ -325,6 +346,7 @@ class SlotState:
     mode: Optional[str] = None
     beam: Any = None
     result: Optional[RequestResult] = None
+    stop_match: Any = None
 
     def fold(self, tokens: list) -> None:
         """Append finalised ``tokens`` and fold them into the counts and the decay runtime value.
@@ -373,9 +395,11 @@ def replicate(spec: ScenarioSpec, rid: str, seeds: list) -> ScenarioSpec:
         reqs.append(RequestSpec(id=child_id(rid, i), slot=i, fields=f, beam_width=base.beam_width,
                                 length_penalty=base.length_penalty, early_stopping=base.early_stopping,
                                 diversity_rate=base.diversity_rate, draft_len=base.draft_len, drafts=base.drafts,
-                                d2t=base.d2t, model=base.model))
+                                d2t=base.d2t, model=base.model, stop=base.stop,
+                                include_stop_str_in_output=base.include_stop_str_in_output))
     return ScenarioSpec(model=spec.model, requests=reqs, draft_model=spec.draft_model,
-                        max_beam_width=spec.max_beam_width, max_steps=1, max_seq_len=spec.max_seq_len)
+                        max_beam_width=spec.max_beam_width, max_steps=1, max_seq_len=spec.max_seq_len,
+                        tokenizer=spec.tokenizer)
 
 
 def alone(spec: ScenarioSpec, rid: str) -> ScenarioSpec:
@@ -393,4 +417,5 @@ def alone(spec: ScenarioSpec, rid: str) -> ScenarioSpec:
     base = spec.request(rid)
     req = dataclasses.replace(base, slot=0, arrive=0, pause=frozenset())
     return ScenarioSpec(model=spec.model, requests=[req], draft_model=spec.draft_model,
-                        max_beam_width=spec.max_beam_width, max_steps=1, max_seq_len=spec.max_seq_len)
+                        max_beam_width=spec.max_beam_width, max_steps=1, max_seq_len=spec.max_seq_len,
+                        tokenizer=spec.tokenizer)

@@ -13,10 +13,11 @@ Per step:
    in it (``engine_error``): in the server it would fail the whole step;
 3. per row: the token; the mode (greedy iff the request's ``top_k <= 1`` after
    ``SamplingParams.__post_init__``, SGLang's test in ``SamplingBatchInfo``); the RAW logprobs
-   (SGLang's top logprobs over the whole vocabulary, scattered back to ids) and the sampled
-   token's logprob as SGLang reports them; the distribution sampled from and the PROCESSED
-   logprob from SGLang's sampling mask (the kept ids and their renormalised logprobs; one-hot
-   for greedy rows); the rewritten logits; the finish reason of ``Req.update_finish_state``.
+   (SGLang's top logprobs over the whole vocabulary, scattered back to ids; with ``logprobs =
+   -1`` they are also the row's ``vocab_logprobs``) and the sampled token's logprob as SGLang
+   reports them; the distribution sampled from and the PROCESSED logprob from SGLang's sampling
+   mask (the kept ids and their renormalised logprobs; one-hot for greedy rows); the rewritten
+   logits; the finish reason of ``Req.update_finish_state``.
    The rank is the adapter's: ``1 +`` the number of SGLang's logprobs strictly above the
    token's (SGLang reports none).
 
@@ -124,7 +125,11 @@ class SglangSession:
         r.raw_logprobs = raw
         r.logprob = res.logprobs[j]
         r.rank = 1 + int((raw > raw[tok]).sum()) if 0 <= tok < V else None
-        if row.logprobs is not None:
+        if row.logprobs == -1:
+            # every token's logprob: the request asked top_logprobs_num = V (SGLang has no -1 spelling;
+            # layers/logprob_processor.py get_top_logprobs_raw takes logprobs.topk(V)), laid out by id
+            r.vocab_logprobs = raw.clone()
+        elif row.logprobs is not None:
             top = [(int(t), float(v)) for t, v in zip(res.top_ids[j][:row.logprobs], res.top_vals[j][:row.logprobs])]
             if tok not in [t for t, _ in top]:
                 top.append((tok, r.logprob))

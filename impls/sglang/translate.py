@@ -31,7 +31,10 @@ Row field                   SGLang spelling
                             only under deterministic inference, which the default server
                             arguments leave off)
 ``logprobs``                ``top_logprobs_num`` of the batch (``return_logprob`` is always
-                            on, so the sampled token's logprob is reported)
+                            on, so the sampled token's logprob is reported); the adapter asks
+                            the vocabulary size, so ``-1`` (every token's logprob) is that
+                            list laid out by id (``layers/logprob_processor.py
+                            get_top_logprobs_raw``: ``logprobs.topk(max_k)``, no cap)
 ==========================  ==============================================================
 
 Fields SGLang cannot express make :func:`unsupported_reason` return a reason (the harness

@@ -38,11 +38,12 @@ from transformers.generation import logits_process as lp
 from transformers.generation import stopping_criteria as sc
 from transformers.generation.utils import GenerationMixin
 
+from .. import processors as _procs
 from ..base import Row, RowError, error_kind
 from .translate import generate_kwargs
 
 __all__ = ["ModelFree", "Prepared", "prepare", "run_processors", "version", "WARPER_TYPES",
-           "classify_value_error", "quiet"]
+           "classify_value_error", "quiet", "CaseProcessors"]
 
 #: Processors ``_get_logits_processor`` appends only under ``do_sample``
 #: (the former "logits warpers"); everything before them is a rewrite.
@@ -110,6 +111,34 @@ def quiet():
             yield
     finally:
         log.set_verbosity(old)
+
+
+class CaseProcessors(lp.LogitsProcessor):
+    """A case's custom logits processors (:mod:`impls.processors`) as one transformers ``LogitsProcessor``.
+
+    Passed as ``generate(logits_processor=[...])``: ``_merge_criteria_processor_list``
+    (utils.py@v5.24.0) appends a processor of a type ``generate`` does not build after its own
+    processors, and ``_get_logits_processor`` appends the warpers (temperature, top-k, top-p,
+    min-p) after that merge, so it runs last among the rewrites and before the temperature, on
+    greedy rows too. A request's steps ``n`` are the tokens generated so far: the length of
+    ``input_ids`` less the prompt's (``generate`` never reorders the rows of its batch, and the
+    adapter gives each request its own call).
+
+    Parameters
+    ----------
+    procs : sequence of impls.processors.Processor
+    prompt_len : int
+        Tokens of ``input_ids`` that are the prompt.
+    """
+
+    def __init__(self, procs, prompt_len: int):
+        self.procs = tuple(procs)
+        self.prompt_len = int(prompt_len)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """Each row's processors, in order, at ``n = input_ids.shape[-1] - prompt_len``."""
+        n = input_ids.shape[-1] - self.prompt_len
+        return torch.stack([_procs.apply_all(scores[b], self.procs, n) for b in range(scores.shape[0])])
 
 
 class _ModelConfig:
@@ -248,6 +277,8 @@ def prepare(row: Row, model: ModelFree) -> Prepared:
                 # _merge_criteria_processor_list puts in the default one's place.
                 custom.append(lp.RepetitionPenaltyLogitsProcessor(
                     gc.repetition_penalty, prompt_ignore_length=int(row.prompt_ignore_length)))
+            if row.logits_processors:
+                custom.append(CaseProcessors(row.logits_processors, prompt_len))
             procs = model._get_logits_processor(
                 generation_config=gc, input_ids_seq_length=prompt_len, encoder_input_ids=prompt_ids,
                 prefix_allowed_tokens_fn=_allowed_fn(row), logits_processor=custom, device=device, model_kwargs={})

@@ -19,6 +19,17 @@ A plain request (no beam search):
 * ``prompt_ignore_length``: the custom ``RepetitionPenaltyLogitsProcessor``
   that :func:`.hf.prepare` uses, passed as ``logits_processor`` (it takes the
   default one's place in ``_merge_criteria_processor_list``);
+* custom logits processors: :class:`.hf.CaseProcessors`, passed as
+  ``logits_processor`` after the repetition processor (appended after HF's own
+  processors, before the warpers);
+* stop strings (SEMANTICS §1.8a): ``generate(stop_strings=req.stop,
+  tokenizer=...)`` with the case's toy tokenizer as a Hugging Face fast
+  tokenizer (:func:`impls.reference.toy_tokenizer.fast_tokenizer`), so that
+  transformers builds its own ``StopStringCriteria``; the output text is that
+  tokenizer's ``decode(tokens, skip_special_tokens=True)`` (transformers has
+  no ``include_stop_str_in_output``: nothing is trimmed, profile field
+  ``stop_string_trim``), and the finish reason counts a ``StopStringCriteria``
+  that fires on the final history as ``stop_words``;
 * single-token stop words: an ``EosTokenCriteria`` on their ids, passed as
   ``stopping_criteria`` under a subclass with no code of its own
   (``_merge_criteria_processor_list`` replaces a default criterion by a custom
@@ -67,7 +78,8 @@ slot another request still holds (the reference rejects it with
 
 Reported (``ScenarioResult.keys``): :data:`REPORTED`. Not reported: the
 per-step ``scheduled`` list, Philox ``offsets``, supports and runtime top-p
-(none is an observation of ``generate``).
+(none is an observation of ``generate``), nor ``stop_reason`` (no criterion
+says which stop string it matched).
 
 Imported lazily: it imports transformers.
 """
@@ -85,6 +97,7 @@ from ..profiles import HF, Profile
 from ..reference.scenario_types import (RequestResult, RequestSpec, ScenarioResult, ScenarioSpec,
                                         ScenarioUnsupported, StepRecord)
 from ..reference.scripted import ModelError
+from ..reference.toy_tokenizer import ToyTokenizer, fast_tokenizer
 from . import beam, hf
 from .session import finish_reason, sampling_failure
 from .translate import SCENARIO_FEATURES, generate_kwargs, unsupported_reason
@@ -94,7 +107,17 @@ __all__ = ["run_scenario", "run_plain_request", "run_request", "scheduled_steps"
 
 #: Observations of a request: its error (and the step), tokens, finish reason and step; for
 #: beam requests also what :data:`.beam.REPORTED` lists.
-REPORTED = frozenset({"error", "error_step", "tokens", "finish_reason", "finish_step"}) | beam.REPORTED
+REPORTED = frozenset({"error", "error_step", "tokens", "finish_reason", "finish_step", "text"}) | beam.REPORTED
+
+_FAST: dict = {}
+
+
+def _fast(tok: ToyTokenizer):
+    """The Hugging Face fast tokenizer of a toy tokenizer, built once per tokenizer."""
+    key = tok.key()
+    if key not in _FAST:
+        _FAST[key] = fast_tokenizer(tok)
+    return _FAST[key]
 
 
 def scheduled_steps(spec: ScenarioSpec, req: RequestSpec) -> list:
@@ -161,7 +184,8 @@ def _failed(res: RequestResult, err: RowError, step: int) -> RequestResult:
     return res
 
 
-def run_plain_request(req: RequestSpec, model, steps: list, profile: Profile, device: str = "cpu") -> RequestResult:
+def run_plain_request(req: RequestSpec, model, steps: list, profile: Profile, device: str = "cpu",
+                      tokenizer: Optional[ToyTokenizer] = None) -> RequestResult:
     """Run one request without beam search through ``generate()`` (the module docstring).
 
     Parameters
@@ -174,22 +198,25 @@ def run_plain_request(req: RequestSpec, model, steps: list, profile: Profile, de
     profile : Profile
         Supplies ``finish_order``.
     device : str
+    tokenizer : ToyTokenizer, optional
+        The scenario's toy tokenizer: the request's stop strings and its output ``text``.
 
     Returns
     -------
     RequestResult
-        ``tokens``, ``finish_reason``, ``finish_step`` and one :class:`StepRecord` per
-        token; or ``error``, ``message``, ``error_step``.
+        ``tokens``, ``finish_reason``, ``finish_step``, ``text`` (with a tokenizer) and one
+        :class:`StepRecord` per token; or ``error``, ``message``, ``error_step``.
 
     Raises
     ------
     ScenarioUnsupported
         A field :func:`.translate.unsupported_reason` refuses.
     """
-    return run_request(req, model, steps, profile, device)[req.id]
+    return run_request(req, model, steps, profile, device, tokenizer)[req.id]
 
 
-def run_request(req: RequestSpec, model, steps: list, profile: Profile, device: str = "cpu") -> dict:
+def run_request(req: RequestSpec, model, steps: list, profile: Profile, device: str = "cpu",
+                tokenizer: Optional[ToyTokenizer] = None) -> dict:
     """Run one request without beam search through ``generate()``; ``n > 1`` as ``num_return_sequences``.
 
     A request with ``n > 1`` is one ``generate(num_return_sequences=n)`` call:
@@ -199,6 +226,12 @@ def run_request(req: RequestSpec, model, steps: list, profile: Profile, device: 
     of the output is child ``"<id>#<i>"``. A row that finished is padded by
     ``generate`` until every row is done: its tokens end where its own criteria first
     fire (:func:`.session.finish_reason` on each prefix).
+
+    Parameters
+    ----------
+    req : RequestSpec
+    model, steps, profile, device, tokenizer
+        As :func:`run_plain_request`'s.
 
     Returns
     -------
@@ -244,10 +277,15 @@ def run_request(req: RequestSpec, model, steps: list, profile: Profile, device: 
     if row.prompt_ignore_length is not None and gc.repetition_penalty is not None and gc.repetition_penalty != 1.0:
         procs.append(hf.lp.RepetitionPenaltyLogitsProcessor(gc.repetition_penalty,
                                                             prompt_ignore_length=int(row.prompt_ignore_length)))
+    if row.logits_processors:
+        procs.append(hf.CaseProcessors(row.logits_processors, len(prompt)))
     crits = hf.sc.StoppingCriteriaList([_Budget(len(prompt) + len(steps))])
     stops = sorted({int(w[0]) for w in row.stop_words if len(w) == 1})
     if stops:
         crits.append(_StopTokens(torch.tensor(stops, dtype=torch.long, device=dev)))
+    fast = _fast(tokenizer) if tokenizer is not None else None
+    if req.stop:
+        kw.update(stop_strings=list(req.stop), tokenizer=fast)
     lm = beam._model_class()(model, len(prompt)).to(dev).eval()
     ids = torch.tensor([prompt], dtype=torch.long, device=dev).reshape(1, len(prompt))
     try:
@@ -267,15 +305,18 @@ def run_request(req: RequestSpec, model, steps: list, profile: Profile, device: 
         gen = _generated(lm, prompt)
         return every(_failed(res, _step_failure(row, model, prompt, gen, free, e),
                              steps[min(len(gen), len(steps) - 1)]))
+    string_crits = [hf.sc.StopStringCriteria(fast, list(req.stop))] if req.stop else []
     for i, sid in enumerate(ids_out):
         r = results[sid]
         toks = [int(t) for t in out[i, len(prompt):].tolist()]
         if req.n > 1:
-            toks = _own_tokens(prep, prompt, toks, profile, dev)
+            toks = _own_tokens(prep, prompt, toks, profile, dev, string_crits)
         r.tokens = toks
         r.steps = [StepRecord(s, tokens=[t]) for s, t in zip(steps, toks)]
         final = torch.tensor([prompt + toks], dtype=torch.long, device=dev)
-        reason = finish_reason(prep, final, profile.finish_order) if toks else "none"
+        reason = finish_reason(prep, final, profile.finish_order, string_crits) if toks else "none"
+        if fast is not None:
+            r.text = fast.decode(toks, skip_special_tokens=True)
         r.finish_reason = reason
         if reason != "none":
             r.finish_step = steps[len(toks) - 1]
@@ -283,16 +324,17 @@ def run_request(req: RequestSpec, model, steps: list, profile: Profile, device: 
     return results
 
 
-def _own_tokens(prep, prompt: list, toks: list, profile: Profile, dev) -> list:
+def _own_tokens(prep, prompt: list, toks: list, profile: Profile, dev, string_crits=()) -> list:
     """A row of a ``num_return_sequences`` batch up to where its own criteria first fire.
 
     ``generate`` keeps a finished row in the batch, writing ``pad_token_id`` after its end
     until every row is done (``GenerationMixin._sample``: ``next_tokens * unfinished_sequences
-    + pad_token_id * (1 - unfinished_sequences)``).
+    + pad_token_id * (1 - unfinished_sequences)``). ``string_crits``: the request's
+    ``StopStringCriteria`` (stop strings), checked on each prefix as the others.
     """
     for k in range(1, len(toks) + 1):
         ids = torch.tensor([prompt + toks[:k]], dtype=torch.long, device=dev)
-        if finish_reason(prep, ids, profile.finish_order) != "none":
+        if finish_reason(prep, ids, profile.finish_order, string_crits) != "none":
             return toks[:k]
     return toks
 
@@ -398,7 +440,7 @@ def run_scenario(spec: ScenarioSpec, profile: Profile, device: str = "cpu", beam
     for r in spec.requests:
         model = r.model or spec.model
         if not r.use_beam_search:
-            out.update(run_request(r, model, sched[r.id], profile, device))
+            out.update(run_request(r, model, sched[r.id], profile, device, spec.tokenizer))
             continue
         if not 1 <= r.beam_width <= spec.max_beam_width:
             # transformers has no max_beam_width: the engine limit of the scenario is the adapter's

@@ -74,7 +74,7 @@ def sampling_failure(raw: torch.Tensor, rewritten: torch.Tensor, err: Exception)
     return RowError("sampling_failed", str(err))
 
 
-def finish_reason(prep: hf.Prepared, ids: torch.Tensor, order: Sequence[str]) -> str:
+def finish_reason(prep: hf.Prepared, ids: torch.Tensor, order: Sequence[str], stop_strings=()) -> str:
     """The finish reason of a sequence whose history is ``ids``, from HF's own stopping criteria.
 
     Parameters
@@ -86,12 +86,14 @@ def finish_reason(prep: hf.Prepared, ids: torch.Tensor, order: Sequence[str]) ->
     order : sequence of str
         The precedence (``Profile.finish_order``): ``StoppingCriteriaList`` only ORs its
         criteria, so transformers keeps no reason.
+    stop_strings : sequence of StoppingCriteria
+        A scenario request's ``StopStringCriteria`` (SEMANTICS §1.8a): firing is ``"stop_words"``.
 
     Returns
     -------
     str
         ``"end_id"`` (``EosTokenCriteria``), ``"length"`` (``MaxLengthCriteria``),
-        ``"stop_words"`` (the single-token stop words' ``EosTokenCriteria``), the first of
+        ``"stop_words"`` (the single-token stop words' ``EosTokenCriteria``, or a stop string), the first of
         ``order`` that fires; ``"none"`` when none does.
     """
     def fired(crits, types) -> bool:
@@ -100,7 +102,8 @@ def finish_reason(prep: hf.Prepared, ids: torch.Tensor, order: Sequence[str]) ->
     hits = {
         "end_id": fired(prep.criteria, hf.sc.EosTokenCriteria),
         "length": fired(prep.criteria, hf.sc.MaxLengthCriteria),
-        "stop_words": fired(prep.stop_criteria, hf.sc.EosTokenCriteria),
+        "stop_words": fired(prep.stop_criteria, hf.sc.EosTokenCriteria)
+        or any(bool(c(ids, None).any()) for c in stop_strings),
     }
     for reason in order:
         if hits.get(reason):

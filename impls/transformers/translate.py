@@ -50,6 +50,9 @@ Row field                   Hugging Face spelling
 ``max_seq_len``             ``max_length`` (prompt + generated) -> ``MaxLengthCriteria``
 ``stop_words`` (1 token)    a separate ``EosTokenCriteria`` (stopping_criteria.py)
 ``seed``                    a ``torch.Generator`` per slot passed to ``torch.multinomial``
+``logits_processors``       one :class:`impls.transformers.hf.CaseProcessors` passed as
+                            ``logits_processor``: ``_merge_criteria_processor_list``
+                            appends it after HF's processors, before the warpers
 ==========================  ==========================================================
 
 Fields transformers cannot express make :func:`unsupported_reason` return a
@@ -72,16 +75,18 @@ SUPPORTED_FEATURES = frozenset({
     "logit_bias", "min_length", "bad_words", "no_repeat_ngram", "end_id", "end_id_set", "ignore_eos",
     "stop_words", "max_new_tokens", "max_seq_len", "seed", "logprobs", "processed_logits",
     "low_precision_logits", "finish_reason", "allowed_token_ids", "logprobs_mode", "logprob_token_ids",
+    "logits_processors",
 })
 
 #: Features a scenario (:mod:`.scenario`, ``generate()`` per request) may need: the single-step
 #: mapping's less what only a single-step row has (logprobs, processed logits, low-precision
 #: logits: a scenario's scripted model gives float32 rows and its truths hold no logprobs),
 #: plus beam search (:mod:`.beam`); ``allowed_token_ids`` (``prefix_allowed_tokens_fn``) is wired
-#: into the single-step processors only.
+#: into the single-step processors only; stop strings go through generate(stop_strings=..., tokenizer=...);
+#: parallel sampling (``n``) through generate(num_return_sequences=n).
 SCENARIO_FEATURES = ((SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits",
                                            "allowed_token_ids", "logprobs_mode", "logprob_token_ids"})
-                     | {"beam_search", "n"})
+                     | {"beam_search", "stop_strings", "n"})
 
 
 def resolve_do_sample(row: Row) -> bool:

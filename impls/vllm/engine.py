@@ -28,7 +28,10 @@ model, a tokenizer and a scheduler:
    per-request ``torch.Generator`` objects only for seeded rows (as
    ``GPUModelRunner._update_states`` seeds them), and the built-in logits
    processors (``BUILTIN_LOGITS_PROCESSORS``: MinTokens, LogitBias, MinP)
-   are instantiated and fed a ``BatchUpdate`` of the rows.
+   are instantiated and fed a ``BatchUpdate`` of the rows; for a batch with
+   custom logits processors, the two classes of :mod:`.processors` after
+   them, as ``build_logitsprocs`` chains an engine's custom classes after
+   the built-ins (v1/sample/logits_processor/__init__.py).
 3. ``Sampler`` (v1/sample/sampler.py) as ``GPUModelRunner`` builds it
    (default ``logprobs_mode="raw_logprobs"``); a second ``Sampler`` in
    ``"processed_logits"`` mode gives the distribution actually sampled from,
@@ -75,7 +78,9 @@ from vllm.v1.sample.metadata import SamplingMetadata
 from vllm.v1.sample.ops import topk_topp_sampler as tts
 
 from ..base import Row, RowError
-from .translate import bad_word_index, classify_validation_error, eos_id, generation_config, sampling_kwargs
+from . import processors as case_processors
+from .translate import (PROCESSORS_KEY, bad_word_index, classify_validation_error, eos_id, generation_config,
+                        sampling_kwargs)
 
 __all__ = ["version", "seed_engine", "make_params", "make_metadata", "run_batch", "finish_reason", "path_description",
            "BatchOutput", "UNBOUNDED_MODEL_LEN", "default_max_logprobs"]
@@ -419,12 +424,16 @@ def make_metadata(params: Sequence[SamplingParams], rows: Sequence[Row], generat
                 prompt_ids[i, :len(r.prompt)] = torch.tensor(list(r.prompt), dtype=torch.int64)
     bad = {i: sp.bad_words_token_ids for i, sp in enumerate(params) if sp.bad_words_token_ids}
     cfg = SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=max(B, 1)))
-    procs = [cls(cfg, torch.device("cpu"), False) for cls in BUILTIN_LOGITS_PROCESSORS]
+    custom = any(PROCESSORS_KEY in (sp.extra_args or {}) for sp in params)
+    classes = list(BUILTIN_LOGITS_PROCESSORS) + (list(case_processors.CLASSES) if custom else [])
+    procs = [cls(cfg, torch.device("cpu"), False) for cls in classes]
     update = BatchUpdate(batch_size=B, removed=[], moved=[],
                          added=[(i, sp, list(r.prompt), outputs[i]) for i, (sp, r) in enumerate(zip(params, rows))])
     for p in procs:
         p.update_state(update)
-    needs_outputs = (not no_penalties) or bool(bad) or any(sp.min_tokens for sp in params)
+    # with custom classes the engine always hands over the output tokens
+    # (GPUModelRunner: logitsprocs_need_output_token_ids=bool(custom_logitsprocs))
+    needs_outputs = (not no_penalties) or bool(bad) or any(sp.min_tokens for sp in params) or custom
     return SamplingMetadata(
         temperature=None if all(greedy) else temp,
         all_greedy=all(greedy),

@@ -28,7 +28,21 @@ reasons. What this module adds:
   an EOS set's ids as the model's generation config
   (``InputProcessor.generation_config_fields``,
   :func:`.translate.generation_config`); the engine itself runs without a
-  tokenizer (``skip_tokenizer_init``);
+  tokenizer (``skip_tokenizer_init``), unless the scenario has a toy
+  tokenizer (next item);
+* stop strings (SEMANTICS §1.8a): a scenario with a ``[scenario.tokenizer]``
+  runs on an engine started *with* a tokenizer, the case's toy vocabulary
+  saved as a Hugging Face fast tokenizer in the model directory
+  (:func:`impls.reference.toy_tokenizer.save_fast_tokenizer`; nothing is
+  downloaded), so that vLLM's own output processor detokenizes every request
+  (``FastIncrementalDetokenizer``, v1/engine/detokenizer.py) and its
+  ``check_stop_strings`` finishes and trims it; a request's ``stop`` and
+  ``include_stop_str_in_output`` are ``SamplingParams`` arguments. The
+  observed text is ``CompletionOutput.text`` (cumulative), the stop string
+  its ``stop_reason``. A request the run cuts at ``max_steps`` reports the text
+  vLLM streamed so far, which holds back ``len(longest stop string) - 1``
+  characters until the request finishes (``get_next_output_text``): cases
+  let stop-string requests finish;
 * the end of the run: after ``max_steps`` steps the requests still running
   are aborted and report ``finish_reason = "none"``;
 * parallel sampling: a request with ``n > 1`` is added once with
@@ -40,15 +54,24 @@ reasons. What this module adds:
   child it cannot encode (a seed past ``2**64 - 1``) makes ``add_request``
   raise, that child and those after it carry ``invalid_seed``, and the children
   added before it run on (vLLM does not take them back).
+* custom logits processors: a scenario whose requests have ``logits_processors``
+  runs on an engine built with the two ``LogitsProcessor`` classes of
+  :mod:`.processors` (``LLM(logits_processors=[...])``), each request carrying
+  its processors in ``SamplingParams.extra_args``; the processors' per-request
+  state is kept by batch row and moved by vLLM's own ``BatchUpdate``s as its
+  persistent batch changes (requests finishing: ``InputBatch.condense``). After
+  each step the loop checks that no processor found a row whose steps counter
+  disagrees with its output tokens (:data:`.processors.MISMATCHES`).
 
 The ``SamplingParams`` of a request are :func:`.translate.sampling_kwargs`
 of its fields (the single-step adapter's mapping). A request vLLM rejects
 (``SamplingParams`` construction or ``InputProcessor.process_inputs``
 raising ``VLLMValidationError``/``ValueError``) is an admission error at its
-arrival step (kind: :func:`.translate.classify_validation_error`). The
-processed ``EngineCoreRequest`` is then encoded with vLLM's
-``MsgpackEncoder``, as the default (multiprocess) engine client does before
-the engine core sees it: a request it refuses (a seed outside
+arrival step (kind: :func:`.translate.classify_validation_error`). Each
+``EngineCoreRequest`` ``LLMEngine.add_request`` hands the engine core (the
+request, or each child of a request with ``n > 1``) is first encoded with
+vLLM's ``MsgpackEncoder``, as the default (multiprocess) engine client does
+before the engine core sees it: a request it refuses (a seed outside
 ``[-2**63, 2**64)``: ``invalid_seed``) is an admission error too, where the
 in-process engine would fail the whole step in the model runner.
 
@@ -59,7 +82,7 @@ is the beam's history; its output is the best ``W`` sequences with their
 cumulative logprobs, scored by vLLM's ``get_beam_search_score``
 (utils.py).
 
-Engines are cached per ``(vocab, max_model_len)`` for the life of the process
+Engines are cached per ``(vocab, max_model_len, tokenizer)`` for the life of the process
 (:func:`engine_for`): a worker process of ``sampcheck run`` builds each once
 (a few seconds; the first also imports vLLM) and reuses it across cases.
 
@@ -91,17 +114,20 @@ from vllm.v1.serial_utils import MsgpackEncoder  # noqa: E402
 from ..base import Row, RowError  # noqa: E402
 from ..reference.scenario_types import (RequestResult, ScenarioResult, ScenarioSpec,  # noqa: E402
                                         ScenarioUnsupported, StepRecord)
+from ..reference.toy_tokenizer import save_fast_tokenizer  # noqa: E402
 from . import engine as _engine  # noqa: E402
+from . import processors as _case_processors  # noqa: E402
 from . import scripted_model  # noqa: E402
 from .translate import (classify_validation_error, eos_id, generation_config, sampling_kwargs,  # noqa: E402
-                        unsupported_reason as row_unsupported_reason)
+                        stop_kwargs, unsupported_reason as row_unsupported_reason)
 
 __all__ = ["REPORTED", "BEAM_REPORTED", "DEFAULT_MAX_MODEL_LEN", "ENGINE_ARGS", "ScriptedEngine", "engine_for",
            "run_scenario", "run_beam", "unsupported_reason", "beam_unsupported_reason"]
 
 #: Observations the engine loop reports (:data:`harness.kinds.scenario.EXPECT_KEYS`): no Philox offsets, kept
 #: sets, top-p decay, speculative or beam records (vLLM exposes none of them).
-REPORTED = frozenset({"error", "error_step", "tokens", "finish_reason", "finish_step", "scheduled"})
+REPORTED = frozenset({"error", "error_step", "tokens", "finish_reason", "finish_step", "scheduled", "text",
+                      "stop_reason"})
 
 #: ``max_model_len`` of an engine whose requests set no ``max_seq_len`` (longer than any scenario runs).
 DEFAULT_MAX_MODEL_LEN = 4096
@@ -109,10 +135,11 @@ DEFAULT_MAX_MODEL_LEN = 4096
 #: The ``LLM(...)`` arguments of every scripted engine (besides the model directory and ``max_model_len``):
 #: no weights, no tokenizer, eager, float32 logits; prefix caching off and a token budget above any model
 #: length, so that each new sequence's first forward holds its whole prompt (:mod:`.scripted_model`);
-#: synchronous scheduling, so that each ``step()`` returns the tokens of that step; up to 1024 sequences a step
-#: (the 1000 children of a statistical check over a request with ``n = 1000`` in one step); a small KV cache
-#: (64 MiB: 131072 token slots of the tiny model in blocks of 128, so 1023 sequences at once, each holding at
-#: least one block; far more than any scenario needs, so nothing is preempted; 16 MiB held 255 sequences).
+#: synchronous scheduling, so that each ``step()`` returns the tokens of that step; room for 1024 requests
+#: in one step (a statistical scenario's 1000 draws are 1000 one-step requests, or the 1000 children of one
+#: request with ``n = 1000``): ``max_num_seqs`` 1024 and a KV cache of 64 MiB, 131072 token slots of the tiny
+#: model, 1024 of the CPU backend's 128-token blocks, so nothing waits or is preempted. ``skip_tokenizer_init``
+#: is dropped for a scenario with a toy tokenizer (:class:`ScriptedEngine`).
 ENGINE_ARGS = dict(load_format="dummy", skip_tokenizer_init=True, enforce_eager=True, dtype="float32",
                    enable_prefix_caching=False, async_scheduling=False, max_num_seqs=1024,
                    max_num_batched_tokens=8192, kv_cache_memory_bytes=1 << 26, seed=0)
@@ -149,6 +176,15 @@ class ScriptedEngine:
         The model's ``vocab_size``.
     max_model_len : int
         vLLM's ``max_model_len`` (prompt + output), engine-wide.
+    processors : bool
+        Build the engine with the custom ``LogitsProcessor`` classes of :mod:`.processors`
+        (``LLM(logits_processors=[...])``: an engine-wide setting, so engines with and without
+        them are cached apart).
+    tokenizer : ToyTokenizer or None
+        A scenario's toy tokenizer: saved next to ``config.json``
+        (:func:`impls.reference.toy_tokenizer.save_fast_tokenizer`) and loaded by vLLM
+        (``skip_tokenizer_init=False``), so its output processor detokenizes and checks
+        stop strings. None: no tokenizer (token ids only).
 
     Attributes
     ----------
@@ -166,7 +202,7 @@ class ScriptedEngine:
         (``VLLM_ENABLE_V1_MULTIPROCESSING`` already read as 1).
     """
 
-    def __init__(self, vocab: int, max_model_len: int):
+    def __init__(self, vocab: int, max_model_len: int, processors: bool = False, tokenizer=None):
         if envs.VLLM_ENABLE_V1_MULTIPROCESSING:
             raise RuntimeError("the scripted engine needs VLLM_ENABLE_V1_MULTIPROCESSING=0 (an in-process engine "
                                "core); vLLM read it as 1 before impls.vllm.loop was imported")
@@ -175,7 +211,14 @@ class ScriptedEngine:
         self.key = f"sampcheck-{self.vocab}-{self.max_model_len}-{os.getpid()}-{id(self)}"
         self._dir = tempfile.mkdtemp(prefix="sampcheck-vllm-")
         scripted_model.write_config(self._dir, self.vocab, self.max_model_len, self.key)
-        self.llm = LLM(model=self._dir, max_model_len=self.max_model_len, **ENGINE_ARGS)
+        args = dict(ENGINE_ARGS)
+        if processors:
+            args["logits_processors"] = list(_case_processors.CLASSES)
+        if tokenizer is not None:
+            save_fast_tokenizer(tokenizer, self._dir)
+            args["skip_tokenizer_init"] = False
+        self.tokenizer = tokenizer
+        self.llm = LLM(model=self._dir, max_model_len=self.max_model_len, **args)
         self.engine = self.llm.llm_engine
         self.runs = 0
 
@@ -204,14 +247,14 @@ _ENGINES: dict = {}
 MAX_ENGINES = 8
 
 
-def engine_for(vocab: int, max_model_len: int) -> ScriptedEngine:
-    """The cached :class:`ScriptedEngine` for ``(vocab, max_model_len)``, built on first use."""
-    key = (int(vocab), int(max_model_len))
+def engine_for(vocab: int, max_model_len: int, processors: bool = False, tokenizer=None) -> ScriptedEngine:
+    """The cached :class:`ScriptedEngine` for ``(vocab, max_model_len, processors, tokenizer)``, built on first use."""
+    key = (int(vocab), int(max_model_len), bool(processors), None if tokenizer is None else tokenizer.key())
     eng = _ENGINES.pop(key, None)
     if eng is None:
         while len(_ENGINES) >= MAX_ENGINES:
             _ENGINES.pop(next(iter(_ENGINES))).close()
-        eng = ScriptedEngine(*key)
+        eng = ScriptedEngine(key[0], key[1], key[2], tokenizer)
     _ENGINES[key] = eng  # most recently used last
     return eng
 
@@ -313,6 +356,7 @@ class _Req:
     index: int = 0
     group: list = field(default_factory=list)
     internal: Optional[str] = None
+    text: Optional[str] = None   # CompletionOutput.text of its last output (with a tokenizer)
 
 
 def _error_kind(e: Exception, row: Row) -> str:
@@ -416,7 +460,7 @@ class _Run:
             added.append(request.request_id)
 
         try:
-            sp = SamplingParams(**sampling_kwargs(row), **({"n": n} if n > 1 else {}))
+            sp = SamplingParams(**sampling_kwargs(row), **stop_kwargs(req), **({"n": n} if n > 1 else {}))
             with self.eng.lend_tokenizer(row):
                 request = eng.input_processor.process_inputs(
                     q.rid, TokensPrompt(prompt_token_ids=list(req.fields.get("prompt", []))), sp,
@@ -465,11 +509,15 @@ class _Run:
     def step(self, step: int) -> None:
         before = {q: list(q.tokens) for q in self.admitted if q.status == "running"}
         self.binding.errors.clear()
+        _case_processors.MISMATCHES.clear()
         try:
             outs = self.eng.engine.step()
         except Exception:
             discard(self.eng)  # vLLM failed the whole step: the engine's state cannot be trusted any more
             raise
+        if _case_processors.MISMATCHES:
+            raise RuntimeError(f"step {step}: a custom logits processor's steps counter disagrees with its row's "
+                               f"output tokens (class, batch index, counter, outputs): {_case_processors.MISMATCHES}")
         failed = {}
         for prompt, generated, msg in self.binding.errors:
             for q in self.admitted:
@@ -491,7 +539,11 @@ class _Run:
                 q.tokens.extend(int(t) for t in new)
                 rec = StepRecord(step, tokens=[int(t) for t in new])
                 q.result.steps.append(rec)
+                if self.spec.tokenizer is not None:
+                    q.text = comp.text
                 if comp.finish_reason is not None:  # this sequence (out.finished: every child of the request)
+                    if isinstance(comp.stop_reason, str):
+                        q.result.stop_reason = comp.stop_reason  # a stop string (an int: a stop token id)
                     reason = _finish_reason(comp)
                     rec.finish_reason = reason
                     q.status = "finished"
@@ -547,6 +599,8 @@ class _Run:
                 r.finish_reason = "none"
             if q.status != "failed":
                 r.tokens = list(q.tokens)
+                if self.spec.tokenizer is not None:
+                    r.text = q.text if q.text is not None else ""
         return ScenarioResult({q.spec.id: q.result for q in self.reqs}, step, keys=REPORTED)
 
 
@@ -717,4 +771,5 @@ def run_scenario(spec: ScenarioSpec) -> ScenarioResult:
     if any(req.use_beam_search or req.beam_width != 1 for req in spec.requests):
         return run_beam(spec)
     V = _model_of(spec, spec.requests[0]).vocab
-    return _Run(spec, engine_for(V, _max_model_len(spec))).run()
+    procs = any(req.fields.get("logits_processors") for req in spec.requests)
+    return _Run(spec, engine_for(V, _max_model_len(spec), procs, spec.tokenizer)).run()

@@ -56,6 +56,11 @@ Row field                   vLLM spelling
 ``logprobs_mode``           the engine's ``logprobs_mode`` (a ``ModelConfig`` field, one per
                             engine): rows of different modes are sampled in separate
                             batches, each by a ``Sampler(logprobs_mode=...)``
+``logits_processors``       ``extra_args = {PROCESSORS_KEY: [table, ...]}``, read by the two
+                            ``LogitsProcessor`` classes of :mod:`impls.vllm.processors` that
+                            every engine of a case with processors is built with
+                            (``LLM(logits_processors=[...])``; the single-step adapter
+                            instantiates them next to the built-ins)
 ``logprobs``                ``logprobs`` (-1: every token, which ``InputBatch`` turns into
                             ``vocab_size`` top logprobs; the adapter always asks for at least 0, i.e.
                             the sampled token's logprob; sampling does not depend on it)
@@ -69,18 +74,24 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .. import processors
 from ..base import Row, active, error_kind
 from ..params import end_id_set
 
-__all__ = ["SUPPORTED_FEATURES", "sampling_kwargs", "unsupported_reason", "classify_validation_error",
-           "bad_word_text", "eos_id", "generation_config", "bad_word_index"]
+__all__ = ["SUPPORTED_FEATURES", "sampling_kwargs", "stop_kwargs", "unsupported_reason", "classify_validation_error",
+           "bad_word_text", "eos_id", "generation_config", "bad_word_index", "PROCESSORS_KEY"]
+
+#: The ``SamplingParams.extra_args`` key that carries a request's custom logits processors (the
+#: case's tables, :func:`impls.processors.to_dicts`: plain values the engine client's msgpack
+#: encoder carries).
+PROCESSORS_KEY = "sampcheck_logits_processors"
 
 #: Features (names from :data:`impls.base.FEATURES`) the adapter can express.
 SUPPORTED_FEATURES = frozenset({
     "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
     "logit_bias", "min_length", "bad_words", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens",
     "max_seq_len", "seed", "logprobs", "processed_logits", "low_precision_logits", "finish_reason",
-    "allowed_token_ids", "token_bitmask", "logprobs_mode", "logprob_token_ids",
+    "allowed_token_ids", "token_bitmask", "logprobs_mode", "logprob_token_ids", "logits_processors",
 })
 
 _BAD_WORD_PREFIX = "<sampcheck-bad-word-"
@@ -143,7 +154,7 @@ def sampling_kwargs(row: Row):
         Keys among ``temperature, top_k, top_p, min_p, repetition_penalty,
         presence_penalty, frequency_penalty, logit_bias, min_tokens,
         ignore_eos, bad_words, stop_token_ids, allowed_token_ids, max_tokens,
-        seed, logprobs`` (``token_bitmask`` is not a ``SamplingParams`` argument:
+        seed, logprobs, extra_args`` (``token_bitmask`` is not a ``SamplingParams`` argument:
         :func:`impls.vllm.engine.make_params` marks the request structured).
         Unset row fields are left out so that the ``SamplingParams`` class
         defaults apply (``max_tokens``: see the module docstring). Floats
@@ -174,6 +185,8 @@ def sampling_kwargs(row: Row):
         kw["max_tokens"] = None
     if row.seed is not None:
         kw["seed"] = int(row.seed)
+    if row.logits_processors:
+        kw["extra_args"] = {PROCESSORS_KEY: processors.to_dicts(row.logits_processors)}
     kw["logprobs"] = int(row.logprobs) if row.logprobs is not None else 0
     if row.logprob_token_ids is not None:
         kw["logprob_token_ids"] = [int(t) for t in row.logprob_token_ids]
@@ -181,6 +194,28 @@ def sampling_kwargs(row: Row):
             kw["logprobs"] = len(row.logprob_token_ids)
     return kw
 
+
+
+def stop_kwargs(req) -> dict:
+    """The ``SamplingParams`` stop-string arguments of a scenario request (SEMANTICS §1.8a).
+
+    Parameters
+    ----------
+    req : impls.reference.scenario_types.RequestSpec
+
+    Returns
+    -------
+    dict
+        ``stop`` (the request's strings, in order) and ``include_stop_str_in_output``
+        when the request sets them; empty otherwise (the ``SamplingParams`` defaults:
+        no stop strings, the stop string left out of the text).
+    """
+    kw: dict = {}
+    if req.stop:
+        kw["stop"] = list(req.stop)
+    if req.include_stop_str_in_output:
+        kw["include_stop_str_in_output"] = True
+    return kw
 
 
 def unsupported_reason(row: Row) -> Optional[str]:
@@ -215,6 +250,7 @@ def unsupported_reason(row: Row) -> Optional[str]:
 # -> our error kinds (first match wins).
 _MESSAGE_KINDS = (
     ("when using greedy sampling", "invalid_n"),  # SamplingParams._verify_greedy_sampling: n > 1 with T = 0
+    ("stop cannot contain", "invalid_stop_words"),
     ("allowed_token_ids", "invalid_allowed_token_ids"),
     ("logprob_token_ids", "invalid_logprobs"),
     ("temperature", "invalid_temperature"),

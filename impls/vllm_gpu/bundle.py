@@ -17,24 +17,22 @@ Each file is also checked against the distribution's own ``RECORD`` (the wheel's
 ``path,sha256=<urlsafe b64>,size``): a file edited after installation is refused at copy
 time, so the manifest's hashes are the wheel's.
 
-Nothing of vLLM is vendored in the project: the bundle is a build output, like ``.whl/``.
+Nothing of vLLM is vendored in the project: the bundle is a build output, like ``.whl/``. The
+copying, the RECORD check and the manifest are :mod:`impls._bundle`'s (shared with SGLang's bundle).
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import csv
-import hashlib
-import io
-import json
 import sys
-import zipfile
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["FILES", "LOADED", "READ", "MANIFEST", "SCHEMA", "BundleError", "make_bundle", "verify", "read_manifest",
-           "find_source", "main"]
+from .. import _bundle
+from .._bundle import MANIFEST, SCHEMA, BundleError
+
+__all__ = ["FILES", "LOADED", "READ", "MANIFEST", "SCHEMA", "SPEC", "BundleError", "make_bundle", "verify",
+           "read_manifest", "find_source", "main"]
 
 #: Files executed by the loader, relative to the ``vllm/`` package, in load order (each one's
 #: imports of other vllm modules are either an earlier entry or a stand-in of
@@ -68,91 +66,14 @@ READ = {
 }
 #: Every file of a bundle, relative to the ``vllm/`` package.
 FILES = (*LOADED, *READ)
-#: The manifest's file name, at the bundle's root.
-MANIFEST = "MANIFEST.json"
-#: The manifest's schema version.
-SCHEMA = 1
-
-
-class BundleError(Exception):
-    """A bundle (or a source to build one from) that cannot be used; the message says why and what to run."""
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _record_hash(entry: str) -> Optional[str]:
-    # RECORD's "sha256=<urlsafe base64, no padding>" -> hex
-    if not entry.startswith("sha256="):
-        return None
-    b64 = entry[len("sha256="):]
-    return base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
-
-
-def _parse_record(text: str) -> dict:
-    out = {}
-    for row in csv.reader(io.StringIO(text)):
-        if len(row) >= 2 and row[0]:
-            out[row[0]] = _record_hash(row[1])
-    return out
-
-
-class _Source:
-    """Where the files come from: a ``site-packages`` folder or a wheel, with its RECORD and metadata."""
-
-    def __init__(self, where: Path):
-        self.where = where
-        if where.is_file() and where.suffix == ".whl":
-            self.zip = zipfile.ZipFile(where)
-            names = self.zip.namelist()
-            infos = [n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
-            if not infos:
-                raise BundleError(f"{where}: a wheel without a .dist-info/METADATA")
-            self.dist_info = infos[0].split("/")[0]
-            self.record = _parse_record(self.zip.read(f"{self.dist_info}/RECORD").decode("utf-8"))
-            self.metadata = self.zip.read(infos[0]).decode("utf-8", "replace")
-        else:
-            self.zip = None
-            root = where.parent if where.name == "vllm" and (where / "__init__.py").is_file() else where
-            if not (root / "vllm" / "__init__.py").is_file():
-                raise BundleError(f"{where}: no vllm package there (give the site-packages folder that holds "
-                                  "vllm/, the vllm/ folder itself, or a vLLM wheel)")
-            self.root = root
-            infos = sorted(p for p in root.glob("vllm*.dist-info") if (p / "RECORD").is_file()
-                           and any(line.startswith("vllm/") for line in (p / "RECORD").read_text("utf-8").splitlines()))
-            if not infos:
-                raise BundleError(f"{root}: vllm/ has no .dist-info with a RECORD (install it with pip, or build from "
-                                  "the wheel file)")
-            self.dist_info = infos[0].name
-            self.record = _parse_record((infos[0] / "RECORD").read_text("utf-8"))
-            self.metadata = (infos[0] / "METADATA").read_text("utf-8", "replace")
-
-    def field(self, name: str) -> str:
-        for line in self.metadata.splitlines():
-            if line.startswith(f"{name}: "):
-                return line[len(name) + 2:].strip()
-        return "unknown"
-
-    def read(self, rel: str) -> bytes:
-        path = f"vllm/{rel}"
-        try:
-            return self.zip.read(path) if self.zip is not None else (self.root / path).read_bytes()
-        except (KeyError, FileNotFoundError):
-            raise BundleError(f"{self.where}: vllm/{rel} is missing (sampcheck needs {', '.join(FILES)} "
-                              f"under vllm/)") from None
+#: The bundle's one package.
+SPEC = _bundle.Spec(package="vllm", loaded=LOADED, read=READ, what="vLLM", tool="python -m impls.vllm_gpu.bundle")
+_WHAT = "site-packages with vllm, or a vLLM wheel"
 
 
 def find_source() -> Optional[Path]:
     """The ``site-packages`` folder of an importable vLLM (found without importing it), or None."""
-    import importlib.util
-    try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin:
-        return None
-    return Path(spec.origin).parent.parent
+    return _bundle.find_source("vllm")
 
 
 def make_bundle(out, source=None) -> dict:
@@ -169,7 +90,7 @@ def make_bundle(out, source=None) -> dict:
     Returns
     -------
     dict
-        The manifest written.
+        The manifest written (:func:`impls._bundle.make_bundle`).
 
     Raises
     ------
@@ -183,27 +104,7 @@ def make_bundle(out, source=None) -> dict:
             raise BundleError("no vLLM to copy from: vllm is not importable here; pass --from with a site-packages "
                               "folder that holds vllm/ (e.g. .venv/lib/python3.11/site-packages) or a "
                               "vLLM wheel file")
-    src = _Source(Path(source).expanduser().resolve())
-    out = Path(out)
-    files = {}
-    for rel in FILES:
-        data = src.read(rel)
-        digest = _sha256(data)
-        recorded = src.record.get(f"vllm/{rel}")
-        if recorded is None:
-            raise BundleError(f"{src.where}: vllm/{rel} is not in {src.dist_info}/RECORD: not a file of that wheel")
-        if recorded != digest:
-            raise BundleError(f"{src.where}: vllm/{rel} has sha256 {digest}, but {src.dist_info}/RECORD says "
-                              f"{recorded}: the installed file was edited; reinstall vLLM or build from the wheel")
-        dest = out / "vllm" / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(data)
-        files[f"vllm/{rel}"] = {"sha256": digest, "bytes": len(data),
-                                "use": "loaded" if rel in LOADED else "read", "why": LOADED.get(rel) or READ[rel]}
-    manifest = {"schema": SCHEMA, "distribution": src.field("Name"), "version": src.field("Version"),
-                "source": str(src.where), "dist_info": src.dist_info, "record_verified": True, "files": files}
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    return manifest
+    return _bundle.make_bundle(out, [SPEC], [source])
 
 
 def read_manifest(root) -> dict:
@@ -214,23 +115,7 @@ def read_manifest(root) -> dict:
     BundleError
         No such folder, no manifest, or a manifest that does not parse or lacks a field.
     """
-    root = Path(root)
-    if not root.is_dir():
-        raise BundleError(f"{root}: no such bundle folder (build it with: python -m impls.vllm_gpu.bundle --out "
-                          f"{root} --from <site-packages with vllm, or a vLLM wheel>)")
-    f = root / MANIFEST
-    if not f.is_file():
-        raise BundleError(f"{root}: no {MANIFEST} (not a bundle of python -m impls.vllm_gpu.bundle)")
-    try:
-        m = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise BundleError(f"{f}: unreadable manifest ({e})") from None
-    for key in ("schema", "distribution", "version", "files"):
-        if key not in m:
-            raise BundleError(f"{f}: the manifest has no {key!r}")
-    if m["schema"] != SCHEMA:
-        raise BundleError(f"{f}: manifest schema {m['schema']!r}; this sampcheck reads schema {SCHEMA} (rebuild it)")
-    return m
+    return _bundle.read_manifest(root, SPEC.tool, _WHAT)
 
 
 def verify(root) -> dict:
@@ -243,25 +128,7 @@ def verify(root) -> dict:
     BundleError
         Naming every file that is unlisted, missing or modified (with both hashes).
     """
-    root = Path(root)
-    m = read_manifest(root)
-    problems = []
-    for rel in FILES:
-        key = f"vllm/{rel}"
-        entry = m["files"].get(key)
-        path = root / key
-        if entry is None:
-            problems.append(f"{key} is not in the manifest")
-        elif not path.is_file():
-            problems.append(f"{key} is missing")
-        else:
-            got = _sha256(path.read_bytes())
-            if got != entry.get("sha256"):
-                problems.append(f"{key} was modified: sha256 {got}, manifest {entry.get('sha256')}")
-    if problems:
-        raise BundleError(f"{root}: the bundle does not match its {MANIFEST} ({m['distribution']} {m['version']}): "
-                          + "; ".join(problems) + " — rebuild it with python -m impls.vllm_gpu.bundle")
-    return m
+    return _bundle.verify(root, [SPEC], _WHAT)
 
 
 def main(argv=None) -> int:
@@ -277,11 +144,7 @@ def main(argv=None) -> int:
     except BundleError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    size = sum(f["bytes"] for f in m["files"].values())
-    print(f"{args.out}: {len(m['files'])} files of {m['distribution']} {m['version']} ({size} bytes), "
-          f"checked against {m['dist_info']}/RECORD")
-    for k, f in m["files"].items():
-        print(f"  {f['sha256'][:16]}  {k}")
+    print(_bundle.summary(args.out, m))
     return 0
 
 
