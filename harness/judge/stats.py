@@ -596,15 +596,17 @@ def _temperature_log_gamma(p_sorted: np.ndarray, eps: float, sign: int) -> Optio
 
 
 def _cut_bottom(p_sorted: np.ndarray, c: float) -> np.ndarray:
-    """Mass ``c`` cut from the least likely tokens (whole tokens from the bottom, then part of the next), renormalised."""
+    """Mass ``c`` cut from the least likely tokens (whole tokens from the bottom, then part of the next; never the
+    most likely token), renormalised."""
     q = p_sorted.copy()
-    left = c
-    for i in range(len(q) - 1, 0, -1):
-        take = min(q[i], left)
-        q[i] -= take
-        left -= take
-        if left <= 0:
-            break
+    if len(q) < 2 or c <= 0:
+        return q / q.sum()
+    cs = np.cumsum(q[:0:-1])                            # mass of the 1, 2, ... least likely tokens
+    whole = int(np.searchsorted(cs, c, side="right"))   # tokens cut whole: their mass is at most c
+    if whole:
+        q[len(q) - whole:] = 0.0
+    if whole < len(q) - 1:
+        q[len(q) - 1 - whole] -= c - (float(cs[whole - 1]) if whole else 0.0)
     return q / q.sum()
 
 
@@ -816,44 +818,56 @@ def _test_name(k: int) -> str:
     return "exact multinomial" if k <= EXACT_MAX_SUPPORT else "G-test"
 
 
+def _shape_family(p_sorted: np.ndarray, name: str) -> Optional[tuple]:
+    """The shape ``name`` as a one-parameter family: ``(q_of, t_max)``, its distribution (sorted support) at a
+    parameter ``t`` in ``[0, t_max]`` whose TV distance from ``p_sorted`` grows with ``t`` (the mass moved for the
+    top-two shift, ``log gamma`` for a temperature, the mass cut for the filter boundary); None when the shape
+    does not apply."""
+    k = len(p_sorted)
+    if k < 2:
+        return None
+    if name == "top-two-shift":
+        return (lambda t: _shift_q(p_sorted, t)), float(p_sorted[0])
+    if name == "filter-boundary":
+        return (lambda t: _cut_bottom(p_sorted, t)), float(1.0 - p_sorted[0]) * (1 - 1e-12)
+    sign = 1 if name == "temperature-lower" else -1
+    if p_sorted[0] - p_sorted[-1] <= 1e-15 * p_sorted[0]:
+        return None   # uniform: no temperature changes it
+    return (lambda t: _temperature_q(p_sorted, sign * t)), _MAX_LOG_GAMMA
+
+
 def _achieved_epsilon(order: np.ndarray, p_sorted: np.ndarray, vocab: int, n: int, alpha: float,
                       power: float) -> Optional[float]:
-    """Smallest TV distance at which every applicable shape is detected with ``power`` at ``n`` (bisection per shape);
-    None when some shape is not detected with that power at any distance it can reach."""
+    """Smallest TV distance at which every applicable shape is detected with ``power`` at ``n``; None when some
+    shape is not detected with that power at any distance it can reach.
+
+    Each goodness-of-fit shape is bisected on its own parameter (:func:`_shape_family`: one distribution per
+    step, whatever the vocabulary), the extra token in closed form (``1 - (1 - power) ** (1 / n)``)."""
     level = test_level(alpha)
     need = []
-
-    def detected(name: str, eps: float) -> bool:
-        sh = next(iter(_shapes(order, p_sorted, vocab, eps, only=name)), None)
-        return sh is not None and sh.power(p_sorted, n, level) >= power
-
-    for name in [sh.name for sh in _shapes(order, p_sorted, vocab, 1e-9)]:   # every shape that exists at all
-        hi = _largest_eps(order, p_sorted, vocab, name)
-        if hi is None or not detected(name, hi):
+    for name in SHAPES:
+        if name == "extra-token":
+            if len(order) < vocab:
+                need.append(1.0 - (1.0 - power) ** (1.0 / n))
+            continue
+        fam = _shape_family(p_sorted, name)
+        if fam is None:
+            continue
+        q_of, hi = fam
+        if _tv(q_of(hi), p_sorted) <= 0:
+            continue
+        detected = (lambda t: _sorted_power(p_sorted, q_of(t), n, level) >= power)  # noqa: E731
+        if not detected(hi):
             return None
         lo = 0.0
         for _ in range(40):
             mid = 0.5 * (lo + hi)
-            if detected(name, mid):
+            if detected(mid):
                 hi = mid
             else:
                 lo = mid
-        need.append(hi)
+        need.append(_tv(q_of(hi), p_sorted))
     return max(need) if need else 0.0
-
-
-def _largest_eps(order: np.ndarray, p_sorted: np.ndarray, vocab: int, name: str) -> Optional[float]:
-    """(Nearly) the largest TV distance at which the shape ``name`` exists."""
-    if name == "top-two-shift":
-        return float(p_sorted[0])
-    if name == "extra-token":
-        return 1.0 - 1e-9
-    if name == "filter-boundary":
-        return _tv(_cut_bottom(p_sorted, float(1.0 - p_sorted[0]) * (1 - 1e-12)), p_sorted) * (1 - 1e-9)
-    sign = 1 if name == "temperature-lower" else -1
-    if _temperature_log_gamma(p_sorted, 0.0, sign) is None:
-        return None
-    return _tv(_temperature_q(p_sorted, sign * _MAX_LOG_GAMMA), p_sorted)
 
 
 def plan_draws(probs: np.ndarray, alpha: float, epsilon: float = DEFAULT_EPSILON, cap: int = MAX_DRAWS,
