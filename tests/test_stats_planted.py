@@ -45,7 +45,7 @@ from impls.reference.draw import gumbel_argmax
 from impls.reference.filters import chain, kept_set, mixture_probs, processed_probs
 from impls.reference.modes import SAMPLING, effective_seed, resolve
 from impls.reference.philox import uniforms
-from impls.reference.sampler import rewrite_logits
+from impls.reference.sampler import model_logits, rewrite_logits
 
 
 # ---------------------------------------------------------------- the planted samplers
@@ -97,7 +97,7 @@ class Planted(Reference):
     def distribution(self, row) -> np.ndarray:
         """``(V,)`` float64: what this sampler actually draws from (for the power statement)."""
         res = resolve(row, self.profile)
-        x = rewrite_logits(row.logits.to(torch.float64), row, self.profile)
+        x = rewrite_logits(model_logits(row, self.profile).to(torch.float64), row, self.profile)
         keep = self.kept(x, res)
         p = self.probs(x, res)
         return (p if p is not None else processed_probs(x, keep, self.temperature(res.temperature))).numpy()
@@ -109,7 +109,9 @@ class Planted(Reference):
             def sample_many(self, row, seeds, chunk=8192):
                 res = resolve(row, impl.profile)
                 assert res.mode == SAMPLING
-                x = rewrite_logits(row.logits.to(torch.float32), row, impl.profile)
+                # the model's logits as the engine's sampler receives them (a grammar bitmask applied
+                # there under the profile's token_bitmask_stage = "logits"), then the rewrites
+                x = rewrite_logits(model_logits(row, impl.profile).to(torch.float32), row, impl.profile)
                 keep = impl.kept(x, res)
                 probs = impl.probs(x.to(torch.float64), res)
                 sv = [effective_seed(row.replace(seed=int(s))) for s in seeds]
