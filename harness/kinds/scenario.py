@@ -583,10 +583,13 @@ class ScenarioKind(CheckKind):
     def predict(self, judge, case, profile: Profile, dtype: torch.dtype = torch.float32, cache: bool = True):
         """The reference's decode under ``profile``: a :class:`~impls.reference.scenario.ScenarioResult`.
 
-        Cached by the judge under ``("scenario", case id, profile, dtype)``.
+        Cached by the judge under ``("scenario", case id, profile, dtype)``; reused for a profile that
+        agrees with an earlier one on every field the decode read (:mod:`harness.judge.readset`).
         """
-        return judge.cached(("scenario", case.id, profile, dtype),
-                            lambda: Reference(profile, dtype=dtype).run_scenario(case.scenario.spec), cache)
+        def run():
+            return judge.readsets.get(("scenario", case.id, dtype), profile,
+                                      lambda p: Reference(p, dtype=dtype).run_scenario(case.scenario.spec))
+        return judge.cached(("scenario", case.id, profile, dtype), run, cache)
 
     def _explain(self, judge, case, profile: Profile, keys: dict) -> list:
         """The profile fields behind a difference in requests' observations (``keys``: request id -> compared keys)."""

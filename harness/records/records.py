@@ -273,9 +273,11 @@ def dumps(rec: dict) -> str:
 
 
 def default_path(rec: dict) -> Path:
-    """``golden/engines/<impl>-<version>.json``."""
+    """``golden/engines/<impl>-<version>.json``, the version's first word (``"0.32.0 (triton 3.6.0)"``
+    gives ``vllm-triton-0.32.0.json``; the whole version stays in the record)."""
     eng = rec["engine"]
-    return ENGINES_DIR / f"{eng['impl']}-{eng.get('version') or 'unknown'}.json"
+    version = (eng.get("version") or "unknown").split()[0]
+    return ENGINES_DIR / f"{eng['impl']}-{version}.json"
 
 
 def write(rec: dict, path: Optional[Path] = None) -> Path:
