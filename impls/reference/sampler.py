@@ -448,7 +448,8 @@ class ReferenceSession:
             try:
                 claim_slot(row, used_slots, one_d=False)
                 prepared[i] = self._prepare(row)
-                self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile))
+                self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile),
+                                   stream=row.child_stream)
                 self.streams.observe(row.slot, row.request_id, effective_seed(row, self.profile))
             except RowError as e:
                 out[i] = RowResult.failed(e, prepared[i][0].mode if i in prepared else None)

@@ -56,6 +56,7 @@ WARPER_TYPES = tuple(getattr(lp, _name) for _name in (
 
 # ValueError messages of transformers 5.24.0 -> our error kinds (first match wins).
 _MESSAGE_KINDS = (
+    ("`num_return_sequences`", "invalid_n"),  # GenerationConfig.validate: greedy with num_return_sequences > 1
     ("`temperature`", "invalid_temperature"),
     ("`top_p`", "invalid_top_p"),
     ("`top_k`", "invalid_top_k"),
