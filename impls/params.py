@@ -33,7 +33,7 @@ from . import processors as _processors
 __all__ = ["Param", "PARAMS", "FEATURES", "ERRORS", "param", "row_fields", "row_schema", "request_schema",
            "field_feature", "step_fields", "request_fields", "markdown_table", "template_comment",
            "parse_seed", "end_id_set", "SCOPES", "bitmask_words", "bitmask_word_count", "bitmask_allows",
-           "MAX_VOCAB", "MAX_SEED_CHARS", "GENERATOR", "MODEL"]
+           "MAX_VOCAB", "MAX_N", "MAX_SEED_CHARS", "GENERATOR", "MODEL"]
 
 #: Where a field may appear: ``row`` (single-step rows, their ``defaults``, and scenario
 #: requests), ``step`` (single-step rows only: the logits, the history and the slot of one
@@ -77,6 +77,7 @@ FEATURES = {
     "max_new_tokens": "a limit on generated tokens (§1.8)",
     "max_seq_len": "a limit on prompt plus generated tokens (§1.8)",
     "seed": "per-request seeds (§1.6)",
+    "n": "parallel sampling: one request fans out into n children, each its own sequence (§2a)",
     "logprobs": "logprobs of the sampled token, rank and top logprobs, or of the whole vocabulary (§1.7)",
     "logprobs_mode": "which logits the returned logprobs are read from: raw or processed, normalised or not (§1.7)",
     "logprob_token_ids": "the logprobs of given token ids, whatever was sampled (§1.7)",
@@ -114,6 +115,7 @@ ERRORS = {
     "invalid_beam_width": "a beam width outside [1, max_beam_width]",
     "invalid_d2t": "a draft-to-target table on a request that does not decode greedily",
     "invalid_draft": "draft tokens outside the vocabulary, or drafts with beam search",
+    "invalid_n": "n > 1 on a request that decodes greedily, where the profile rejects it (n_greedy)",
 }
 
 
@@ -304,6 +306,9 @@ _WORDS = {"type": "array", "items": _INTS}
 _PAIRS = {"type": "array", "items": {"type": "array", "minItems": 2, "items": [_INT, _NUM], "additionalItems": False}}
 #: The largest vocabulary of one row (a generator's ``vocab``; cases/README.md, "Limits").
 MAX_VOCAB = 1 << 20
+#: The most children a request may fan out into (``n``): a statistical check over children needs 1000
+#: (cases/README.md, "Statistical scenarios"); vLLM's own limit is ``VLLM_MAX_N_SEQUENCES`` (16384).
+MAX_N = 1024
 #: The longest seed written as a string (``"0x"`` and 16 hex digits, or 20 decimal digits, hold any
 #: seed in ``[-2**63, 2**64)``; the row's rule rejects larger ones at run time, as ``invalid_seed``).
 MAX_SEED_CHARS = 64
@@ -612,6 +617,23 @@ PARAMS = (
           rule="§3", scope="request"),
     Param("diversity_rate", _NUM, "float", "TensorRT-LLM's beam diversity rate", feature="beam_search",
           rule="§3", scope="request"),
+    Param("n", {"type": "integer", "minimum": 1, "maximum": MAX_N}, "int", "parallel sampling: the request fans "
+          "out into n children, named `<id>#0` ... `<id>#<n-1>`, child i in slot `slot + i`",
+          unset="1: the request is its own (only) sequence", feature="n", errors=("invalid_seed", "invalid_n"),
+          rule=f"in [1, {MAX_N}]; child i's seed is the profile's child_seed_rule of the request's seed (vLLM, "
+               "TensorRT-LLM: seed + i), an unseeded request's children follow child_unseeded; a child seed past "
+               "2**64 - 1 wraps or rejects the request (child_seed_overflow); n > 1 on a greedy request is n "
+               "identical children or invalid_n (n_greedy); not with beam search (§2a)",
+          citation="vllm-project/vllm:vllm/v1/engine/parallel_sampling.py@v0.32.0 "
+                   "ParentRequest._get_child_sampling_params; NVIDIA/TensorRT-LLM:cpp/tensorrt_llm/batch_manager/"
+                   "llmRequest.cpp@119c6e60 LlmRequest::createChildRequest",
+          scope="request"),
+    Param("child_stream", {}, "-", "a child of an n request drawing from one generator its n children share "
+          "(child_seed_rule 'shared_stream'): ``(i, n)``, its k-th draw takes offset k * n + i of the request's "
+          "seed", unset="None: the row's own stream (offsets 0, 1, 2, ...)", rule="§2a",
+          citation="huggingface/transformers:src/transformers/generation/utils.py@v5.24.0 "
+                   "GenerationMixin._expand_inputs_for_generation, GenerationMixin._sample",
+          scope="internal", annotation=Any),
     Param("draft_len", {"type": "integer", "minimum": 0, "maximum": 64}, "int", "draft tokens per step (K)",
           unset="0: no speculation", rule="§4", scope="request"),
     Param("drafts", _WORDS, "array of arrays of int", "literal draft tokens per step (else the draft model "

@@ -386,6 +386,39 @@ class Profile:
         server: ``sampling_seed`` is read only under deterministic inference):
         the seed is validated and then ignored, the row draws as an unseeded
         one. Read by: ``impls/reference/modes.py`` ``effective_seed``.
+    child_seed_rule : {"seed_plus_index", "same_seed", "shared_stream"}
+        The seed of child ``i`` of a seeded request with ``n > 1`` (SEMANTICS §2a):
+        ``"seed_plus_index"``, its own seed ``s + i`` (vLLM 0.32.0
+        ``v1/engine/parallel_sampling.py`` ``ParentRequest._get_child_sampling_params``;
+        TensorRT-LLM ``cpp/tensorrt_llm/batch_manager/llmRequest.cpp`` @119c6e60
+        ``LlmRequest::createChildRequest``); ``"same_seed"``, the request's ``s``
+        (SGLang 0.5.23 ``managers/io_struct.py``
+        ``GenerateReqInput._normalize_sampling_params`` copies the request's sampling
+        parameters into ``n`` requests), so children whose seed is honoured draw alike;
+        ``"shared_stream"``, one generator for the ``n`` children (transformers 5.24.0
+        ``generation/utils.py`` ``GenerationMixin._sample``: the ``num_return_sequences``
+        rows of one ``generate()``): child ``i``'s ``k``-th draw takes offset
+        ``k * n + i`` of ``s``. Read by: ``impls/reference/seeds.py`` ``child_seed``.
+    child_unseeded : {"unseeded", "index"}
+        The children of an unseeded request with ``n > 1``: unseeded rows (vLLM 0.32.0
+        ``ParentRequest._get_child_sampling_params``: seed None for every child), or
+        seeded with their index ``0 + i`` (TensorRT-LLM @119c6e60
+        ``LlmRequest::createChildRequest``: the request's seed defaults to 0, so two
+        unseeded requests with ``n > 1`` draw alike). Read by: ``child_seed``.
+    child_seed_overflow : {"wrap", "error"}
+        A child seed ``s + i`` above ``2**64 - 1`` (``"seed_plus_index"``): wraps
+        modulo ``2**64`` (TensorRT-LLM @119c6e60 ``createChildRequest``: ``uint64``
+        ``RandomSeedType``, ``cpp/include/tensorrt_llm/executor/types.h``), or rejects
+        the whole request with ``invalid_seed`` (vLLM 0.32.0: the engine client's
+        ``MsgpackEncoder``, ``v1/engine/core_client.py`` ``SyncMPClient.add_request``,
+        cannot encode the child's seed). Read by: ``child_seed``.
+    n_greedy : {"identical", "error"}
+        ``n > 1`` on a request that decodes greedily: ``n`` identical children
+        (TensorRT-LLM @a98a9061 ``tensorrt_llm/sampling_params.py``: the C++ executor
+        runs it), or ``invalid_n`` for the request (vLLM 0.32.0 ``sampling_params.py``
+        ``SamplingParams._verify_greedy_sampling``; transformers 5.24.0
+        ``generation/configuration_utils.py`` ``GenerationConfig.validate``). Read by:
+        ``impls/reference/scenario.py`` ``_Runner.admit``.
     ignore_eos_scope : {"end_id", "stop_tokens"}
         What ``ignore_eos`` disables: the end id only, or every token-based
         stop (one-token stop words too; SGLang). Read by:
@@ -497,6 +530,11 @@ class Profile:
     seed_keyed_by_batch_row: bool = False
     seeds_honoured: bool = True
     ignore_eos_scope: str = "end_id"
+    # Parallel sampling (n, SEMANTICS §2a); the defaults are trtllm's behaviour.
+    child_seed_rule: str = "seed_plus_index"
+    child_unseeded: str = "index"
+    child_seed_overflow: str = "wrap"
+    n_greedy: str = "identical"
     # Added for the sglang-flashinfer profile; the default is trtllm's behaviour.
     batch_min_p_filters: Optional[tuple] = None
     versions: str = field(default="", compare=False)
@@ -540,6 +578,26 @@ _TRT_BEAM_CITATIONS = {
                       "attainable score cannot beat the pool)",
     "beam_pool_candidates": f"{_TRT_BEAM} _cba_step_math (end-id candidates ranked within the first beam_width of "
                             "the 2 * beam_width go to the pool)",
+}
+
+_TRT_CHILD = ("NVIDIA/TensorRT-LLM:cpp/tensorrt_llm/batch_manager/llmRequest.cpp@119c6e60 "
+              "LlmRequest::createChildRequest")
+_TRT_SP = "NVIDIA/TensorRT-LLM:tensorrt_llm/sampling_params.py@a98a9061"
+#: Parallel sampling (n, SEMANTICS §2a), read on 2026-12-05.
+_TRT_N_CITATIONS = {
+    "child_seed_rule": f"{_TRT_CHILD} (the request keeps its seed as sequence index 0; child k gets "
+                       "randomSeed + k, 'to ensure different randomness across children'); "
+                       "tensorrt_llm/_torch/pyexecutor/llm_request.py@002f3cc3 LlmRequest.create_child_request (the "
+                       "PyTorch executor takes the C++ child and asserts its random_seed differs from the parent's)",
+    "child_unseeded": f"{_TRT_CHILD} ('If no seed is provided, the parent's seed defaults to 0': the request gets "
+                      "randomSeed 0, child k gets 0 + k)",
+    "child_seed_overflow": f"{_TRT_CHILD} (randomSeed->at(0) += static_cast<RandomSeedType>(k), RandomSeedType "
+                           "= std::uint64_t in cpp/include/tensorrt_llm/executor/types.h: unsigned arithmetic, "
+                           "modulo 2**64)",
+    "n_greedy": f"{_TRT_SP} SamplingParams._validate (docstring: 'greedy decoding with n > 1 is capable in the "
+                "Executor class of C++ runtime'; the LLM API refuses best_of > 1 with greedy decoding unless "
+                "TLLM_ALLOW_N_GREEDY_DECODING is set): the executor's n identical greedy children are the "
+                "reference's rule",
 }
 
 #: Stop strings are not a parameter of TensorRT-LLM's sampler; what its LLM API does with them (read 2026-12-05).
@@ -598,6 +656,7 @@ TRTLLM = Profile(
                                     "SamplingParams.end_id: Optional[int]; _setup takes the tokenizer's "
                                     "eos_token_id), so impls/trtllm declares no end_id_set",
         **_TRT_BEAM_CITATIONS,
+        **_TRT_N_CITATIONS,
     },
 )
 
@@ -684,8 +743,18 @@ HF = dataclasses.replace(
     stop_string_trim="none",
     validation_extras=frozenset({"max_new_tokens_zero", "max_seq_len_above_prompt", "negative_history_ids"}),
     **_HF_BEAM_FIELDS,
+    child_seed_rule="shared_stream",
+    child_unseeded="unseeded",
+    n_greedy="error",
     citations={
         **_HF_BEAM_CITATIONS,
+        "child_seed_rule": f"{_HF_UTILS} GenerationMixin._expand_inputs_for_generation (num_return_sequences "
+                           "copies of input_ids, repeat_interleave) and GenerationMixin._sample (one "
+                           "torch.multinomial over every row per step, from torch's global generator: no per-child "
+                           "seed; the adapter seeds that generator once per request)",
+        "child_unseeded": f"{_HF_UTILS} GenerationMixin._sample (the rows draw from torch's global generator)",
+        "n_greedy": f"{_HF_CFG} GenerationConfig.validate ('Greedy methods (do_sample != True) without beam search "
+                    "do not support num_return_sequences different than 1': ValueError)",
         "mode_source": f"{_HF_CFG} GenerationConfig.get_generation_mode (do_sample=False with num_beams=1 is "
                        "GREEDY_SEARCH); the harness resolves an unset do_sample as False for an explicit_greedy "
                        "spelling, else 'any of temperature/top_k/top_p/min_p set' "
@@ -865,8 +934,27 @@ VLLM = dataclasses.replace(
     beam_score_length="sequence_less_final_end",
     beam_done_rule="max_tokens",
     beam_pool_candidates="per_beam_top_2w",
+    child_unseeded="unseeded",
+    child_seed_overflow="error",
+    n_greedy="error",
     citations={
         **{k: _v(_V_BEAM, v) for k, v in _V_BEAM_CITATIONS.items()},
+        "child_seed_rule": _v("v1/engine/parallel_sampling.py", "ParentRequest._get_child_sampling_params")
+                           + " (child_sampling_params.seed = seed + index; LLMEngine.add_request fans a request "
+                           "with n > 1 out into n requests, " + _v("v1/engine/llm_engine.py",
+                           "LLMEngine.add_request") + "); the fix of seeded children that were identical: "
+                           "vLLM PR #11898",
+        "child_unseeded": _v("v1/engine/parallel_sampling.py", "ParentRequest._get_child_sampling_params") + " (seed "
+                          "None: every child shares one cached SamplingParams with seed None; each draws from the "
+                          "global generator, SamplingType.RANDOM)",
+        "child_seed_overflow": _v("v1/engine/llm_engine.py", "LLMEngine.add_request") + " (children are added to the "
+                               "engine core one by one; the multiprocess client encodes each with MsgpackEncoder, "
+                               + _v("v1/engine/core_client.py", "SyncMPClient.add_request") + ", which raises "
+                               "OverflowError on a seed above 2**64 - 1: the call fails; in-process the model "
+                               "runner's torch.Generator.manual_seed fails the whole step). The children added before "
+                               "the failing one stay in the engine: finding vllm-n-seed-overflow-orphans-children",
+        "n_greedy": _v(_V_SP, "SamplingParams._verify_greedy_sampling") + " ('n must be 1 when using greedy "
+                    "sampling', called from __post_init__ when temperature < _SAMPLING_EPS)",
         "greedy_when_unset": _v(_V_SP, "SamplingParams") + " (temperature defaults to 1.0, top_p 1.0, top_k 0: "
                              "a request that sets nothing samples at random)",
         "explicit_greedy": _v(_V_SP, "SamplingParams.sampling_type") + " (GREEDY iff temperature < _SAMPLING_EPS "
@@ -1166,8 +1254,20 @@ SGLANG = dataclasses.replace(
     min_length_bans_stop_words=True,
     seeds_honoured=False,
     ignore_eos_scope="stop_tokens",
+    child_seed_rule="same_seed",
+    child_unseeded="unseeded",
     stop_string_pick="list_order",
     citations={
+        "child_seed_rule": _sg("managers/io_struct.py", "GenerateReqInput._normalize_sampling_params") + " (the "
+                           "request's sampling_params repeated parallel_sample_num times: every copy keeps its "
+                           "sampling_seed) and " + _sg("managers/tokenizer_manager.py",
+                           "TokenizerManager._handle_batch_request") + " (n copies sent as requests of their own); "
+                           "the seed matters only under deterministic inference (seeds_honoured), where "
+                           + _sg(_SG_SAMPLER, "multinomial_with_seed") + " hashes (seed, position): equal seeds, "
+                           "equal children",
+        "child_unseeded": _sg(_SG_BATCH, "SamplingBatchInfo.from_schedule_batch") + " (on the default server the "
+                          "copies draw from torch's global generator; under deterministic inference an unset "
+                          "sampling_seed becomes 42 for every request, so every child draws alike)",
         "greedy_when_unset": _sg(_SG_SP, "SamplingParams") + " (temperature 1.0, top_p 1.0, top_k TOP_K_ALL by "
                              "default: a request that sets nothing samples)",
         "explicit_greedy": _sg(_SG_SP, "SamplingParams.__post_init__") + " (0 <= temperature < 1e-6 becomes "

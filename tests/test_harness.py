@@ -189,7 +189,8 @@ def test_known_diff_names_the_profile_field(tmp_path):
     # stops, the decoded text keeps the stop string; trtllm "text"), added with stop strings (#17, group 4).
     from impls.profiles import profile_diff
     assert [f["field"] for f in r["details"]["fields"]] == profile_diff(TRTLLM, HF)
-    assert all(f["combination"] for f in r["details"]["fields"]) and len(r["details"]["fields"]) == 31
+    # 34: and the parallel-sampling fields child_seed_rule, child_unseeded, n_greedy (#17, group 2)
+    assert all(f["combination"] for f in r["details"]["fields"]) and len(r["details"]["fields"]) == 34
     assert "stop_string_trim" in profile_diff(TRTLLM, HF) and HF.stop_string_trim == "none"
     assert out.exit_code == 0
 

@@ -56,7 +56,9 @@ def corpus(tmp_path: Path) -> Path:
 
 class Misbehaves(Reference):
     """The reference, except on the marked case: ``how`` is "pidfile" (write the pid, then
-    sleep until killed), "segv" (fatal signal), "hang" or "cuda" (raise a CUDA error)."""
+    sleep until killed), "segv" (fatal signal), "hang", "cuda" (raise a CUDA error) or "hog"
+    (hold 256 MiB for a second, create ``pidfile`` as a marker, then die of SIGKILL as the
+    out-of-memory killer ends a process)."""
 
     def __init__(self, how: str, pidfile: Path = None):
         super().__init__(TRTLLM, name=f"bad-{how}")
@@ -78,6 +80,11 @@ class Misbehaves(Reference):
                         time.sleep(120)
                     elif how == "cuda":
                         raise RuntimeError("CUDA error: device-side assert triggered")
+                    elif how == "hog":
+                        hog = torch.ones(64 << 20, dtype=torch.float32)  # 256 MiB, touched
+                        time.sleep(1.0)
+                        pidfile.write_text(str(float(hog[-1])))
+                        os.kill(os.getpid(), signal.SIGKILL)
                 return inner.step(rows)
         return S()
 
@@ -141,6 +148,61 @@ def test_hang_times_out_and_the_worker_restarts(tmp_path):
     assert st[("greedy/b", "bad-hang")]["status"] == "error"
     assert "timed out after 3 s" in st[("greedy/b", "bad-hang")]["details"]["message"]
     assert st[("greedy/c", "bad-hang")]["status"] == "pass"
+
+
+def test_out_of_memory_kill_is_named_with_the_peak_memory(tmp_path, monkeypatch):
+    # The kernel's OOM killer cannot be provoked safely on a shared machine: the worker dies of
+    # SIGKILL itself, and the kernel's count of OOM kills is faked to rise meanwhile.
+    from harness.run import isolation
+    marker = tmp_path / "killed"
+    monkeypatch.setattr(isolation, "_oom_kills", lambda events=None: {"system": 3 + marker.exists()})
+    root = corpus(tmp_path)
+    outcome = run([Misbehaves("hog", marker)], None, tmp_path / "r", progress=False, root=root)
+    st = by_pair(outcome.doc)
+    d = st[("greedy/b", "bad-hog")]["details"]
+    assert st[("greedy/b", "bad-hog")]["status"] == "error" and d["isolation"] == "crash"
+    assert d["oom_killed"] is True and "out-of-memory killer" in d["message"]
+    assert d["peak_rss_bytes"] >= 256 << 20 and "peak resident memory seen" in d["message"]
+    assert st[("greedy/a", "bad-hog")]["status"] == st[("greedy/c", "bad-hog")]["status"] == "pass"  # the run goes on
+
+
+def test_sigkill_without_an_oom_kill_is_not_called_one(monkeypatch):
+    from harness.run.isolation import _oom_rose
+    assert _oom_rose({"system": 3}, {"system": 4}) and not _oom_rose({"system": 3}, {"system": 3})
+    assert not _oom_rose({}, {"system": 4})  # unknown before: no claim
+    assert _oom_rose({"system": 3, "cgroup": 0}, {"system": 3, "cgroup": 1})
+
+
+def test_torch_thread_policy(monkeypatch):
+    from harness.run.isolation import CPU_TORCH_THREADS, torch_threads
+    monkeypatch.delenv("SAMPCHECK_TORCH_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert torch_threads("cpu") == CPU_TORCH_THREADS == 1 and torch_threads("cuda") is None
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert torch_threads("cpu") is None  # the user's OpenMP setting is left to torch
+    monkeypatch.setenv("SAMPCHECK_TORCH_THREADS", "3")
+    assert torch_threads("cpu") == 3 and torch_threads("cuda") == 3
+    monkeypatch.setenv("SAMPCHECK_TORCH_THREADS", "0")
+    assert torch_threads("cpu") is None
+    monkeypatch.setenv("SAMPCHECK_TORCH_THREADS", "two")
+    with pytest.raises(ValueError, match="SAMPCHECK_TORCH_THREADS"):
+        torch_threads("cpu")
+
+
+def test_in_process_run_restores_torch_threads(tmp_path, monkeypatch):
+    monkeypatch.delenv("SAMPCHECK_TORCH_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    seen = []
+
+    class Watch(Reference):
+        def open_session(self, device="cpu"):
+            seen.append(torch.get_num_threads())
+            return super().open_session(device)
+
+    run(["reference", Watch(TRTLLM, name="watch")], None, tmp_path / "r", progress=False, root=corpus(tmp_path),
+        isolate=False)
+    assert seen and set(seen) == {1} and torch.get_num_threads() == before
 
 
 def test_device_error_replaces_the_worker(tmp_path):

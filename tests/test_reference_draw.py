@@ -10,6 +10,10 @@ the formula, with the canonical uniforms of :func:`impls.reference.philox.unifor
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -189,3 +193,87 @@ def test_a_new_seed_in_a_slot_starts_its_own_stream():
     assert b.extra == {"seed": 1231, "offset": 0}
     assert b.token == _hand(X, ALL6, 0.7, 1231, 0)
     assert c.extra == {"seed": 42, "offset": UNSEEDED}
+
+
+# -- many draws of one row (ReferenceSession.sample_many): kept tokens only, bounded blocks ------
+
+def test_uniforms_at_are_the_same_columns_of_uniforms():
+    from impls.reference.philox import uniforms, uniforms_at
+    seeds = torch.tensor([0, 1, -1, 2**62 + 5, -(2**63)], dtype=torch.int64)
+    offs = torch.tensor([0, 7, 2**40, 0, 3], dtype=torch.int64)
+    full = uniforms(seeds, offs, 1003)
+    cols = torch.tensor([0, 1, 2, 3, 4, 9, 9, 500, 1001, 1002])
+    assert torch.equal(uniforms_at(seeds, offs, cols), full[:, cols])
+
+
+@pytest.mark.parametrize("block", [7, 64, 1 << 18])
+def test_gumbel_argmax_kept_draws_the_same_tokens_as_the_step(block):
+    # Token for token against gumbel_argmax over the whole vocabulary, with blocks that split rows
+    # and kept ids (block 7 < k: ties and maxima across column blocks must keep the lowest id).
+    from impls.reference.draw import gumbel_argmax_kept
+    g = torch.Generator().manual_seed(3)
+    V, n = 300, 500
+    x = torch.round(torch.randn(V, generator=g) * 4) / 4  # many exact ties among logits
+    keep = torch.rand(V, generator=g) < 0.3
+    cols = torch.nonzero(keep).flatten()
+    seeds = torch.arange(n, dtype=torch.int64) - 250
+    offs = torch.zeros(n, dtype=torch.int64)
+    for T in (1.0, 0.37):
+        want = gumbel_argmax(x.expand(n, V), keep.expand(n, V), torch.full((n,), T), seeds, offs)
+        got = gumbel_argmax_kept(x[cols], cols, T, seeds, offs, block=block)
+        assert torch.equal(got, want)
+
+
+def test_sample_many_counts_equal_the_steps_tokens():
+    # sample_many (kept-set blocks) against one fresh step per seed (the canonical draw of step).
+    from impls.base import Row
+    from impls.reference.sampler import ReferenceSession
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(50, generator=g) * 2
+    row = Row(logits=x, temperature=0.8, top_p=0.9)
+    seeds = range(2**64 - 40, 2**64)   # unsigned seeds, the same streams as their signed views
+    counts = ReferenceSession().sample_many(row, seeds)
+    toks = [ReferenceSession().step([row.replace(seed=s, slot=0)])[0].token for s in seeds]
+    assert counts.tolist() == torch.bincount(torch.tensor(toks), minlength=50).tolist()
+
+
+_HWM_PROBE = """
+import sys, torch
+torch.set_num_threads(1)
+from impls.base import Row
+from impls.reference.sampler import ReferenceSession
+def hwm():
+    return next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmHWM'))
+x = torch.randn(1 << 20, generator=torch.Generator().manual_seed(1)) * 3
+row = Row(logits=x, temperature=1.0)
+h0 = hwm()
+c = ReferenceSession().sample_many(row, range(32))
+print(int(c.sum()), hwm() - h0)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc for VmHWM")
+def test_sample_many_memory_is_bounded_on_a_2_20_vocabulary():
+    # Issue #19 item 2. 32 draws of one unfiltered row of 2^20 tokens in a fresh process: the peak
+    # resident memory (VmHWM) grows by at most 256 MiB over the process's peak before the call (the
+    # row's O(V) tensors, about 40 MiB at 2^20, the draw blocks, DRAW_BLOCK_ELEMENTS scores of about
+    # 80 bytes each = 21 MiB, and the allocator's slack; measured 70-120 MiB). Drawing the 32 rows at
+    # once over the whole vocabulary, as before kept-token blocks, needs about 40 bytes per score:
+    # 32 * 2^20 * 40 B = 1.3 GiB.
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    out = subprocess.run([sys.executable, "-c", _HWM_PROBE], capture_output=True, text=True, env=env, cwd=root,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    drawn, growth = map(int, out.stdout.split())
+    assert drawn == 32
+    assert growth <= 256 << 20, f"peak RSS grew by {growth / 2**20:.1f} MiB"
+
+
+def test_signed_seeds_of_a_range_and_a_list():
+    from impls.reference.sampler import signed_seeds
+    r = range(2**64 - 3, 2**64)
+    assert signed_seeds(r).tolist() == [-3, -2, -1] == signed_seeds(list(r)).tolist()
+    assert signed_seeds(range(5, -5, -4)).tolist() == [5, 1, -3]
+    with pytest.raises(ValueError):
+        signed_seeds(range(2**64 - 1, 2**64 + 1))

@@ -34,7 +34,7 @@ from harness.corpus.load import CASES_DIR, discover, load_case
 from harness.judge.judge import Judge
 from harness.run.runner import count_statistical_checks
 from harness.judge.stats import (EXACT_MAX_SUPPORT, TARGET_POWER, bin_probs, check_draws, exact_multinomial_pvalue,
-                           make_bins, per_check_alpha, plan_draws)
+                           make_bins, per_check_alpha, plan_draws, test_level)
 from impls.profiles import TRTLLM
 from impls.reference import Reference
 
@@ -169,9 +169,11 @@ def simulated_power(replicates: int, exact_replicates: int, seed: int = 8) -> li
 
     Counts are ``Multinomial(N, q)`` with ``q`` = the prediction with
     ``min(epsilon, p_1)`` moved from the most likely token to the second, at
-    the planned ``N``. G-test rows are simulated vectorised on the test's
-    bins; exact-test rows call :func:`harness.judge.stats.check_draws` per
-    replicate.
+    the planned ``N``, judged at the level the judge rejects at
+    (:func:`harness.judge.stats.test_level`). G-test rows are simulated
+    vectorised on the test's bins; exact-test rows call
+    :func:`harness.judge.stats.check_draws` per replicate. (Every named
+    alternative of every check: ``benchmarks/stat_calibration.py``.)
 
     Returns
     -------
@@ -199,7 +201,7 @@ def simulated_power(replicates: int, exact_replicates: int, seed: int = 8) -> li
             while done < replicates:
                 m = min(100_000, replicates - done)
                 o = rng.multinomial(n, qb, size=m)
-                hits += int((sps.chi2.sf(_g_stat(o, e, pb), len(pb) - 1) < alpha).sum())
+                hits += int((sps.chi2.sf(_g_stat(o, e, pb), len(pb) - 1) < test_level(alpha)).sum())
                 done += m
             reps = replicates
         else:

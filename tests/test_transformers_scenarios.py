@@ -50,7 +50,7 @@ def test_declared_features_and_keys():
         "temperature", "top_k", "top_p", "min_p", "typical_p", "repetition_penalty", "prompt_ignore_length",
         "logit_bias", "min_length", "bad_words", "no_repeat_ngram", "end_id", "end_id_set", "ignore_eos",
         "stop_words", "max_new_tokens", "max_seq_len", "seed", "finish_reason", "beam_search", "logits_processors",
-        "stop_strings"})
+        "stop_strings", "n"})
     assert REPORTED == frozenset({"error", "error_step", "tokens", "finish_reason", "finish_step", "text", "beams",
                                   "cum_logprobs", "scores", "beam_finish_reasons"})
     assert impl.stages["decode"] == "own" and impl.stages["seeds"] == "adapter"
@@ -227,3 +227,58 @@ def test_transformers_beam_keeps_to_beam_scenarios():
     # log-softmax of [0, 1, 3, 2.5, 0]: 3 - ln(2 + e + e^3 + e^2.5) and 2.5 - the same
     z = math.log(2 + math.e + math.e ** 3 + math.e ** 2.5)
     assert x.requests["b"].cum_logprobs == pytest.approx([3 - z, 2.5 - z], abs=1e-6)
+
+
+# ------------------------------------------------------------------ parallel sampling (n)
+
+def test_n_is_one_generate_with_num_return_sequences_on_one_generator():
+    # n = 3 is generate(num_return_sequences=3): _expand_inputs_for_generation repeats input_ids 3 times and
+    # _sample draws torch.multinomial over the 3 rows at each step from the one generator seeded 7 (fork_rng):
+    # the same draws as that loop written out over a (3, V) batch, row i being child a#i.
+    table = [[0.5, 0.0, 1.0, -1.0], [0.0, 0.3, 0.2, 0.1], [1.0, 1.0, 0.0, 0.0]]
+    res, _ = run(req("a", prompt=[0], temperature=1.0, seed=7, max_new_tokens=3), steps=table)
+    spec = ScenarioSpec(model=TableModel(table), requests=[RequestSpec("a", 0, {"prompt": [0], "temperature": 1.0,
+                                                                           "seed": 7, "max_new_tokens": 3}, n=3)])
+    got = TransformersImpl().run_scenario(spec)
+    g = torch.Generator().manual_seed(7)
+    rows = [torch.multinomial(torch.softmax(torch.tensor(r), -1).repeat(3, 1), 1, generator=g)[:, 0].tolist()
+            for r in table]
+    for i in range(3):
+        assert outcome(got.requests[f"a#{i}"]) == (None, None, [rows[k][i] for k in range(3)], "length", 2)
+    # n = 1 is the plain request
+    spec1 = ScenarioSpec(model=TableModel(table), requests=[RequestSpec("a", 0, {"prompt": [0], "temperature": 1.0,
+                                                                            "seed": 7, "max_new_tokens": 3}, n=1)])
+    assert outcome(TransformersImpl().run_scenario(spec1).requests["a"]) == outcome(res.requests["a"])
+
+
+def test_n_rows_end_where_their_own_criteria_fire():
+    # EOS 3 has probability 1/3 at position 0 and 0 later: generate pads a finished row with pad_token_id (the
+    # EOS id) until every row is done; each child's tokens end at its own EOS (finish at step 0) or run to
+    # max_new_tokens (length at step 4).
+    inf = float("inf")
+    table = [[0.0, 0.0, -inf, 0.0], [0.0, 0.0, -inf, -inf]]
+    spec = ScenarioSpec(model=TableModel(table), requests=[RequestSpec(
+        "a", 0, {"prompt": [0], "temperature": 1.0, "seed": 3, "end_id": 3, "max_new_tokens": 5}, n=6)])
+    res = TransformersImpl().run_scenario(spec).requests
+    kids = [res[f"a#{i}"] for i in range(6)]
+    # _sample draws all 6 rows at every step (finished ones too, then overwritten with the pad): one
+    # torch.multinomial over a (6, V) batch per step from the generator seeded 3, as written out here
+    g = torch.Generator().manual_seed(3)
+    draws = [torch.multinomial(torch.softmax(torch.tensor(table[min(k, 1)]), -1).repeat(6, 1), 1,
+                               generator=g)[:, 0].tolist() for k in range(5)]
+    want = []
+    for i in range(6):
+        row = [draws[k][i] for k in range(5)]
+        want.append(([3], "end_id", 0) if row[0] == 3 else (row, "length", 4))
+    assert [(k.tokens, k.finish_reason, k.finish_step) for k in kids] == want
+    ended = [w for w in want if w[1] == "end_id"]
+    assert ended and len(ended) < 6  # seed 3: some children take the EOS at step 0, some do not
+
+
+def test_n_with_greedy_decoding_is_invalid_n():
+    # GenerationConfig.validate: greedy (do_sample False, temperature 0) with num_return_sequences 2 raises
+    # "Greedy methods ... do not support `num_return_sequences` different than 1" -> invalid_n, every child.
+    spec = ScenarioSpec(model=TableModel(EOS_TABLE), requests=[RequestSpec(
+        "g", 0, {"prompt": [0], "temperature": 0.0, "max_new_tokens": 2}, n=2)])
+    res = TransformersImpl().run_scenario(spec).requests
+    assert [(res[f"g#{i}"].error, res[f"g#{i}"].error_step) for i in range(2)] == [("invalid_n", 0)] * 2

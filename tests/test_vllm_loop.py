@@ -147,6 +147,10 @@ def test_admission_errors_are_vllms_own():
     assert (res.requests["p"].error, res.requests["p"].error_step) == ("invalid_top_p", 0)
     assert (res.requests["s"].error, res.requests["s"].error_step) == ("invalid_seed", 1)
     assert res.requests["ok"].tokens == [1, 1]
+    # LLMEngine.add_request gave the output processor the refused request's state before the engine core
+    # refused it: the driver aborts it, so the engine holds nothing for the next run
+    from impls.vllm import loop
+    assert not loop.engine_for(4, loop.DEFAULT_MAX_MODEL_LEN).engine.has_unfinished_requests()
 
 
 def test_a_history_the_scripted_model_has_no_row_for_fails_that_request():
@@ -196,7 +200,7 @@ def test_beam_search_without_early_stopping_parameter_is_unsupported():
 
 
 def test_n_children_take_seed_plus_index():
-    # n > 1 (no case field expresses it yet): ParentRequest.get_child_info
+    # n > 1 driven by hand, below the adapter (the case field n: the tests that follow): ParentRequest.get_child_info
     # (v1/engine/parallel_sampling.py) gives child i the seed seed + i, so child 1 of a seed-7 request
     # draws what a lone seed-8 request draws, token for token (each request owns its generator:
     # GPUModelRunner._update_states).
@@ -227,6 +231,64 @@ def test_n_children_take_seed_plus_index():
         scripted_model.unbind(eng.key)
     assert parent == [lone7, lone8]
     assert lone7 != lone8
+
+
+# ------------------------------------------------------------------ parallel sampling (n)
+
+def _n(rid, n, slot=0, prompt=(1,), **fields):
+    return RequestSpec(id=rid, slot=slot, fields={"prompt": list(prompt), **fields}, n=n)
+
+
+def test_children_of_a_seeded_request_draw_as_requests_seeded_seed_plus_index():
+    # LLMEngine.add_request fans n = 3 out through ParentRequest (v1/engine/parallel_sampling.py):
+    # child i gets SamplingParams with seed + i, so it draws as a request seeded 1000 + i; its outputs
+    # carry CompletionOutput.index = i under the request's id and map to "a#<i>".
+    model = TableModel([[0.0] * 16])
+    kw = dict(temperature=1.0, max_new_tokens=4)
+    res = _run(model, _n("a", 3, seed=1000, **kw), *[_req(f"b{i}", slot=3 + i, seed=1000 + i, **kw)
+                                                     for i in range(3)]).requests
+    for i in range(3):
+        a, b = res[f"a#{i}"], res[f"b{i}"]
+        assert (a.error, len(a.tokens), a.finish_reason, a.finish_step) == (None, 4, "length", 3)
+        assert a.tokens == b.tokens
+    assert len({tuple(res[f"a#{i}"].tokens) for i in range(3)}) == 3
+
+
+def test_a_child_that_samples_eos_finishes_alone():
+    # EOS 3 (probability 1/2 at position 0, 0 later) and token 0 otherwise: a child that draws EOS
+    # finishes at step 0 (check_stop, its own request), the others run to max_tokens 4.
+    inf = float("inf")
+    model = TableModel([[0.0, -inf, -inf, 0.0], [0.0, -inf, -inf, -inf]])
+    # Child i finishes exactly as the plain request seeded 5 + i beside it.
+    kw = dict(temperature=1.0, end_id=3, max_new_tokens=4)
+    res = _run(model, _n("a", 8, seed=5, **kw), *[_req(f"b{i}", slot=8 + i, prompt=(1,), seed=5 + i, **kw)
+                                                  for i in range(8)]).requests
+    kids = [(tuple(res[f"a#{i}"].tokens), res[f"a#{i}"].finish_reason, res[f"a#{i}"].finish_step) for i in range(8)]
+    assert kids == [(tuple(res[f"b{i}"].tokens), res[f"b{i}"].finish_reason, res[f"b{i}"].finish_step)
+                    for i in range(8)]
+    assert set(kids) == {((3,), "end_id", 0), ((0, 0, 0, 0), "length", 3)}
+
+
+def test_n_with_greedy_sampling_is_refused():
+    # SamplingParams.__post_init__ -> _verify_greedy_sampling: "n must be 1 when using greedy sampling".
+    model = TableModel([[0, 3, 0, 0]])
+    res = _run(model, _n("g", 2, max_new_tokens=2, **GREEDY)).requests
+    assert [(res[f"g#{i}"].error, res[f"g#{i}"].error_step) for i in range(2)] == [("invalid_n", 0)] * 2
+
+
+def test_child_seed_past_uint64_max_refuses_the_request_after_child_0_entered_the_engine():
+    # seed 2**64 - 1, n = 2: child 1's seed 2**64 cannot be encoded (MsgpackEncoder, as the multiprocess
+    # client encodes each child in LLMEngine.add_request): add_request raises, child 1 is invalid_seed, and
+    # child 0, already in the engine core, runs on (finding vllm-n-seed-overflow-orphans-children). The
+    # driver aborts the request afterwards: the engine is empty for the next run.
+    from impls.vllm import loop
+    model = TableModel([[0.0] * 16])
+    kw = dict(temperature=1.0, max_new_tokens=3)
+    res = _run(model, _n("a", 2, seed=2**64 - 1, **kw), _req("b", slot=2, seed=2**64 - 1, **kw)).requests
+    assert (res["a#1"].error, res["a#1"].error_step) == ("invalid_seed", 0)
+    assert res["a#0"].error is None and res["a#0"].tokens == res["b"].tokens and len(res["b"].tokens) == 3
+    eng = loop.engine_for(16, loop.DEFAULT_MAX_MODEL_LEN)
+    assert not eng.engine.has_unfinished_requests()
 
 
 # --------------------------------------------------------------------------- custom logits processors

@@ -231,6 +231,7 @@ class CaseRow:
     expect: dict
     index: int
     expect_by_profile: dict = field(default_factory=dict)
+    _logits: Optional[torch.Tensor] = field(default=None, init=False, repr=False, compare=False)
 
     def truth(self, profile_name: str) -> Optional[dict]:
         """The hand-written truth for a profile (:func:`harness.corpus.truths.truth_of`), or None."""
@@ -238,9 +239,15 @@ class CaseRow:
 
     def to_row(self) -> Row:
         """Build the implementation-facing :class:`~impls.base.Row` (values converted as each
-        :class:`impls.params.Param` says; the slot defaults to the row's index)."""
+        :class:`impls.params.Param` says; the slot defaults to the row's index).
+
+        The logits are generated once per row and copied for each call (an implementation may
+        write into its row's logits)."""
         f = dict(self.fields)
-        logits = make_logits(f.pop("logits")).to(_DTYPES[f.pop("logits_dtype", "float32")])
+        spec, dtype = f.pop("logits"), f.pop("logits_dtype", "float32")
+        if self._logits is None:
+            self._logits = make_logits(spec).to(_DTYPES[dtype])
+        logits = self._logits.clone()
         for name, value in f.items():
             conv = params.param(name).convert
             if conv is not None:

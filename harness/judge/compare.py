@@ -31,7 +31,7 @@ MAX_LISTED_VOCAB = 64
 
 
 def _vec(t: Optional[torch.Tensor]):
-    return None if t is None else [float(v) for v in t.detach().to(torch.float64).cpu().tolist()]
+    return None if t is None else t.detach().to(torch.float64).cpu().tolist()   # Python floats
 
 
 def observe(r: RowResult, keys=EXPECT_KEYS) -> dict:
@@ -48,7 +48,7 @@ def observe(r: RowResult, keys=EXPECT_KEYS) -> dict:
     for k in keys:
         how = outputs.output(k).compare
         if k == "support":
-            out[k] = None if r.probs is None else [int(i) for i in torch.nonzero(r.probs > 0).flatten().tolist()]
+            out[k] = None if r.probs is None else torch.nonzero(r.probs > 0).flatten().tolist()   # Python ints
         elif how == "vector":
             out[k] = _vec(getattr(r, k))
         elif how == "pairs":

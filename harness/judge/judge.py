@@ -59,13 +59,17 @@ class Judge:
         self.alpha = FAMILY_ALPHA / max(n_stat_checks, 1)
         self.device = device
         self._pred: dict = {}
+        from .readset import ReadSetMemo
+        #: Batch predictions reused across profiles that agree on the fields read (:mod:`.readset`).
+        self.readsets = ReadSetMemo()
 
     # -- services for the check kinds ---------------------------------------------------
     def cached(self, key, compute: Callable[[], object], cache: bool = True):
         """``compute()``, kept under ``key`` when ``cache`` (predictions are reused across implementations).
 
         The probe profiles of :mod:`harness.judge.blame` (up to hundreds per case) pass
-        ``cache=False``.
+        ``cache=False``; their predictions are still reused where they read only fields on which
+        they agree with an earlier profile (:attr:`readsets`, :mod:`.readset`).
         """
         if key in self._pred:
             return self._pred[key]

@@ -45,6 +45,7 @@ FEATURE_STAGES = {
     "end_id": "finish", "ignore_eos": "finish", "stop_words": "finish", "max_new_tokens": "finish",
     "max_seq_len": "finish", "finish_reason": "finish", "end_id_set": "finish", "stop_strings": "finish",
     "seed": "seeds", "canonical_rng": "draw",
+    "n": "decode",  # the fan-out into children is the engine's request loop (LLMEngine.add_request, generate())
     "logprobs": "logprobs", "processed_logits": "logit_bias", "logprobs_mode": "logprobs",
     "logprob_token_ids": "logprobs",
     "low_precision_logits": "filters",

@@ -68,10 +68,16 @@ class RowsKind(CheckKind):
         return None
 
     def predict(self, judge, case, profile: Profile, dtype=torch.float32, cache: bool = True) -> list:
-        """One list of reference :class:`~impls.base.RowResult` per batch, each batch on a fresh session."""
+        """One list of reference :class:`~impls.base.RowResult` per batch, each batch on a fresh session.
+
+        A batch's prediction is reused for a profile that agrees with an earlier one on every
+        field that prediction read (:class:`harness.judge.readset.ReadSetMemo`).
+        """
+        def one(rows):
+            return lambda p: Reference(p, dtype=dtype).open_session("cpu").step([r.to_row() for r in rows])
+
         def run():
-            ref = Reference(profile, dtype=dtype)
-            return [ref.open_session("cpu").step([r.to_row() for r in b.rows]) for b in case.batches]
+            return [judge.readsets.get((case.id, i, dtype), profile, one(b.rows)) for i, b in enumerate(case.batches)]
         return judge.cached((case.id, profile, dtype), run, cache)
 
     def run(self, judge, case, impl) -> list:

@@ -32,7 +32,8 @@ import torch
 from impls.base import RowError
 from impls.profiles import TRTLLM, Profile, profile_diff
 from impls.reference import Reference
-from impls.reference.scenario import RequestSpec, ScenarioSpec, ScenarioUnsupported, replicate
+from impls.reference.scenario import RequestSpec, ScenarioSpec, ScenarioUnsupported, alone, replicate
+from impls.reference.scenario_types import child_id, parent_of
 from impls.reference.scripted import ModelError, make_model
 from impls.reference.toy_tokenizer import TokenizerError, make_tokenizer
 
@@ -70,11 +71,18 @@ EXPECT_KEYS = tuple(_EXPECT_PROPS)
 _FLOAT_KEYS = {"top_p", "cum_logprobs", "scores", "probs"}
 #: A request's fields: the parameter registry's (:func:`impls.params.request_schema`) and ``expect``.
 _EXPECT_SCHEMA = {"type": "object", "additionalProperties": False, "properties": _EXPECT_PROPS}
+#: The truths of one child of a request with ``n > 1`` (cases/README.md, "Parallel sampling").
+_CHILD = {"type": "object", "additionalProperties": False,
+          "properties": {"expect": _EXPECT_SCHEMA, "expect_by_profile": truths.by_profile_schema(_EXPECT_SCHEMA)}}
 _REQUEST = {"type": "object", "required": ["id", "slot"], "additionalProperties": False,
             "properties": {**params.request_schema(), "expect": _EXPECT_SCHEMA,
-                           "expect_by_profile": truths.by_profile_schema(_EXPECT_SCHEMA)}}
+                           "expect_by_profile": truths.by_profile_schema(_EXPECT_SCHEMA),
+                           "children": {"type": "array", "minItems": 1, "maxItems": params.MAX_N, "items": _CHILD}}}
 #: Request keys that are expectations, not inputs.
-_TRUTH_FIELDS = ("expect", "expect_by_profile")
+_TRUTH_FIELDS = ("expect", "expect_by_profile", "children")
+#: What a request with ``n > 1`` may expect of itself: the target distribution of a statistical check over
+#: its children; everything else is its children's (``children``).
+_PARENT_EXPECT = ("probs", "support")
 SCENARIO_SCHEMA = {
     "type": "object", "required": ["model", "requests"], "additionalProperties": False,
     "properties": {
@@ -164,7 +172,13 @@ def load_scenario(data: dict, shown: str) -> tuple:
         tokenizer that is not one (``scenario.tokenizer.vocab[3]``) or whose size is
         not a request model's vocabulary, stop strings without a tokenizer or on a
         beam or draft request, a ``text`` or ``stop_reason`` expectation without a
-        tokenizer.
+        tokenizer; for parallel sampling (cases/README.md, "Parallel sampling"):
+        ``n > 1`` with beam search, ``children`` without ``n > 1`` or with more
+        than ``n`` entries, a request with ``n > 1`` expecting more of itself than
+        ``probs`` and ``support``, slots that meet a request's children's, a
+        schedule naming a child, a relation naming a request with ``n > 1`` or a
+        child it does not have, a statistical check over children whose ``draws``
+        is not ``n``.
     """
     sc = data["scenario"]
     try:
@@ -227,49 +241,123 @@ def load_scenario(data: dict, shown: str) -> tuple:
                                 "token a step): not with beam search or draft tokens")
         if "d2t" in r and draft is not None and len(r["d2t"]) != draft.vocab:
             raise CaseError(shown, f"{where}.d2t", f"has {len(r['d2t'])} entries, the draft vocab is {draft.vocab}")
+        n = r.get("n", 1)
+        if n > 1 and fields.get("use_beam_search"):
+            raise CaseError(shown, f"{where}.n", f"n = {n} with use_beam_search: a beam request returns its beams "
+                            "(beam_width), it has no children")
+        if "children" in raw and n == 1:
+            raise CaseError(shown, f"{where}.children", "needs n > 1 (a request with n = 1 is its own sequence: "
+                            "its truths go in expect)")
+        if len(raw.get("children", [])) > n:
+            raise CaseError(shown, f"{where}.children", f"has {len(raw['children'])} entries, the request has "
+                            f"n = {n} children")
         reqs.append(RequestSpec(id=rid, slot=r["slot"], fields=fields, arrive=r.get("arrive", 0),
                                 pause=frozenset(r.get("pause", [])), beam_width=r.get("beam_width", 1),
                                 length_penalty=r.get("length_penalty"), early_stopping=r.get("early_stopping"),
                                 diversity_rate=r.get("diversity_rate"), draft_len=K, drafts=drafts,
                                 d2t=r.get("d2t"), model=rmodel, stop=tuple(r.get("stop", ())),
-                                include_stop_str_in_output=bool(r.get("include_stop_str_in_output", False))))
+                                include_stop_str_in_output=bool(r.get("include_stop_str_in_output", False)), n=n))
         for k, v in r.items():
             feat = params.field_feature(k, v) if k not in _TRUTH_FIELDS else None
             if feat is not None:
                 used.add((feat, f"{where}.{k}"))
-        e = raw.get("expect", {})
-        try:
-            mine = truths.resolve(raw.get("expect_by_profile", {}), e, where)
-        except truths.TruthError as err:
-            raise CaseError(shown, err.field, err.reason) from None
-        for label, t in [("expect", e)] + [(f"expect_by_profile.{n}", t) for n, t in mine.items()]:
-            _check_expect(t, V, shown, f"{where}.{label}")
-            for key in ("text", "stop_reason"):
-                if key in t and tok is None:
-                    raise CaseError(shown, f"{where}.{label}.{key}", "needs [scenario.tokenizer]")
-            if "finish_reason" in t:
-                used.add(("finish_reason", f"{where}.{label}.finish_reason"))
-        expect[rid] = e
-        if mine:
-            by_profile[rid] = mine
+        if n > 1:
+            extra = sorted(set(raw.get("expect", {})) - set(_PARENT_EXPECT))
+            if extra:
+                raise CaseError(shown, f"{where}.expect.{extra[0]}", f"a request with n = {n} has no output of its "
+                                f"own: its children's truths go in {where}.children (entry i: child "
+                                f"{child_id(rid, 0)[:-1]}i); its expect may hold only {', '.join(_PARENT_EXPECT)} "
+                                "(a statistical check over its children)")
+            if "expect_by_profile" in raw:
+                raise CaseError(shown, f"{where}.expect_by_profile", f"a request with n = {n} has no output of its "
+                                f"own: give each child's in {where}.children[i].expect_by_profile")
+        truth_of = [(rid, where, raw)] + [(child_id(rid, j), f"{where}.children[{j}]", c)
+                                          for j, c in enumerate(raw.get("children", []))]
+        for oid, at, holder in truth_of:
+            e = holder.get("expect", {})
+            try:
+                mine = truths.resolve(holder.get("expect_by_profile", {}), e, at)
+            except truths.TruthError as err:
+                raise CaseError(shown, err.field, err.reason) from None
+            for label, t in [("expect", e)] + [(f"expect_by_profile.{p}", t) for p, t in mine.items()]:
+                _check_expect(t, V, shown, f"{at}.{label}")
+                for key in ("text", "stop_reason"):
+                    if key in t and tok is None:
+                        raise CaseError(shown, f"{at}.{label}.{key}", "needs [scenario.tokenizer]")
+                if "finish_reason" in t:
+                    used.add(("finish_reason", f"{at}.{label}.finish_reason"))
+            expect[oid] = e
+            if mine:
+                by_profile[oid] = mine
+    _check_slots(reqs, shown)
+    observed = {r.id: r for q in reqs for r in q.children()}
     for s, ids in enumerate(sc.get("schedule", [])):
         for rid in ids:
             if rid not in seen:
-                raise CaseError(shown, f"scenario.schedule[{s}]", f"names unknown request {rid!r}")
+                raise CaseError(shown, f"scenario.schedule[{s}]", f"names unknown request {rid!r}"
+                                + _child_hint(rid, reqs, "a schedule names the request: its children are scheduled "
+                                              "together"))
         if len(set(ids)) != len(ids):
             raise CaseError(shown, f"scenario.schedule[{s}]", f"lists a request twice: {ids}")
     for j, rel in enumerate(sc.get("relations", [])):
         for side in ("a", "b"):
-            if rel[side] not in seen:
-                raise CaseError(shown, f"scenario.relations[{j}].{side}", f"names unknown request {rel[side]!r}")
+            name = rel[side]
+            if name in seen and reqs[seen[name]].n > 1:
+                q = reqs[seen[name]]
+                raise CaseError(shown, f"scenario.relations[{j}].{side}", f"request {name!r} has n = {q.n} "
+                                f"children: name one of them, {child_id(name, 0)} ... {child_id(name, q.n - 1)}")
+            if name not in observed:
+                raise CaseError(shown, f"scenario.relations[{j}].{side}", f"names unknown request {name!r}"
+                                + _child_hint(name, reqs, ""))
     stat = sc.get("statistical")
     if stat is not None and stat["request"] not in seen:
-        raise CaseError(shown, "scenario.statistical.request", f"names unknown request {stat['request']!r}")
+        raise CaseError(shown, "scenario.statistical.request", f"names unknown request {stat['request']!r}"
+                        + _child_hint(stat["request"], reqs, "a statistical check over children names their "
+                                      "request"))
+    if stat is not None and reqs[seen[stat["request"]]].n > 1:
+        q = reqs[seen[stat["request"]]]
+        if stat["draws"] != q.n:
+            raise CaseError(shown, "scenario.statistical.draws", f"is {stat['draws']}; the draws of a check over "
+                            f"the children of request {q.id!r} are its n = {q.n} children: draws must equal n")
     spec = ScenarioSpec(model=model, requests=reqs, draft_model=draft, max_beam_width=sc.get("max_beam_width", 4),
                         max_steps=sc.get("max_steps", 32), max_seq_len=sc.get("max_seq_len"),
                         schedule=sc.get("schedule"), tokenizer=tok)
     _check_budget(spec, stat, shown)
     return ScenarioCase(spec, expect, sc.get("relations", []), stat, by_profile), used
+
+
+def _check_slots(reqs: list, shown: str) -> None:
+    """The slots of a request with ``n > 1`` (``slot`` to ``slot + n - 1``) are its own.
+
+    Raises
+    ------
+    CaseError
+        At ``scenario.requests[j].slot`` of the later request whose slot range meets
+        that of a request with ``n > 1`` (cases/README.md, "Parallel sampling").
+    """
+    spans = [(q.slot, q.slot + q.n - 1, q) for q in reqs]
+    for j, (lo, hi, q) in enumerate(spans):
+        for lo2, hi2, other in spans[:j]:
+            if (q.n > 1 or other.n > 1) and lo <= hi2 and lo2 <= hi:
+                big = q if q.n > 1 else other
+                raise CaseError(shown, f"scenario.requests[{j}].slot", f"slots {lo}..{hi} of request {q.id!r} meet "
+                                f"slots {lo2}..{hi2} of request {other.id!r}: child i of request {big.id!r} "
+                                f"(n = {big.n}) takes slot {big.slot} + i, which no other request may name")
+
+
+def _child_hint(name: str, reqs: list, why: str) -> str:
+    """``" (...)"`` when ``name`` looks like a child id: what names it may take, else ``""``."""
+    named = parent_of(name)
+    if named is None:
+        return ""
+    q = next((r for r in reqs if r.id == named[0]), None)
+    if q is None:
+        return ""
+    if q.n == 1:
+        return f" (request {q.id!r} has n = 1: it is named {q.id!r})"
+    if named[1] >= q.n:
+        return f" (request {q.id!r} has n = {q.n}: its children are {child_id(q.id, 0)} ... {child_id(q.id, q.n - 1)})"
+    return f" ({why})" if why else ""
 
 
 def _check_budget(spec: ScenarioSpec, stat: Optional[dict], shown: str) -> None:
@@ -288,10 +376,11 @@ def _check_budget(spec: ScenarioSpec, stat: Optional[dict], shown: str) -> None:
     total = 0
     for req in spec.requests:
         v = max((req.model or spec.model).vocab, draft_v)
-        total += v * spec.max_steps * max(1, min(req.beam_width, spec.max_beam_width)) * (1 + (req.draft_len or 0))
+        total += (v * spec.max_steps * max(1, min(req.beam_width, spec.max_beam_width)) * (1 + (req.draft_len or 0))
+                  * req.n)
     if total > MAX_SCENARIO_LOGITS:
         raise CaseError(shown, "scenario", f"may ask its models for {total} logits (vocab x max_steps x beams x "
-                        f"(1 + draft_len), summed over requests); a scenario may ask for at most "
+                        f"(1 + draft_len) x n, summed over requests); a scenario may ask for at most "
                         f"{MAX_SCENARIO_LOGITS} (2**24; cases/README.md, 'Limits')")
     if stat is not None:
         req = next(r for r in spec.requests if r.id == stat["request"])
@@ -494,10 +583,13 @@ class ScenarioKind(CheckKind):
     def predict(self, judge, case, profile: Profile, dtype: torch.dtype = torch.float32, cache: bool = True):
         """The reference's decode under ``profile``: a :class:`~impls.reference.scenario.ScenarioResult`.
 
-        Cached by the judge under ``("scenario", case id, profile, dtype)``.
+        Cached by the judge under ``("scenario", case id, profile, dtype)``; reused for a profile that
+        agrees with an earlier one on every field the decode read (:mod:`harness.judge.readset`).
         """
-        return judge.cached(("scenario", case.id, profile, dtype),
-                            lambda: Reference(profile, dtype=dtype).run_scenario(case.scenario.spec), cache)
+        def run():
+            return judge.readsets.get(("scenario", case.id, dtype), profile,
+                                      lambda p: Reference(p, dtype=dtype).run_scenario(case.scenario.spec))
+        return judge.cached(("scenario", case.id, profile, dtype), run, cache)
 
     def _explain(self, judge, case, profile: Profile, keys: dict) -> list:
         """The profile fields behind a difference in requests' observations (``keys``: request id -> compared keys)."""
@@ -526,7 +618,7 @@ class ScenarioKind(CheckKind):
         """
         sc = case.scenario
         bad = []
-        for req in sc.spec.requests:
+        for req in sc.spec.observed():
             e = sc.truth(req.id, profile_name)
             want = {k: v for k, v in (e or {}).items() if k != "probs"}
             if want:
@@ -544,7 +636,7 @@ class ScenarioKind(CheckKind):
         of the outputs and error kinds its truths check (a statistical scenario: ``filters`` too)."""
         sc = case.scenario
         out = {"decode", "draw", "finish"}  # tokens, error and finish reason are compared for every request
-        for req in sc.spec.requests:
+        for req in sc.spec.observed():
             if req.beam_width > 1:
                 out.add("beam")
             if req.draft_len or req.drafts:
@@ -609,7 +701,7 @@ class ScenarioKind(CheckKind):
         pred = self.predict(judge, case, impl.profile)
         canonical = impl.profile.rng == "canonical"
         rows, own, vs_default, keys = [], [], [], {}
-        for req in case.scenario.spec.requests:
+        for req in case.scenario.spec.observed():
             rid = req.id
             k = self._keys_of(case, rid)
             p = pred.requests[rid]
@@ -639,7 +731,7 @@ class ScenarioKind(CheckKind):
         if hand:
             ev.details["hand_mismatches"] = hand
             ev.broken_case = " | ".join(hand)
-        if name != TRTLLM.name and any(case.scenario.truth(r.id, name) for r in case.scenario.spec.requests):
+        if name != TRTLLM.name and any(case.scenario.truth(r.id, name) for r in case.scenario.spec.observed()):
             mine = self._hand(case, pred, name)
             if mine:
                 ev.details["profile_truth_mismatches"] = mine
@@ -687,11 +779,14 @@ class ScenarioKind(CheckKind):
             hand.append(f"{rid}: support: predicted {torch.nonzero(d64 > 0).flatten().tolist()}, "
                         f"hand-written {e['support'][0]}")
         seeds = [case.draw_seed + i for i in range(st["draws"])]
-        res = run(replicate(spec, rid, seeds), judge.device)
+        parent = spec.request(rid)
+        # copies of the request (copy i: "<rid>#i", seed draw_seed + i), or, for a request with n > 1, the
+        # request alone: its n children are the draws (cases/README.md, "Statistical scenarios")
+        res = run(replicate(spec, rid, seeds) if parent.n == 1 else alone(spec, rid), judge.device)
         counts = np.zeros(p64.shape[-1], dtype=np.int64)
         errors = []
         for i in range(len(seeds)):
-            rr = res.requests[f"{rid}#{i}"]
+            rr = res.requests[child_id(rid, i)]
             if rr.error or len(rr.tokens) <= pos:
                 errors.append(f"{rid}#{i}: {rr.error or 'fewer than ' + str(pos + 1) + ' tokens'} {rr.message}")
                 continue
@@ -706,7 +801,8 @@ class ScenarioKind(CheckKind):
         name = impl.profile.name
         ev = Evidence(details={
             "profile": name, "alpha": alpha,
-            "test": f"support check, then {gof.test} (N = {len(seeds)} fixed by the case)",
+            "test": f"support check, then {gof.test} (N = {len(seeds)} fixed by the case"
+                    + (f": the {len(seeds)} children of one request)" if parent.n > 1 else ")"),
             "rows": [{"row": f"{rid} (token {pos}, {len(seeds)} draws)", "verdict": gof.verdict,
                       "actual": {"counts": counts.tolist()}, "predicted": {"probs": p64.tolist()},
                       "mismatches": [] if gof.verdict == "pass" else [gof.reason], "reason": gof.reason,
@@ -774,10 +870,16 @@ class ScenarioKind(CheckKind):
         if not isinstance(scen, dict):
             return []
         by_profile = case.scenario.expect_by_profile if case.scenario is not None else {}
-        return [{"where": str(req.get("id", "")), "fields": {k: v for k, v in req.items()
-                                                            if k != "id" and k not in _TRUTH_FIELDS},
-                 "expect": dict(req.get("expect") or {}),
-                 "expect_by_profile": by_profile.get(str(req.get("id", "")), {})} for req in scen.get("requests", [])]
+        out = []
+        for req in scen.get("requests", []):
+            rid = str(req.get("id", ""))
+            out.append({"where": rid, "fields": {k: v for k, v in req.items() if k != "id" and k not in _TRUTH_FIELDS},
+                        "expect": dict(req.get("expect") or {}), "expect_by_profile": by_profile.get(rid, {})})
+            for j, c in enumerate(req.get("children") or []):
+                cid = child_id(rid, j)
+                out.append({"where": cid, "fields": {}, "expect": dict((c or {}).get("expect") or {}),
+                            "expect_by_profile": by_profile.get(cid, {})})
+        return out
 
     def report_setup(self, case) -> dict:
         """The scenario's shared set-up (model, defaults, limits, relations)."""

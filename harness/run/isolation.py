@@ -11,7 +11,11 @@ waits at most ``timeout`` seconds:
   the case in flight is an ``error`` whose message names the exit code or
   signal and ends with the tail of the worker's log (``faulthandler`` writes
   the Python stack of a fatal signal there); the worker is restarted for the
-  next case;
+  next case. A ``SIGKILL`` while the kernel's out-of-memory kill count rose
+  (``/proc/vmstat``, or the cgroup's ``memory.events``) is reported as an
+  out-of-memory kill (``details["oom_killed"]``), and the worker's peak resident
+  memory, read every :data:`MEMORY_POLL_S` seconds while it works, is given
+  (``details["peak_rss_bytes"]``);
 * the time limit passes: the worker is killed, the case is an ``error``
   ("timed out after N s"), and the worker is restarted;
 * the case raised a CUDA error (an ``error`` whose message has one of
@@ -32,6 +36,14 @@ implementation) pairs it lacks.
 
 A worker may start with environment variables of its own (``env``): the runner gives
 each lane of a multi-GPU run its ``CUDA_VISIBLE_DEVICES`` (:mod:`harness.run.lanes`).
+
+On a CPU run each worker (and an in-process run while it lasts) uses one torch intra-op
+thread (:func:`torch_threads`): the harness's tensors are small (a row of a few thousand
+logits), and on the 2-core CI machine, whose lanes share the cores, torch's default of one
+thread per core spent about three times the CPU time of one thread in OpenMP's waits
+(the reference's corpus: 38.7 against 13.5 CPU seconds at a load average of 10,
+identical results). ``SAMPCHECK_TORCH_THREADS=N`` chooses another count (``0``: torch's
+default); an ``OMP_NUM_THREADS`` in the environment is left to torch.
 """
 
 from __future__ import annotations
@@ -50,7 +62,7 @@ from typing import Optional
 from .journal import Journal
 
 __all__ = ["Worker", "InProcess", "Journal", "WorkerInfo", "DEFAULT_TIMEOUT", "DEFAULT_STARTUP_TIMEOUT",
-           "make_runner", "label_of"]
+           "make_runner", "label_of", "torch_threads", "CPU_TORCH_THREADS"]
 
 #: Seconds one case may take on one implementation (``sampcheck run --timeout``).
 DEFAULT_TIMEOUT = 600.0
@@ -58,6 +70,63 @@ DEFAULT_TIMEOUT = 600.0
 DEFAULT_STARTUP_TIMEOUT = 300.0
 #: How much of the worker's log an error message quotes.
 LOG_TAIL = 2000
+#: torch intra-op threads of a CPU run (the module docstring says why).
+CPU_TORCH_THREADS = 1
+
+
+def torch_threads(device: str) -> Optional[int]:
+    """The torch intra-op thread count a run on ``device`` sets, or None to leave torch's.
+
+    ``SAMPCHECK_TORCH_THREADS`` when set (``0``: None); else None on a GPU run or when
+    ``OMP_NUM_THREADS`` is set; else :data:`CPU_TORCH_THREADS`.
+
+    Raises
+    ------
+    ValueError
+        ``SAMPCHECK_TORCH_THREADS`` is not a non-negative integer.
+    """
+    raw = os.environ.get("SAMPCHECK_TORCH_THREADS", "").strip()
+    if raw:
+        if not raw.isdigit():
+            raise ValueError(f"SAMPCHECK_TORCH_THREADS={raw!r}: a non-negative integer (0: torch's default)")
+        return int(raw) or None
+    if device != "cpu" or os.environ.get("OMP_NUM_THREADS"):
+        return None
+    return CPU_TORCH_THREADS
+
+
+def _apply_threads(device: str) -> Optional[int]:
+    """Set torch's intra-op threads as :func:`torch_threads` says; return the count before (None: unchanged)."""
+    n = torch_threads(device)
+    if n is None:
+        return None
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    return before
+
+
+#: In-process runners holding torch's thread count, and the count before the first of them.
+_held = {"count": 0, "before": None}
+
+
+def _hold_threads(device: str) -> bool:
+    """:func:`_apply_threads` for an in-process runner; the last :func:`_release_threads` restores torch's count."""
+    before = _apply_threads(device)
+    if before is None:
+        return False
+    if _held["count"] == 0:
+        _held["before"] = before
+    _held["count"] += 1
+    return True
+
+
+def _release_threads() -> None:
+    _held["count"] -= 1
+    if _held["count"] == 0 and _held["before"] is not None:
+        import torch
+        torch.set_num_threads(_held["before"])
+        _held["before"] = None
 
 
 class WorkerInfo(dict):
@@ -125,6 +194,7 @@ def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, 
     registered at run time (:func:`harness.corpus.kinds.runtime_kinds`), registered here too.
     """
     os.environ.update(env or {})
+    _apply_threads(device)
     sys.path[:0] = [p for p in sys_path if p not in sys.path]
     from harness.corpus import kinds
     for kind in check_kinds:
@@ -227,6 +297,55 @@ DEVICE_ERROR_MARKERS = ("CUDA error", "device-side assert", "cudaError", "CUBLAS
 
 def _is_device_error(message: str) -> bool:
     return any(m in message for m in DEVICE_ERROR_MARKERS)
+
+
+#: Seconds between two reads of a worker's memory while it judges a case.
+MEMORY_POLL_S = 0.25
+
+
+def _peak_rss(pid: int) -> Optional[int]:
+    """The peak resident memory of process ``pid`` so far (``VmHWM`` of ``/proc/PID/status``), in bytes."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _memory_events(pid: int) -> Optional[str]:
+    """The ``memory.events`` file of process ``pid``'s cgroup (v2), or None where there is none."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            rel = next((ln.strip()[3:] for ln in fh if ln.startswith("0::")), None)
+    except OSError:
+        return None
+    path = f"/sys/fs/cgroup{rel}/memory.events" if rel is not None else None
+    return path if path and os.path.exists(path) else None
+
+
+def _oom_kills(events: Optional[str] = None) -> dict:
+    """Counts of processes the kernel's out-of-memory killer has killed: ``{"system": n}`` from
+    ``/proc/vmstat`` and ``{"cgroup": n}`` from a cgroup's ``memory.events`` file, where readable."""
+    out = {}
+    for key, path in (("system", "/proc/vmstat"), ("cgroup", events)):
+        if not path:
+            continue
+        try:
+            with open(path) as fh:
+                for line in fh:
+                    if line.startswith("oom_kill "):
+                        out[key] = int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def _oom_rose(before: dict, after: dict) -> bool:
+    """Whether any out-of-memory kill count read both times went up."""
+    return any(k in before and after[k] > before[k] for k in after)
 
 
 def _signal_name(code: Optional[int]) -> str:
@@ -414,21 +533,39 @@ class Worker:
                               {"message": f"the worker could not be restarted: {e}"})
         pid = self.proc.pid
         log_start = self._log_size()
+        events = _memory_events(pid)
+        ooms = _oom_kills(events)
         self.conn.send(("case", str(path)))
-        if not self.conn.poll(self.timeout):
-            self._kill()
-            return Result(case_id, self.info["name"], "error", check, time.perf_counter() - t0,
-                          {"message": f"timed out after {self.timeout:g} s (worker {pid} killed and restarted)",
-                           "isolation": "timeout"})
+        peak = 0
+        deadline = time.monotonic() + self.timeout
+        while True:  # wait for the result, reading the worker's peak memory meanwhile
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._kill()
+                return Result(case_id, self.info["name"], "error", check, time.perf_counter() - t0,
+                              {"message": f"timed out after {self.timeout:g} s (worker {pid} killed and restarted)",
+                               "isolation": "timeout"})
+            if self.conn.poll(min(left, MEMORY_POLL_S)):
+                break
+            peak = max(peak, _peak_rss(pid) or 0)
         try:
             kind, payload, poisoned = self.conn.recv()
         except (EOFError, ConnectionResetError, OSError):
             self.proc.join(5)
             code = self.proc.exitcode
-            msg = f"the worker (pid {pid}) {_signal_name(code)} while running this case{self._log_tail(log_start)}"
+            oom = code == -signal.SIGKILL and _oom_rose(ooms, _oom_kills(events))
+            why = _signal_name(code)
+            if oom:
+                why = "was killed by the kernel's out-of-memory killer (SIGKILL; oom_kill count rose during the case)"
+            mem = f" (peak resident memory seen: {peak / 2**20:.0f} MiB)" if peak else ""
+            msg = f"the worker (pid {pid}) {why}{mem} while running this case{self._log_tail(log_start)}"
             self._kill()
-            return Result(case_id, self.info["name"], "error", check, time.perf_counter() - t0,
-                          {"message": msg, "isolation": "crash", "exitcode": code})
+            details = {"message": msg, "isolation": "crash", "exitcode": code}
+            if oom:
+                details["oom_killed"] = True
+            if peak:
+                details["peak_rss_bytes"] = peak
+            return Result(case_id, self.info["name"], "error", check, time.perf_counter() - t0, details)
         d = payload
         if poisoned:
             # A CUDA error leaves the worker's device context unusable: start afresh.
@@ -446,7 +583,12 @@ class InProcess:
         from harness.corpus.findings import load_findings
         from harness.judge.judge import Judge
         self.spec, self.device, self.root = spec, device, Path(root)
-        self.impl = _build(spec)
+        self._holds_threads = _hold_threads(device)
+        try:
+            self.impl = _build(spec)
+        except BaseException:
+            self.close()
+            raise
         self.judge = Judge(load_findings(self.root / "findings.toml"), n_stat, device)
         self.info: Optional[WorkerInfo] = None
         self.restarts = 0
@@ -462,7 +604,10 @@ class InProcess:
         return self.judge.evaluate(load_case(Path(path), self.root), self.impl, self.info["version"])
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Give torch back the thread count it had before this runner (:func:`torch_threads`)."""
+        if self._holds_threads:
+            self._holds_threads = False
+            _release_threads()
 
 
 def make_runner(spec, device: str, root: Path, n_stat: int, isolate: bool = True, **kw):

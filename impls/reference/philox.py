@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["philox4x32", "uniforms", "seed_bits", "SCALE"]
+__all__ = ["philox4x32", "uniforms", "uniforms_at", "seed_bits", "SCALE"]
 
 _M32 = 0xFFFFFFFF
 _KEY_A = 0x9E3779B9
@@ -52,17 +52,12 @@ def seed_bits(seed: int) -> int:
     return seed & ((1 << 64) - 1)
 
 
-def _umulhi(a: int, b: torch.Tensor) -> torch.Tensor:
-    # High 32 bits of a * b for uint32 a (constant) and b (int64 tensor of uint32),
-    # split into 16-bit halves so no intermediate leaves int64.
-    a_lo, a_hi = a & 0xFFFF, a >> 16
-    b_lo, b_hi = b & 0xFFFF, b >> 16
-    lo_lo = a_lo * b_lo
-    mid1 = a_hi * b_lo
-    mid2 = a_lo * b_hi
-    hi_hi = a_hi * b_hi
-    carry = ((lo_lo >> 16) + (mid1 & 0xFFFF) + (mid2 & 0xFFFF)) >> 16
-    return (hi_hi + (mid1 >> 16) + (mid2 >> 16) + carry) & _M32
+def _mulhilo(a: int, b: torch.Tensor) -> tuple:
+    # High and low 32 bits of a * b for uint32 a (constant) and b (int64 tensor of uint32):
+    # the product is below 2**64, so its int64 value wraps to the same 64 bits (two's
+    # complement); bits 32..63 are the high word whatever the sign the wrap gives.
+    prod = b * a
+    return (prod >> 32) & _M32, prod & _M32
 
 
 def philox4x32(c0: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor, c3: torch.Tensor,
@@ -84,20 +79,21 @@ def philox4x32(c0: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor, c3: torch.T
         The four output words, int64 in ``[0, 2**32)``.
     """
     for _ in range(rounds):
-        _c0, _c2 = c0, c2
-        c0 = _umulhi(_ROUND_B, _c2) ^ c1 ^ k0
-        c2 = _umulhi(_ROUND_A, _c0) ^ c3 ^ k1
-        c1 = (_ROUND_B * _c2) & _M32
-        c3 = (_ROUND_A * _c0) & _M32
+        hi_b, lo_b = _mulhilo(_ROUND_B, c2)
+        hi_a, lo_a = _mulhilo(_ROUND_A, c0)
+        c0 = hi_b ^ c1 ^ k0
+        c2 = hi_a ^ c3 ^ k1
+        c1 = lo_b
+        c3 = lo_a
         k0 = (k0 + _KEY_A) & _M32
         k1 = (k1 + _KEY_B) & _M32
     return c0, c1, c2, c3
 
 
 def _words_to_uniform(w: torch.Tensor) -> torch.Tensor:
-    # int32 reinterpretation, ~x for negatives, then fp32 multiply (Triton's rule).
-    x = torch.where(w >= (1 << 31), w - (1 << 32), w)
-    x = torch.where(x < 0, -x - 1, x)  # ~x
+    # int32 reinterpretation, ~x for negatives, then fp32 multiply (Triton's rule): for
+    # w >= 2**31 the int32 view is w - 2**32 < 0 and ~(w - 2**32) = 2**32 - 1 - w = w ^ 0xFFFFFFFF.
+    x = torch.where(w >= (1 << 31), w ^ _M32, w)
     return x.to(torch.float32) * torch.tensor(SCALE, dtype=torch.float32)
 
 
@@ -131,3 +127,36 @@ def uniforms(seeds: torch.Tensor, offsets: torch.Tensor, vocab: int) -> torch.Te
     w = philox4x32(g, zero, o_lo.expand(-1, groups), o_hi.expand(-1, groups), k0, k1)
     words = torch.stack(w, dim=-1).reshape(seeds.shape[0], groups * 4)[:, :vocab]
     return _words_to_uniform(words)
+
+
+def uniforms_at(seeds: torch.Tensor, offsets: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """Canonical uniforms of some token ids only: ``uniforms(seeds, offsets, V)[:, cols]``.
+
+    Philox runs only on the counter groups ``cols // 4`` holds, so a draw over a kept set
+    of ``k`` tokens costs ``O(k)`` per row, not ``O(V)`` (:meth:`.sampler.ReferenceSession.sample_many`).
+
+    Parameters
+    ----------
+    seeds, offsets : torch.Tensor
+        As in :func:`uniforms`.
+    cols : torch.Tensor
+        ``(k,)`` int64 token ids, each in ``[0, V)``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(rows, k)`` float32, bit-identical to the same columns of :func:`uniforms`.
+    """
+    device = seeds.device
+    seeds = seeds.to(torch.int64).reshape(-1, 1)
+    offsets = offsets.to(torch.int64).reshape(-1, 1)
+    cols = cols.to(device=device, dtype=torch.int64).reshape(-1)
+    groups, pos = torch.unique(cols // 4, return_inverse=True)
+    g = groups.reshape(1, -1)
+    zero = torch.zeros_like(g)
+    n_g = g.shape[1]
+    w = philox4x32(g, zero, (offsets & _M32).expand(-1, n_g), ((offsets >> 32) & _M32).expand(-1, n_g),
+                   seeds & _M32, (seeds >> 32) & _M32)
+    words = torch.stack(w, dim=-1)                      # (rows, groups, 4)
+    picked = words[:, pos, cols % 4]                    # (rows, k)
+    return _words_to_uniform(picked)

@@ -54,7 +54,8 @@ from .modes import BEAM, GREEDY, SAMPLING, Resolved, effective_seed, resolve
 from .philox import seed_bits
 from .seeds import SeedManager
 
-__all__ = ["ReferenceSession", "rewrite_logits", "model_logits", "token_outputs", "vector_outputs", "REFERENCE_VERSION"]
+__all__ = ["ReferenceSession", "rewrite_logits", "model_logits", "token_outputs", "vector_outputs",
+           "signed_seeds", "REFERENCE_VERSION"]
 
 #: Bumped whenever a rule of the reference changes; recorded in golden files.
 #: 2: top-p decay across steps (§2), decay + beam rejected, integer-only seeds,
@@ -197,6 +198,31 @@ def vector_outputs(row: Row, lp: torch.Tensor) -> dict:
         "token_logprobs": ([(int(t), float(lp[int(t)])) for t in row.logprob_token_ids]
                            if row.logprob_token_ids is not None else None),
     }
+
+
+def signed_seeds(seeds: Sequence[int]) -> torch.Tensor:
+    """``(n,)`` int64: the signed 64-bit view of each seed (:func:`.philox.seed_bits`, SEMANTICS §1.6).
+
+    A ``range`` is converted without a Python loop (its ends are checked; uint64 arithmetic
+    wraps exactly as the bit patterns do); any other sequence seed by seed.
+
+    Raises
+    ------
+    ValueError
+        For a seed outside ``[-2**63, 2**64)``.
+    """
+    if isinstance(seeds, range):
+        n = len(seeds)
+        if n == 0:
+            return torch.zeros(0, dtype=torch.int64)
+        seed_bits(seeds[0])
+        seed_bits(seeds[-1])
+        m = (1 << 64) - 1
+        with np.errstate(over="ignore"):
+            u = np.arange(n, dtype=np.uint64) * np.uint64(seeds.step & m) + np.uint64(seeds.start & m)
+        return torch.from_numpy(u.view(np.int64).copy())
+    bits = (seed_bits(int(s)) for s in seeds)
+    return torch.tensor([b - (1 << 64) if b >= (1 << 63) else b for b in bits], dtype=torch.int64)
 
 
 class ReferenceSession:
@@ -422,7 +448,8 @@ class ReferenceSession:
             try:
                 claim_slot(row, used_slots, one_d=False)
                 prepared[i] = self._prepare(row)
-                self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile))
+                self.seeds.observe(row.slot, row.request_id, effective_seed(row, self.profile),
+                                   stream=row.child_stream)
                 self.streams.observe(row.slot, row.request_id, effective_seed(row, self.profile))
             except RowError as e:
                 out[i] = RowResult.failed(e, prepared[i][0].mode if i in prepared else None)
@@ -557,10 +584,14 @@ class ReferenceSession:
         for k, v in (*vector_outputs(row, lp).items(), *token_outputs(row, tok, lp, probs, self.profile).items()):
             setattr(result, k, v)
 
-    def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 4096) -> torch.Tensor:
+    def sample_many(self, row: Row, seeds: Sequence[int], chunk: Optional[int] = None) -> torch.Tensor:
         """Draw ``len(seeds)`` tokens from one row, each from its own seed at offset 0.
 
-        The kept set and logits are computed once; only the draw is repeated.
+        The kept set and logits are computed once; only the draw is repeated, over the kept
+        tokens alone and in blocks of at most :data:`.draw.DRAW_BLOCK_ELEMENTS` scores
+        (:func:`.draw.gumbel_argmax_kept`: the same tokens as :meth:`step` draws), so the
+        draws' working memory is about 21 MiB whatever the vocabulary and the number of draws
+        (beyond the row's own ``O(V)`` tensors).
 
         Parameters
         ----------
@@ -568,8 +599,8 @@ class ReferenceSession:
             A row that resolves to SAMPLING.
         seeds : sequence of int
             One seed per draw (signed or unsigned 64-bit).
-        chunk : int
-            Draws per batched call (bounds memory at ``chunk * V`` floats).
+        chunk : int, optional
+            Most scores per block (default :data:`.draw.DRAW_BLOCK_ELEMENTS`).
 
         Returns
         -------
@@ -582,6 +613,8 @@ class ReferenceSession:
             If the row is rejected, or resolves to a mode other than SAMPLING
             (``not_sampling``).
         """
+        from .draw import DRAW_BLOCK_ELEMENTS, gumbel_argmax_kept
+        block = int(chunk or DRAW_BLOCK_ELEMENTS)
         res, _x0, x = self._prepare(row)
         V = x.shape[-1]
         counts = torch.zeros(V, dtype=torch.int64)
@@ -593,14 +626,20 @@ class ReferenceSession:
         plain = self._plain(res, keep)
         xd = self._draw_logits(x) if plain else torch.log(self._sampled_probs(res, x, keep))
         T = res.temperature if plain else 1.0
-        # the signed 64-bit view of each seed (SEMANTICS §1.6), without building a Row per draw
-        sv = [b - (1 << 64) if b >= (1 << 63) else b for b in (seed_bits(int(s)) for s in seeds)]
-        for start in range(0, len(sv), chunk):
-            part = sv[start:start + chunk]
+        sv = signed_seeds(seeds)   # the signed 64-bit view of each seed (SEMANTICS §1.6)
+        cols = torch.nonzero(keep.cpu()).flatten().to(self.device)
+        xk = xd[cols]
+        fast = bool(torch.isfinite(xk.max())) and math.isfinite(float(T)) and float(T) > 0
+        per_call = max(1, len(sv)) if fast else max(1, block // max(V, 1))
+        for start in range(0, len(sv), per_call):
+            part = sv[start:start + per_call]
             n = len(part)
-            toks = gumbel_argmax(xd.expand(n, V), keep.expand(n, V),
-                                 torch.full((n,), T, dtype=self.dtype, device=self.device),
-                                 torch.tensor(part, dtype=torch.int64), torch.zeros(n, dtype=torch.int64))
+            if fast:
+                toks = gumbel_argmax_kept(xk, cols, float(T), part, torch.zeros(n, dtype=torch.int64))
+            else:   # a kept +-inf or NaN, or an odd temperature: the step's own draw, a few rows at a time
+                toks = gumbel_argmax(xd.expand(n, V), keep.expand(n, V),
+                                     torch.full((n,), T, dtype=self.dtype, device=self.device),
+                                     part, torch.zeros(n, dtype=torch.int64))
             counts += torch.bincount(toks.cpu(), minlength=V)
         return counts
 

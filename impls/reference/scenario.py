@@ -12,7 +12,9 @@ Pipeline of one step, in order:
 
 1. **schedule**: the requests scheduled at this step (``schedule[step]``, or
    every request with ``arrive <= step`` that is not paused, finished or
-   rejected), in spec order;
+   rejected), in spec order; a request with ``n > 1`` is its ``n`` children
+   (:func:`fan_out`, SEMANTICS §2a), consecutive in the batch, each a request of
+   its own from here on (its slot, seed, history and finish);
 2. **admission** of the requests scheduled for the first time (SEMANTICS
    §1.1 rule 5, §2, §3, §4; seed 000 § Top-P Decay, "rejected at admission,
    one request"): a slot still held by a running request (``duplicate_slot``),
@@ -21,8 +23,10 @@ Pipeline of one step, in order:
    search or draft tokens (``invalid_top_p_decay``), ``d2t`` on a request
    that does not decode greedily (``invalid_d2t``), draft tokens with beam
    search (``invalid_draft``), an empty stop string (``invalid_stop_words``,
-   unless the profile skips that check). A rejected request takes no slot; the
-   others run;
+   unless the profile skips that check), ``n > 1`` on a greedy request under
+   ``n_greedy = "error"`` (``invalid_n``), a child seed past ``2**64 - 1`` under
+   ``child_seed_overflow = "error"`` (``invalid_seed``, every child). A rejected
+   request takes no slot; the others run;
 3. **draft batch** of the speculative requests (:mod:`.speculative`): draws
    as unseeded rows, never touching a slot's counter;
 4. **target batch**: the plain requests in one
@@ -55,19 +59,62 @@ from ..profiles import Profile
 from .beam import BeamSearch, beam_step
 from .modes import GREEDY, _decay_active, resolve, runtime_top_p
 from .scenario_types import (RequestResult, RequestSpec, ScenarioResult, ScenarioSpec, ScenarioUnsupported,
-                             SlotState, StepRecord, fail_request, replicate)
+                             SlotState, StepRecord, alone, fail_request, replicate)
 from .scripted import ModelError, ScriptedModel
+from .seeds import child_seed
 from .speculative import speculative_step
 from .finish import STOP_WORDS, finish_reason
 from .stop_strings import find_stop, output_text
 
 __all__ = ["RequestSpec", "ScenarioSpec", "StepRecord", "RequestResult", "ScenarioResult", "SlotState",
-           "ScenarioUnsupported", "run_scenario", "replicate"]
+           "ScenarioUnsupported", "run_scenario", "replicate", "alone", "fan_out"]
+
+def fan_out(req: RequestSpec, profile: Profile) -> list:
+    """The sequences request ``req`` decodes under ``profile`` (SEMANTICS §2a), and their admission errors.
+
+    Returns
+    -------
+    list of (RequestSpec, RowError or None)
+        ``req`` itself when ``n == 1``; else its children (:meth:`RequestSpec.children`),
+        each with the seed :func:`.seeds.child_seed` gives it (a ``shared_stream``
+        child also its ``child_stream``), and the error that rejects the whole request
+        at admission (``child_seed_overflow = "error"``), else None. A request seed of
+        ``-1`` under ``seed_minus_one_unseeded`` makes the request unseeded before its
+        children are made (vLLM's ``SamplingParams.__post_init__``).
+    """
+    if req.n == 1 or req.parent is not None:
+        return [(req, None)]
+    seed = req.fields.get("seed")
+    if seed is not None and profile.seed_minus_one_unseeded and seed == -1:
+        seed = None
+    out = []
+    for child in req.children():
+        cs = child_seed(seed, child.index, req.n, profile)
+        f = child.fields
+        f.pop("seed", None)
+        if cs.seed is not None:
+            f["seed"] = cs.seed
+        if cs.stream is not None:
+            f["child_stream"] = cs.stream
+        err = None
+        if cs.error is not None:
+            err = RowError(cs.error, f"child {child.index}'s seed {seed} + {child.index} is above 2**64 - 1 "
+                           "(child_seed_overflow = 'error': the request is refused)")
+        out.append((child, err))
+    return out
+
 
 class _Runner:
     def __init__(self, spec: ScenarioSpec, profile: Profile, session):
         self.spec, self.profile, self.session = spec, profile, session
-        self.states = {r.id: SlotState(r, result=RequestResult(r.id)) for r in spec.requests}
+        self.states, self.fan_errors, self.members = {}, {}, {}
+        for r in spec.requests:
+            kids = fan_out(r, profile)
+            self.members[r.id] = [c.id for c, _ in kids]
+            for c, err in kids:
+                self.states[c.id] = SlotState(c, result=RequestResult(c.id))
+                if err is not None:
+                    self.fan_errors[c.id] = err
         self.owner: dict = {}
 
     def model_of(self, req: RequestSpec) -> ScriptedModel:
@@ -77,6 +124,7 @@ class _Runner:
         live = ("waiting", "running")
         if self.spec.schedule is not None:
             ids = self.spec.schedule[step] if step < len(self.spec.schedule) else []
+            ids = [c for i in ids for c in self.members[i]]  # a request with n > 1: its children, in order
             return [self.states[i] for i in ids if self.states[i].status in live]
         return [st for st in self.states.values() if st.status in live
                 and st.request.arrive <= step and step not in st.request.pause]
@@ -113,6 +161,10 @@ class _Runner:
                 raise RowError("invalid_d2t", f"d2t needs greedy decoding; this request resolves to {res.mode}")
             if "" in req.stop and "empty_stop_string" not in self.profile.validation_skips:
                 raise RowError("invalid_stop_words", "stop strings must not be empty")
+            if req.n > 1 and res.mode == GREEDY and self.profile.n_greedy == "error":
+                raise RowError("invalid_n", f"n={req.n} on a request that decodes greedily (n_greedy = 'error')")
+            if req.id in self.fan_errors:
+                raise self.fan_errors[req.id]
         except RowError as e:
             fail_request(st, e, step)
             return
@@ -225,7 +277,8 @@ def run_scenario(spec: ScenarioSpec, profile: Profile, session) -> ScenarioResul
     Returns
     -------
     ScenarioResult
-        One :class:`RequestResult` per request, in spec order. A request
+        One :class:`RequestResult` per request, in spec order (a request with
+        ``n > 1``: one per child, ``"<id>#<i>"``, :func:`fan_out`). A request
         rejected at admission or failing at a step carries its error; the
         others run to their end.
 

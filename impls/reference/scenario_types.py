@@ -6,6 +6,7 @@ Kept apart from the decoder (:mod:`.scenario`) so that its parts (:mod:`.beam`,
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -16,8 +17,9 @@ from ..base import Row, RowError
 from .scripted import ScriptedModel
 from .toy_tokenizer import ToyTokenizer
 
-__all__ = ["PAD", "DRAFT_PAD", "RequestSpec", "ScenarioSpec", "StepRecord", "RequestResult", "ScenarioResult", "SlotState",
-           "ScenarioUnsupported", "replicate", "fail_request"]
+__all__ = ["PAD", "DRAFT_PAD", "CHILD_SEP", "child_id", "parent_of", "RequestSpec", "ScenarioSpec", "StepRecord",
+           "RequestResult", "ScenarioResult", "SlotState", "ScenarioUnsupported", "replicate", "alone",
+           "fail_request"]
 
 
 #: Token written for a beam that is frozen (finished) this step (TensorRT-LLM's
@@ -29,6 +31,24 @@ PAD = -1
 #: rejection_sampler.py@v0.32.0): the first one ends the drafts examined that step
 #: (SEMANTICS §4). Never an index.
 DRAFT_PAD = -1
+
+
+#: Between a request's id and its child's index: child ``i`` of request ``a`` with ``n > 1`` is ``a#i``
+#: (cases/README.md, "Parallel sampling"). Request ids never hold it (``[\w.-]+``).
+CHILD_SEP = "#"
+
+
+def child_id(rid: str, index: int) -> str:
+    """The id of child ``index`` of request ``rid``: ``"<rid>#<index>"``."""
+    return f"{rid}{CHILD_SEP}{int(index)}"
+
+
+def parent_of(cid: str) -> Optional[tuple]:
+    """``(request id, index)`` of a child id ``"<rid>#<index>"``, or None for any other string."""
+    rid, sep, idx = str(cid).rpartition(CHILD_SEP)
+    if not sep or not rid or not idx.isdigit() or str(int(idx)) != idx:
+        return None
+    return rid, int(idx)
 
 
 class ScenarioUnsupported(Exception):
@@ -72,6 +92,13 @@ class RequestSpec:
         :attr:`ScenarioSpec.tokenizer`; empty: none.
     include_stop_str_in_output : bool
         Keep the matched stop string in the output text.
+    n : int
+        Parallel sampling (SEMANTICS §2a): the request fans out into ``n``
+        children (:meth:`children`); a child keeps its request's ``n``.
+    parent : str or None
+        A child's request id (None: not a child).
+    index : int
+        A child's index ``i`` in ``[0, n)``.
     """
 
     id: str
@@ -89,6 +116,9 @@ class RequestSpec:
     model: Optional[ScriptedModel] = None
     stop: tuple = ()
     include_stop_str_in_output: bool = False
+    n: int = 1
+    parent: Optional[str] = None
+    index: int = 0
 
     @property
     def use_beam_search(self) -> bool:
@@ -113,6 +143,18 @@ class RequestSpec:
         """
         return Row(logits=logits, generated=list(generated), slot=self.slot if slot is None else slot,
                    request_id=self.id, draft_position=int(draft_position), **self.fields)
+
+    def children(self) -> list:
+        """The sequences this request decodes: itself when ``n == 1``, else its ``n`` children.
+
+        Child ``i`` is this request with id :func:`child_id` ``(id, i)``, slot ``slot + i``,
+        ``parent = id`` and ``index = i``; its fields are the request's (the seed as the
+        case gives it: each profile derives the child's own, :func:`.seeds.child_seed`).
+        """
+        if self.n == 1 or self.parent is not None:
+            return [self]
+        return [dataclasses.replace(self, id=child_id(self.id, i), slot=self.slot + i, fields=dict(self.fields),
+                                    parent=self.id, index=i) for i in range(self.n)]
 
 
 @dataclass
@@ -152,11 +194,20 @@ class ScenarioSpec:
     tokenizer: Optional[ToyTokenizer] = None
 
     def request(self, rid: str) -> RequestSpec:
-        """The request called ``rid`` (KeyError if absent)."""
+        """The request called ``rid``, or the child so named (``"<id>#<i>"``); KeyError if absent."""
         for r in self.requests:
             if r.id == rid:
                 return r
+        named = parent_of(rid)
+        if named is not None:
+            for r in self.requests:
+                if r.id == named[0] and r.n > 1 and named[1] < r.n:
+                    return r.children()[named[1]]
         raise KeyError(rid)
+
+    def observed(self) -> list:
+        """Every sequence a decode reports, in batch order: each request, or its children when ``n > 1``."""
+        return [c for r in self.requests for c in r.children()]
 
 
 @dataclass
@@ -341,11 +392,30 @@ def replicate(spec: ScenarioSpec, rid: str, seeds: list) -> ScenarioSpec:
     reqs = []
     for i, s in enumerate(seeds):
         f = dict(base.fields, seed=int(s))
-        reqs.append(RequestSpec(id=f"{rid}#{i}", slot=i, fields=f, beam_width=base.beam_width,
+        reqs.append(RequestSpec(id=child_id(rid, i), slot=i, fields=f, beam_width=base.beam_width,
                                 length_penalty=base.length_penalty, early_stopping=base.early_stopping,
                                 diversity_rate=base.diversity_rate, draft_len=base.draft_len, drafts=base.drafts,
                                 d2t=base.d2t, model=base.model, stop=base.stop,
                                 include_stop_str_in_output=base.include_stop_str_in_output))
     return ScenarioSpec(model=spec.model, requests=reqs, draft_model=spec.draft_model,
+                        max_beam_width=spec.max_beam_width, max_steps=1, max_seq_len=spec.max_seq_len,
+                        tokenizer=spec.tokenizer)
+
+
+def alone(spec: ScenarioSpec, rid: str) -> ScenarioSpec:
+    """A one-step scenario with request ``rid`` alone, arriving at step 0 in slot 0.
+
+    The draws of a statistical check over the children of a request with ``n > 1``
+    (cases/README.md, "Statistical scenarios"): its ``n`` children, decoded once as the
+    case gives the request (seeded or not). Every other request is dropped.
+
+    Raises
+    ------
+    KeyError
+        When ``rid`` is not a request of ``spec``.
+    """
+    base = spec.request(rid)
+    req = dataclasses.replace(base, slot=0, arrive=0, pause=frozenset())
+    return ScenarioSpec(model=spec.model, requests=[req], draft_model=spec.draft_model,
                         max_beam_width=spec.max_beam_width, max_steps=1, max_seq_len=spec.max_seq_len,
                         tokenizer=spec.tokenizer)

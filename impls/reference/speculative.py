@@ -460,7 +460,8 @@ def speculative_step(runner, states: list, step: int, plain: list) -> None:
                 # q of literal drafts: one-hot under the greedy convention, else the draft model's
                 qs = None if greedy_by_convention(runner, st.request) else _q_for_literal(cache, st, examined)
             row = st.request.row(torch.zeros(1), st.generated)
-            runner.session.seeds.observe(st.request.slot, st.request.id, effective_seed(row, runner.profile))
+            runner.session.seeds.observe(st.request.slot, st.request.id, effective_seed(row, runner.profile),
+                                        stream=row.child_stream)
             # K + 1 rows of the declared list (pads included: they occupy rows, as they occupy KV cache)
             pairs = [runner.session.seeds.take(st.request.slot) for _ in range(len(toks) + 1)] \
                 if st.mode == SAMPLING else []

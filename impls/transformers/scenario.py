@@ -58,6 +58,11 @@ A plain request (no beam search):
   (:func:`.session.sampling_failure`, on that step's raw and processed
   scores); a scripted model that cannot produce logits is ``bad_logits``.
 
+A request with ``n > 1`` is one ``generate(num_return_sequences=n)`` call
+(:func:`run_request`): row ``i`` of its output is child ``"<id>#<i>"``, all
+rows drawn from the request's one generator (profile ``hf``:
+``child_seed_rule = "shared_stream"``).
+
 Beam requests run through :func:`.beam.run_beam_request` (its module
 docstring).
 
@@ -97,7 +102,8 @@ from . import TransformersBeamImpl, beam, hf  # TransformersBeamImpl: defined in
 from .session import finish_reason, sampling_failure
 from .translate import SCENARIO_FEATURES, generate_kwargs, unsupported_reason
 
-__all__ = ["run_scenario", "run_plain_request", "scheduled_steps", "SCENARIO_FEATURES", "REPORTED", "TransformersBeamImpl"]
+__all__ = ["run_scenario", "run_plain_request", "run_request", "scheduled_steps", "SCENARIO_FEATURES", "REPORTED",
+           "TransformersBeamImpl"]
 
 #: Observations of a request: its error (and the step), tokens, finish reason and step; for
 #: beam requests also what :data:`.beam.REPORTED` lists.
@@ -185,6 +191,7 @@ def run_plain_request(req: RequestSpec, model, steps: list, profile: Profile, de
     Parameters
     ----------
     req : RequestSpec
+        ``n == 1`` (:func:`run_request` takes any ``n``).
     model : ScriptedModel
     steps : list of int
         Its scheduled steps (:func:`scheduled_steps`); none: it never runs.
@@ -205,23 +212,66 @@ def run_plain_request(req: RequestSpec, model, steps: list, profile: Profile, de
     ScenarioUnsupported
         A field :func:`.translate.unsupported_reason` refuses.
     """
+    return run_request(req, model, steps, profile, device, tokenizer)[req.id]
+
+
+def run_request(req: RequestSpec, model, steps: list, profile: Profile, device: str = "cpu",
+                tokenizer: Optional[ToyTokenizer] = None) -> dict:
+    """Run one request without beam search through ``generate()``; ``n > 1`` as ``num_return_sequences``.
+
+    A request with ``n > 1`` is one ``generate(num_return_sequences=n)`` call:
+    ``_expand_inputs_for_generation`` repeats its ``input_ids`` ``n`` times
+    (``repeat_interleave``) and ``_sample`` draws every row from the one generator of
+    the call (seeded once for the request: no seed per child, SEMANTICS §2a); row ``i``
+    of the output is child ``"<id>#<i>"``. A row that finished is padded by
+    ``generate`` until every row is done: its tokens end where its own criteria first
+    fire (:func:`.session.finish_reason` on each prefix).
+
+    Parameters
+    ----------
+    req : RequestSpec
+    model, steps, profile, device, tokenizer
+        As :func:`run_plain_request`'s.
+
+    Returns
+    -------
+    dict
+        Sequence id (the request's, or each child's) -> :class:`RequestResult`.
+
+    Raises
+    ------
+    ScenarioUnsupported
+        A field :func:`.translate.unsupported_reason` refuses.
+    """
+    ids_out = [c.id for c in req.children()]
+    results = {i: RequestResult(i) for i in ids_out}
     res = RequestResult(req.id)
+
+    def every(r: RequestResult) -> dict:
+        # the request's outcome (an error) for each of its sequences
+        out = {}
+        for i in ids_out:
+            out[i] = RequestResult(i, error=r.error, message=r.message, error_step=r.error_step)
+        return out
+
     prompt = [int(t) for t in req.fields.get("prompt", [])]
     row = Row(logits=torch.zeros(model.vocab), request_id=req.id, **req.fields)
     why = unsupported_reason(row) or ("an empty prompt: generate() needs an input token" if not prompt else None)
     if why:
         raise ScenarioUnsupported(f"request {req.id!r}: {why}")
     if not steps:
-        return res  # never scheduled (the reference leaves it waiting)
+        return results  # never scheduled (the reference leaves it waiting)
     dev = torch.device(device)
     free = hf.ModelFree(dev)
     try:
         prep = hf.prepare(row, free)  # HF's criteria for the finish reason (generate rebuilds its own)
     except RowError as e:
-        return _failed(res, e, steps[0])
+        return every(_failed(res, e, steps[0]))
     kw = generate_kwargs(row)
     eos = kw.get("eos_token_id")
     kw.update(use_cache=False, pad_token_id=(eos[0] if isinstance(eos, list) else eos) if eos is not None else 0)
+    if req.n > 1:
+        kw["num_return_sequences"] = int(req.n)
     procs = hf.lp.LogitsProcessorList()
     gc = prep.generation_config
     if row.prompt_ignore_length is not None and gc.repetition_penalty is not None and gc.repetition_penalty != 1.0:
@@ -243,28 +293,50 @@ def run_plain_request(req: RequestSpec, model, steps: list, profile: Profile, de
             out = lm.generate(ids, logits_processor=procs,
                               stopping_criteria=crits, **kw)
     except RowError as e:  # the seed
-        return _failed(res, e, steps[0])
+        return every(_failed(res, e, steps[0]))
     except ModelError as e:
         gen = _generated(lm, prompt)
-        return _failed(res, RowError("bad_logits", f"scripted model: {e}"), steps[min(len(gen), len(steps) - 1)])
+        return every(_failed(res, RowError("bad_logits", f"scripted model: {e}"),
+                             steps[min(len(gen), len(steps) - 1)]))
     except ValueError as e:
-        return _failed(res, RowError(hf.classify_value_error(e), f"transformers: {e}".splitlines()[0]), steps[0])
+        return every(_failed(res, RowError(hf.classify_value_error(e), f"transformers: {e}".splitlines()[0]),
+                             steps[0]))
     except (RuntimeError, IndexError) as e:
         gen = _generated(lm, prompt)
-        return _failed(res, _step_failure(row, model, prompt, gen, free, e), steps[min(len(gen), len(steps) - 1)])
-    toks = [int(t) for t in out[0, len(prompt):].tolist()]
-    res.tokens = toks
-    res.steps = [StepRecord(s, tokens=[t]) for s, t in zip(steps, toks)]
-    final = torch.tensor([prompt + toks], dtype=torch.long, device=dev)
+        return every(_failed(res, _step_failure(row, model, prompt, gen, free, e),
+                             steps[min(len(gen), len(steps) - 1)]))
     string_crits = [hf.sc.StopStringCriteria(fast, list(req.stop))] if req.stop else []
-    reason = finish_reason(prep, final, profile.finish_order, string_crits) if toks else "none"
-    if fast is not None:
-        res.text = fast.decode(toks, skip_special_tokens=True)
-    res.finish_reason = reason
-    if reason != "none":
-        res.finish_step = steps[len(toks) - 1]
-        res.steps[-1].finish_reason = reason
-    return res
+    for i, sid in enumerate(ids_out):
+        r = results[sid]
+        toks = [int(t) for t in out[i, len(prompt):].tolist()]
+        if req.n > 1:
+            toks = _own_tokens(prep, prompt, toks, profile, dev, string_crits)
+        r.tokens = toks
+        r.steps = [StepRecord(s, tokens=[t]) for s, t in zip(steps, toks)]
+        final = torch.tensor([prompt + toks], dtype=torch.long, device=dev)
+        reason = finish_reason(prep, final, profile.finish_order, string_crits) if toks else "none"
+        if fast is not None:
+            r.text = fast.decode(toks, skip_special_tokens=True)
+        r.finish_reason = reason
+        if reason != "none":
+            r.finish_step = steps[len(toks) - 1]
+            r.steps[-1].finish_reason = reason
+    return results
+
+
+def _own_tokens(prep, prompt: list, toks: list, profile: Profile, dev, string_crits=()) -> list:
+    """A row of a ``num_return_sequences`` batch up to where its own criteria first fire.
+
+    ``generate`` keeps a finished row in the batch, writing ``pad_token_id`` after its end
+    until every row is done (``GenerationMixin._sample``: ``next_tokens * unfinished_sequences
+    + pad_token_id * (1 - unfinished_sequences)``). ``string_crits``: the request's
+    ``StopStringCriteria`` (stop strings), checked on each prefix as the others.
+    """
+    for k in range(1, len(toks) + 1):
+        ids = torch.tensor([prompt + toks[:k]], dtype=torch.long, device=dev)
+        if finish_reason(prep, ids, profile.finish_order, string_crits) != "none":
+            return toks[:k]
+    return toks
 
 
 def _generated(lm, prompt: list) -> list:
@@ -296,7 +368,7 @@ def _slot_conflict(spec: ScenarioSpec, results: dict, sched: dict) -> Optional[s
     the scenario ends holds it to the end. Same-step admissions go in spec order.
     """
     spans = []
-    for order, req in enumerate(spec.requests):
+    for order, req in enumerate(spec.observed()):  # a request with n > 1: each child, slot + i
         steps, rr = sched[req.id], results[req.id]
         if not steps:
             continue
@@ -368,7 +440,7 @@ def run_scenario(spec: ScenarioSpec, profile: Profile, device: str = "cpu", beam
     for r in spec.requests:
         model = r.model or spec.model
         if not r.use_beam_search:
-            out[r.id] = run_plain_request(r, model, sched[r.id], profile, device, spec.tokenizer)
+            out.update(run_request(r, model, sched[r.id], profile, device, spec.tokenizer))
             continue
         if not 1 <= r.beam_width <= spec.max_beam_width:
             # transformers has no max_beam_width: the engine limit of the scenario is the adapter's
@@ -382,6 +454,8 @@ def run_scenario(spec: ScenarioSpec, profile: Profile, device: str = "cpu", beam
         if res.error is not None and sched[r.id]:
             res.error_step = sched[r.id][0]
         out[r.id] = res
+    seqs = spec.observed()
+    sched = {c.id: sched[c.parent or c.id] for c in seqs}
     why = _slot_conflict(spec, out, sched)
     if why:
         raise ScenarioUnsupported(why)

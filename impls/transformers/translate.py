@@ -82,10 +82,11 @@ SUPPORTED_FEATURES = frozenset({
 #: mapping's less what only a single-step row has (logprobs, processed logits, low-precision
 #: logits: a scenario's scripted model gives float32 rows and its truths hold no logprobs),
 #: plus beam search (:mod:`.beam`); ``allowed_token_ids`` (``prefix_allowed_tokens_fn``) is wired
-#: into the single-step processors only; stop strings go through generate(stop_strings=..., tokenizer=...).
-SCENARIO_FEATURES = (SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits",
-                                           "allowed_token_ids", "logprobs_mode", "logprob_token_ids"}) | {"beam_search",
-                                                                                                "stop_strings"}
+#: into the single-step processors only; stop strings go through generate(stop_strings=..., tokenizer=...);
+#: parallel sampling (``n``) through generate(num_return_sequences=n).
+SCENARIO_FEATURES = ((SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits",
+                                           "allowed_token_ids", "logprobs_mode", "logprob_token_ids"})
+                     | {"beam_search", "stop_strings", "n"})
 
 
 def resolve_do_sample(row: Row) -> bool:

@@ -361,7 +361,7 @@ class TrtllmSession(ReferenceSession):
         finally:
             self._probs = {}
 
-    def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 4096) -> torch.Tensor:
+    def sample_many(self, row: Row, seeds: Sequence[int], chunk: Optional[int] = None) -> torch.Tensor:
         """Counts of canonical draws from the engine-computed kept set (see :meth:`ReferenceSession.sample_many`)."""
         self._probs = {}
         try:

@@ -42,10 +42,11 @@ __all__ = ["VllmImpl", "IMPLEMENTATIONS", "SCENARIO_FEATURES"]
 #: What the engine loop (:mod:`.loop`, ``run_scenario``) can express: the single-step features less the
 #: observations a scenario does not report (logprobs, processed logits, low-precision logits), plus beam
 #: search through ``LLM.beam_search`` (what it lacks is refused per scenario:
-#: :func:`.loop.beam_unsupported_reason`), and stop strings (the engine started with the case's toy
-#: tokenizer: vLLM's detokenizer and ``check_stop_strings``).
+#: :func:`.loop.beam_unsupported_reason`), stop strings (the engine started with the case's toy
+#: tokenizer: vLLM's detokenizer and ``check_stop_strings``) and parallel sampling (``n``:
+#: ``LLMEngine.add_request``'s own fan-out).
 SCENARIO_FEATURES = ((SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits"})
-                     | {"beam_search", "stop_strings"})
+                     | {"beam_search", "stop_strings", "n"})
 
 
 def _installed(metadata, dist: str) -> bool:

@@ -45,6 +45,15 @@ reasons. What this module adds:
   let stop-string requests finish;
 * the end of the run: after ``max_steps`` steps the requests still running
   are aborted and report ``finish_reason = "none"``;
+* parallel sampling: a request with ``n > 1`` is added once with
+  ``SamplingParams(n=n)``; vLLM's own ``LLMEngine.add_request`` fans it out
+  (``ParentRequest``, v1/engine/parallel_sampling.py: child ``i`` gets
+  ``seed + i``) and its outputs, each with the child's ``index``, are the
+  case's children ``"<id>#<i>"`` (one slot each, ``slot + i``). Each child the
+  engine core receives is encoded first, as the multiprocess client does; a
+  child it cannot encode (a seed past ``2**64 - 1``) makes ``add_request``
+  raise, that child and those after it carry ``invalid_seed``, and the children
+  added before it run on (vLLM does not take them back).
 * custom logits processors: a scenario whose requests have ``logits_processors``
   runs on an engine built with the two ``LogitsProcessor`` classes of
   :mod:`.processors` (``LLM(logits_processors=[...])``), each request carrying
@@ -58,10 +67,11 @@ The ``SamplingParams`` of a request are :func:`.translate.sampling_kwargs`
 of its fields (the single-step adapter's mapping). A request vLLM rejects
 (``SamplingParams`` construction or ``InputProcessor.process_inputs``
 raising ``VLLMValidationError``/``ValueError``) is an admission error at its
-arrival step (kind: :func:`.translate.classify_validation_error`). The
-processed ``EngineCoreRequest`` is then encoded with vLLM's
-``MsgpackEncoder``, as the default (multiprocess) engine client does before
-the engine core sees it: a request it refuses (a seed outside
+arrival step (kind: :func:`.translate.classify_validation_error`). Each
+``EngineCoreRequest`` ``LLMEngine.add_request`` hands the engine core (the
+request, or each child of a request with ``n > 1``) is first encoded with
+vLLM's ``MsgpackEncoder``, as the default (multiprocess) engine client does
+before the engine core sees it: a request it refuses (a seed outside
 ``[-2**63, 2**64)``: ``invalid_seed``) is an admission error too, where the
 in-process engine would fail the whole step in the model runner.
 
@@ -126,10 +136,10 @@ DEFAULT_MAX_MODEL_LEN = 4096
 #: no weights, no tokenizer, eager, float32 logits; prefix caching off and a token budget above any model
 #: length, so that each new sequence's first forward holds its whole prompt (:mod:`.scripted_model`);
 #: synchronous scheduling, so that each ``step()`` returns the tokens of that step; room for 1024 requests
-#: in one step (a statistical scenario's 1000 draws are 1000 one-step requests): ``max_num_seqs`` 1024 and
-#: a KV cache of 64 MiB, 131072 token slots of the tiny model, 1024 of the CPU backend's 128-token blocks,
-#: so nothing waits or is preempted. ``skip_tokenizer_init`` is dropped for a scenario with a toy tokenizer
-#: (:class:`ScriptedEngine`).
+#: in one step (a statistical scenario's 1000 draws are 1000 one-step requests, or the 1000 children of one
+#: request with ``n = 1000``): ``max_num_seqs`` 1024 and a KV cache of 64 MiB, 131072 token slots of the tiny
+#: model, 1024 of the CPU backend's 128-token blocks, so nothing waits or is preempted. ``skip_tokenizer_init``
+#: is dropped for a scenario with a toy tokenizer (:class:`ScriptedEngine`).
 ENGINE_ARGS = dict(load_format="dummy", skip_tokenizer_init=True, enforce_eager=True, dtype="float32",
                    enable_prefix_caching=False, async_scheduling=False, max_num_seqs=1024,
                    max_num_batched_tokens=8192, kv_cache_memory_bytes=1 << 26, seed=0)
@@ -321,13 +331,31 @@ def unsupported_reason(spec: ScenarioSpec) -> Optional[str]:
 
 @dataclass(eq=False)
 class _Req:
-    """One case request in a run: its spec, its vLLM request id, status, tokens so far and result."""
+    """One sequence of a run: a case request, or one child of a request with ``n > 1``.
+
+    Attributes
+    ----------
+    spec : RequestSpec
+        The request, or the child (:meth:`RequestSpec.children`).
+    rid : str
+        The vLLM request id of its request (a child shares its parent's; vLLM names the
+        child ``"<index>_<parent's internal id>"``: :attr:`internal`).
+    index : int
+        ``CompletionOutput.index`` of its outputs (0 for a request with ``n = 1``).
+    group : list of _Req
+        Its request's sequences (itself alone when ``n = 1``).
+    internal : str or None
+        A child's internal vLLM id, once its request was added (what a per-child abort names).
+    """
 
     spec: object
     rid: str
     status: str = "waiting"      # waiting, running, finished, failed
     tokens: list = field(default_factory=list)
     result: Optional[RequestResult] = None
+    index: int = 0
+    group: list = field(default_factory=list)
+    internal: Optional[str] = None
     text: Optional[str] = None   # CompletionOutput.text of its last output (with a tokenizer)
 
 
@@ -359,8 +387,14 @@ class _Run:
     def __init__(self, spec: ScenarioSpec, eng: ScriptedEngine):
         self.spec, self.eng = spec, eng
         eng.runs += 1
-        self.reqs = [_Req(r, f"{eng.runs}:{r.id}", result=RequestResult(r.id)) for r in spec.requests]
-        self.by_rid = {q.rid: q for q in self.reqs}
+        self.reqs, self.groups = [], {}
+        for r in spec.requests:
+            group = [_Req(c, f"{eng.runs}:{r.id}", result=RequestResult(c.id), index=c.index) for c in r.children()]
+            for q in group:
+                q.group = group
+            self.groups[r.id] = group
+            self.reqs.extend(group)
+        self.by_key = {(q.rid, q.index): q for q in self.reqs}
         self.admitted: list = []  # running requests in admission order
         self.owner: dict = {}     # slot -> the running request holding it
         self.binding = scripted_model.Binding(
@@ -371,8 +405,7 @@ class _Run:
         live = ("waiting", "running")
         if self.spec.schedule is not None:
             ids = self.spec.schedule[step] if step < len(self.spec.schedule) else []
-            named = {q.spec.id: q for q in self.reqs}
-            return [named[i] for i in ids if named[i].status in live]
+            return [q for i in ids for q in self.groups[i] if q.status in live]
         return [q for q in self.reqs if q.status in live and q.spec.arrive <= step and step not in q.spec.pause]
 
     def done(self, step: int) -> bool:
@@ -394,34 +427,69 @@ class _Run:
 
     # -- admission -----------------------------------------------------------------
     def admit(self, q: _Req, step: int) -> None:
+        """Add ``q``'s request to the engine (once for all children of a request with ``n > 1``)."""
+        group = q.group
+        if group[0] is not q:
+            return  # a child after the first: its request was added with the first
+        for c in group:
+            holder = self.owner.get(c.spec.slot)
+            if holder is not None and holder is not c:
+                raise ScenarioUnsupported(f"request {c.spec.id!r} takes slot {c.spec.slot} while {holder.spec.id!r} "
+                                          "still holds it: vLLM has no sequence slots (requests are keyed by id), so "
+                                          "duplicate_slot cannot arise")
         req = q.spec
-        holder = self.owner.get(req.slot)
-        if holder is not None and holder is not q:
-            raise ScenarioUnsupported(f"request {req.id!r} takes slot {req.slot} while {holder.spec.id!r} still "
-                                      "holds it: vLLM has no sequence slots (requests are keyed by id), so "
-                                      "duplicate_slot cannot arise")
+        n = len(group)
         model = _model_of(self.spec, req)
         row = req.row(torch.zeros(model.vocab), [])
         eng = self.eng.engine
+        added, failed_encode = [], []
+
+        def add_to_core(request, _orig=eng.engine_core.add_request):
+            # What vLLM's default, multiprocess engine client does with each request before the engine core
+            # sees it (v1/engine/core_client.py SyncMPClient.add_request -> MPClient._send_input: MsgpackEncoder):
+            # a request it cannot encode (a seed outside [-2**63, 2**64), e.g. a child's seed + i) is refused
+            # there; in-process it would reach the model runner and fail the whole step
+            # (GPUModelRunner._update_states: torch.Generator.manual_seed). LLMEngine.add_request fans a
+            # request with n > 1 out here, one child at a time (ParentRequest.get_child_info).
+            try:
+                _ENCODER.encode(request)
+            except OverflowError:
+                failed_encode.append(request)
+                raise
+            _orig(request)
+            added.append(request.request_id)
+
         try:
-            sp = SamplingParams(**sampling_kwargs(row), **stop_kwargs(req))
+            sp = SamplingParams(**sampling_kwargs(row), **stop_kwargs(req), **({"n": n} if n > 1 else {}))
             with self.eng.lend_tokenizer(row):
                 request = eng.input_processor.process_inputs(
                     q.rid, TokensPrompt(prompt_token_ids=list(req.fields.get("prompt", []))), sp,
                     supported_tasks=eng.get_supported_tasks())
-            # What vLLM's default, multiprocess engine client does with the request before the engine core
-            # sees it (v1/engine/core_client.py MPClient._send_input): a request it cannot encode (e.g. a seed
-            # outside [-2**63, 2**64)) is refused there; in-process it would reach the model runner and fail
-            # the whole step (GPUModelRunner._update_states: torch.Generator.manual_seed).
-            _ENCODER.encode(request)
-            eng.add_request(q.rid, request, request.params)
+            eng.engine_core.add_request = add_to_core
+            try:
+                eng.add_request(q.rid, request, request.params)
+            finally:
+                del eng.engine_core.add_request  # the instance attribute: the client's own method again
         except (VLLMValidationError, ValueError, TypeError, OverflowError) as e:
-            q.status = "failed"
-            r = q.result
-            r.error, r.message, r.error_step = _error_kind(e, row), f"{type(e).__name__}: {e}", step
+            kind = "invalid_seed" if failed_encode else _error_kind(e, row)
+            # vLLM raised, but the children it had already handed to the engine core run there (nothing
+            # aborts them: finding vllm-n-seed-overflow-orphans-children); their outputs come out of step()
+            for c in group:
+                if c.index < len(added):
+                    c.internal = added[c.index]
+                    self._start(c)
+                else:
+                    c.status = "failed"
+                    r = c.result
+                    r.error, r.message, r.error_step = kind, f"{type(e).__name__}: {e}", step
             return
+        for c in group:
+            c.internal = added[c.index] if n > 1 else None
+            self._start(c)
+
+    def _start(self, q: _Req) -> None:
         q.status = "running"
-        self.owner[req.slot] = q
+        self.owner[q.spec.slot] = q
         self.admitted.append(q)
 
     def release(self, q: _Req) -> None:
@@ -431,12 +499,15 @@ class _Run:
     def fail(self, q: _Req, err: RowError, step: int) -> None:
         q.status = "failed"
         q.result.error, q.result.message, q.result.error_step = err.kind, err.message, step
-        self.eng.engine.abort_request([q.rid])
+        if q.internal is not None:  # one child of a request with n > 1: only it
+            self.eng.engine.abort_request([q.internal], internal=True)
+        else:
+            self.eng.engine.abort_request([q.rid])
         self.release(q)
 
     # -- one engine step -----------------------------------------------------------
     def step(self, step: int) -> None:
-        before = {q.rid: list(q.tokens) for q in self.admitted if q.status == "running"}
+        before = {q: list(q.tokens) for q in self.admitted if q.status == "running"}
         self.binding.errors.clear()
         _case_processors.MISMATCHES.clear()
         try:
@@ -451,34 +522,36 @@ class _Run:
         for prompt, generated, msg in self.binding.errors:
             for q in self.admitted:
                 if (q.status == "running" and tuple(q.spec.fields.get("prompt", ())) == prompt
-                        and tuple(before.get(q.rid, ())) == generated):
-                    failed[q.rid] = msg
+                        and tuple(before.get(q, ())) == generated):
+                    failed[q] = msg
         for out in outs:
-            q = self.by_rid.get(out.request_id)
-            if q is None or q.status != "running":
-                continue
-            if q.rid in failed:
-                self.fail(q, RowError("bad_logits", f"scripted model: {failed[q.rid]}"), step)
-                continue
-            comp = out.outputs[0]
-            new = list(comp.token_ids)[len(q.tokens):]
-            self._check_served(q, new)
-            q.tokens.extend(int(t) for t in new)
-            rec = StepRecord(step, tokens=[int(t) for t in new])
-            q.result.steps.append(rec)
-            if self.spec.tokenizer is not None:
-                q.text = comp.text
-            if out.finished:
-                if isinstance(comp.stop_reason, str):
-                    q.result.stop_reason = comp.stop_reason  # a stop string (an int: a stop token id)
-                reason = _finish_reason(comp)
-                rec.finish_reason = reason
-                q.status = "finished"
-                q.result.finish_reason, q.result.finish_step = reason, step
-                self.release(q)
-        for rid, msg in failed.items():  # a failing request vLLM gave no output for this step
-            if self.by_rid[rid].status == "running":
-                self.fail(self.by_rid[rid], RowError("bad_logits", f"scripted model: {msg}"), step)
+            # a request with n > 1 reports each child's output under the request's id, with the child's
+            # index (v1/engine/parallel_sampling.py ParentRequest.get_outputs; cumulative output kind)
+            for comp in out.outputs:
+                q = self.by_key.get((out.request_id, comp.index))
+                if q is None or q.status != "running":
+                    continue
+                if q in failed:
+                    self.fail(q, RowError("bad_logits", f"scripted model: {failed[q]}"), step)
+                    continue
+                new = list(comp.token_ids)[len(q.tokens):]
+                self._check_served(q, new)
+                q.tokens.extend(int(t) for t in new)
+                rec = StepRecord(step, tokens=[int(t) for t in new])
+                q.result.steps.append(rec)
+                if self.spec.tokenizer is not None:
+                    q.text = comp.text
+                if comp.finish_reason is not None:  # this sequence (out.finished: every child of the request)
+                    if isinstance(comp.stop_reason, str):
+                        q.result.stop_reason = comp.stop_reason  # a stop string (an int: a stop token id)
+                    reason = _finish_reason(comp)
+                    rec.finish_reason = reason
+                    q.status = "finished"
+                    q.result.finish_reason, q.result.finish_step = reason, step
+                    self.release(q)
+        for q, msg in failed.items():  # a failing sequence vLLM gave no output for this step
+            if q.status == "running":
+                self.fail(q, RowError("bad_logits", f"scripted model: {msg}"), step)
 
     def _check_served(self, q: _Req, new: list) -> None:
         """Each new token's history was served by the request's scripted model (the sequence mapping held)."""
@@ -509,7 +582,14 @@ class _Run:
                     self.step(step)
                 step += 1
         finally:
-            live = [q.rid for q in self.admitted if q.status == "running"]
+            # every request of this run, by external id (a request with n > 1: all its children), so that the
+            # engine is clean for the next run: those still running, the children vLLM keeps after refusing
+            # their request, and a refused request's state: LLMEngine.add_request gives the output processor
+            # each sequence's RequestState before the engine core refuses it (OutputProcessor.add_request, then
+            # engine_core.add_request), so has_unfinished_requests() stays True until it is aborted. Aborting an
+            # id vLLM does not hold (finished, or refused before add_request) does nothing
+            # (OutputProcessor.abort_requests).
+            live = sorted({q.rid for q in self.reqs if q.status != "waiting"})
             if live and self.eng in _ENGINES.values():
                 self.eng.engine.abort_request(live)
             scripted_model.unbind(self.eng.key)

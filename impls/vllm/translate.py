@@ -249,6 +249,7 @@ def unsupported_reason(row: Row) -> Optional[str]:
 # VLLMValidationError messages of vLLM 0.32.0 (sampling_params.py, renderers/base.py)
 # -> our error kinds (first match wins).
 _MESSAGE_KINDS = (
+    ("when using greedy sampling", "invalid_n"),  # SamplingParams._verify_greedy_sampling: n > 1 with T = 0
     ("stop cannot contain", "invalid_stop_words"),
     ("allowed_token_ids", "invalid_allowed_token_ids"),
     ("logprob_token_ids", "invalid_logprobs"),
