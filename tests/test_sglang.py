@@ -149,3 +149,21 @@ def test_nan_row_fails_its_filtered_batch(impl):
     a, b = impl.open_session().step(rows)
     assert a.error == b.error == "engine_error"
     assert "probability tensor" in b.message
+
+
+def test_logprob_token_ids_are_token_ids_logprob_after_temperature(impl):
+    # logits [ln 8, ln 4, ln 2, 0] at T = 0.5: x / T = ln [64, 16, 4, 1], sum 85. The request's
+    # token_ids_logprob [3, 1] reads SGLang's logprobs (get_token_ids_logprobs) in the order asked:
+    # [[3, ln 1/85], [1, ln 16/85]] = [[3, -4.442651256], [1, -1.670062534]]. Slot 1 asks an id
+    # outside [0, 4): TokenizerManager._validate_token_ids_logprob rejects it (invalid_logprobs);
+    # slot 2 asks nothing and gets no token_logprobs.
+    x = [math.log(8), math.log(4), math.log(2), 0.0]
+    a, b, c = impl.open_session().step([_row(x, slot=0, temperature=0.5, logprob_token_ids=[3, 1]),
+                                        _row(x, slot=1, temperature=0.5, logprob_token_ids=[2, 4]),
+                                        _row(x, slot=2, temperature=0.5, logprobs=1)])
+    assert a.error is None and [t for t, _ in a.token_logprobs] == [3, 1]
+    assert [v for _, v in a.token_logprobs] == pytest.approx([-4.442651256, -1.670062534], abs=1e-6)
+    assert b.error == "invalid_logprobs", b.message
+    assert c.error is None and c.token_logprobs is None
+    assert c.top_logprobs[0] == (0, pytest.approx(-0.283768173, abs=1e-6))
+

@@ -8,6 +8,10 @@ merged as the scheduler builds it, ``ModelRunner._preprocess_logits`` (penalties
 logprobs, the sampling mask) and ``Req.update_finish_state``. See :mod:`.translate` for the
 Row -> ``SamplingParams`` mapping and :mod:`.session` for the step.
 
+``logprob_token_ids`` is the request's ``token_ids_logprob``, validated by
+``managers/tokenizer_manager.py TokenizerManager._validate_token_ids_logprob`` and read by
+``layers/logprob_processor.py get_token_ids_logprobs`` inside ``Sampler.forward``.
+
 Server arguments are SGLang's defaults on a CPU (``sampling_backend = "pytorch"``, the
 overlap schedule, no deterministic inference, so ``sampling_seed`` is validated and not read:
 profile field ``seeds_honoured``). The FlashInfer backend of a CUDA server (sequential

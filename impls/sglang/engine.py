@@ -80,6 +80,7 @@ def runtime() -> dict:
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from sglang.srt.layers.sampler import Sampler
     from sglang.srt.managers import schedule_batch
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
     from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
     from sglang.srt.sampling.sampling_params import SamplingParams
@@ -88,7 +89,7 @@ def runtime() -> dict:
     _RUNTIME.update(server_args=server_args, sampler=Sampler(), modules=types.SimpleNamespace(
         LogitsProcessorOutput=LogitsProcessorOutput, Req=schedule_batch.Req, SamplingBatchInfo=SamplingBatchInfo,
         SamplingParams=SamplingParams, ModelRunner=ModelRunner, schedule_batch=schedule_batch,
-        set_random_seed=set_random_seed))
+        TokenizerManager=TokenizerManager, set_random_seed=set_random_seed))
     return _RUNTIME
 
 
@@ -150,10 +151,22 @@ def make_request(row: Row, rid: str, top_logprobs: int, mask: bool = True):
     ------
     RowError
         SGLang's rejection, kind by :func:`.translate.classify_validation_error`.
+
+    Notes
+    -----
+    ``logprob_token_ids`` becomes the request's ``token_ids_logprob`` (a flat list of ids), checked
+    first by ``managers/tokenizer_manager.py TokenizerManager._validate_token_ids_logprob`` (an id
+    outside ``[0, vocab_size)`` is a ``ValueError`` naming ``token_ids_logprob``), called with a
+    stand-in ``self`` that carries only ``model_config.vocab_size``.
     """
     m = runtime()["modules"]
     eos = eos_ids(row)
+    ids = None if row.logprob_token_ids is None else [int(t) for t in row.logprob_token_ids]
     try:
+        if ids is not None:
+            m.TokenizerManager._validate_token_ids_logprob(
+                types.SimpleNamespace(model_config=types.SimpleNamespace(vocab_size=row.vocab)),
+                types.SimpleNamespace(token_ids_logprob=ids))
         sp = m.SamplingParams(**sampling_kwargs(row))
         sp.verify(row.vocab)
         sp.normalize(_Tokenizer(eos[0] if eos else None))
@@ -162,8 +175,9 @@ def make_request(row: Row, rid: str, top_logprobs: int, mask: bool = True):
     except (ValueError, TypeError, OverflowError) as e:
         raise RowError(classify_validation_error(e), f"SGLang rejected the request: {e}") from None
     req = m.Req(rid, "", array.array("q", [int(t) for t in row.prompt]), sp, return_logprob=True,
-                top_logprobs_num=top_logprobs, eos_token_ids=set(eos) or None, vocab_size=row.vocab,
-                return_sampling_mask=mask, sampling_logprobs_mode="support" if mask else "selected")
+                top_logprobs_num=top_logprobs, token_ids_logprob=ids, eos_token_ids=set(eos) or None,
+                vocab_size=row.vocab, return_sampling_mask=mask,
+                sampling_logprobs_mode="support" if mask else "selected")
     req.tokenizer = _Tokenizer(eos[0] if eos else None)
     return req
 
@@ -219,6 +233,10 @@ class BatchOutput:
         The mask's logprob of the sampled token.
     all_greedy : bool
         ``SamplingBatchInfo.is_all_greedy`` (the batch took argmax).
+    token_ids_logprobs : list of (list of (int, float)) or None
+        Per row, ``next_token_token_ids_logprobs_idx`` / ``_val`` paired: the logprobs of the
+        request's ``token_ids_logprob`` in its order (empty for a row that asked none); None
+        when no row of the batch asked.
     """
 
     tokens: list
@@ -229,6 +247,7 @@ class BatchOutput:
     support: Optional[list]
     selected_logprob: Optional[list]
     all_greedy: bool
+    token_ids_logprobs: Optional[list] = None
 
 
 def run_batch(rows: Sequence[Row], reqs: Sequence, logits: torch.Tensor) -> BatchOutput:
@@ -248,7 +267,10 @@ def run_batch(rows: Sequence[Row], reqs: Sequence, logits: torch.Tensor) -> Batc
     rewritten = out.next_token_logits.clone()
     positions = torch.tensor([len(r.prompt) + len(r.generated) for r in rows], dtype=torch.int64)
     V = logits.shape[-1]
-    ids = rt["sampler"].forward(out, fwd, True, [V] * len(rows), [None] * len(rows), positions)
+    # as ScheduleBatch.prepare_for_decode/prepare_for_extend build them (schedule_batch.py: top_logprobs_nums,
+    # token_ids_logprobs = [r.logprob.token_ids_logprob for r in reqs])
+    ids = rt["sampler"].forward(out, fwd, True, [r.logprob.top_logprobs_num for r in reqs],
+                                [r.logprob.token_ids_logprob for r in reqs], positions)
     mask = out.sampling_mask_output
     support = selected = None
     if mask is not None:
@@ -258,11 +280,18 @@ def run_batch(rows: Sequence[Row], reqs: Sequence, logits: torch.Tensor) -> Batc
             support.append(([int(t) for t in mask.token_ids[j, :n].tolist()],
                              [float(v) for v in mask.support_logprobs[j, :n].tolist()]))
             selected.append(float(mask.selected_logprobs[j]))
+    asked = None
+    if out.next_token_token_ids_logprobs_val is not None:
+        # layers/logprob_processor.py get_token_ids_logprobs: per row logprobs[i, token_ids] (a tensor under
+        # no_copy_to_cpu) and the ids as given
+        asked = [list(zip([int(t) for t in idx], [float(v) for v in torch.as_tensor(val).tolist()]))
+                 for idx, val in zip(out.next_token_token_ids_logprobs_idx, out.next_token_token_ids_logprobs_val)]
     return BatchOutput(tokens=[int(t) for t in ids.tolist()], rewritten=rewritten,
                        logprobs=[float(v) for v in out.next_token_logprobs.tolist()],
                        top_ids=[t.tolist() for t in out.next_token_top_logprobs_idx],
                        top_vals=[t.tolist() for t in out.next_token_top_logprobs_val],
-                       support=support, selected_logprob=selected, all_greedy=bool(fwd.is_all_greedy))
+                       support=support, selected_logprob=selected, all_greedy=bool(fwd.is_all_greedy),
+                       token_ids_logprobs=asked)
 
 
 class Draws:

@@ -35,6 +35,14 @@ Row field                   SGLang spelling
                             the vocabulary size, so ``-1`` (every token's logprob) is that
                             list laid out by id (``layers/logprob_processor.py
                             get_top_logprobs_raw``: ``logprobs.topk(max_k)``, no cap)
+``logprob_token_ids``       the request's ``token_ids_logprob`` (``Req(token_ids_logprob=)``;
+                            ids outside ``[0, V)`` rejected by
+                            ``managers/tokenizer_manager.py
+                            TokenizerManager._validate_token_ids_logprob``), read by
+                            ``layers/logprob_processor.py get_token_ids_logprobs`` from the
+                            same logprobs as the top logprobs (after the rewrites, the custom
+                            processors and the temperature; clamped to the dtype's ``min``),
+                            in the order given; any ``logprobs`` count is accepted beside it
 ==========================  ==============================================================
 
 Fields SGLang cannot express make :func:`unsupported_reason` return a reason (the harness
@@ -55,7 +63,7 @@ __all__ = ["SUPPORTED_FEATURES", "sampling_kwargs", "unsupported_reason", "class
 SUPPORTED_FEATURES = frozenset({
     "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
     "logit_bias", "min_length", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens", "seed",
-    "logprobs", "processed_logits", "low_precision_logits", "finish_reason",
+    "logprobs", "processed_logits", "low_precision_logits", "finish_reason", "logprob_token_ids",
 })
 
 
@@ -143,6 +151,7 @@ def unsupported_reason(row: Row) -> Optional[str]:
 # ValueError messages of SamplingParams.verify / normalize (sampling_params.py@v0.5.23) -> our error
 # kinds (first match wins).
 _MESSAGE_KINDS = (
+    ("token_ids_logprob", "invalid_logprobs"),   # TokenizerManager._validate_token_ids_logprob
     ("temperature", "invalid_temperature"),
     ("top_p", "invalid_top_p"),
     ("top_k", "invalid_top_k"),
@@ -160,7 +169,8 @@ _MESSAGE_KINDS = (
 def classify_validation_error(e: Exception) -> str:
     """Map an SGLang validation error to an error kind of ``cases/README.md``.
 
-    Every message of ``SamplingParams.verify``@v0.5.23 names its parameter; a message naming
-    none is ``invalid_request``.
+    Every message of ``SamplingParams.verify``@v0.5.23 and of
+    ``TokenizerManager._validate_token_ids_logprob`` names its parameter; a message naming none
+    is ``invalid_request``.
     """
     return error_kind(str(e), _MESSAGE_KINDS, "invalid_request")
