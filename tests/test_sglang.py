@@ -167,3 +167,31 @@ def test_logprob_token_ids_are_token_ids_logprob_after_temperature(impl):
     assert c.error is None and c.token_logprobs is None
     assert c.top_logprobs[0] == (0, pytest.approx(-0.283768173, abs=1e-6))
 
+
+def test_token_bitmask_between_penalties_and_logit_bias(impl):
+    # V = 5, logits [0, 1, 2, 3, 4], one output token 3, presence 0.5, bitmask word 11 = 0b01011
+    # (allowed {0, 1, 3}), logit_bias {1: +2, 2: +10}. SamplingBatchInfo.apply_logits_bias: penalties
+    # (t3: 3 - 0.5 = 2.5), the grammar mask (t2, t4 -> -inf), then the bias (t1: 1 + 2 = 3; t2 stays
+    # -inf): rewritten [0, 3, -inf, 2.5, -inf], greedy token 1. Slot 1, no grammar, in the same batch:
+    # its row of the bitmask stays -1 (all allowed): token 4, logits unchanged.
+    x = [0.0, 1.0, 2.0, 3.0, 4.0]
+    a, b = impl.open_session().step([
+        _row(x, slot=0, generated=[3], presence_penalty=0.5, token_bitmask=(11,), logit_bias=[(1, 2.0), (2, 10.0)],
+             temperature=0.0),
+        _row(x, slot=1, temperature=0.0)])
+    assert a.error is None and a.token == 1
+    assert a.rewritten_logits.tolist() == [0.0, 3.0, float("-inf"), 2.5, float("-inf")]
+    assert (b.token, b.rewritten_logits.tolist()) == (4, x)
+    # RAW logprobs are SGLang's, after the mask: log_softmax([0, 3, -inf, 2.5, -inf]);
+    # sum e^0 + e^3 + e^2.5 = 1 + 20.0855369 + 12.1824940 = 33.2680309: t1 ln(20.0855369 / 33.2680309)
+    assert a.logprob == pytest.approx(3.0 - math.log(1 + math.exp(3.0) + math.exp(2.5)), abs=1e-6)
+
+
+def test_token_bitmask_word_order_and_sign_bit(impl):
+    # V = 40, logits rising with the id: the greedy token is the largest allowed id. Word 0 =
+    # -2**31 (0x80000000, bit 31: token 31 alone); [0, 255]: word 1 bits 0..7, tokens 32..39.
+    x = [j / 10 for j in range(40)]
+    a, b = impl.open_session().step([_row(x, slot=0, token_bitmask=(0x80000000, 0), temperature=0.0),
+                                     _row(x, slot=1, token_bitmask=(0, 255), temperature=0.0)])
+    assert (a.token, b.token) == (31, 39)
+    assert torch.isfinite(a.rewritten_logits).nonzero().flatten().tolist() == [31]

@@ -11,6 +11,13 @@ Row -> ``SamplingParams`` mapping and :mod:`.session` for the step.
 ``logprob_token_ids`` is the request's ``token_ids_logprob``, validated by
 ``managers/tokenizer_manager.py TokenizerManager._validate_token_ids_logprob`` and read by
 ``layers/logprob_processor.py get_token_ids_logprobs`` inside ``Sampler.forward``.
+``token_bitmask`` is the request's grammar: SGLang's ``constrained/xgrammar_backend.py
+XGrammarGrammar`` whose ``GrammarMatcher`` alone is stood in by the case's words; the batch bitmask
+is allocated, filled and applied by SGLang (``SamplingBatchInfo.update_regex_vocab_mask``,
+``GrammarMask.apply`` in ``apply_logits_bias``) with xgrammar's CPU kernel (finding
+``sglang-cpu-bitmask-kernel-writes-past-row``). ``allowed_token_ids`` is ``n/a``: SGLang 0.5.23's
+``SamplingParams`` has no such field (the closest is the ``DisallowedTokensLogitsProcessor``
+custom processor, a ban list).
 
 Server arguments are SGLang's defaults on a CPU (``sampling_backend = "pytorch"``, the
 overlap schedule, no deterministic inference, so ``sampling_seed`` is validated and not read:

@@ -10,12 +10,14 @@ What is SGLang's and what is glue:
   resolved as at launch), with the defaults a CPU server takes (``sampling_backend =
   "pytorch"``, no deterministic inference) and ``sampling_mask_max_tokens`` raised to cover
   any vocabulary, and seeds torch's generator with ``set_random_seed`` as
-  ``Scheduler.__init__`` does. The tensor-parallel group is a stand-in (one rank: the
-  ``Sampler`` reads it only to all-reduce token ids under ``SYNC_TOKEN_IDS_ACROSS_TP`` or
-  grammars, neither of which runs here).
+  ``Scheduler.__init__`` does. The tensor-parallel group is a stand-in holding a real gloo
+  process group of one rank (the ``Sampler`` all-reduces token ids over it, an identity here,
+  when a batch has grammars: ``layers/sampler.py Sampler._sync_token_ids_across_tp``).
 * :func:`make_request` builds a real ``managers/schedule_batch.py Req`` around a
   ``SamplingParams`` that went through ``__post_init__``, ``verify`` and ``normalize`` (its
-  per-request validation). The tokenizer is a stand-in that knows only the EOS id.
+  per-request validation). The tokenizer is a stand-in that knows only the EOS id. A row with a
+  ``token_bitmask`` gets a grammar (``Req.grammar``): SGLang's ``XGrammarGrammar`` with its
+  ``GrammarMatcher`` stood in by the case's words (:func:`_case_bitmask_grammar_class`).
 * :func:`batch_info` builds each request's ``SamplingBatchInfo.from_schedule_batch`` (which
   creates its ``BatchedPenalizerOrchestrator``), feeds it the request's output tokens one step
   at a time with ``cumulate_output_tokens`` (as ``Scheduler`` does after every decode step),
@@ -75,8 +77,14 @@ def runtime() -> dict:
     server_args = get_context().override_server_args(
         device="cpu", sampling_backend="pytorch", random_seed=RANDOM_SEED,
         sampling_mask_max_tokens=1 << 30).install()
-    # one rank: the Sampler all-reduces token ids over this group only under SYNC_TOKEN_IDS_ACROSS_TP or grammars
-    get_parallel().override_permanently(tp_group=types.SimpleNamespace(device_group=None))
+    # one rank: the Sampler all-reduces token ids over this group (MIN) under SYNC_TOKEN_IDS_ACROSS_TP or when
+    # the batch has grammars (layers/sampler.py Sampler._sync_token_ids_across_tp): a real gloo group of one
+    # rank, built on its own store so the process's default group stays uninitialised
+    from datetime import timedelta
+    import torch.distributed as dist
+    one_rank = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=60))
+    get_parallel().override_permanently(tp_group=types.SimpleNamespace(device_group=one_rank))
+    from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from sglang.srt.layers.sampler import Sampler
     from sglang.srt.managers import schedule_batch
@@ -89,7 +97,8 @@ def runtime() -> dict:
     _RUNTIME.update(server_args=server_args, sampler=Sampler(), modules=types.SimpleNamespace(
         LogitsProcessorOutput=LogitsProcessorOutput, Req=schedule_batch.Req, SamplingBatchInfo=SamplingBatchInfo,
         SamplingParams=SamplingParams, ModelRunner=ModelRunner, schedule_batch=schedule_batch,
-        TokenizerManager=TokenizerManager, set_random_seed=set_random_seed))
+        TokenizerManager=TokenizerManager, set_random_seed=set_random_seed,
+        CaseBitmaskGrammar=_case_bitmask_grammar_class(XGrammarGrammar)))
     return _RUNTIME
 
 
@@ -121,6 +130,42 @@ class _Tokenizer:
 
     def decode(self, ids):  # pragma: no cover
         raise RowError("unsupported", "stop strings need a tokenizer")
+
+
+def _case_bitmask_grammar_class(XGrammarGrammar):
+    """The grammar object of a row with a ``token_bitmask``: SGLang's ``XGrammarGrammar``, matcher stood in.
+
+    A case gives the grammar's output, the packed int32 words of its next-token bitmask, not a
+    grammar (SEMANTICS §1.4a). This subclass of ``constrained/xgrammar_backend.py
+    XGrammarGrammar`` replaces **only** what the compiled grammar's ``GrammarMatcher`` does:
+    ``fill_vocab_mask`` writes the case's words into the request's row of the batch bitmask
+    (where ``matcher.fill_next_token_bitmask(vocab_mask, idx)`` writes the matcher's), and
+    ``is_terminated`` is False (the matcher has not reached its end). Everything else is
+    SGLang's and xgrammar's: ``allocate_vocab_mask`` (``_allocate_token_bitmask``: a
+    ``get_bitmask_shape(batch, vocab)`` int32 tensor of ``-1``, every token allowed, so rows
+    without a grammar stay unconstrained), ``move_vocab_mask``, and ``apply_vocab_mask``,
+    whose CPU branch is xgrammar's ``apply_token_bitmask_inplace(logits, vocab_mask,
+    backend="cpu")``; ``SamplingBatchInfo.update_regex_vocab_mask`` fills the rows through
+    ``BaseGrammarObject.fill_vocab_mask_batched`` and ``GrammarMask.apply`` applies them inside
+    ``SamplingBatchInfo.apply_logits_bias`` (after the penalties, before the logit bias).
+    """
+
+    from sglang.srt.constrained.base_grammar_backend import BaseGrammarObject
+
+    class CaseBitmaskGrammar(XGrammarGrammar):
+        def __init__(self, words, vocab_size: int):
+            BaseGrammarObject.__init__(self)  # no GrammarMatcher: the case's words are the matcher's output
+            self.vocab_size = int(vocab_size)
+            self.words = torch.tensor([w - (1 << 32) if w >= (1 << 31) else w for w in (int(x) for x in words)],
+                                      dtype=torch.int32)
+
+        def is_terminated(self):
+            return False
+
+        def fill_vocab_mask(self, vocab_mask: torch.Tensor, idx: int) -> None:
+            vocab_mask[idx].copy_(self.words)
+
+    return CaseBitmaskGrammar
 
 
 class _Batch:
@@ -179,6 +224,9 @@ def make_request(row: Row, rid: str, top_logprobs: int, mask: bool = True):
                 vocab_size=row.vocab, return_sampling_mask=mask,
                 sampling_logprobs_mode="support" if mask else "selected")
     req.tokenizer = _Tokenizer(eos[0] if eos else None)
+    if row.token_bitmask is not None:
+        # the request's compiled grammar (Req.grammar), its matcher stood in by the case's words
+        req.grammar = m.CaseBitmaskGrammar(row.token_bitmask, row.vocab)
     return req
 
 
@@ -262,8 +310,11 @@ def run_batch(rows: Sequence[Row], reqs: Sequence, logits: torch.Tensor) -> Batc
     m = rt["modules"]
     info, batch = batch_info(reqs, [r.generated for r in rows], logits.shape[-1])
     fwd = info.copy_for_forward()
+    # model_executor/forward_batch_info.py ForwardBatch.init_new: grammars = [req.grammar for req in reqs]
+    # when the batch has one (ScheduleBatch.has_grammar = any(req.grammar for req in reqs)), else None
+    fwd.grammars = [r.grammar for r in reqs] if any(r.grammar for r in reqs) else None
     out = m.LogitsProcessorOutput(next_token_logits=logits.clone())
-    m.ModelRunner._preprocess_logits(None, out, fwd)
+    m.ModelRunner._preprocess_logits(None, out, fwd)   # update_regex_vocab_mask, then apply_logits_bias
     rewritten = out.next_token_logits.clone()
     positions = torch.tensor([len(r.prompt) + len(r.generated) for r in rows], dtype=torch.int64)
     V = logits.shape[-1]
@@ -319,6 +370,8 @@ class Draws:
         rt = runtime()
         m = rt["modules"]
         fwd = self.info.copy_for_forward()
+        reqs = self.batch.reqs
+        fwd.grammars = [r.grammar for r in reqs] if any(r.grammar for r in reqs) else None  # as in run_batch
         out = m.LogitsProcessorOutput(next_token_logits=self.logits.clone())
         m.ModelRunner._preprocess_logits(None, out, fwd)
         ids = rt["sampler"].forward(out, fwd, False, [0] * self.n, [None] * self.n, self.positions)

@@ -43,6 +43,13 @@ Row field                   SGLang spelling
                             same logprobs as the top logprobs (after the rewrites, the custom
                             processors and the temperature; clamped to the dtype's ``min``),
                             in the order given; any ``logprobs`` count is accepted beside it
+``token_bitmask``           the request's grammar (``Req.grammar``): SGLang's
+                            ``constrained/xgrammar_backend.py XGrammarGrammar`` with the
+                            matcher stood in by the case's words (``engine.py``); the batch
+                            gets ``grammars`` as ``ForwardBatch.init_new`` sets them, and
+                            ``SamplingBatchInfo.update_regex_vocab_mask`` / ``apply_logits_bias``
+                            apply the mask after the penalties, before the logit bias
+                            (xgrammar's ``apply_token_bitmask_inplace``, CPU backend)
 ==========================  ==============================================================
 
 Fields SGLang cannot express make :func:`unsupported_reason` return a reason (the harness
@@ -64,6 +71,7 @@ SUPPORTED_FEATURES = frozenset({
     "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
     "logit_bias", "min_length", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens", "seed",
     "logprobs", "processed_logits", "low_precision_logits", "finish_reason", "logprob_token_ids",
+    "token_bitmask",
 })
 
 
