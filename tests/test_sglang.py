@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from impls.base import Row
+from impls.processors import parse
 
 sglang = pytest.importorskip("sglang", reason="SGLang is not installed (tox -e sglang)")
 
@@ -195,3 +196,18 @@ def test_token_bitmask_word_order_and_sign_bit(impl):
                                      _row(x, slot=1, token_bitmask=(0, 255), temperature=0.0)])
     assert (a.token, b.token) == (31, 39)
     assert torch.isfinite(a.rewritten_logits).nonzero().flatten().tolist() == [31]
+
+
+def test_custom_processor_runs_after_penalties_with_the_requests_steps(impl):
+    # Slot 0: logits [1, 3, 2.2, 0.5], output [1], repetition 2, processor bias {1: +1}, greedy. SGLang's
+    # apply_custom_logit_processor runs after apply_logits_bias: 3 / 2 = 1.5, then + 1 = 2.5 > 2.2:
+    # rewritten [1, 2.5, 2.2, 0.5], token 1. Slot 1: step_bias on token 0, 0.75 per step, output [2, 2]
+    # (n = 2 read from the request's own output_ids): [0, 1, 1.2, -1] -> [1.5, 1, 1.2, -1], token 0.
+    a, b = impl.open_session().step([
+        _row([1.0, 3.0, 2.2, 0.5], slot=0, generated=[1], repetition_penalty=2.0, temperature=0.0,
+             logits_processors=parse([{"kind": "bias", "bias": [[1, 1.0]]}])),
+        _row([0.0, 1.0, 1.2, -1.0], slot=1, generated=[2, 2], temperature=0.0,
+             logits_processors=parse([{"kind": "step_bias", "token": 0, "per_step": 0.75}]))])
+    assert a.error is None and b.error is None, (a.message, b.message)
+    assert (a.token, a.rewritten_logits.tolist()) == (1, pytest.approx([1.0, 2.5, 2.2, 0.5], abs=1e-6))
+    assert (b.token, b.rewritten_logits.tolist()) == (0, pytest.approx([1.5, 1.0, 1.2, -1.0], abs=1e-6))

@@ -17,7 +17,9 @@ is allocated, filled and applied by SGLang (``SamplingBatchInfo.update_regex_voc
 ``GrammarMask.apply`` in ``apply_logits_bias``) with xgrammar's CPU kernel (finding
 ``sglang-cpu-bitmask-kernel-writes-past-row``). ``allowed_token_ids`` is ``n/a``: SGLang 0.5.23's
 ``SamplingParams`` has no such field (the closest is the ``DisallowedTokensLogitsProcessor``
-custom processor, a ban list).
+custom processor, a ban list). ``logits_processors`` is the request's ``custom_logit_processor``
+(:mod:`.processors`, with the server argument ``enable_custom_logit_processor``), run by
+``layers/sampler.py apply_custom_logit_processor`` from ``Sampler._preprocess_logits``.
 
 Server arguments are SGLang's defaults on a CPU (``sampling_backend = "pytorch"``, the
 overlap schedule, no deterministic inference, so ``sampling_seed`` is validated and not read:

@@ -17,7 +17,14 @@ What is SGLang's and what is glue:
   ``SamplingParams`` that went through ``__post_init__``, ``verify`` and ``normalize`` (its
   per-request validation). The tokenizer is a stand-in that knows only the EOS id. A row with a
   ``token_bitmask`` gets a grammar (``Req.grammar``): SGLang's ``XGrammarGrammar`` with its
-  ``GrammarMatcher`` stood in by the case's words (:func:`_case_bitmask_grammar_class`).
+  ``GrammarMatcher`` stood in by the case's words (:func:`_case_bitmask_grammar_class`). A row
+  with ``logits_processors`` gets ``custom_logit_processor`` (:mod:`.processors`) and
+  ``custom_params``; ``req.output_ids`` holds the row's output tokens, as the server's request
+  does when it is sampled. Such a row still asks the sampling mask, the adapter's instrument:
+  ``TokenizerManager._validate_one_request`` refuses ``return_sampling_mask`` beside a custom processor
+  other than ``DisallowedTokensLogitsProcessor`` (its masks are meant for replay on
+  unprocessed logits), but ``Sampler.forward`` computes the mask from the probabilities it
+  sampled from, after the processors, and sampling does not depend on it.
 * :func:`batch_info` builds each request's ``SamplingBatchInfo.from_schedule_batch`` (which
   creates its ``BatchedPenalizerOrchestrator``), feeds it the request's output tokens one step
   at a time with ``cumulate_output_tokens`` (as ``Scheduler`` does after every decode step),
@@ -76,7 +83,7 @@ def runtime() -> dict:
     from sglang.srt.runtime_context import get_context, get_parallel
     server_args = get_context().override_server_args(
         device="cpu", sampling_backend="pytorch", random_seed=RANDOM_SEED,
-        sampling_mask_max_tokens=1 << 30).install()
+        sampling_mask_max_tokens=1 << 30, enable_custom_logit_processor=True).install()
     # one rank: the Sampler all-reduces token ids over this group (MIN) under SYNC_TOKEN_IDS_ACROSS_TP or when
     # the batch has grammars (layers/sampler.py Sampler._sync_token_ids_across_tp): a real gloo group of one
     # rank, built on its own store so the process's default group stays uninitialised
@@ -99,6 +106,8 @@ def runtime() -> dict:
         SamplingParams=SamplingParams, ModelRunner=ModelRunner, schedule_batch=schedule_batch,
         TokenizerManager=TokenizerManager, set_random_seed=set_random_seed,
         CaseBitmaskGrammar=_case_bitmask_grammar_class(XGrammarGrammar)))
+    from . import processors
+    _RUNTIME["processor_str"] = processors.CaseLogitProcessor.to_str()
     return _RUNTIME
 
 
@@ -207,12 +216,17 @@ def make_request(row: Row, rid: str, top_logprobs: int, mask: bool = True):
     m = runtime()["modules"]
     eos = eos_ids(row)
     ids = None if row.logprob_token_ids is None else [int(t) for t in row.logprob_token_ids]
+    kwargs = sampling_kwargs(row)
+    procs = row.logits_processors or ()
+    if procs:
+        from .processors import custom_params
+        kwargs["custom_params"] = custom_params(procs)
     try:
         if ids is not None:
             m.TokenizerManager._validate_token_ids_logprob(
                 types.SimpleNamespace(model_config=types.SimpleNamespace(vocab_size=row.vocab)),
                 types.SimpleNamespace(token_ids_logprob=ids))
-        sp = m.SamplingParams(**sampling_kwargs(row))
+        sp = m.SamplingParams(**kwargs)
         sp.verify(row.vocab)
         sp.normalize(_Tokenizer(eos[0] if eos else None))
     except RowError:
@@ -222,7 +236,11 @@ def make_request(row: Row, rid: str, top_logprobs: int, mask: bool = True):
     req = m.Req(rid, "", array.array("q", [int(t) for t in row.prompt]), sp, return_logprob=True,
                 top_logprobs_num=top_logprobs, token_ids_logprob=ids, eos_token_ids=set(eos) or None,
                 vocab_size=row.vocab, return_sampling_mask=mask,
-                sampling_logprobs_mode="support" if mask else "selected")
+                sampling_logprobs_mode="support" if mask else "selected",
+                custom_logit_processor=runtime()["processor_str"] if procs else None)
+    # the tokens the request generated so far, as the server's Req holds them when it is sampled (read by
+    # custom processors through custom_params["__req__"]; the penalizers are fed them by batch_info)
+    req.output_ids = array.array("q", [int(t) for t in row.generated])
     req.tokenizer = _Tokenizer(eos[0] if eos else None)
     if row.token_bitmask is not None:
         # the request's compiled grammar (Req.grammar), its matcher stood in by the case's words
@@ -316,6 +334,11 @@ def run_batch(rows: Sequence[Row], reqs: Sequence, logits: torch.Tensor) -> Batc
     out = m.LogitsProcessorOutput(next_token_logits=logits.clone())
     m.ModelRunner._preprocess_logits(None, out, fwd)   # update_regex_vocab_mask, then apply_logits_bias
     rewritten = out.next_token_logits.clone()
+    if fwd.has_custom_logit_processor:
+        # the rewritten logits the Sampler samples from include the custom processors
+        # (Sampler._preprocess_logits: apply_custom_logit_processor, then sanitize_nan_logits), which
+        # Sampler.forward runs on out.next_token_logits in place; for the report, the same method on a copy
+        rewritten = rt["sampler"]._preprocess_logits(rewritten, fwd)
     positions = torch.tensor([len(r.prompt) + len(r.generated) for r in rows], dtype=torch.int64)
     V = logits.shape[-1]
     # as ScheduleBatch.prepare_for_decode/prepare_for_extend build them (schedule_batch.py: top_logprobs_nums,

@@ -50,7 +50,19 @@ Row field                   SGLang spelling
                             ``SamplingBatchInfo.update_regex_vocab_mask`` / ``apply_logits_bias``
                             apply the mask after the penalties, before the logit bias
                             (xgrammar's ``apply_token_bitmask_inplace``, CPU backend)
+``logits_processors``       ``custom_logit_processor`` = :class:`.processors.CaseLogitProcessor`
+                            (``CustomLogitProcessor.to_str``; the server argument
+                            ``enable_custom_logit_processor`` is on) and ``custom_params``
+                            carrying the row's kinds; ``layers/sampler.py
+                            apply_custom_logit_processor`` runs it from
+                            ``Sampler._preprocess_logits``, after the penalties, the grammar
+                            mask and the logit bias, before the temperature, greedy rows
+                            included; its state ``n`` is ``len(req.output_ids)``
 ==========================  ==============================================================
+
+Not expressed: ``allowed_token_ids`` (``SamplingParams`` has no such field; SGLang's only
+whitelist-like tool is a grammar) and multi-step scenarios (no engine loop is driven, so the
+custom-processor scenarios of §1.4b are ``n/a``).
 
 Fields SGLang cannot express make :func:`unsupported_reason` return a reason (the harness
 reports ``n/a``).
@@ -71,7 +83,7 @@ SUPPORTED_FEATURES = frozenset({
     "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
     "logit_bias", "min_length", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens", "seed",
     "logprobs", "processed_logits", "low_precision_logits", "finish_reason", "logprob_token_ids",
-    "token_bitmask",
+    "token_bitmask", "logits_processors",
 })
 
 
