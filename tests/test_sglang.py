@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from impls.base import Row
+from impls.processors import parse
 
 sglang = pytest.importorskip("sglang", reason="SGLang is not installed (tox -e sglang)")
 
@@ -149,3 +150,64 @@ def test_nan_row_fails_its_filtered_batch(impl):
     a, b = impl.open_session().step(rows)
     assert a.error == b.error == "engine_error"
     assert "probability tensor" in b.message
+
+
+def test_logprob_token_ids_are_token_ids_logprob_after_temperature(impl):
+    # logits [ln 8, ln 4, ln 2, 0] at T = 0.5: x / T = ln [64, 16, 4, 1], sum 85. The request's
+    # token_ids_logprob [3, 1] reads SGLang's logprobs (get_token_ids_logprobs) in the order asked:
+    # [[3, ln 1/85], [1, ln 16/85]] = [[3, -4.442651256], [1, -1.670062534]]. Slot 1 asks an id
+    # outside [0, 4): TokenizerManager._validate_token_ids_logprob rejects it (invalid_logprobs);
+    # slot 2 asks nothing and gets no token_logprobs.
+    x = [math.log(8), math.log(4), math.log(2), 0.0]
+    a, b, c = impl.open_session().step([_row(x, slot=0, temperature=0.5, logprob_token_ids=[3, 1]),
+                                        _row(x, slot=1, temperature=0.5, logprob_token_ids=[2, 4]),
+                                        _row(x, slot=2, temperature=0.5, logprobs=1)])
+    assert a.error is None and [t for t, _ in a.token_logprobs] == [3, 1]
+    assert [v for _, v in a.token_logprobs] == pytest.approx([-4.442651256, -1.670062534], abs=1e-6)
+    assert b.error == "invalid_logprobs", b.message
+    assert c.error is None and c.token_logprobs is None
+    assert c.top_logprobs[0] == (0, pytest.approx(-0.283768173, abs=1e-6))
+
+
+def test_token_bitmask_between_penalties_and_logit_bias(impl):
+    # V = 5, logits [0, 1, 2, 3, 4], one output token 3, presence 0.5, bitmask word 11 = 0b01011
+    # (allowed {0, 1, 3}), logit_bias {1: +2, 2: +10}. SamplingBatchInfo.apply_logits_bias: penalties
+    # (t3: 3 - 0.5 = 2.5), the grammar mask (t2, t4 -> -inf), then the bias (t1: 1 + 2 = 3; t2 stays
+    # -inf): rewritten [0, 3, -inf, 2.5, -inf], greedy token 1. Slot 1, no grammar, in the same batch:
+    # its row of the bitmask stays -1 (all allowed): token 4, logits unchanged.
+    x = [0.0, 1.0, 2.0, 3.0, 4.0]
+    a, b = impl.open_session().step([
+        _row(x, slot=0, generated=[3], presence_penalty=0.5, token_bitmask=(11,), logit_bias=[(1, 2.0), (2, 10.0)],
+             temperature=0.0),
+        _row(x, slot=1, temperature=0.0)])
+    assert a.error is None and a.token == 1
+    assert a.rewritten_logits.tolist() == [0.0, 3.0, float("-inf"), 2.5, float("-inf")]
+    assert (b.token, b.rewritten_logits.tolist()) == (4, x)
+    # RAW logprobs are SGLang's, after the mask: log_softmax([0, 3, -inf, 2.5, -inf]);
+    # sum e^0 + e^3 + e^2.5 = 1 + 20.0855369 + 12.1824940 = 33.2680309: t1 ln(20.0855369 / 33.2680309)
+    assert a.logprob == pytest.approx(3.0 - math.log(1 + math.exp(3.0) + math.exp(2.5)), abs=1e-6)
+
+
+def test_token_bitmask_word_order_and_sign_bit(impl):
+    # V = 40, logits rising with the id: the greedy token is the largest allowed id. Word 0 =
+    # -2**31 (0x80000000, bit 31: token 31 alone); [0, 255]: word 1 bits 0..7, tokens 32..39.
+    x = [j / 10 for j in range(40)]
+    a, b = impl.open_session().step([_row(x, slot=0, token_bitmask=(0x80000000, 0), temperature=0.0),
+                                     _row(x, slot=1, token_bitmask=(0, 255), temperature=0.0)])
+    assert (a.token, b.token) == (31, 39)
+    assert torch.isfinite(a.rewritten_logits).nonzero().flatten().tolist() == [31]
+
+
+def test_custom_processor_runs_after_penalties_with_the_requests_steps(impl):
+    # Slot 0: logits [1, 3, 2.2, 0.5], output [1], repetition 2, processor bias {1: +1}, greedy. SGLang's
+    # apply_custom_logit_processor runs after apply_logits_bias: 3 / 2 = 1.5, then + 1 = 2.5 > 2.2:
+    # rewritten [1, 2.5, 2.2, 0.5], token 1. Slot 1: step_bias on token 0, 0.75 per step, output [2, 2]
+    # (n = 2 read from the request's own output_ids): [0, 1, 1.2, -1] -> [1.5, 1, 1.2, -1], token 0.
+    a, b = impl.open_session().step([
+        _row([1.0, 3.0, 2.2, 0.5], slot=0, generated=[1], repetition_penalty=2.0, temperature=0.0,
+             logits_processors=parse([{"kind": "bias", "bias": [[1, 1.0]]}])),
+        _row([0.0, 1.0, 1.2, -1.0], slot=1, generated=[2, 2], temperature=0.0,
+             logits_processors=parse([{"kind": "step_bias", "token": 0, "per_step": 0.75}]))])
+    assert a.error is None and b.error is None, (a.message, b.message)
+    assert (a.token, a.rewritten_logits.tolist()) == (1, pytest.approx([1.0, 2.5, 2.2, 0.5], abs=1e-6))
+    assert (b.token, b.rewritten_logits.tolist()) == (0, pytest.approx([1.5, 1.0, 1.2, -1.0], abs=1e-6))

@@ -8,6 +8,19 @@ merged as the scheduler builds it, ``ModelRunner._preprocess_logits`` (penalties
 logprobs, the sampling mask) and ``Req.update_finish_state``. See :mod:`.translate` for the
 Row -> ``SamplingParams`` mapping and :mod:`.session` for the step.
 
+``logprob_token_ids`` is the request's ``token_ids_logprob``, validated by
+``managers/tokenizer_manager.py TokenizerManager._validate_token_ids_logprob`` and read by
+``layers/logprob_processor.py get_token_ids_logprobs`` inside ``Sampler.forward``.
+``token_bitmask`` is the request's grammar: SGLang's ``constrained/xgrammar_backend.py
+XGrammarGrammar`` whose ``GrammarMatcher`` alone is stood in by the case's words; the batch bitmask
+is allocated, filled and applied by SGLang (``SamplingBatchInfo.update_regex_vocab_mask``,
+``GrammarMask.apply`` in ``apply_logits_bias``) with xgrammar's CPU kernel (finding
+``sglang-cpu-bitmask-kernel-writes-past-row``). ``allowed_token_ids`` is ``n/a``: SGLang 0.5.23's
+``SamplingParams`` has no such field (the closest is the ``DisallowedTokensLogitsProcessor``
+custom processor, a ban list). ``logits_processors`` is the request's ``custom_logit_processor``
+(:mod:`.processors`, with the server argument ``enable_custom_logit_processor``), run by
+``layers/sampler.py apply_custom_logit_processor`` from ``Sampler._preprocess_logits``.
+
 Server arguments are SGLang's defaults on a CPU (``sampling_backend = "pytorch"``, the
 overlap schedule, no deterministic inference, so ``sampling_seed`` is validated and not read:
 profile field ``seeds_honoured``). The FlashInfer backend of a CUDA server (sequential

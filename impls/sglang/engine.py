@@ -10,12 +10,21 @@ What is SGLang's and what is glue:
   resolved as at launch), with the defaults a CPU server takes (``sampling_backend =
   "pytorch"``, no deterministic inference) and ``sampling_mask_max_tokens`` raised to cover
   any vocabulary, and seeds torch's generator with ``set_random_seed`` as
-  ``Scheduler.__init__`` does. The tensor-parallel group is a stand-in (one rank: the
-  ``Sampler`` reads it only to all-reduce token ids under ``SYNC_TOKEN_IDS_ACROSS_TP`` or
-  grammars, neither of which runs here).
+  ``Scheduler.__init__`` does. The tensor-parallel group is a stand-in holding a real gloo
+  process group of one rank (the ``Sampler`` all-reduces token ids over it, an identity here,
+  when a batch has grammars: ``layers/sampler.py Sampler._sync_token_ids_across_tp``).
 * :func:`make_request` builds a real ``managers/schedule_batch.py Req`` around a
   ``SamplingParams`` that went through ``__post_init__``, ``verify`` and ``normalize`` (its
-  per-request validation). The tokenizer is a stand-in that knows only the EOS id.
+  per-request validation). The tokenizer is a stand-in that knows only the EOS id. A row with a
+  ``token_bitmask`` gets a grammar (``Req.grammar``): SGLang's ``XGrammarGrammar`` with its
+  ``GrammarMatcher`` stood in by the case's words (:func:`_case_bitmask_grammar_class`). A row
+  with ``logits_processors`` gets ``custom_logit_processor`` (:mod:`.processors`) and
+  ``custom_params``; ``req.output_ids`` holds the row's output tokens, as the server's request
+  does when it is sampled. Such a row still asks the sampling mask, the adapter's instrument:
+  ``TokenizerManager._validate_one_request`` refuses ``return_sampling_mask`` beside a custom processor
+  other than ``DisallowedTokensLogitsProcessor`` (its masks are meant for replay on
+  unprocessed logits), but ``Sampler.forward`` computes the mask from the probabilities it
+  sampled from, after the processors, and sampling does not depend on it.
 * :func:`batch_info` builds each request's ``SamplingBatchInfo.from_schedule_batch`` (which
   creates its ``BatchedPenalizerOrchestrator``), feeds it the request's output tokens one step
   at a time with ``cumulate_output_tokens`` (as ``Scheduler`` does after every decode step),
@@ -74,12 +83,19 @@ def runtime() -> dict:
     from sglang.srt.runtime_context import get_context, get_parallel
     server_args = get_context().override_server_args(
         device="cpu", sampling_backend="pytorch", random_seed=RANDOM_SEED,
-        sampling_mask_max_tokens=1 << 30).install()
-    # one rank: the Sampler all-reduces token ids over this group only under SYNC_TOKEN_IDS_ACROSS_TP or grammars
-    get_parallel().override_permanently(tp_group=types.SimpleNamespace(device_group=None))
+        sampling_mask_max_tokens=1 << 30, enable_custom_logit_processor=True).install()
+    # one rank: the Sampler all-reduces token ids over this group (MIN) under SYNC_TOKEN_IDS_ACROSS_TP or when
+    # the batch has grammars (layers/sampler.py Sampler._sync_token_ids_across_tp): a real gloo group of one
+    # rank, built on its own store so the process's default group stays uninitialised
+    from datetime import timedelta
+    import torch.distributed as dist
+    one_rank = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=60))
+    get_parallel().override_permanently(tp_group=types.SimpleNamespace(device_group=one_rank))
+    from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from sglang.srt.layers.sampler import Sampler
     from sglang.srt.managers import schedule_batch
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
     from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
     from sglang.srt.sampling.sampling_params import SamplingParams
@@ -88,7 +104,10 @@ def runtime() -> dict:
     _RUNTIME.update(server_args=server_args, sampler=Sampler(), modules=types.SimpleNamespace(
         LogitsProcessorOutput=LogitsProcessorOutput, Req=schedule_batch.Req, SamplingBatchInfo=SamplingBatchInfo,
         SamplingParams=SamplingParams, ModelRunner=ModelRunner, schedule_batch=schedule_batch,
-        set_random_seed=set_random_seed))
+        TokenizerManager=TokenizerManager, set_random_seed=set_random_seed,
+        CaseBitmaskGrammar=_case_bitmask_grammar_class(XGrammarGrammar)))
+    from . import processors
+    _RUNTIME["processor_str"] = processors.CaseLogitProcessor.to_str()
     return _RUNTIME
 
 
@@ -122,6 +141,42 @@ class _Tokenizer:
         raise RowError("unsupported", "stop strings need a tokenizer")
 
 
+def _case_bitmask_grammar_class(XGrammarGrammar):
+    """The grammar object of a row with a ``token_bitmask``: SGLang's ``XGrammarGrammar``, matcher stood in.
+
+    A case gives the grammar's output, the packed int32 words of its next-token bitmask, not a
+    grammar (SEMANTICS §1.4a). This subclass of ``constrained/xgrammar_backend.py
+    XGrammarGrammar`` replaces **only** what the compiled grammar's ``GrammarMatcher`` does:
+    ``fill_vocab_mask`` writes the case's words into the request's row of the batch bitmask
+    (where ``matcher.fill_next_token_bitmask(vocab_mask, idx)`` writes the matcher's), and
+    ``is_terminated`` is False (the matcher has not reached its end). Everything else is
+    SGLang's and xgrammar's: ``allocate_vocab_mask`` (``_allocate_token_bitmask``: a
+    ``get_bitmask_shape(batch, vocab)`` int32 tensor of ``-1``, every token allowed, so rows
+    without a grammar stay unconstrained), ``move_vocab_mask``, and ``apply_vocab_mask``,
+    whose CPU branch is xgrammar's ``apply_token_bitmask_inplace(logits, vocab_mask,
+    backend="cpu")``; ``SamplingBatchInfo.update_regex_vocab_mask`` fills the rows through
+    ``BaseGrammarObject.fill_vocab_mask_batched`` and ``GrammarMask.apply`` applies them inside
+    ``SamplingBatchInfo.apply_logits_bias`` (after the penalties, before the logit bias).
+    """
+
+    from sglang.srt.constrained.base_grammar_backend import BaseGrammarObject
+
+    class CaseBitmaskGrammar(XGrammarGrammar):
+        def __init__(self, words, vocab_size: int):
+            BaseGrammarObject.__init__(self)  # no GrammarMatcher: the case's words are the matcher's output
+            self.vocab_size = int(vocab_size)
+            self.words = torch.tensor([w - (1 << 32) if w >= (1 << 31) else w for w in (int(x) for x in words)],
+                                      dtype=torch.int32)
+
+        def is_terminated(self):
+            return False
+
+        def fill_vocab_mask(self, vocab_mask: torch.Tensor, idx: int) -> None:
+            vocab_mask[idx].copy_(self.words)
+
+    return CaseBitmaskGrammar
+
+
 class _Batch:
     """The part of a ``ScheduleBatch`` that ``SamplingBatchInfo`` and the penalizers read (weak-referenceable)."""
 
@@ -150,11 +205,28 @@ def make_request(row: Row, rid: str, top_logprobs: int, mask: bool = True):
     ------
     RowError
         SGLang's rejection, kind by :func:`.translate.classify_validation_error`.
+
+    Notes
+    -----
+    ``logprob_token_ids`` becomes the request's ``token_ids_logprob`` (a flat list of ids), checked
+    first by ``managers/tokenizer_manager.py TokenizerManager._validate_token_ids_logprob`` (an id
+    outside ``[0, vocab_size)`` is a ``ValueError`` naming ``token_ids_logprob``), called with a
+    stand-in ``self`` that carries only ``model_config.vocab_size``.
     """
     m = runtime()["modules"]
     eos = eos_ids(row)
+    ids = None if row.logprob_token_ids is None else [int(t) for t in row.logprob_token_ids]
+    kwargs = sampling_kwargs(row)
+    procs = row.logits_processors or ()
+    if procs:
+        from .processors import custom_params
+        kwargs["custom_params"] = custom_params(procs)
     try:
-        sp = m.SamplingParams(**sampling_kwargs(row))
+        if ids is not None:
+            m.TokenizerManager._validate_token_ids_logprob(
+                types.SimpleNamespace(model_config=types.SimpleNamespace(vocab_size=row.vocab)),
+                types.SimpleNamespace(token_ids_logprob=ids))
+        sp = m.SamplingParams(**kwargs)
         sp.verify(row.vocab)
         sp.normalize(_Tokenizer(eos[0] if eos else None))
     except RowError:
@@ -162,9 +234,17 @@ def make_request(row: Row, rid: str, top_logprobs: int, mask: bool = True):
     except (ValueError, TypeError, OverflowError) as e:
         raise RowError(classify_validation_error(e), f"SGLang rejected the request: {e}") from None
     req = m.Req(rid, "", array.array("q", [int(t) for t in row.prompt]), sp, return_logprob=True,
-                top_logprobs_num=top_logprobs, eos_token_ids=set(eos) or None, vocab_size=row.vocab,
-                return_sampling_mask=mask, sampling_logprobs_mode="support" if mask else "selected")
+                top_logprobs_num=top_logprobs, token_ids_logprob=ids, eos_token_ids=set(eos) or None,
+                vocab_size=row.vocab, return_sampling_mask=mask,
+                sampling_logprobs_mode="support" if mask else "selected",
+                custom_logit_processor=runtime()["processor_str"] if procs else None)
+    # the tokens the request generated so far, as the server's Req holds them when it is sampled (read by
+    # custom processors through custom_params["__req__"]; the penalizers are fed them by batch_info)
+    req.output_ids = array.array("q", [int(t) for t in row.generated])
     req.tokenizer = _Tokenizer(eos[0] if eos else None)
+    if row.token_bitmask is not None:
+        # the request's compiled grammar (Req.grammar), its matcher stood in by the case's words
+        req.grammar = m.CaseBitmaskGrammar(row.token_bitmask, row.vocab)
     return req
 
 
@@ -219,6 +299,10 @@ class BatchOutput:
         The mask's logprob of the sampled token.
     all_greedy : bool
         ``SamplingBatchInfo.is_all_greedy`` (the batch took argmax).
+    token_ids_logprobs : list of (list of (int, float)) or None
+        Per row, ``next_token_token_ids_logprobs_idx`` / ``_val`` paired: the logprobs of the
+        request's ``token_ids_logprob`` in its order (empty for a row that asked none); None
+        when no row of the batch asked.
     """
 
     tokens: list
@@ -229,6 +313,7 @@ class BatchOutput:
     support: Optional[list]
     selected_logprob: Optional[list]
     all_greedy: bool
+    token_ids_logprobs: Optional[list] = None
 
 
 def run_batch(rows: Sequence[Row], reqs: Sequence, logits: torch.Tensor) -> BatchOutput:
@@ -243,12 +328,23 @@ def run_batch(rows: Sequence[Row], reqs: Sequence, logits: torch.Tensor) -> Batc
     m = rt["modules"]
     info, batch = batch_info(reqs, [r.generated for r in rows], logits.shape[-1])
     fwd = info.copy_for_forward()
+    # model_executor/forward_batch_info.py ForwardBatch.init_new: grammars = [req.grammar for req in reqs]
+    # when the batch has one (ScheduleBatch.has_grammar = any(req.grammar for req in reqs)), else None
+    fwd.grammars = [r.grammar for r in reqs] if any(r.grammar for r in reqs) else None
     out = m.LogitsProcessorOutput(next_token_logits=logits.clone())
-    m.ModelRunner._preprocess_logits(None, out, fwd)
+    m.ModelRunner._preprocess_logits(None, out, fwd)   # update_regex_vocab_mask, then apply_logits_bias
     rewritten = out.next_token_logits.clone()
+    if fwd.has_custom_logit_processor:
+        # the rewritten logits the Sampler samples from include the custom processors
+        # (Sampler._preprocess_logits: apply_custom_logit_processor, then sanitize_nan_logits), which
+        # Sampler.forward runs on out.next_token_logits in place; for the report, the same method on a copy
+        rewritten = rt["sampler"]._preprocess_logits(rewritten, fwd)
     positions = torch.tensor([len(r.prompt) + len(r.generated) for r in rows], dtype=torch.int64)
     V = logits.shape[-1]
-    ids = rt["sampler"].forward(out, fwd, True, [V] * len(rows), [None] * len(rows), positions)
+    # as ScheduleBatch.prepare_for_decode/prepare_for_extend build them (schedule_batch.py: top_logprobs_nums,
+    # token_ids_logprobs = [r.logprob.token_ids_logprob for r in reqs])
+    ids = rt["sampler"].forward(out, fwd, True, [r.logprob.top_logprobs_num for r in reqs],
+                                [r.logprob.token_ids_logprob for r in reqs], positions)
     mask = out.sampling_mask_output
     support = selected = None
     if mask is not None:
@@ -258,11 +354,18 @@ def run_batch(rows: Sequence[Row], reqs: Sequence, logits: torch.Tensor) -> Batc
             support.append(([int(t) for t in mask.token_ids[j, :n].tolist()],
                              [float(v) for v in mask.support_logprobs[j, :n].tolist()]))
             selected.append(float(mask.selected_logprobs[j]))
+    asked = None
+    if out.next_token_token_ids_logprobs_val is not None:
+        # layers/logprob_processor.py get_token_ids_logprobs: per row logprobs[i, token_ids] (a tensor under
+        # no_copy_to_cpu) and the ids as given
+        asked = [list(zip([int(t) for t in idx], [float(v) for v in torch.as_tensor(val).tolist()]))
+                 for idx, val in zip(out.next_token_token_ids_logprobs_idx, out.next_token_token_ids_logprobs_val)]
     return BatchOutput(tokens=[int(t) for t in ids.tolist()], rewritten=rewritten,
                        logprobs=[float(v) for v in out.next_token_logprobs.tolist()],
                        top_ids=[t.tolist() for t in out.next_token_top_logprobs_idx],
                        top_vals=[t.tolist() for t in out.next_token_top_logprobs_val],
-                       support=support, selected_logprob=selected, all_greedy=bool(fwd.is_all_greedy))
+                       support=support, selected_logprob=selected, all_greedy=bool(fwd.is_all_greedy),
+                       token_ids_logprobs=asked)
 
 
 class Draws:
@@ -290,6 +393,8 @@ class Draws:
         rt = runtime()
         m = rt["modules"]
         fwd = self.info.copy_for_forward()
+        reqs = self.batch.reqs
+        fwd.grammars = [r.grammar for r in reqs] if any(r.grammar for r in reqs) else None  # as in run_batch
         out = m.LogitsProcessorOutput(next_token_logits=self.logits.clone())
         m.ModelRunner._preprocess_logits(None, out, fwd)
         ids = rt["sampler"].forward(out, fwd, False, [0] * self.n, [None] * self.n, self.positions)

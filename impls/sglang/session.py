@@ -17,7 +17,8 @@ Per step:
    -1`` they are also the row's ``vocab_logprobs``) and the sampled token's logprob as SGLang
    reports them; the distribution sampled from and the PROCESSED logprob from SGLang's sampling
    mask (the kept ids and their renormalised logprobs; one-hot for greedy rows); the rewritten
-   logits; the finish reason of ``Req.update_finish_state``.
+   logits; the finish reason of ``Req.update_finish_state``; with ``logprob_token_ids``, SGLang's
+   logprobs of the request's ``token_ids_logprob`` in the order asked (``token_logprobs``).
    The rank is the adapter's: ``1 +`` the number of SGLang's logprobs strictly above the
    token's (SGLang reports none).
 
@@ -134,6 +135,9 @@ class SglangSession:
             if tok not in [t for t, _ in top]:
                 top.append((tok, r.logprob))
             r.top_logprobs = top
+        if row.logprob_token_ids is not None and res.token_ids_logprobs is not None:
+            # the request's token_ids_logprob: SGLang's logprobs (the RAW vector above) at each id, in order
+            r.token_logprobs = res.token_ids_logprobs[j]
         probs = torch.zeros(V, dtype=torch.float32)
         if res.support is not None:
             ids, lps = res.support[j]

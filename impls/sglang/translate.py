@@ -35,7 +35,34 @@ Row field                   SGLang spelling
                             the vocabulary size, so ``-1`` (every token's logprob) is that
                             list laid out by id (``layers/logprob_processor.py
                             get_top_logprobs_raw``: ``logprobs.topk(max_k)``, no cap)
+``logprob_token_ids``       the request's ``token_ids_logprob`` (``Req(token_ids_logprob=)``;
+                            ids outside ``[0, V)`` rejected by
+                            ``managers/tokenizer_manager.py
+                            TokenizerManager._validate_token_ids_logprob``), read by
+                            ``layers/logprob_processor.py get_token_ids_logprobs`` from the
+                            same logprobs as the top logprobs (after the rewrites, the custom
+                            processors and the temperature; clamped to the dtype's ``min``),
+                            in the order given; any ``logprobs`` count is accepted beside it
+``token_bitmask``           the request's grammar (``Req.grammar``): SGLang's
+                            ``constrained/xgrammar_backend.py XGrammarGrammar`` with the
+                            matcher stood in by the case's words (``engine.py``); the batch
+                            gets ``grammars`` as ``ForwardBatch.init_new`` sets them, and
+                            ``SamplingBatchInfo.update_regex_vocab_mask`` / ``apply_logits_bias``
+                            apply the mask after the penalties, before the logit bias
+                            (xgrammar's ``apply_token_bitmask_inplace``, CPU backend)
+``logits_processors``       ``custom_logit_processor`` = :class:`.processors.CaseLogitProcessor`
+                            (``CustomLogitProcessor.to_str``; the server argument
+                            ``enable_custom_logit_processor`` is on) and ``custom_params``
+                            carrying the row's kinds; ``layers/sampler.py
+                            apply_custom_logit_processor`` runs it from
+                            ``Sampler._preprocess_logits``, after the penalties, the grammar
+                            mask and the logit bias, before the temperature, greedy rows
+                            included; its state ``n`` is ``len(req.output_ids)``
 ==========================  ==============================================================
+
+Not expressed: ``allowed_token_ids`` (``SamplingParams`` has no such field; SGLang's only
+whitelist-like tool is a grammar) and multi-step scenarios (no engine loop is driven, so the
+custom-processor scenarios of §1.4b are ``n/a``).
 
 Fields SGLang cannot express make :func:`unsupported_reason` return a reason (the harness
 reports ``n/a``).
@@ -55,7 +82,8 @@ __all__ = ["SUPPORTED_FEATURES", "sampling_kwargs", "unsupported_reason", "class
 SUPPORTED_FEATURES = frozenset({
     "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
     "logit_bias", "min_length", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens", "seed",
-    "logprobs", "processed_logits", "low_precision_logits", "finish_reason",
+    "logprobs", "processed_logits", "low_precision_logits", "finish_reason", "logprob_token_ids",
+    "token_bitmask", "logits_processors",
 })
 
 
@@ -143,6 +171,7 @@ def unsupported_reason(row: Row) -> Optional[str]:
 # ValueError messages of SamplingParams.verify / normalize (sampling_params.py@v0.5.23) -> our error
 # kinds (first match wins).
 _MESSAGE_KINDS = (
+    ("token_ids_logprob", "invalid_logprobs"),   # TokenizerManager._validate_token_ids_logprob
     ("temperature", "invalid_temperature"),
     ("top_p", "invalid_top_p"),
     ("top_k", "invalid_top_k"),
@@ -160,7 +189,8 @@ _MESSAGE_KINDS = (
 def classify_validation_error(e: Exception) -> str:
     """Map an SGLang validation error to an error kind of ``cases/README.md``.
 
-    Every message of ``SamplingParams.verify``@v0.5.23 names its parameter; a message naming
-    none is ``invalid_request``.
+    Every message of ``SamplingParams.verify``@v0.5.23 and of
+    ``TokenizerManager._validate_token_ids_logprob`` names its parameter; a message naming none
+    is ``invalid_request``.
     """
     return error_kind(str(e), _MESSAGE_KINDS, "invalid_request")
