@@ -23,8 +23,8 @@ def test_refs_name_sections_ranges_and_never_a_seed_section():
 
 def test_the_rules_are_the_numbered_sections_of_semantics():
     sections = tables.rules(SEMANTICS)
-    assert list(sections) == ["1", "1.1", "1.2", "1.3", "1.4", "1.4a", "1.5", "1.5a", "1.6", "1.7", "1.8", "2", "3",
-                              "4", "5", "6"]
+    assert list(sections) == ["1", "1.1", "1.2", "1.3", "1.4", "1.4a", "1.4b", "1.5", "1.5a", "1.6", "1.7", "1.8",
+                              "1.8a", "2", "2a", "3", "4", "5", "6"]
     assert sections["1.4a"][0] == "Token masks"          # "(added 2026-12-05, issue 17)" left out
     assert sections["2"][0] == "Across steps"
     assert sections["1"][1].startswith("\nInputs of a row:")
@@ -34,7 +34,7 @@ def test_fields_name_the_rules_their_docs_cite():
     by = tables.field_rules(tables.rules(SEMANTICS))
     assert list(by) == list(TRTLLM.semantic_fields())
     assert by["explicit_greedy"] == ["1.1"]              # docstring "(§1.1 rule 2)"
-    assert by["rewrite_order"] == ["1.2", "1.4a"]        # docstring §1.2, citation "SEMANTICS §1.4a"
+    assert by["rewrite_order"] == ["1.2", "1.4a", "1.4b"]  # docstring §1.2 and §1.4b, citation "SEMANTICS §1.4a"
     assert by["token_bitmask_stage"] == ["1.4a"]         # docstring, and `token_bitmask_stage` in §1.4a
     assert by["beam_score_length"] == ["3"]              # named in §3 only
     assert by["temperature_zero"] == []
@@ -49,7 +49,7 @@ def test_engines_come_from_the_registry_without_importing_an_engine():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == [
         "['transformers', 'transformers-beam', 'fused', 'flashinfer', 'flashinfer-joint', 'vllm', 'vllm-triton', "
-        "'vllm-flashinfer', 'vllm-rejection', 'trtllm', 'llamacpp', 'sglang']", "[]"]
+        "'vllm-flashinfer', 'vllm-rejection', 'trtllm', 'llamacpp', 'sglang', 'sglang-flashinfer']", "[]"]
 
 
 def test_cells_read_each_adapters_declarations():

@@ -135,7 +135,7 @@ def write_cache(path: Path, cache: dict) -> bool:
 
 #: ``§1.4a``, ``§ 2``, ``SEMANTICS 1.5``, ``SEMANTICS.md §5``; ``§2-§4`` is a range of sections.
 _REF = re.compile(r"(?:§\s?|SEMANTICS(?:\.md)?,?\s+§?\s?)(\d+(?:\.\d+)?[a-z]?)(?:\s*[-–]\s*§?(\d+)\b(?!\.\d))?")
-_HEADING = re.compile(r"^#{2,3} (\d+(?:\.\d+[a-z]?)?)\.? (.+)$")
+_HEADING = re.compile(r"^#{2,3} (\d+(?:\.\d+)?[a-z]?)\.? (.+)$")
 
 
 def refs(text: str) -> list:
@@ -158,7 +158,7 @@ def refs(text: str) -> list:
 def rules(semantics: Path) -> dict:
     """``{section: (title, body)}`` of every numbered heading of SEMANTICS.md, in document order.
 
-    A section is a heading ``## N. Title`` or ``### N.M Title`` (``1.4a`` too); its body runs to
+    A section is a heading ``## N. Title`` or ``### N.M Title`` (``1.4a``, ``2a`` too); its body runs to
     the next heading. A parenthesis that dates the section (``(added ...)``) is left out of
     the title.
     """
