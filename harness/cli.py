@@ -38,8 +38,11 @@ Commands:
 * ``sampcheck report --bench FILE [--out DIR]`` — the latency report.
 * ``sampcheck check-impl NAME [--device] [--no-smoke]`` — the adapter
   conformance kit (:mod:`harness.conformance`).
-* ``sampcheck docs [--check]`` — the files generated from the parameter
-  registry (:mod:`harness.corpus.docs`).
+* ``sampcheck docs [--check] [--refresh [--all] [--jobs N]]`` — the files generated from the
+  registries and the corpus (:mod:`harness.corpus.docs`): the field tables, the feature
+  table ``docs/features.md`` and the coverage table ``docs/coverage.md``; ``--refresh``
+  first brings the mutation cache ``docs/coverage.json`` up to date
+  (:func:`harness.judge.mutation.refresh`; ``--all``: measured again from scratch).
 
 Options an implementation declares (``impls.base.CliOption``, e.g.
 ``--trtllm-src``) are added to ``run``, ``list``, ``record`` and ``check-impl``.
@@ -159,9 +162,15 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--out", metavar="DIR", help="where the smoke run's results.json and index.html go "
                                                  "(default: a temporary folder)")
     _add_impl_options(ck)
-    dc = sub.add_parser("docs", help="write the files generated from the parameter registry (cases/features.txt, "
-                                      "the field tables of cases/README.md)")
-    dc.add_argument("--check", action="store_true", help="write nothing; exit 1 when a generated file is stale")
+    dc = sub.add_parser("docs", help="write the files generated from the registries and the corpus (cases/features.txt, "
+                                      "the field tables of cases/README.md, docs/features.md, docs/coverage.md)")
+    dc.add_argument("--check", action="store_true", help="write nothing; exit 1 when a generated file is stale or the "
+                                                         "mutation cache docs/coverage.json lacks a case or a flip")
+    dc.add_argument("--refresh", action="store_true", help="first measure what the mutation cache docs/coverage.json "
+                                                           "lacks (new or edited cases, new flips: minutes per case)")
+    dc.add_argument("--all", action="store_true", help="with --refresh: measure every case again (after a change of "
+                                                       "the reference's code; 22 minutes with --jobs 2 on 2 cores)")
+    dc.add_argument("--jobs", type=int, default=1, metavar="N", help="with --refresh: N worker processes (default 1)")
     rec = sub.add_parser("record", help="run the corpus on one implementation and write its run record "
                                         "(golden/engines/<impl>-<version>.json)")
     rec.add_argument("--impl", required=True, metavar="NAME", help="the implementation (see 'sampcheck list impls')")
@@ -722,17 +731,50 @@ def _cmd_check_impl(args) -> int:
 
 
 def _cmd_docs(args) -> int:
-    from harness.corpus import docs
+    import time
+    from harness.corpus import docs, tables
+    from harness.corpus.load import CASES_DIR, CaseError, discover, load_case
+    from harness.judge import mutation
+    if (args.all or args.jobs != 1) and not args.refresh or args.refresh and args.check or args.jobs < 1:
+        print("sampcheck docs: --all and --jobs go with --refresh, --refresh not with --check; --jobs >= 1",
+              file=sys.stderr)
+        return 2
+    where = docs.docs_dir(CASES_DIR)
     try:
+        if args.refresh:
+            if where is None:
+                print(f"sampcheck docs: no docs/ beside the corpus {CASES_DIR}: --refresh writes "
+                      "docs/coverage.json of a checkout", file=sys.stderr)
+                return 2
+            t0 = time.perf_counter()
+            cases = [load_case(p, CASES_DIR) for p in discover(CASES_DIR)]
+            path = where / tables.CACHE_NAME
+            # what is measured is kept at once (an interrupted refresh resumes), outside the committed files
+            journal = where.parent / "reports" / "coverage-refresh.jsonl"
+            new = mutation.refresh(cases, tables.read_cache(path), everything=args.all, jobs=args.jobs,
+                                   journal=journal, root=CASES_DIR,
+                                   progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+            changed = tables.write_cache(path, new)
+            journal.unlink(missing_ok=True)
+            print(f"{'wrote' if changed else 'unchanged:'} {path} ({len(new['cases'])} cases, {len(new['flips'])} "
+                  f"flips, {time.perf_counter() - t0:.0f} s)")
         paths = docs.stale() if args.check else docs.write()
-    except ValueError as e:
+        gaps = ([], [])
+        if args.check and where is not None:
+            gaps = mutation.cache_gaps(tables.read_cache(where / tables.CACHE_NAME), tables.scan_cases(CASES_DIR))
+    except (ValueError, CaseError) as e:
         print(f"sampcheck docs: {e}", file=sys.stderr)
         return 2
     if args.check:
         for p in paths:
-            print(f"STALE {p} (run 'sampcheck docs' to rewrite it from impls/params.py)")
-        print(f"docs check: {len(paths)} stale file(s)")
-        return 1 if paths else 0
+            print(f"STALE {p} (run 'sampcheck docs' to rewrite it)")
+        if any(gaps):
+            print(f"STALE {where / tables.CACHE_NAME}: {len(gaps[0])} case(s) and {len(gaps[1])} flip(s) not measured "
+                  f"(run 'sampcheck docs --refresh'): " + ", ".join((gaps[0] + gaps[1])[:5])
+                  + (", ..." if len(gaps[0]) + len(gaps[1]) > 5 else ""))
+        n = len(paths) + bool(any(gaps))
+        print(f"docs check: {n} stale file(s)")
+        return 1 if n else 0
     for p in paths:
         print(f"wrote {p}")
     print(f"{len(paths)} generated file(s) rewritten" if paths else "every generated file is up to date")

@@ -1,13 +1,17 @@
-"""Files generated from the parameter registry (:mod:`impls.params`): ``sampcheck docs`` writes them, a test checks them.
+"""Files generated from the registries (:mod:`impls.params`, the implementations, the profiles) and the corpus:
+``sampcheck docs`` writes them, a test checks them.
 
 * ``cases/features.txt`` — the feature list, one name a line;
 * in ``cases/README.md``, the blocks between ``<!-- sampcheck docs: NAME -->`` and
   ``<!-- /sampcheck docs -->``: ``row-fields`` (the fields of a single-step row),
   ``request-fields`` (the fields of a scenario request), ``error-kinds`` and
-  ``processor-kinds`` (the custom logits processor kinds of :mod:`impls.processors`).
+  ``processor-kinds`` (the custom logits processor kinds of :mod:`impls.processors`);
+* where the corpus has the project's ``docs/`` beside it (:func:`docs_dir`: a checkout, not an
+  installed wheel), ``docs/features.md`` and ``docs/coverage.md`` (:mod:`.tables`; the latter
+  reads the mutation cache ``docs/coverage.json``, which ``sampcheck docs --refresh`` writes).
 
 Nothing else in those files is touched. :func:`stale` lists the files whose text differs
-from what the registry gives (``sampcheck docs --check`` exits 1 on any).
+from what the registries give (``sampcheck docs --check`` exits 1 on any).
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from typing import Optional
+
 from impls import params, processors
 
+from . import tables
 from .paths import CASES_DIR
 
-__all__ = ["generated", "stale", "write", "BLOCKS"]
+__all__ = ["generated", "stale", "write", "docs_dir", "BLOCKS"]
 
 _BEGIN = "<!-- sampcheck docs: {name} -->"
 _END = "<!-- /sampcheck docs -->"
@@ -56,8 +63,17 @@ def _fill(text: str, path: Path) -> str:
     return text
 
 
+def docs_dir(root: Path = CASES_DIR) -> Optional[Path]:
+    """The project's ``docs/`` beside the corpus ``root`` (it holds ``SEMANTICS.md``), or None (a wheel's copy
+    of the corpus, a corpus elsewhere)."""
+    d = Path(root).resolve().parent / "docs"
+    return d if (d / "SEMANTICS.md").is_file() else None
+
+
 def generated(root: Path = CASES_DIR) -> dict:
-    """``{path: text}`` of every generated file as the registry gives it now.
+    """``{path: text}`` of every generated file as the registries and the corpus give it now.
+
+    The tables of ``docs/`` (:mod:`.tables`) only where :func:`docs_dir` finds that folder.
 
     Raises
     ------
@@ -71,11 +87,18 @@ def generated(root: Path = CASES_DIR) -> dict:
     if missing:
         raise ValueError(f"{readme}: no generated block {', '.join(missing)} (restore its markers: "
                          f"{_BEGIN.format(name=missing[0])} ... {_END})")
-    return {root / "features.txt": _features(), readme: _fill(text, readme)}
+    out = {root / "features.txt": _features(), readme: _fill(text, readme)}
+    d = docs_dir(root)
+    if d is not None:
+        cases = tables.scan_cases(root)
+        out[d / "features.md"] = tables.features_md(root, cases)
+        out[d / "coverage.md"] = tables.coverage_md(root, d / "SEMANTICS.md", tables.read_cache(d / tables.CACHE_NAME),
+                                                    cases)
+    return out
 
 
 def stale(root: Path = CASES_DIR) -> list:
-    """The generated files whose text is not what the registry gives (empty when current)."""
+    """The generated files whose text is not what the registries give (empty when current)."""
     return [p for p, text in generated(root).items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
 
 

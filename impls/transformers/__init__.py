@@ -28,9 +28,11 @@ from typing import Optional
 from ..base import Row
 from ..profiles import HF, Profile
 from ..registry import Entry
+from ..reference.scenario_types import ScenarioResult, ScenarioSpec
+from .beam import BEAM_FEATURES
 from .translate import SCENARIO_FEATURES, SUPPORTED_FEATURES, unsupported_reason
 
-__all__ = ["TransformersImpl", "IMPLEMENTATIONS"]
+__all__ = ["TransformersImpl", "TransformersBeamImpl", "IMPLEMENTATIONS"]
 
 
 class TransformersImpl:
@@ -134,9 +136,72 @@ class TransformersImpl:
         return run_scenario(spec, self.profile, device)
 
 
-def _beam():
-    from .scenario import TransformersBeamImpl
-    return TransformersBeamImpl()
+class TransformersBeamImpl:
+    """Hugging Face's ``generate()`` beam search as an implementation under test.
+
+    Parameters
+    ----------
+    profile : Profile
+        Default :data:`impls.profiles.HF`.
+
+    Attributes
+    ----------
+    name : str
+        ``"transformers-beam"``.
+    features : frozenset of str
+        Empty: single-step rows are not this driver's business.
+    scenario_features : frozenset of str
+        :data:`.beam.BEAM_FEATURES`: what :meth:`run_scenario` expresses.
+
+    Defined here, not in :mod:`.scenario`, so that building it (what the registry does to
+    read its declarations) imports no transformers.
+    """
+
+    name = "transformers-beam"
+    features = frozenset()
+    scenario_features = BEAM_FEATURES
+    devices = frozenset({"cpu", "cuda"})
+    slow = False
+    #: ``generate()`` runs the whole decode with a scripted model; only the model is the project's.
+    stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "logprobs": "own",
+              "finish": "own", "decode": "own", "beam": "own"}
+
+    def __init__(self, profile: Profile = HF):
+        self.profile = profile
+
+    def version(self) -> str:
+        """``transformers.__version__``."""
+        import transformers
+        return transformers.__version__
+
+    def available(self, device: str) -> Optional[str]:
+        """``None`` when transformers imports (and ``device`` is usable), else the reason."""
+        try:
+            import transformers  # noqa: F401
+        except Exception as e:
+            return f"transformers is not importable: {type(e).__name__}: {e}"
+        import torch
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
+            return "no CUDA device"
+        return None
+
+    def unsupported(self, row: Row) -> Optional[str]:
+        """Single-step rows are not this driver's business (scenario cases only)."""
+        return "the beam driver runs scenario cases only"
+
+    def run_scenario(self, spec: ScenarioSpec, device: str = "cpu") -> ScenarioResult:
+        """Run a beam-search scenario through ``generate()``: the ``transformers`` implementation's
+        scenario driver (:func:`impls.transformers.scenario.run_scenario`) limited to scenarios
+        whose every request uses beam search.
+
+        Raises
+        ------
+        ScenarioUnsupported
+            When any request does not use beam search or cannot be expressed (see
+            :mod:`impls.transformers.scenario` and the module docstring).
+        """
+        from .scenario import run_scenario
+        return run_scenario(spec, self.profile, device, beams_only=True)
 
 
-IMPLEMENTATIONS = (Entry("transformers", TransformersImpl), Entry("transformers-beam", _beam))
+IMPLEMENTATIONS = (Entry("transformers", TransformersImpl), Entry("transformers-beam", TransformersBeamImpl))

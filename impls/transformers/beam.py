@@ -10,7 +10,7 @@ history. The model is input data; ``generate``'s loop (candidate selection,
 finished hypotheses, length normalisation, early stopping, stopping criteria)
 is what is tested.
 
-:class:`.scenario.TransformersBeamImpl` runs the beam-search requests of a scenario
+:class:`impls.transformers.TransformersBeamImpl` runs the beam-search requests of a scenario
 (``run_scenario``), one ``generate`` call per request (HF shares one
 ``GenerationConfig`` per call): ``num_beams = num_return_sequences = W``,
 ``do_sample = False`` (beam search, not beam sampling: a temperature is then

@@ -93,12 +93,12 @@ from typing import Optional
 import torch
 
 from ..base import Row, RowError
-from ..profiles import HF, Profile
+from ..profiles import Profile
 from ..reference.scenario_types import (RequestResult, RequestSpec, ScenarioResult, ScenarioSpec,
                                         ScenarioUnsupported, StepRecord)
 from ..reference.scripted import ModelError
 from ..reference.toy_tokenizer import ToyTokenizer, fast_tokenizer
-from . import beam, hf
+from . import TransformersBeamImpl, beam, hf  # TransformersBeamImpl: defined in the package, re-exported
 from .session import finish_reason, sampling_failure
 from .translate import SCENARIO_FEATURES, generate_kwargs, unsupported_reason
 
@@ -464,63 +464,3 @@ def run_scenario(spec: ScenarioSpec, profile: Profile, device: str = "cpu", beam
     # generate() does not say at which step a beam search ended (the returned beams may be shorter)
     keys = REPORTED - {"finish_step"} if any(r.use_beam_search for r in spec.requests) else REPORTED
     return ScenarioResult(out, steps_run, keys=keys)
-
-
-class TransformersBeamImpl:
-    """Hugging Face's ``generate()`` beam search as an implementation under test.
-
-    Parameters
-    ----------
-    profile : Profile
-        Default :data:`impls.profiles.HF`.
-
-    Attributes
-    ----------
-    name : str
-        ``"transformers-beam"``.
-    features : frozenset of str
-        :data:`.beam.BEAM_FEATURES`.
-    """
-
-    name = "transformers-beam"
-    features = beam.BEAM_FEATURES
-    devices = frozenset({"cpu", "cuda"})
-    slow = False
-    #: ``generate()`` runs the whole decode with a scripted model; only the model is the project's.
-    stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "logprobs": "own",
-              "finish": "own", "decode": "own", "beam": "own"}
-
-    def __init__(self, profile: Profile = HF):
-        self.profile = profile
-
-    def version(self) -> str:
-        """``transformers.__version__``."""
-        import transformers
-        return transformers.__version__
-
-    def available(self, device: str) -> Optional[str]:
-        """``None`` when transformers imports (and ``device`` is usable), else the reason."""
-        try:
-            import transformers  # noqa: F401
-        except Exception as e:
-            return f"transformers is not importable: {type(e).__name__}: {e}"
-        if str(device).startswith("cuda") and not torch.cuda.is_available():
-            return "no CUDA device"
-        return None
-
-    def unsupported(self, row: Row) -> Optional[str]:
-        """Single-step rows are not this driver's business (scenario cases only)."""
-        return "the beam driver runs scenario cases only"
-
-    def run_scenario(self, spec: ScenarioSpec, device: str = "cpu") -> ScenarioResult:
-        """Run a beam-search scenario through ``generate()``: the ``transformers`` implementation's
-        scenario driver (:func:`impls.transformers.scenario.run_scenario`) limited to scenarios
-        whose every request uses beam search.
-
-        Raises
-        ------
-        ScenarioUnsupported
-            When any request does not use beam search or cannot be expressed (see
-            :mod:`impls.transformers.scenario` and the module docstring).
-        """
-        return run_scenario(spec, self.profile, device, beams_only=True)
