@@ -806,7 +806,7 @@ class ScenarioKind(CheckKind):
             "rows": [{"row": f"{rid} (token {pos}, {len(seeds)} draws)", "verdict": gof.verdict,
                       "actual": {"counts": counts.tolist()}, "predicted": {"probs": p64.tolist()},
                       "mismatches": [] if gof.verdict == "pass" else [gof.reason], "reason": gof.reason,
-                      "p_value": gof.p_value, "p_adjusted": gof.p_adjusted, "tv": gof.tv,
+                      "n": gof.n, "p_value": gof.p_value, "p_adjusted": gof.p_adjusted, "tv": gof.tv,
                       "bins": gof.bins[:40], "outside_support": gof.outside_support}]})
         if hand:
             ev.broken_case = " | ".join(hand)
