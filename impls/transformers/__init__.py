@@ -163,8 +163,10 @@ class TransformersBeamImpl:
     devices = frozenset({"cpu", "cuda"})
     slow = False
     #: ``generate()`` runs the whole decode with a scripted model; only the model is the project's.
+    #: ``draw`` (the token of each step, :data:`impls.base.STAGES`): a beam's tokens are chosen by
+    #: ``_beam_search``'s own top-k over the beam scores, not by a random draw.
     stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "logprobs": "own",
-              "finish": "own", "decode": "own", "beam": "own"}
+              "finish": "own", "decode": "own", "beam": "own", "draw": "own"}
 
     def __init__(self, profile: Profile = HF):
         self.profile = profile
