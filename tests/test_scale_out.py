@@ -128,7 +128,7 @@ def test_merge_refuses_shards_that_do_not_belong_together(sharded, tmp_path):
 
 def test_shard_and_merge_from_the_command_line(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    sel = ["--cases", "greedy", "--cases", "filters/top-k-two-statistical"]
+    sel = ["--cases", "greedy", "--cases", "filters/top-k-two-statistical"]   # 20 greedy cases + 1
     base = ["run", *sel, "--no-progress", "--no-isolation"]
     assert main([*base, "--out", str(tmp_path / "whole")]) == 0
     for i in (1, 2, 3):
@@ -137,12 +137,12 @@ def test_shard_and_merge_from_the_command_line(tmp_path, capsys, monkeypatch):
     assert main(["merge", *[str(tmp_path / f"s{i}") for i in (1, 2, 3)], "--out", str(tmp_path / "m"),
                  "--junit-xml", str(tmp_path / "j.xml"), "--record", str(tmp_path / "rec.json")]) == 0
     out = capsys.readouterr().out
-    assert f"wrote {tmp_path / 'm' / 'results.json'} and {tmp_path / 'm' / 'index.html'} (3 shards, 20 cases)" in out
+    assert f"wrote {tmp_path / 'm' / 'results.json'} and {tmp_path / 'm' / 'index.html'} (3 shards, 21 cases)" in out
     whole = json.loads((tmp_path / "whole" / "results.json").read_text())
     merged = json.loads((tmp_path / "m" / "results.json").read_text())
     assert outputs(merged) == outputs(whole)
     rec = json.loads((tmp_path / "rec.json").read_text())
-    assert rec["format"] == "sampcheck-record" and len(rec["cases"]) == 20
+    assert rec["format"] == "sampcheck-record" and len(rec["cases"]) == 21
     assert ET.parse(tmp_path / "j.xml").getroot().attrib["tests"] == "20"
     # bad usage
     for argv, message in [
