@@ -143,7 +143,7 @@ def test_shard_and_merge_from_the_command_line(tmp_path, capsys, monkeypatch):
     assert outputs(merged) == outputs(whole)
     rec = json.loads((tmp_path / "rec.json").read_text())
     assert rec["format"] == "sampcheck-record" and len(rec["cases"]) == 21
-    assert ET.parse(tmp_path / "j.xml").getroot().attrib["tests"] == "20"
+    assert ET.parse(tmp_path / "j.xml").getroot().attrib["tests"] == "21"
     # bad usage
     for argv, message in [
         (["run", "--shard", "4/3", "--cases", "greedy"], "sampcheck run: --shard 4/3: I must lie in 1..3"),

@@ -34,7 +34,8 @@ from harness.corpus.load import CASES_DIR, discover, load_case
 from harness.judge.judge import Judge
 from harness.run.runner import count_statistical_checks
 from harness.judge.stats import (EXACT_MAX_SUPPORT, TARGET_POWER, bin_probs, check_draws, exact_multinomial_pvalue,
-                           make_bins, per_check_alpha, plan_draws, test_level)
+                           make_bins, per_check_alpha, plan_draws)
+from harness.judge.stats import test_level as level_of  # not named test_*: pytest would collect it
 from impls.profiles import TRTLLM
 from impls.reference import Reference
 
@@ -201,7 +202,7 @@ def simulated_power(replicates: int, exact_replicates: int, seed: int = 8) -> li
             while done < replicates:
                 m = min(100_000, replicates - done)
                 o = rng.multinomial(n, qb, size=m)
-                hits += int((sps.chi2.sf(_g_stat(o, e, pb), len(pb) - 1) < test_level(alpha)).sum())
+                hits += int((sps.chi2.sf(_g_stat(o, e, pb), len(pb) - 1) < level_of(alpha)).sum())
                 done += m
             reps = replicates
         else:
