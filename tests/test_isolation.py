@@ -189,20 +189,35 @@ def test_torch_thread_policy(monkeypatch):
         torch_threads("cpu")
 
 
-def test_in_process_run_restores_torch_threads(tmp_path, monkeypatch):
-    monkeypatch.delenv("SAMPCHECK_TORCH_THREADS", raising=False)
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    before = torch.get_num_threads()
-    seen = []
-
-    class Watch(Reference):
-        def open_session(self, device="cpu"):
-            seen.append(torch.get_num_threads())
-            return super().open_session(device)
-
-    run(["reference", Watch(TRTLLM, name="watch")], None, tmp_path / "r", progress=False, root=corpus(tmp_path),
-        isolate=False)
-    assert seen and set(seen) == {1} and torch.get_num_threads() == before
+def test_in_process_run_restores_torch_threads(tmp_path):
+    # In a fresh interpreter: a process that has run vLLM's CPU engine (tox -e vllm-cpu runs this file after
+    # the vLLM tests) has torch.set_num_threads replaced by a no-op ("CPU backend doesn't allow to use
+    # torch.set_num_threads after the thread binding"), so the policy could not be observed there.
+    import subprocess
+    import sys
+    corpus(tmp_path)
+    code = textwrap.dedent(f"""
+        import torch
+        from harness.run.runner import run
+        from impls.profiles import TRTLLM
+        from impls.reference import Reference
+        from pathlib import Path
+        torch.set_num_threads(2)
+        before = torch.get_num_threads()
+        seen = []
+        class Watch(Reference):
+            def open_session(self, device="cpu"):
+                seen.append(torch.get_num_threads())
+                return super().open_session(device)
+        run(["reference", Watch(TRTLLM, name="watch")], None, Path({str(tmp_path / "r")!r}), progress=False,
+            root=Path({str(tmp_path / "cases")!r}), isolate=False)
+        print(sorted(set(seen)), before, torch.get_num_threads())
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("SAMPCHECK_TORCH_THREADS", "OMP_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "[1] 2 2"   # one thread while it ran, the caller's 2 restored
 
 
 def test_device_error_replaces_the_worker(tmp_path):
