@@ -100,7 +100,8 @@ def test_the_feature_table_has_a_row_per_feature_and_a_column_per_engine(tmp_pat
     # each case linked once, at the end
     assert lines[-5:] == ["[filters/a]: ../cases/filters/a.toml"] + [f"[seeds/s{i}]: ../cases/seeds/s{i}.toml"
                                                                       for i in range(4)]
-    assert "Multi-step scenarios run on `both` (with their own feature set: `both`)" in text
+    assert ("Multi-step scenarios run on `both` (`both` with a feature set of their own for scenarios, none with "
+            "their single-step one)") in text
 
 
 # ---------------------------------------------------------------------------------------- docs/coverage.md

@@ -388,7 +388,8 @@ def features_md(root: Path, cases: Optional[list] = None, impls: Optional[list] 
         "* `–`: not expressed (`n/a`).",
         "",
         f"Multi-step scenarios run on {', '.join(f'`{n}`' for n in scen) or 'none'} "
-        f"(with their own feature set: {', '.join(f'`{n}`' for n in own) or 'none'}); the others run "
+        f"({', '.join(f'`{n}`' for n in own) or 'none'} with a feature set of their own for scenarios, "
+        f"{', '.join(f'`{n}`' for n in scen if n not in own) or 'none'} with their single-step one); the others run "
         "single steps only. *Cases*: the cases that declare the feature (`features`), "
         f"{len(cases)} cases in all. The reference (`reference`, `reference-<profile>`) expresses "
         "every feature.",
