@@ -55,7 +55,7 @@ def test_its_corpus_results_appear_in_the_report(tmp_path):
     out = run(["example-torch", "reference"], ["greedy", "seeds", "filters/top-k-two-statistical"], tmp_path,
               progress=False)
     mine = {r["case"]: r["status"] for r in out.doc["results"] if r["impl"] == "example-torch"}
-    assert len(mine) == 44 and not {s for s in mine.values()} & {"fail", "error"}   # 19 greedy, 24 seeds, 1
+    assert len(mine) == 51 and not {s for s in mine.values()} & {"fail", "error"}   # 20 greedy, 30 seeds, 1
     # a row that sets nothing samples here (greedy_when_unset False): a design difference, cited
     assert mine["greedy/nothing-set-is-greedy"] == "known-diff"
     assert mine["filters/top-k-two-statistical"] == "pass"
