@@ -52,10 +52,22 @@ for stage in ${STAGES:-tox}; do
     cp reports/latency.json "$OUT/latency-quick.json" 2>/dev/null
     ;;
   records)
-    echo "== run records"
-    for impl in flashinfer flashinfer-joint vllm-triton vllm-flashinfer vllm-rejection sglang-flashinfer; do
-      python3 -m harness.cli record --impl $impl --device cuda --out "$OUT/$impl-record.json" 2>&1 | tail -3
-      rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
+    echo "== run records (in parallel, OMP_NUM_THREADS=2 each: with torch's default thread count the six"
+    echo "   processes starve each other; on an H100 each took 40-60 s after FlashInfer's JIT build, 2026-12-05)"
+    impls="flashinfer flashinfer-joint vllm-triton vllm-flashinfer vllm-rejection sglang-flashinfer"
+    # build FlashInfer's sampling module once (JIT, about 130 s) before four processes need it
+    python3 -c "import torch, flashinfer.sampling as s; p = torch.softmax(torch.randn(4, 1000, device='cuda'), -1); \
+s.top_k_top_p_sampling_from_probs(p, 5, 0.9); s.min_p_sampling_from_probs(p, 0.1); s.top_k_renorm_probs(p, 5); \
+s.top_p_renorm_probs(p, 0.5); torch.cuda.synchronize()" 2>&1 | tail -2
+    for impl in $impls; do
+      ( OMP_NUM_THREADS=2 python3 -m harness.cli record --impl $impl --device cuda --out "$OUT/$impl-record.json" \
+          > "$OUT/$impl-record.log" 2>&1; echo $? > "$OUT/$impl-record.rc" ) &
+    done
+    wait
+    for impl in $impls; do
+      tail -2 "$OUT/$impl-record.log"
+      rc=$(cat "$OUT/$impl-record.rc"); status=$(( status > rc ? status : rc ))
+      rm -f "$OUT/$impl-record.rc"
     done
     ;;
   latency)
