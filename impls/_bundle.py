@@ -23,13 +23,14 @@ import csv
 import hashlib
 import io
 import json
+import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
 __all__ = ["Spec", "BundleError", "MANIFEST", "SCHEMA", "make_bundle", "read_manifest", "verify", "find_source",
-           "summary"]
+           "summary", "locate", "shown_path"]
 
 #: The manifest's file name, at the bundle's root.
 MANIFEST = "MANIFEST.json"
@@ -339,3 +340,31 @@ def summary(out, m: dict) -> str:
     lines = [f"{out}: {len(m['files'])} files of {names} ({size} bytes), checked against {records}"]
     lines += [f"  {f['sha256'][:16]}  {k}" for k, f in m["files"].items()]
     return "\n".join(lines)
+
+
+def locate(path: Optional[str], env_var: str, default: str) -> Path:
+    """The bundle folder to load: ``path``, else ``$env_var``, else ``default`` (e.g. ``.whl/vllm-src``)
+    under the working directory, else under the checkout this package runs from.
+
+    Returns the first default candidate that holds a :data:`MANIFEST`, or the first candidate
+    (loading it then raises :class:`BundleError` with the command that builds it). Never raises.
+    """
+    given = path or os.environ.get(env_var) or None
+    if given:
+        return Path(given).expanduser()
+    candidates = [Path.cwd() / default, Path(__file__).resolve().parents[1] / default]
+    for c in candidates:
+        if (c / MANIFEST).is_file():
+            return c
+    return candidates[0]
+
+
+def shown_path(root) -> str:
+    """How results name a bundle folder: relative to the working directory when inside it
+    (``.whl/vllm-src``), else its folder name only, so that records never carry a machine's
+    absolute paths."""
+    root = Path(root)
+    try:
+        return str(root.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return root.name

@@ -73,6 +73,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..trtllm.loader import RecordingLogger, exec_source, raising_stub, stand_in
+from .. import _bundle as _shared
 from . import bundle as _bundle
 from .bundle import BundleError
 
@@ -99,30 +100,13 @@ def platform_kind() -> str:
     return "cuda" if torch.cuda.is_available() and not interpreted() else "interpreter"
 
 
-def shown_path(root: Path) -> str:
-    """How results name a bundle folder: relative to the working directory when inside it (``.whl/vllm-src``),
-    else its folder name only, so that records never carry a machine's absolute paths."""
-    root = Path(root)
-    try:
-        return str(root.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return root.name
+shown_path = _shared.shown_path
 
 
 def find_bundle(path: Optional[str] = None) -> Path:
-    """The bundle to load: ``path``, else ``$SAMPCHECK_VLLM_SRC``, else ``./.whl/vllm-src``, else the checkout's.
-
-    Returns the first candidate that holds a manifest, or the first candidate (for the message of
-    the error that loading it raises).
-    """
-    given = path or os.environ.get(ENV_VAR) or None
-    if given:
-        return Path(given).expanduser()
-    candidates = [Path.cwd() / DEFAULT_BUNDLE, Path(__file__).resolve().parents[2] / DEFAULT_BUNDLE]
-    for c in candidates:
-        if (c / _bundle.MANIFEST).is_file():
-            return c
-    return candidates[0]
+    """The bundle to load: ``path``, else ``$SAMPCHECK_VLLM_SRC``, else ``./.whl/vllm-src``, else the checkout's
+    (:func:`impls._bundle.locate`)."""
+    return _shared.locate(path, ENV_VAR, DEFAULT_BUNDLE)
 
 
 class Platform:
