@@ -78,7 +78,6 @@ import ast
 import contextlib
 import dataclasses
 import importlib
-import os
 import sys
 import types
 import typing
