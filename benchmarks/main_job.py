@@ -24,11 +24,9 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -56,19 +54,10 @@ def run_job(name: str) -> dict:
             cmd += ["--impl", i]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")]
                                                                           if p]))
-        from benchmarks.stat_memory import _Poller, _role
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        load0 = os.getloadavg()
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        poll = _Poller(proc.pid)
-        poll.start()
-        _, stderr = proc.communicate()
-        wall = time.perf_counter() - t0
-        poll.stop.set()
-        poll.join()
-        load1 = os.getloadavg()
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        from benchmarks.stat_memory import _role, run_tree
+        t = run_tree(cmd, env, ROOT)
+        proc, stderr, wall, poll = t["proc"], t["stderr"], t["wall"], t["poll"]
+        load0, load1 = t["load_before"], t["load_after"]
         res = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
     per_impl, statuses, slow = {}, Counter(), []
     for r in (res or {}).get("results", []):
@@ -82,7 +71,7 @@ def run_job(name: str) -> dict:
         "job": name, "impls": impls, "figure_seconds": figure, "exit_code": proc.returncode,
         "wall_seconds": round(wall, 2),
         "cpu_seconds": round(sum(p["cpu"] for p in poll.procs.values()), 2),
-        "cpu_seconds_parent_only": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 2),
+        "cpu_seconds_parent_only": round(t["rusage_children_cpu"], 2),
         "peak_rss_mib_largest_process": round(max((p["hwm"] for p in poll.procs.values()), default=0) / 2**20, 1),
         "processes": sorted(({"role": _role(p["cmd"]), "cpu_seconds": round(p["cpu"], 2),
                               "peak_rss_mib": round(p["hwm"] / 2**20, 1)} for p in poll.procs.values()),

@@ -32,7 +32,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["case_text", "measure", "main"]
+__all__ = ["case_text", "measure", "run_tree", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,6 +116,33 @@ class _Poller(threading.Thread):
             self.stop.wait(self.every)
 
 
+def run_tree(cmd: list, env: dict, cwd) -> dict:
+    """Run ``cmd`` to its end while a :class:`_Poller` reads its process tree from ``/proc``.
+
+    Returns
+    -------
+    dict
+        ``proc`` (the finished ``Popen``), ``stderr`` (str), ``wall`` (seconds), ``poll`` (the
+        poller: ``procs`` per pid with ``hwm`` bytes and ``cpu`` seconds, ``max_sum_rss`` bytes),
+        ``rusage_children_cpu`` (user + system seconds ``RUSAGE_CHILDREN`` saw: the direct child only,
+        not multiprocessing's workers), ``load_before`` and ``load_after`` (``os.getloadavg()``).
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load0 = os.getloadavg()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    poll = _Poller(proc.pid)
+    poll.start()
+    _, stderr = proc.communicate()
+    wall = time.perf_counter() - t0
+    poll.stop.set()
+    poll.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"proc": proc, "stderr": stderr, "wall": wall, "poll": poll, "load_before": load0,
+            "load_after": os.getloadavg(),
+            "rusage_children_cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)}
+
+
 def _role(cmd: str) -> str:
     if "forkserver" in cmd:
         return "fork server or a worker forked from it"
@@ -136,17 +163,8 @@ def measure(vocab: int = 1 << 20, draws: int = 1000, sigma: float = 3.0, top_p=N
                "--timeout", str(timeout)] + ([] if isolation else ["--no-isolation"])
         env = dict(os.environ, SAMPCHECK_CASES=str(corpus),
                    PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        load0 = os.getloadavg()
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        poll = _Poller(proc.pid)
-        poll.start()
-        _, stderr = proc.communicate()
-        wall = time.perf_counter() - t0
-        poll.stop.set()
-        poll.join()
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = run_tree(cmd, env, tmp)
+        proc, stderr, wall, poll, load0 = t["proc"], t["stderr"], t["wall"], t["poll"], t["load_before"]
         res = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
     row = {}
     entry = None
@@ -169,8 +187,8 @@ def measure(vocab: int = 1 << 20, draws: int = 1000, sigma: float = 3.0, top_p=N
         "peak_rss_note": "VmHWM of each process of the run's tree, polled every 0.1 s from /proc",
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(sum(p["cpu"] for p in poll.procs.values()), 1),
-        "cpu_seconds_rusage_children": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
-        "loadavg_before": [round(x, 2) for x in load0], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "cpu_seconds_rusage_children": round(t["rusage_children_cpu"], 1),
+        "loadavg_before": [round(x, 2) for x in load0], "loadavg_after": [round(x, 2) for x in t["load_after"]],
         "stderr_tail": stderr[-2000:] if proc.returncode not in (0, 1) else "",
     }
 
