@@ -139,7 +139,12 @@ class RowResult:
 
 
 class Session(Protocol):
-    """Per-slot state of one implementation across the steps of one decode."""
+    """Per-slot state of one implementation across the steps of one decode.
+
+    Optional attribute ``stages_used``: ``{stage: provenance}`` for stages some of its results took
+    from other code than the implementation's ``stages`` declare (:data:`PROVENANCE`); the judge
+    reports the case's provenance with them (:meth:`harness.judge.judge.Judge.note_stages`).
+    """
 
     def step(self, rows: Sequence[Row]) -> list[RowResult]:
         """Sample one step for ``rows``; one result per row, in order."""

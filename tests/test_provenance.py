@@ -92,3 +92,23 @@ def test_the_checked_logprob_holds_on_the_reference(tmp_path):
     res = Judge([], 1).evaluate(case, Hybrid(), "1")
     assert res.status == "pass", res.details["message"]
     assert res.provenance["borrowed"] == ["penalties", "logprobs"]
+
+
+class Noting(Reference):
+    """The reference, whose sessions report that their results took ``penalties`` from the adapter."""
+
+    def open_session(self, device="cpu"):
+        s = super().open_session(device)
+        s.stages_used = {"penalties": "adapter"}
+        return s
+
+
+def test_a_session_s_stages_used_override_the_declaration_for_that_case(tmp_path):
+    case = _case(tmp_path, PENALTY, '["temperature", "repetition_penalty"]')
+    judge = Judge([], 1)
+    res = judge.evaluate(case, Noting(TRTLLM, name="noting"), "1")
+    assert res.status == "pass"
+    assert res.provenance == {"stages": {"penalties": "adapter", "filters": "own", "draw": "own"},
+                              "own_code": False, "borrowed": ["penalties"]}
+    # the note belongs to that case only: the next case on the same judge reads the declaration again
+    assert judge.evaluate(case, Reference(TRTLLM), "1").provenance["own_code"] is True

@@ -396,3 +396,49 @@ def test_stop_strings_run_through_vllms_detokenizer_on_the_toy_tokenizer():
         "empty": ("invalid_stop_words", [], None, None, None, None),
     }
     assert {"text", "stop_reason"} <= res.keys
+
+
+# -- single-step seeded rows drawn on the engine loop (session.py step 4, loop.first_tokens) ------------------
+
+def _session_step(*rows):
+    from impls.vllm import VllmImpl
+    s = VllmImpl().open_session("cpu")
+    return s, s.step(list(rows))
+
+
+def test_a_seeded_rows_token_comes_from_the_engine_loop():
+    import torch
+    from impls.base import Row
+    lg = torch.randn(50, generator=torch.Generator().manual_seed(0))
+    # top_k = 1 keeps the argmax alone: logits [0, 3, 1, 2] -> token 1 whatever the seed
+    _, (a, b) = _session_step(Row(logits=torch.tensor([0.0, 3.0, 1.0, 2.0]), top_k=1, seed=7),
+                              Row(logits=torch.tensor([0.0, 3.0, 1.0, 2.0]), temperature=1.0, slot=1))
+    assert (a.token, a.extra["seed_path"]) == (1, "engine loop")
+    assert "seed_path" not in b.extra   # an unseeded row: nothing to seed
+    s, rows = _session_step(*[Row(logits=lg, temperature=1.0, seed=s, slot=s) for s in range(8)])
+    # the engine's model runner seeds as the adapter's generator does: the Sampler's tokens are the engine's
+    assert all(r.extra["seed_path"] == "engine loop" and "sampler_token" not in r.extra for r in rows)
+    assert s.stages_used == {}
+
+
+def test_a_generator_seeded_otherwise_than_vllms_is_overruled_by_the_engine(monkeypatch):
+    import torch
+    from impls.base import Row
+    from impls.vllm import engine
+    lg = torch.randn(50, generator=torch.Generator().manual_seed(0))
+    rows = [Row(logits=lg, temperature=1.0, seed=s, slot=s) for s in range(8)]
+    _, right = _session_step(*rows)
+    made = engine.new_generator
+    monkeypatch.setattr(engine, "new_generator", lambda seed: made(int(seed) + 1))   # a planted seeding bug
+    _, planted = _session_step(*rows)
+    assert [r.token for r in planted] == [r.token for r in right]   # the engine loop's tokens, unaffected
+    moved = [r for r in planted if "sampler_token" in r.extra]
+    assert moved and all(r.extra["sampler_token"] != r.token and r.logprob is None for r in moved)
+
+
+def test_a_seeded_row_with_history_is_seeded_by_the_adapter_and_says_so():
+    import torch
+    from impls.base import Row
+    s, (r,) = _session_step(Row(logits=torch.tensor([0.0, 1.0, 2.0]), temperature=1.0, seed=3, generated=[1]))
+    assert r.error is None and r.extra["seed_path"].startswith("adapter (the row has generated tokens")
+    assert r.extra["stages"] == {"seeds": "adapter"} and s.stages_used == {"seeds": "adapter"}

@@ -62,6 +62,8 @@ class Judge:
         from .readset import ReadSetMemo
         #: Batch predictions reused across profiles that agree on the fields read (:mod:`.readset`).
         self.readsets = ReadSetMemo()
+        #: Stages the sessions of the case being judged took from other code (:meth:`note_stages`).
+        self._stage_notes: dict = {}
 
     # -- services for the check kinds ---------------------------------------------------
     def cached(self, key, compute: Callable[[], object], cache: bool = True):
@@ -98,6 +100,15 @@ class Judge:
         """
         return case.kind.predict(self, case, profile, dtype, cache)
 
+    def note_stages(self, session) -> None:
+        """Keep what ``session`` says its results took from code other than its implementation's ``stages``.
+
+        A session may have ``stages_used``, ``{stage: provenance}`` (e.g. vLLM's seeded rows that its engine
+        loop could not draw: ``{"seeds": "adapter"}``, :class:`impls.vllm.session.VllmSession`); the case
+        being judged then reports those stages so (:func:`.provenance.provenance`, ``overrides``).
+        """
+        self._stage_notes.update(getattr(session, "stages_used", None) or {})
+
     def finding(self, impl_name: str, version: str, case_id: str):
         """The registered finding covering ``case_id`` on ``impl_name`` at ``version``, or None."""
         return match_finding(self.findings, impl_name, version, case_id)
@@ -110,6 +121,7 @@ class Judge:
         ``error`` results.
         """
         t0 = time.perf_counter()
+        self._stage_notes = {}
         try:
             why = self._na(case, impl)
             if why:
@@ -121,7 +133,7 @@ class Judge:
                          details={"message": f"{type(e).__name__}: {e}",
                                   "traceback": traceback.format_exc(limit=6)[-3000:]})
         try:
-            res.provenance = provenance(case, impl, res.status)
+            res.provenance = provenance(case, impl, res.status, self._stage_notes)
         except (KeyError, ValueError) as e:  # a stage table or a declaration is incomplete: say so
             res = Result(case.id, impl.name, "error", case.check,
                          details={"message": f"cannot say whose code decided the verdict: {type(e).__name__}: {e}"})
@@ -171,6 +183,7 @@ class Judge:
         session = impl.open_session(self.device)
         if hasattr(session, "sample_many"):
             counts = np.asarray(session.sample_many(row, seeds), dtype=np.int64)
+            self.note_stages(session)
             if counts.shape != (V,) or int(counts.sum()) != n or (counts < 0).any():
                 raise ValueError(f"sample_many returned counts of shape {counts.shape} summing to "
                                  f"{int(counts.sum())}; expected ({V},) summing to {n}")
@@ -179,7 +192,9 @@ class Judge:
         counts = np.zeros(V, dtype=np.int64)
         for start in range(0, n, per_call):
             part = seeds[start:start + per_call]
-            outs = impl.open_session(self.device).step([row.replace(seed=int(s), slot=j) for j, s in enumerate(part)])
+            session = impl.open_session(self.device)
+            outs = session.step([row.replace(seed=int(s), slot=j) for j, s in enumerate(part)])
+            self.note_stages(session)
             toks = []
             for o in outs:
                 if o.error:
@@ -216,6 +231,7 @@ class Judge:
         session = impl.open_session(self.device)
         if hasattr(session, "draw_tokens"):
             toks = np.asarray(session.draw_tokens(row, seeds), dtype=np.int64)
+            self.note_stages(session)
             if toks.shape != (n,) or (n and (toks.min() < 0 or toks.max() >= V)):
                 raise ValueError(f"draw_tokens returned {toks.shape[0]} tokens (expected {n}) or ids outside [0, {V})")
             return toks
@@ -223,7 +239,9 @@ class Judge:
         out = []
         for start in range(0, n, per_call):
             part = seeds[start:start + per_call]
-            outs = impl.open_session(self.device).step([row.replace(seed=int(s), slot=j) for j, s in enumerate(part)])
+            session = impl.open_session(self.device)
+            outs = session.step([row.replace(seed=int(s), slot=j) for j, s in enumerate(part)])
+            self.note_stages(session)
             for o in outs:
                 if o.error:
                     raise RowError(o.error, o.message)

@@ -12,6 +12,10 @@ attribute ``stages``). A case *exercises* a stage when
 * or its kind always runs it (a scenario: ``decode``; beam requests: ``beam``; drafts:
   ``speculative``; :meth:`harness.corpus.kinds.CheckKind.exercised_stages`).
 
+A session may report that some of its results took a stage from other code than the
+implementation declares (``stages_used``; vLLM's seeded rows its engine loop could not draw are
+seeded by the adapter): the case's provenance then says so for that stage.
+
 A verdict (``pass``, ``known-diff``, ``known-bug``, ``fail``) is **decided by the
 implementation's own code** when every stage the case exercises is ``own`` for it. Otherwise
 the result carries the qualifier ``borrowed``, naming the stages that were not: the status
@@ -83,7 +87,7 @@ def exercised(case) -> list:
     return [s for s in STAGES if s in found]
 
 
-def provenance(case, impl, status: str) -> Optional[dict]:
+def provenance(case, impl, status: str, overrides: Optional[dict] = None) -> Optional[dict]:
     """The provenance of a verdict: ``{"stages": {stage: provenance}, "own_code": bool, "borrowed": [...]}``.
 
     Parameters
@@ -94,6 +98,9 @@ def provenance(case, impl, status: str) -> Optional[dict]:
         ``scenario_stages`` override them); a stage it does not declare reads ``"none"``.
     status : str
         Only :data:`VERDICTS` get a provenance (None for ``n/a``, ``skip``, ``error``).
+    overrides : dict, optional
+        ``{stage: provenance}`` the implementation's sessions reported for this case's results
+        where they differ from its declaration (``stages_used``, :meth:`harness.judge.judge.Judge.note_stages`).
 
     Returns
     -------
@@ -103,7 +110,7 @@ def provenance(case, impl, status: str) -> Optional[dict]:
     """
     if status not in VERDICTS:
         return None
-    declared = stage_provenance(impl, scenario=case.kind.runs_scenarios)
+    declared = {**stage_provenance(impl, scenario=case.kind.runs_scenarios), **(overrides or {})}
     stages = {s: declared.get(s, "none") for s in exercised(case)}
     borrowed = [s for s, p in stages.items() if p != "own"]
     return {"stages": stages, "own_code": not borrowed, "borrowed": borrowed}

@@ -93,7 +93,9 @@ class RowsKind(CheckKind):
         out = []
         for b in case.batches:
             rows = [r.to_row() for r in b.rows]
-            got = impl.open_session(judge.device).step(rows)
+            session = impl.open_session(judge.device)
+            got = session.step(rows)
+            judge.note_stages(session)
             if not isinstance(got, list) or len(got) != len(rows) or not all(isinstance(r, RowResult) for r in got):
                 seen = f"{len(got)} item(s)" if isinstance(got, list) else f"a {type(got).__name__}"
                 raise TypeError(f"batch {b.name!r}: step() on {len(rows)} row(s) returned {seen}: one RowResult per "

@@ -40,12 +40,14 @@ from .translate import SUPPORTED_FEATURES, unsupported_reason
 __all__ = ["VllmImpl", "IMPLEMENTATIONS", "SCENARIO_FEATURES"]
 
 #: What the engine loop (:mod:`.loop`, ``run_scenario``) can express: the single-step features less the
-#: observations a scenario does not report (logprobs, processed logits, low-precision logits), plus beam
+#: observations a scenario does not report (logprobs, processed logits, low-precision logits) and less a
+#: given grammar bitmask (on the engine loop the bitmask is the grammar backend's output for the
+#: request's grammar: :func:`.loop.first_token_unsupported`), plus beam
 #: search through ``LLM.beam_search`` (what it lacks is refused per scenario:
 #: :func:`.loop.beam_unsupported_reason`), stop strings (the engine started with the case's toy
 #: tokenizer: vLLM's detokenizer and ``check_stop_strings``) and parallel sampling (``n``:
 #: ``LLMEngine.add_request``'s own fan-out).
-SCENARIO_FEATURES = ((SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits"})
+SCENARIO_FEATURES = ((SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits", "token_bitmask"})
                      | {"beam_search", "stop_strings", "n"})
 
 
@@ -85,16 +87,16 @@ class VllmImpl:
     devices = frozenset({"cpu", "cuda"})
     slow = False
     #: ``SamplingParams`` and ``InputProcessor`` validate, the V1 ``Sampler`` rewrites, filters, draws
-    #: and computes logprobs, ``check_stop`` finishes; the adapter gives each request its generator
-    #: the way ``GPUModelRunner._update_states`` seeds it (no model runner is driven). Scenarios
-    #: (``decode``) run on vLLM's engine loop: its scheduler, model runner (which seeds each request's
-    #: generator itself), sampler and output processor (:mod:`.loop`); beam requests (``beam``) run on
-    #: vLLM's ``LLM.beam_search``.
+    #: and computes logprobs, ``check_stop`` finishes; a seeded row's token is drawn on vLLM's engine loop,
+    #: whose model runner seeds the request's generator (``GPUModelRunner._update_states``;
+    #: :mod:`.session` step 4). A seeded row the engine loop cannot stand in for (generated history) is
+    #: seeded by the adapter, and its session says so (``stages_used``: the case's provenance reads
+    #: ``seeds: adapter``); so are the statistical draws of ``sample_many``. Scenarios (``decode``) run on
+    #: vLLM's engine loop: its scheduler, model runner, sampler and output processor (:mod:`.loop`); beam
+    #: requests (``beam``) run on vLLM's ``LLM.beam_search``.
     stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "filters": "own",
-              "draw": "own", "seeds": "adapter", "logprobs": "own", "finish": "own", "decode": "own",
+              "draw": "own", "seeds": "own", "logprobs": "own", "finish": "own", "decode": "own",
               "beam": "own"}
-    #: On the engine loop the model runner seeds each request's generator itself (``seeds``: own).
-    scenario_stages = {"seeds": "own"}
 
     def __init__(self, profile: Profile = VLLM):
         self.profile = profile
@@ -156,7 +158,9 @@ class VllmImpl:
             runner = "v1" if not HAS_TRITON else "v1 or v2 (VllmConfig.use_v2_model_runner decides)"
         return {"distribution": dists[0] if dists else "unknown", "sampler": "vllm.v1.sample.sampler.Sampler",
                 "model_runner": runner, **engine.path_description(), "shims": dict(engine.SHIMS),
-                "vllm_path": {"single-step cases": "Sampler.forward and check_stop, one step at a time (session.py)",
+                "vllm_path": {"single-step cases": "Sampler.forward and check_stop, one step at a time (session.py); "
+                                                   "seeded rows' tokens drawn again on the engine loop "
+                                                   "(loop.first_tokens)",
                               "scenario cases": "engine loop: LLMEngine.add_request/step on a scripted model "
                                                 "registered in ModelRegistry (loop.py, scripted_model.py)"}}
 

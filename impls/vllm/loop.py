@@ -94,6 +94,7 @@ a slot still held, a paused or reordered request).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -112,7 +113,7 @@ from vllm.inputs import TokensPrompt  # noqa: E402
 from vllm.v1.serial_utils import MsgpackEncoder  # noqa: E402
 
 from ..base import Row, RowError  # noqa: E402
-from ..reference.scenario_types import (RequestResult, ScenarioResult, ScenarioSpec,  # noqa: E402
+from ..reference.scenario_types import (RequestResult, RequestSpec, ScenarioResult, ScenarioSpec,  # noqa: E402
                                         ScenarioUnsupported, StepRecord)
 from ..reference.toy_tokenizer import save_fast_tokenizer  # noqa: E402
 from . import engine as _engine  # noqa: E402
@@ -122,7 +123,8 @@ from .translate import (classify_validation_error, eos_id, generation_config, sa
                         stop_kwargs, unsupported_reason as row_unsupported_reason)
 
 __all__ = ["REPORTED", "BEAM_REPORTED", "DEFAULT_MAX_MODEL_LEN", "ENGINE_ARGS", "ScriptedEngine", "engine_for",
-           "run_scenario", "run_beam", "unsupported_reason", "beam_unsupported_reason"]
+           "run_scenario", "run_beam", "unsupported_reason", "beam_unsupported_reason", "first_tokens",
+           "first_token_unsupported"]
 
 #: Observations the engine loop reports (:data:`harness.kinds.scenario.EXPECT_KEYS`): no Philox offsets, kept
 #: sets, top-p decay, speculative or beam records (vLLM exposes none of them).
@@ -773,3 +775,107 @@ def run_scenario(spec: ScenarioSpec) -> ScenarioResult:
     V = _model_of(spec, spec.requests[0]).vocab
     procs = any(req.fields.get("logits_processors") for req in spec.requests)
     return _Run(spec, engine_for(V, _max_model_len(spec), procs, spec.tokenizer)).run()
+
+
+# --------------------------------------------------------------------------- single-step rows
+#: Row fields a first-token request does not take: the logits (the scripted model serves them), the history
+#: and slot bookkeeping, and the length limits (the request runs one step: ``max_tokens = 1``).
+_FIRST_TOKEN_DROPPED = frozenset({"logits", "generated", "slot", "request_id", "draft_position", "max_seq_len",
+                                  "max_new_tokens", "child_stream"})
+
+
+def first_token_unsupported(row: Row) -> Optional[str]:
+    """Why :func:`first_tokens` cannot draw ``row``'s token on the engine loop, or None.
+
+    A single-step row is one step of a request; the engine loop can stand in for it only when that step is the
+    request's first (no ``generated`` history: vLLM's output tokens are the ones it sampled itself), when the
+    request's prompt fits :data:`DEFAULT_MAX_MODEL_LEN`, when its logprobs mode is the engine's default
+    (``logprobs_mode`` is an engine-wide ``ModelConfig`` setting), when it has no grammar bitmask (the
+    engine's comes from its grammar backend) and, for a row without a prompt (vLLM refuses
+    an empty one), when no repetition penalty reads the stand-in prompt it is given (vLLM's repetition penalty
+    counts prompt tokens; presence, frequency, bad words and ``min_tokens`` read output tokens only:
+    v1/sample/ops/penalties.py, v1/sample/ops/bad_words.py @ v0.32.0).
+    """
+    if row.generated:
+        return "the row has generated tokens, which only vLLM's own earlier steps could have produced"
+    if row.prompt is not None and len(row.prompt) + 1 > DEFAULT_MAX_MODEL_LEN:
+        return f"a prompt of {len(row.prompt)} tokens is past the scripted engines' max_model_len"
+    if row.logprobs_mode is not None:
+        return "logprobs_mode is an engine-wide setting (ModelConfig.logprobs_mode)"
+    if row.token_bitmask is not None:
+        return ("on the engine loop a grammar bitmask is the grammar backend's output for the request's grammar "
+                "(StructuredOutputManager, v1/structured_output/); the case gives the bitmask itself")
+    if not row.prompt and row.repetition_penalty not in (None, 1.0):
+        return "a repetition penalty would read the stand-in prompt a row without a prompt is given"
+    return None
+
+
+def first_tokens(rows: list) -> list:
+    """Draw each row's token on vLLM's engine loop: one request per row, one engine step (``max_tokens = 1``).
+
+    The single-step adapter (:mod:`.session`) samples a row with vLLM's ``Sampler`` but seeds the row's
+    generator itself; here vLLM's model runner seeds it (``GPUModelRunner._update_states``: a
+    ``torch.Generator`` per request with ``SamplingType.RANDOM_SEED``) and its sampler draws, from the
+    scripted model's logits (:class:`impls.reference.scripted.TableModel` holding the row's logits as its first
+    step). The engine serves the row's vocabulary (:func:`engine_for`); rows without a prompt are given the
+    stand-in prompt ``[0] * (i + 1)`` (``i``: the row's index among them, so that prompts, which tell
+    sequences apart, differ); rows whose prompts are equal run in separate runs (a seeded row's draw depends on
+    its request alone: ``forward_cpu`` draws its 31-bit noise seed from the request's generator).
+
+    Parameters
+    ----------
+    rows : list of Row
+        Rows :func:`first_token_unsupported` accepts, of one vocabulary.
+
+    Returns
+    -------
+    list of (int or None, str)
+        Per row: the token vLLM's engine sampled, or None and why (the engine refused the request, or failed
+        its step: the message).
+    """
+    from ..reference.scripted import TableModel
+
+    if not rows:
+        return []
+    out: list = [None] * len(rows)
+    runs: list = []   # each: {prompt: row index}, prompts distinct within a run
+    anon = 0
+    for i, row in enumerate(rows):
+        if row.prompt:
+            prompt = tuple(int(t) for t in row.prompt)
+        else:
+            anon += 1
+            prompt = (0,) * anon
+        for run in runs:
+            if prompt not in run:
+                run[prompt] = i
+                break
+        else:
+            runs.append({prompt: i})
+    procs = any(r.logits_processors for r in rows)
+    for run in runs:
+        reqs = []
+        for prompt, i in run.items():
+            row = rows[i]
+            fields = {f.name: getattr(row, f.name) for f in dataclasses.fields(row)
+                      if f.name not in _FIRST_TOKEN_DROPPED and getattr(row, f.name) is not None}
+            fields.update(prompt=list(prompt), max_new_tokens=1)
+            model = TableModel([row.logits.to(torch.float64).tolist()])
+            reqs.append(RequestSpec(id=f"row{i}", slot=i, fields=fields, model=model))
+        spec = ScenarioSpec(model=reqs[0].model, requests=reqs, max_steps=1)
+        try:
+            eng = engine_for(rows[0].vocab, DEFAULT_MAX_MODEL_LEN, procs)
+            res = _Run(spec, eng).run()
+        except Exception as e:  # vLLM failed the step: every row of the run says so
+            for i in run.values():
+                out[i] = (None, f"the engine loop raised: {type(e).__name__}: {e}")
+            continue
+        for prompt, i in run.items():
+            r = res.requests[f"row{i}"]
+            if r.error:
+                out[i] = (None, f"the engine loop refused the request: {r.error}: {r.message}")
+            elif len(r.tokens) != 1:
+                out[i] = (None, f"the engine loop returned {len(r.tokens)} tokens for one step")
+            else:
+                out[i] = (int(r.tokens[0]), "")
+    return out

@@ -23,6 +23,18 @@ Per step:
    rewritten logits (after ``apply_logits_processors``) and the finish
    reason from ``check_stop``.
 
+4. seeded rows: the token is drawn again on vLLM's engine loop
+   (:func:`.loop.first_tokens`: one request per row, one engine step),
+   where vLLM's model runner seeds the request's generator itself; the
+   engine's token is the row's (``extra["seed_path"] = "engine loop"``; a
+   different token from the ``Sampler`` of step 2 is kept as
+   ``extra["sampler_token"]``). A row the engine loop cannot stand in for
+   (:func:`.loop.first_token_unsupported`: generated history, a generator
+   that drew at an earlier step of the session, ...) keeps the token drawn
+   with the adapter's generator and says so: ``extra["seed_path"]`` and
+   ``extra["stages"] = {"seeds": "adapter"}`` (also in
+   :attr:`VllmSession.stages_used`, which the judge reads).
+
 ``extra`` records the code path that ran (``forward_cpu`` etc.), the
 sampler-level rank and the self-check token of the processed-mode sampler.
 """
@@ -70,6 +82,11 @@ class VllmSession:
         self._owner: dict = {}
         self._seed: dict = {}
         self._gen: dict = {}
+        self._drawn: set = set()   # slots whose generator drew at an earlier step
+        #: Stages of this session's results that were not the implementation's declared ``stages``
+        #: (:attr:`impls.vllm.VllmImpl.stages`): ``{"seeds": "adapter"}`` once a seeded row's generator was
+        #: the adapter's (:meth:`step` step 4; :meth:`sample_many`).
+        self.stages_used: dict = {}
 
     # -- generators ----------------------------------------------------------
     def _generator(self, row: Row, seed: Optional[int]) -> Optional[torch.Generator]:
@@ -82,6 +99,7 @@ class VllmSession:
             return None
         if slot not in self._gen:
             self._gen[slot] = engine.new_generator(seed)
+            self._drawn.discard(slot)
         return self._gen[slot]
 
     # -- the step ------------------------------------------------------------
@@ -122,7 +140,45 @@ class VllmSession:
             groups.setdefault((rows[i].vocab, rows[i].logprobs_mode), []).append(i)
         for idx in groups.values():
             self._run_group(rows, idx, staged, out)
+        self._seeded_on_engine(rows, staged, out)
         return out
+
+    def _seeded_on_engine(self, rows, staged, out) -> None:
+        """Step 4 of the module docstring: seeded rows' tokens from vLLM's engine loop."""
+        from . import loop
+        todo: dict = {}
+        for i, (sp, gen) in staged.items():
+            r = out[i]
+            if gen is None or r.error is not None:
+                continue
+            fresh = rows[i].slot not in self._drawn
+            self._drawn.add(rows[i].slot)
+            why = None if fresh else "the slot's generator drew at an earlier step of this session"
+            why = why or loop.first_token_unsupported(rows[i])
+            if why is None:
+                todo.setdefault(rows[i].vocab, []).append(i)
+            else:
+                self._seeded_by_adapter(r, why)
+        for idx in todo.values():
+            with torch.random.fork_rng(devices=[]):   # the engine loop re-seeds torch's global generator
+                got = loop.first_tokens([rows[i] for i in idx])
+            for i, (tok, why) in zip(idx, got):
+                r = out[i]
+                if tok is None:
+                    self._seeded_by_adapter(r, why)
+                    continue
+                r.extra["seed_path"] = "engine loop"
+                if tok != r.token:
+                    # the Sampler with the adapter's generator drew another token: the engine's is the result,
+                    # and the outputs read at the Sampler's token are dropped (the finish reason re-read)
+                    r.extra["sampler_token"] = r.token
+                    r.token, r.logprob, r.processed_logprob, r.rank = tok, None, None, None
+                    r.finish_reason = engine.finish_reason(rows[i], staged[i][0], tok)
+
+    def _seeded_by_adapter(self, r: RowResult, why: str) -> None:
+        r.extra["seed_path"] = f"adapter ({why})"
+        r.extra["stages"] = {"seeds": "adapter"}
+        self.stages_used["seeds"] = "adapter"
 
     def _run_group(self, rows, idx, staged, out) -> None:
         grp = [rows[i] for i in idx]
@@ -218,6 +274,7 @@ class VllmSession:
         if n == 0:
             return counts
         torch.manual_seed(int(seeds[0]) & ((1 << 63) - 1))
+        self.stages_used["seeds"] = "adapter"   # per-draw seeds are replaced by one global seed (above)
         done = 0
         while done < n:
             m = min(chunk, n - done)
