@@ -168,7 +168,10 @@ def entry(name: str) -> Entry:
     for e in entries():
         if e.name == name:
             return e
-    raise KeyError(f"unknown implementation {name!r}; known: {', '.join(names())} (or give a class as "
+    import difflib
+    near = difflib.get_close_matches(name, names(), n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(repr(n) for n in near)}? " if near else ""
+    raise KeyError(f"unknown implementation {name!r}; {hint}known: {', '.join(names())} (or give a class as "
                    "'package.module:Class')")
 
 

@@ -334,3 +334,15 @@ def test_a_record_nested_too_deeply_is_exit_2(tmp_path, capsys):
     bad.write_text("[" * 100000 + "]" * 100000)
     assert main(["diff", str(bad), str(bad)]) == 2
     assert capsys.readouterr().err == f"sampcheck diff: {bad}: not a run record: nested too deeply for the JSON parser\n"
+
+
+def test_a_pattern_that_matches_nothing_names_the_close_ids(tmp_path):
+    root = tmp_path / "cases"
+    _hostile.write_corpus(root)
+    (root / "filters" / "tagged.toml").write_text(text("filters/tagged", _hostile.ROW))
+    with pytest.raises(ValueError, match=r"--cases 'filters/taged' matches no case \(did you mean 'filters/tagged', "):
+        select(discover(root), ["filters/taged"], root)
+    with pytest.raises(ValueError, match=r"--cases 'filter' matches no case \(did you mean 'filters'\?"):
+        select(discover(root), ["filter"], root)
+    with pytest.raises(ValueError, match=r"--cases 'zzz' matches no case \(ids look like"):
+        select(discover(root), ["zzz"], root)

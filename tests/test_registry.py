@@ -80,6 +80,9 @@ def test_unknown_name_lists_the_known_ones():
     with pytest.raises(KeyError, match=r"unknown implementation 'nope'; known: reference, reference-hf.*"
                                        r"'package.module:Class'"):
         registry.create("nope")
+    # a typo gets the close names first
+    with pytest.raises(KeyError, match=r"unknown implementation 'vlm'; did you mean 'vllm'\? known: reference"):
+        registry.create("vlm")
 
 
 def test_module_class_spec(tmp_path, monkeypatch):

@@ -572,6 +572,13 @@ def _tags(path: Path) -> list:
     return tags if isinstance(tags, list) else []
 
 
+def _near_ids(pattern: str, ids: list) -> list:
+    """Up to three case ids close to a ``pattern`` that matched none (a typo), best first; categories too."""
+    import difflib
+    cats = sorted({i.split("/")[0] for i in ids if "/" in i})
+    return difflib.get_close_matches(pattern.rstrip("/"), sorted(ids) + cats, n=3, cutoff=0.75)
+
+
 def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> list:
     """Filter case files by ``patterns``: ids, id globs, file/directory paths, or ``tag:NAME``.
 
@@ -614,7 +621,9 @@ def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> lis
             ids = {corpus_id(q, root) or q.stem: q for q in paths}
             hits = [q for i, q in ids.items() if fnmatch.fnmatchcase(i, pat) or fnmatch.fnmatchcase(i, pat.rstrip("/") + "/*")]
         if not hits:
-            raise ValueError(f"--cases {pat!r} matches no case (ids look like 'filters/top-p-dyadic-boundary'; "
+            near = _near_ids(pat, [corpus_id(q, root) or q.stem for q in paths])
+            hint = f"did you mean {', '.join(repr(n) for n in near)}? " if near else ""
+            raise ValueError(f"--cases {pat!r} matches no case ({hint}ids look like 'filters/top-p-dyadic-boundary'; "
                              "'tag:NAME' selects by tag)")
         for h in hits:
             key = case_id(h, root)  # one file given twice, by two paths, is one case
