@@ -137,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("-v", "--verbose", action="store_true",
                     help="'impls': also each one's features and whose code performs each pipeline stage")
     _add_impl_options(ls)
+    sh = sub.add_parser("show", help="one case as a person reads it: inputs, expectations, sources, notes, the "
+                                     "reference's prediction and what each run record in golden/engines/ says")
+    sh.add_argument("case", help="a case id (e.g. filters/top-k-two-statistical) or a case file's path")
+    sh.add_argument("--records", metavar="DIR", help="the run records' folder (default: golden/engines/)")
+    sh.add_argument("--no-predict", action="store_true", help="leave out the reference's prediction")
     g = sub.add_parser("golden", help="write or check the golden predictions in golden/")
     g.add_argument("action", choices=["update", "check", "add"])
     g.add_argument("--cases", action="append", metavar="PATTERN", help="restrict to these cases")
@@ -537,6 +542,21 @@ def _cmd_list(args) -> int:
     return status
 
 
+def _cmd_show(args) -> int:
+    from harness.corpus.load import CaseError
+    from harness.show import show
+    no_cases = _no_cases_problem()
+    if no_cases:
+        print(f"sampcheck show: {no_cases}", file=sys.stderr)
+        return 2
+    try:
+        print(show(args.case, Path(args.records) if args.records else None, predict=not args.no_predict), end="")
+    except (ValueError, CaseError) as e:
+        print(f"sampcheck show: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _cmd_golden(args) -> int:
     from harness.records import golden
     from harness.corpus.ids import is_external
@@ -826,7 +846,7 @@ def main(argv=None) -> int:
     _export_impl_options(args)
     handlers = {"run": _cmd_run, "list": _cmd_list, "golden": _cmd_golden, "record": _cmd_record,
                 "diff": _cmd_diff, "case": _cmd_case, "report": _cmd_report, "docs": _cmd_docs,
-                "check-impl": _cmd_check_impl, "merge": _cmd_merge}
+                "check-impl": _cmd_check_impl, "merge": _cmd_merge, "show": _cmd_show}
     try:
         return handlers[args.command](args)
     except BrokenPipeError:

@@ -579,7 +579,7 @@ def _near_ids(pattern: str, ids: list) -> list:
     return difflib.get_close_matches(pattern.rstrip("/"), sorted(ids) + cats, n=3, cutoff=0.75)
 
 
-def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> list:
+def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR, label: str = "--cases") -> list:
     """Filter case files by ``patterns``: ids, id globs, file/directory paths, or ``tag:NAME``.
 
     ``tag:smoke`` selects the files whose ``tags`` list holds ``smoke`` (the smoke corpus
@@ -592,10 +592,13 @@ def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> lis
         once (by its id: two patterns naming one file, even by different paths, give it once). A file
         outside ``root`` named by its path is an external case (:mod:`harness.corpus.ids`).
 
+    label : str
+        How the caller's user gave the patterns, for the error message (``--cases``).
+
     Raises
     ------
     ValueError
-        If a pattern matches nothing.
+        If a pattern matches nothing (close ids named).
     """
     if not patterns:
         return paths
@@ -623,7 +626,7 @@ def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR) -> lis
         if not hits:
             near = _near_ids(pat, [corpus_id(q, root) or q.stem for q in paths])
             hint = f"did you mean {', '.join(repr(n) for n in near)}? " if near else ""
-            raise ValueError(f"--cases {pat!r} matches no case ({hint}ids look like 'filters/top-p-dyadic-boundary'; "
+            raise ValueError(f"{label} {pat!r} matches no case ({hint}ids look like 'filters/top-p-dyadic-boundary'; "
                              "'tag:NAME' selects by tag)")
         for h in hits:
             key = case_id(h, root)  # one file given twice, by two paths, is one case
