@@ -53,7 +53,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
 
 __all__ = ["main", "build_parser", "FULL_OUT", "SUBSET_OUT", "run_summary"]
@@ -389,10 +391,11 @@ def _cmd_run(args) -> int:
     except RunStopped as e:
         print(f"sampcheck run: {e}", file=sys.stderr)
         return 3
-    except KeyboardInterrupt:
-        print(f"\nsampcheck run: interrupted; the results obtained so far are kept in {journal}: re-run the same "
+    except KeyboardInterrupt as e:
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(f"\nsampcheck run: {how}; the results obtained so far are kept in {journal}: re-run the same "
               "command with --resume to continue", file=sys.stderr)
-        return 130
+        return 143 if isinstance(e, Terminated) else 130
     for line in run_summary(outcome.doc):
         print(line)
     run_files = {str((r.get("details") or {}).get("file")) for r in outcome.doc["results"] if r.get("check") == "load"}
@@ -839,11 +842,38 @@ def _cmd_case(args) -> int:
     return 0
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread where Ctrl-C raises KeyboardInterrupt, so that a terminated run
+    takes the same way out: its workers stopped (:class:`harness.run.isolation.Worker`), its journal kept
+    for ``--resume``. Exit status 143 (128 + 15), as a process killed by SIGTERM reports."""
+
+    signum = signal.SIGTERM
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None) -> int:
-    """Entry point of the ``sampcheck`` console script; returns the exit status."""
+    """Entry point of the ``sampcheck`` console script; returns the exit status.
+
+    While a command runs, SIGTERM raises :class:`Terminated` (where no other handler was installed and
+    this is the main thread): without it a terminated ``sampcheck run`` left its workers running.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     _export_impl_options(args)
+    previous = None
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _dispatch(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _dispatch(args) -> int:
     handlers = {"run": _cmd_run, "list": _cmd_list, "golden": _cmd_golden, "record": _cmd_record,
                 "diff": _cmd_diff, "case": _cmd_case, "report": _cmd_report, "docs": _cmd_docs,
                 "check-impl": _cmd_check_impl, "merge": _cmd_merge, "show": _cmd_show}
@@ -857,6 +887,9 @@ def main(argv=None) -> int:
         except OSError:
             pass
         return 141
+    except Terminated:
+        print(f"\nsampcheck {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"\nsampcheck {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -280,3 +280,52 @@ def test_start_method_policy(tmp_path):
         meta = outcome.doc["run"]["impls"]["local"]
         assert meta["isolation"] == "none" and "threads" in meta["not_isolated_because"]
         assert all(r["status"] == "pass" for r in outcome.doc["results"])
+
+
+def _descendants(pid: int) -> set:
+    """Live (not zombie) descendants of ``pid``, from /proc."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parent[int(d)] = int(fields[1])
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out.update(kids)
+        todo.extend(kids)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigterm_stops_the_run_and_its_workers(tmp_path):
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.Popen([sys.executable, "-m", "harness", "run", "--impl", "reference", "--out", str(tmp_path / "r"),
+                          "--no-progress"], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, kids = time.time() + 120, set()
+    while time.time() < deadline and p.poll() is None:
+        kids |= _descendants(p.pid)
+        if len(kids) >= 3:   # the resource tracker, the forkserver and a worker: cases are running
+            break
+        time.sleep(0.2)
+    assert p.poll() is None and len(kids) >= 3, "the run ended or started no worker within 120 s"
+    time.sleep(1)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 143
+    assert "sampcheck run: terminated (SIGTERM); the results obtained so far are kept in" in err
+    time.sleep(1)
+    assert [k for k in kids if _alive(k)] == []   # before the handler the workers ran on, orphaned
