@@ -253,3 +253,22 @@ def test_adapter_routes_and_names_the_path():
     with pytest.raises(ScenarioUnsupported, match="NaN"):
         impl.run_scenario(nan)
     assert torch.get_default_dtype() == torch.float32
+
+
+@needs_llama
+def test_judge_on_corpus_cases_records_the_path_and_provenance():
+    # the corpus's cases through the judge: verdict, which path ran, whose code decided each stage
+    from harness.corpus.load import CASES_DIR, load_case
+    from harness.judge.judge import Judge
+    from impls.llamacpp import CHAIN_PATH, LlamaCppImpl
+    from impls.llamacpp.completion import PATH
+    impl = LlamaCppImpl()
+    judge = Judge([], 1)
+    res = judge.evaluate(load_case(CASES_DIR / "finish/stop-strings-earliest-match-wins.toml"), impl, "0.3.36")
+    assert res.status == "known-diff" and res.details["path"] == PATH
+    assert "stop_string_pick" in res.details["message"]
+    assert res.provenance["stages"]["finish"] == "own"
+    res = judge.evaluate(load_case(CASES_DIR / "penalties/custom-step-bias-across-steps.toml"), impl, "0.3.36")
+    assert res.status == "pass" and res.details["path"] == PATH
+    res = judge.evaluate(load_case(CASES_DIR / "finish/mixed-finish-reasons-in-one-batch.toml"), impl, "0.3.36")
+    assert res.details["path"] == CHAIN_PATH and res.provenance["stages"]["finish"] == "reference"
