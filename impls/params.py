@@ -659,7 +659,7 @@ PARAMS = (
     Param("include_stop_str_in_output", _BOOL, "bool",
           "keep the matched stop string in the output text (the text after it in its token is cut either way)",
           unset="false", feature="stop_strings",
-          rule="read where the profile's stop_string_trim is 'text' (§1.8a)",
+          rule="read where the profile's stop_string_trim is 'text'; 'start' and 'none' ignore it (§1.8a)",
           citation="vllm-project/vllm:vllm/v1/engine/detokenizer.py@v0.32.0 check_stop_strings (include_in_output: "
                    "truncate to the end of the stop string, else to its start)",
           scope="request"),

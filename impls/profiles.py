@@ -162,11 +162,13 @@ class Profile:
         first in the text, ties by list order (vLLM), or the first of the list that
         matches anywhere (SGLang). Read by: ``impls/reference/stop_strings.py``
         ``find_stop``.
-    stop_string_trim : {"text", "none"}
+    stop_string_trim : {"text", "start", "none"}
         What a stop string that finished a request does to its output text: ``"text"``
         cuts the text at the match's start, or with ``include_stop_str_in_output`` at its
         end (what the finishing token adds after the match is cut either way; the tokens
-        stay), or ``"none"``: the text keeps every generated token's text and
+        stay); ``"start"`` cuts it at the match's start and does not read
+        ``include_stop_str_in_output`` (llama-cpp-python, which has no such parameter); or
+        ``"none"``: the text keeps every generated token's text and
         ``include_stop_str_in_output`` is not read (transformers). Read by:
         ``impls/reference/stop_strings.py`` ``output_text``.
     stop_strings_after_min_length : bool
@@ -1140,6 +1142,8 @@ FLASHINFER_JOINT = dataclasses.replace(
 
 _LL = "abetlen/llama-cpp-python:vendor/llama.cpp"
 _LL_S = f"{_LL}/src/llama-sampler.cpp@v0.3.36"
+#: llama-cpp-python's completion loop, which the adapter's stop-string and custom-processor scenarios run.
+_LL_PY = "abetlen/llama-cpp-python:llama_cpp/llama.py@v0.3.36 Llama._create_completion"
 
 #: llama.cpp's sampler chain as bundled in llama-cpp-python 0.3.36, in the order of
 #: ``common_params_sampling.samplers`` (``common/common.h``: penalties, DRY, top-n-sigma, top-k,
@@ -1163,8 +1167,23 @@ LLAMACPP = dataclasses.replace(
     top_p_rule="prefix_reaches",
     typical_p_rule="prefix_exceeds",
     rng="mt19937",
-    validation_skips=frozenset({"sampler_param_ranges"}),
+    validation_skips=frozenset({"sampler_param_ranges", "empty_stop_string"}),
+    finish_order=("end_id", "stop_words", "length"),
+    stop_words_see_prompt=False,
+    stop_string_pick="list_order",
+    stop_string_trim="start",
     citations={
+        "finish_order": f"{_LL_PY} (per sampled token: llama_vocab_is_eog ends it first, then the stop strings "
+                        "are looked for, then len(completion_tokens) >= max_tokens; a stop string completed by the "
+                        "last allowed token finishes with 'stop'). The C chain has no finish rules: its scenarios "
+                        "take the reference's under this order",
+        "stop_words_see_prompt": f"{_LL_PY} (the stop strings are searched in all_text = detokenize(completion_"
+                                 "tokens): the generated tokens only; llama.cpp has no token-id stop words, so "
+                                 "the field's token rule is the reference's under the same value)",
+        "stop_string_pick": f"{_LL_PY} (any_stop = the listed stop strings found in the text; first_stop = "
+                            "any_stop[0]: list order)",
+        "stop_string_trim": f"{_LL_PY} (text = all_text[: all_text.index(first_stop)]: cut before the stop "
+                            "string; create_completion has no include_stop_str_in_output)",
         "greedy_when_unset": f"{_LL}/include/llama.h llama_sampler_chain_init (a chain holds the samplers it is "
                              "given: a row that sets no temperature gets no temperature stage and dist draws at "
                              "T = 1; common's CLI defaults (top_k 40, top_p 0.95, min_p 0.05, temp 0.8) are not the "
@@ -1199,7 +1218,8 @@ LLAMACPP = dataclasses.replace(
                "with the request's seed; modelled in impls/reference/mt19937.py)",
         "validation_skips": f"{_LL_S} llama_sampler_init_typical, llama_sampler_init_top_n_sigma, "
                             "llama_sampler_init_xtc, llama_sampler_init_temp_ext (values taken as given: out of "
-                            "range is off or a no-op)",
+                            f"range is off or a no-op); {_LL_PY} (stop strings are not checked: an empty one is "
+                            "in every text, so b'' in all_text ends the completion at its first token)",
     },
 )
 

@@ -728,6 +728,8 @@ class ScenarioKind(CheckKind):
         rel = _relations(case.scenario, actual)
         name = impl.profile.name
         ev = Evidence(details={"rows": rows, "profile": name, "invariants": rel})
+        if actual.path is not None:
+            ev.details["path"] = actual.path
         if hand:
             ev.details["hand_mismatches"] = hand
             ev.broken_case = " | ".join(hand)
@@ -800,6 +802,7 @@ class ScenarioKind(CheckKind):
         diff = not torch.allclose(p64, d64, atol=1e-12, rtol=1e-9)
         name = impl.profile.name
         ev = Evidence(details={
+            **({"path": res.path} if res.path is not None else {}),
             "profile": name, "alpha": alpha,
             "test": f"support check, then {gof.test} (N = {len(seeds)} fixed by the case"
                     + (f": the {len(seeds)} children of one request)" if parent.n > 1 else ")"),

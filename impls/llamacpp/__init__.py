@@ -20,6 +20,14 @@ sampler API has no finish rules, so the finish reason of each sampled token is t
 says so, with ``decode`` and the admission's ``validation``. Beam search, drafts and rows the chain
 cannot express are refused (``ScenarioUnsupported``, ``n/a``).
 
+A scenario with stop strings, custom logits processors or ``min_length`` (no stage of the C chain
+has them) runs instead through llama-cpp-python's own loop, ``Llama.create_completion`` on a tiny
+GGUF model whose vocabulary is the case's toy tokenizer, a scripted-model logits processor in
+front of the case's processors (:mod:`.completion`, :mod:`.tiny_gguf`): llama-cpp-python then
+samples, matches the stop strings and decides the finish reasons
+(:meth:`LlamaCppImpl.scenario_stages_for`). Each result names the path that ran (``path`` in its
+details).
+
 ``import impls.llamacpp`` works without llama-cpp-python; ``available`` says why it cannot run.
 Install: ``CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install llama-cpp-python==0.3.36`` (an sdist; about 7
 minutes on 2 cores), or ``tox -e llamacpp``.
@@ -37,7 +45,7 @@ from ..reference.philox import seed_bits
 from ..profiles import LLAMACPP, Profile
 from ..registry import Entry
 
-__all__ = ["LlamaCppImpl", "LlamaScenarioSession", "CHAIN_ORDER", "FEATURES", "SCENARIO_FEATURES",
+__all__ = ["LlamaCppImpl", "LlamaScenarioSession", "CHAIN_ORDER", "CHAIN_PATH", "FEATURES", "SCENARIO_FEATURES",
            "IMPLEMENTATIONS", "scenario_unsupported"]
 
 #: The chain, as ``common_sampler_init`` builds it (``common/sampling.cpp``): the logit bias,
@@ -52,9 +60,16 @@ FEATURES = frozenset({"temperature", "top_k", "top_p", "min_p", "repetition_pena
                       "top_n_sigma", "xtc", "dynatemp", "dry", "processed_logits", "mirostat"})
 
 #: What :meth:`LlamaCppImpl.run_scenario` expresses: the chain's features, plus the finish rules the
-#: reference's driver applies to llama.cpp's tokens (``finish``: ``reference``).
+#: reference's driver applies to llama.cpp's tokens (``finish``: ``reference``), plus what
+#: llama-cpp-python's ``create_completion`` loop adds (:mod:`.completion`): stop strings, custom
+#: logits processors, ``min_length`` (its ``MinTokensLogitsProcessor``).
 SCENARIO_FEATURES = FEATURES | frozenset({"end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens",
-                                          "max_seq_len", "finish_reason"})
+                                          "max_seq_len", "finish_reason", "stop_strings", "logits_processors",
+                                          "min_length"})
+
+#: What a result of the C-chain scenario path says it ran (``ScenarioResult.path``).
+CHAIN_PATH = ("the reference's scenario driver, llama.cpp's sampler chain per step through the C bindings "
+              "(impls/llamacpp/session.py)")
 
 
 def _unsupported(row: Row) -> Optional[str]:
@@ -191,6 +206,13 @@ class LlamaCppImpl:
     #: :meth:`run_scenario`: the reference's driver admits the requests (its validation under the profile),
     #: schedules the steps, keeps the histories and decides finish reasons; llama.cpp samples every token.
     scenario_stages = {"validation": "reference", "decode": "reference", "finish": "reference"}
+    #: The completion path (:mod:`.completion`): llama-cpp-python's custom-sampler stage runs the
+    #: case's processors and ``MinTokensLogitsProcessor`` (``bans``), its chain filters and draws
+    #: with the request's seed, ``create_completion`` matches stop strings and ends requests
+    #: (``finish``); the reference admits them (``validation``); the adapter serves them one at a
+    #: time and labels their steps (``decode``).
+    completion_stages = {"validation": "reference", "decode": "adapter", "bans": "own", "filters": "own",
+                         "draw": "own", "seeds": "own", "finish": "own"}
     #: What :meth:`run_scenario` expresses (:data:`SCENARIO_FEATURES`).
     scenario_features = SCENARIO_FEATURES
 
@@ -222,7 +244,19 @@ class LlamaCppImpl:
         info = llama_cpp.llama_print_system_info()
         return {"chain": " -> ".join(self.order + ("dist",)),
                 "system_info": info.decode() if isinstance(info, bytes) else str(info),
-                "llamacpp_path": "llama_sampler_chain_* on a llama_token_data_array, no model (session.py)"}
+                "llamacpp_path": "llama_sampler_chain_* on a llama_token_data_array, no model (session.py)",
+                "llamacpp_scenario_paths": "stop strings, logits_processors or min_length: Llama.create_completion "
+                                           "on a tiny GGUF model (completion.py); otherwise " + CHAIN_PATH}
+
+    def scenario_stages_for(self, spec) -> dict:
+        """The scenario stages of the path :meth:`run_scenario` takes for ``spec``.
+
+        :attr:`completion_stages` when it needs the completion loop
+        (:func:`.completion.needs_completion`: stop strings, custom processors, ``min_length``),
+        else :attr:`scenario_stages`.
+        """
+        from .completion import needs_completion
+        return dict(self.completion_stages if needs_completion(spec) else self.scenario_stages)
 
     def unsupported(self, row: Row) -> Optional[str]:
         """Why the chain cannot express ``row`` (the harness reports ``n/a``), or ``None``."""
@@ -235,21 +269,30 @@ class LlamaCppImpl:
 
 
     def run_scenario(self, spec, device: str = "cpu"):
-        """Decode a multi-step scenario on the reference's driver with llama.cpp sampling every step.
+        """Decode a multi-step scenario: llama-cpp-python's completion loop, or the reference's driver with llama.cpp
+        sampling every step.
 
-        See the module docstring, "Scenarios".
+        See the module docstring, "Scenarios". A scenario with stop strings, custom processors or
+        ``min_length`` takes :func:`.completion.run_scenario`; every other the C chain.
 
         Raises
         ------
         impls.reference.scenario.ScenarioUnsupported
-            Beam search or drafts (:func:`scenario_unsupported`), or a row the chain cannot express.
+            Beam search or drafts (:func:`scenario_unsupported`), a row the chain cannot express,
+            or what the completion loop cannot (:func:`.completion.unsupported_reason`).
         """
         from ..reference.scenario import ScenarioUnsupported, run_scenario
+        from .completion import needs_completion
 
+        if needs_completion(spec):
+            from .completion import run_scenario as run_completion
+            return run_completion(spec, self.profile)
         why = scenario_unsupported(spec)
         if why:
             raise ScenarioUnsupported(why)
-        return run_scenario(spec, self.profile, LlamaScenarioSession(self.order, self.profile))
+        out = run_scenario(spec, self.profile, LlamaScenarioSession(self.order, self.profile))
+        out.path = CHAIN_PATH
+        return out
 
 
 IMPLEMENTATIONS = (Entry("llamacpp", LlamaCppImpl),)

@@ -307,12 +307,15 @@ class ScenarioResult:
 
     ``keys`` names the observations an implementation reports (see
     :data:`harness.kinds.scenario.EXPECT_KEYS`); ``None`` (the reference) means
-    all of them. The judge compares only those.
+    all of them. The judge compares only those. ``path`` says which of an
+    implementation's code paths decoded it (recorded in the result's details;
+    None: its only one).
     """
 
     requests: dict
     steps_run: int = 0
     keys: Optional[frozenset] = None
+    path: Optional[str] = None
 
 
 @dataclass(eq=False)

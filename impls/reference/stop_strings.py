@@ -26,12 +26,14 @@ The rule and the profile fields it reads:
    ``"stop_words"`` place in ``profile.finish_order``. Only then is the output text cut
    (``profile.stop_string_trim == "text"``): at the match's start, or at its end with
    ``include_stop_str_in_output`` — what the last token adds after the match is cut
-   either way — never before the generated text's start. The tokens are never cut.
+   either way — never before the generated text's start; ``"start"``: at the match's
+   start whatever ``include_stop_str_in_output`` says. The tokens are never cut.
 
 Sources: vLLM 0.32.0 ``v1/engine/detokenizer.py`` (``check_stop_strings``,
 ``BaseIncrementalDetokenizer.update``); transformers 5.24.0
 ``generation/stopping_criteria.py`` ``StopStringCriteria`` (a match must overlap the final
-token; input_ids include the prompt).
+token; input_ids include the prompt); llama-cpp-python 0.3.36 ``llama_cpp/llama.py``
+``Llama._create_completion`` (``"start"``: the text cut before the stop string).
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ def output_text(tok: ToyTokenizer, generated: Sequence[int], match: Optional[Sto
     match : StopMatch or None
         The stop string that finished the request (None: it finished otherwise, or not).
     include : bool
-        ``include_stop_str_in_output``.
+        ``include_stop_str_in_output`` (not read under ``stop_string_trim = "start"``).
     profile : Profile
         Reads ``stop_string_trim``.
 
@@ -136,4 +138,6 @@ def output_text(tok: ToyTokenizer, generated: Sequence[int], match: Optional[Sto
     text = tok.text(generated)
     if match is None or profile.stop_string_trim == "none":
         return text
+    if profile.stop_string_trim == "start":
+        include = False
     return text[:max(0, match.end if include else match.start)]
