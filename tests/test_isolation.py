@@ -329,3 +329,33 @@ def test_sigterm_stops_the_run_and_its_workers(tmp_path):
     assert "sampcheck run: terminated (SIGTERM); the results obtained so far are kept in" in err
     time.sleep(1)
     assert [k for k in kids if _alive(k)] == []   # before the handler the workers ran on, orphaned
+
+
+def test_a_worker_whose_fork_server_died_is_a_skip_not_a_crash(tmp_path, monkeypatch):
+    from harness.run import isolation
+
+    class DeadServerContext:
+        """A start-method context whose processes cannot start: what a fork server that died at its
+        preload (a module it imports raising) gives Process.start (EOFError from forkserver.read_signed)."""
+
+        def __init__(self, ctx):
+            self.ctx = ctx
+
+        def Pipe(self):
+            return self.ctx.Pipe()
+
+        def Process(self, **kw):
+            p = self.ctx.Process(**kw)
+            def start():
+                raise EOFError("unexpected EOF")
+            p.start = start
+            return p
+
+    real = isolation._context
+    monkeypatch.setattr(isolation, "_context", lambda method: DeadServerContext(real(method)))
+    root = corpus(tmp_path)
+    outcome = run([Reference(TRTLLM)], None, tmp_path / "r", progress=False, root=root)
+    info = outcome.doc["run"]["impls"]["reference"]
+    assert info["skip_reason"] == ("worker failed to start: could not start a worker process (EOFError: unexpected "
+                                   "EOF); the fork server's error, if any, is on this process's stderr")
+    assert {r["status"] for r in outcome.doc["results"] if r["impl"] == "reference"} == {"skip"}

@@ -424,7 +424,14 @@ class Worker:
         args = (child, self.spec, self.device, str(self.root), str(self.root / "findings.toml"), self.n_stat,
                 str(self.log_path) if self.log_path else None, tuple(sys.path), tuple(kinds.runtime_kinds()), self.env)
         self.proc = self.ctx.Process(target=_serve, args=args, daemon=True, name=f"sampcheck-{self.label}")
-        self.proc.start()
+        try:
+            self.proc.start()
+        except (EOFError, OSError) as e:  # the fork server died (e.g. a module it preloads does not import)
+            self.proc = None
+            child.close()
+            parent.close()
+            raise RuntimeError(f"could not start a worker process ({type(e).__name__}: {e}); the fork server's "
+                               "error, if any, is on this process's stderr") from None
         child.close()
         self.conn = parent
         if not self.conn.poll(self.startup_timeout):
@@ -476,7 +483,7 @@ class Worker:
     def _kill(self) -> None:
         if self.proc is not None and self.proc.is_alive():
             self.proc.kill()
-        if self.proc is not None:
+        if self.proc is not None and self.proc.pid is not None:   # a process that never started has no pid
             self.proc.join(10)
         if self.conn is not None:
             self.conn.close()
