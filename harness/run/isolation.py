@@ -238,9 +238,10 @@ def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, 
             return  # the main process starts a fresh worker for the next case
 
 
-#: Modules the fork server imports once, so that each worker starts in well under a second.
+#: Modules the fork server imports once, so that each worker starts in well under a second
+#: (``scipy.stats``: :mod:`harness.judge.stats` imports it only when a statistical test runs).
 FORKSERVER_PRELOAD = ["harness.run.isolation", "harness.judge", "harness.corpus.load", "harness.kinds",
-                      "impls.reference"]
+                      "impls.reference", "scipy.stats"]
 
 
 def _thread_count() -> int:
