@@ -62,7 +62,7 @@ from typing import Optional
 from .journal import Journal
 
 __all__ = ["Worker", "InProcess", "Journal", "WorkerInfo", "DEFAULT_TIMEOUT", "DEFAULT_STARTUP_TIMEOUT",
-           "make_runner", "label_of", "torch_threads", "CPU_TORCH_THREADS"]
+           "make_runner", "label_of", "prestart", "torch_threads", "CPU_TORCH_THREADS"]
 
 #: Seconds one case may take on one implementation (``sampcheck run --timeout``).
 DEFAULT_TIMEOUT = 600.0
@@ -267,6 +267,33 @@ def _context(method: str):
     if method == "forkserver":
         ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
     return ctx
+
+
+def prestart(specs) -> bool:
+    """Start the fork server now, without waiting for it, when the workers of ``specs`` will come from it.
+
+    The fork server is a fresh interpreter that imports :data:`FORKSERVER_PRELOAD` (torch,
+    the harness, ``scipy.stats``: about 3 s of one core). Started before this process does
+    its own imports and reads the corpus, the two overlap on a machine with two cores;
+    started later, :meth:`Worker.start` waits for it. Starting it is idempotent, and a server
+    that is never used ends with this process.
+
+    Parameters
+    ----------
+    specs : list
+        Implementation names, specs or objects (as :func:`harness.run.runner.run` takes them).
+
+    Returns
+    -------
+    bool
+        True when a fork server was started (or was already running).
+    """
+    if not any(start_method(s) == "forkserver" for s in specs):
+        return False
+    from multiprocessing import forkserver
+    _context("forkserver")
+    forkserver.ensure_running()
+    return True
 
 
 def start_method(spec) -> Optional[str]:

@@ -55,7 +55,7 @@ from harness.corpus.budget import count_statistical_checks, statistical_budget
 from harness.corpus.ids import case_id
 from harness.corpus.load import CASES_DIR, CaseError, discover, load_case, select
 from harness.corpus.findings import load_findings
-from .isolation import DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, Worker, label_of, make_runner
+from .isolation import DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, Worker, label_of, make_runner, prestart
 from .journal import Journal, atomic_write
 from .lanes import lane_envs
 from .outlock import OutLock
@@ -406,6 +406,8 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
     """
     say = log or _note
     started = _now()
+    if isolate:
+        prestart(impl_names)  # the workers' fork server imports torch while this process reads the corpus
     all_paths = discover(root)
     chosen = select(all_paths, patterns, root)
     paths = shard_of(chosen, *shard) if shard else chosen
