@@ -57,7 +57,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from .journal import Journal
 
@@ -543,8 +543,20 @@ class Worker:
         return f"; worker log ({self.log_path}):\n{text}" if text else ""
 
     # -- one case ---------------------------------------------------------------
-    def evaluate(self, path: Path, case_id: str, check: str):
+    def evaluate(self, path: Path, case_id: str, check: str, meanwhile: Optional[Callable[[], None]] = None):
         """Judge one case in the worker; a crash or a timeout is an ``error`` result.
+
+        Parameters
+        ----------
+        path : Path
+            The case file (the worker loads it).
+        case_id, check : str
+            The case's id and check kind, for an ``error`` result made here.
+        meanwhile : callable, optional
+            Called once, with no argument, right after the case is sent (also when the
+            worker could not be restarted): work of this process that overlaps the
+            worker's (the runner loads the next case there). Its time counts in the
+            case's time limit; it must not raise.
 
         Returns
         -------
@@ -557,6 +569,8 @@ class Worker:
                 self._launch()
                 self.restarts += 1
             except RuntimeError as e:
+                if meanwhile is not None:
+                    meanwhile()
                 return Result(case_id, self.info["name"], "error", check, time.perf_counter() - t0,
                               {"message": f"the worker could not be restarted: {e}"})
         pid = self.proc.pid
@@ -566,6 +580,8 @@ class Worker:
         self.conn.send(("case", str(path)))
         peak = 0
         deadline = time.monotonic() + self.timeout
+        if meanwhile is not None:
+            meanwhile()
         while True:  # wait for the result, reading the worker's peak memory meanwhile
             left = deadline - time.monotonic()
             if left <= 0:
@@ -626,10 +642,17 @@ class InProcess:
         self.info = _describe(self.impl, self.device)
         return self.info
 
-    def evaluate(self, path: Path, case_id: str, check: str):
-        """Judge one case in this process (exceptions become ``error``, as in the judge)."""
+    def evaluate(self, path: Path, case_id: str, check: str, meanwhile: Optional[Callable[[], None]] = None):
+        """Judge one case in this process (exceptions become ``error``, as in the judge).
+
+        ``meanwhile`` (:meth:`Worker.evaluate`) is called after the case is judged: nothing
+        runs alongside an in-process implementation.
+        """
         from harness.corpus.load import load_case
-        return self.judge.evaluate(load_case(Path(path), self.root), self.impl, self.info["version"])
+        res = self.judge.evaluate(load_case(Path(path), self.root), self.impl, self.info["version"])
+        if meanwhile is not None:
+            meanwhile()
+        return res
 
     def close(self) -> None:
         """Give torch back the thread count it had before this runner (:func:`torch_threads`)."""

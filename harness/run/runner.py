@@ -44,7 +44,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from tqdm import tqdm
 
@@ -475,8 +475,19 @@ def _run_locked(impl_names, chosen, paths, all_paths, budget, out_dir, journal, 
             with journal_lock:
                 journal.append(doc_r)
 
+        # One lane: while the worker judges a case, this process loads the next one (the two overlap
+        # on two cores); several lanes load each case in their own thread.
+        after = dict(zip(paths, paths[1:])) if len(lanes) == 1 else {}
+        loaded: dict = {}
+
         def do_case(path: Path, lane: _Lane):
-            return _judge_case(path, root, lane, resumed, record)
+            nxt = after.get(path)
+
+            def load_next() -> None:
+                if nxt is not None:
+                    loaded[nxt] = _load_or_error(nxt, root)
+
+            return _judge_case(path, root, lane, resumed, record, loaded.pop(path, None), load_next)
 
         bar = Progress(len(paths), enabled=progress)
         done = _in_lanes(paths, lanes, do_case, bar)
@@ -545,17 +556,30 @@ def _impl_meta(impl_names: list, lane: _Lane, device: str) -> dict:
     return meta
 
 
-def _judge_case(path: Path, root: Path, lane: _Lane, resumed: _Resumed, record) -> tuple:
+def _load_or_error(path: Path, root: Path):
+    """:func:`harness.corpus.load.load_case`'s case, or the :class:`CaseError` it raised."""
+    try:
+        return load_case(path, root)
+    except CaseError as e:
+        return e
+
+
+def _judge_case(path: Path, root: Path, lane: _Lane, resumed: _Resumed, record, loaded=None,
+                meanwhile: Optional[Callable[[], None]] = None) -> tuple:
     """``(case id, case, results)`` of one case file on every implementation of ``lane``.
 
     A file that does not load is an ``error`` for every implementation (not journaled: it is
     loaded again on resume); a result the journal kept is reused; any other is judged and
-    ``record``-ed at once.
+    ``record``-ed at once. ``loaded``: the file's :func:`_load_or_error`, when already loaded
+    (None: loaded here). ``meanwhile`` is called once: while the first worker judges the
+    case (:meth:`harness.run.isolation.Worker.evaluate`), or at the end when none does.
     """
     cid = _case_id_of(path, root)
-    try:
-        case = load_case(path, root)
-    except CaseError as e:
+    case = _load_or_error(path, root) if loaded is None else loaded
+    if isinstance(case, CaseError):
+        e = case
+        if meanwhile is not None:
+            meanwhile()
         results = [Result(cid, info["name"], "error", "load",
                           details={"message": str(e), "file": e.path, "field": e.field, "reason": e.reason}).to_json()
                    for info in lane.infos]
@@ -569,10 +593,13 @@ def _judge_case(path: Path, root: Path, lane: _Lane, resumed: _Resumed, record) 
         if info["skip_reason"]:
             res = Result(case.id, info["name"], "skip", case.check, details={"message": info["skip_reason"]})
         else:
-            res = runner.evaluate(path, case.id, case.check)
+            res = runner.evaluate(path, case.id, case.check, meanwhile)
+            meanwhile = None
         doc_r = res.to_json()
         if key in resumed.retry:
             doc_r["details"]["retried_after_crash"] = _first_line(resumed.retry[key]["details"].get("message", ""))
         record(doc_r)
         results.append(doc_r)
+    if meanwhile is not None:
+        meanwhile()
     return case.id, case, results
