@@ -543,7 +543,7 @@ class Worker:
         return f"; worker log ({self.log_path}):\n{text}" if text else ""
 
     # -- one case ---------------------------------------------------------------
-    def evaluate(self, path: Path, case_id: str, check: str, meanwhile: Optional[Callable[[], None]] = None):
+    def evaluate(self, path: Path, case_id: str, check: str, meanwhile: Optional[Callable] = None):
         """Judge one case in the worker; a crash or a timeout is an ``error`` result.
 
         Parameters
@@ -553,9 +553,10 @@ class Worker:
         case_id, check : str
             The case's id and check kind, for an ``error`` result made here.
         meanwhile : callable, optional
-            Called once, with no argument, right after the case is sent (also when the
-            worker could not be restarted): work of this process that overlaps the
-            worker's (the runner loads the next case there). Its time counts in the
+            ``meanwhile(busy)`` is called once, right after the case is sent (also when the
+            worker could not be restarted): work of this process that overlaps the worker's
+            (the runner loads the next case there, and draws the report's charts while
+            ``busy()``, True as long as the worker has not answered). Its time counts in the
             case's time limit; it must not raise.
 
         Returns
@@ -570,7 +571,7 @@ class Worker:
                 self.restarts += 1
             except RuntimeError as e:
                 if meanwhile is not None:
-                    meanwhile()
+                    meanwhile(_idle)
                 return Result(case_id, self.info["name"], "error", check, time.perf_counter() - t0,
                               {"message": f"the worker could not be restarted: {e}"})
         pid = self.proc.pid
@@ -581,7 +582,7 @@ class Worker:
         peak = 0
         deadline = time.monotonic() + self.timeout
         if meanwhile is not None:
-            meanwhile()
+            meanwhile(lambda: not self.conn.poll(0))
         while True:  # wait for the result, reading the worker's peak memory meanwhile
             left = deadline - time.monotonic()
             if left <= 0:
@@ -618,6 +619,11 @@ class Worker:
         return Result(d["case"], d["impl"], d["status"], d["check"], d["seconds"], d["details"], d.get("provenance"))
 
 
+def _idle() -> bool:
+    """The ``busy`` of a ``meanwhile`` call when no worker is judging (:meth:`Worker.evaluate`)."""
+    return False
+
+
 class InProcess:
     """The same interface as :class:`Worker`, without a process (``--no-isolation``)."""
 
@@ -642,16 +648,16 @@ class InProcess:
         self.info = _describe(self.impl, self.device)
         return self.info
 
-    def evaluate(self, path: Path, case_id: str, check: str, meanwhile: Optional[Callable[[], None]] = None):
+    def evaluate(self, path: Path, case_id: str, check: str, meanwhile: Optional[Callable] = None):
         """Judge one case in this process (exceptions become ``error``, as in the judge).
 
-        ``meanwhile`` (:meth:`Worker.evaluate`) is called after the case is judged: nothing
-        runs alongside an in-process implementation.
+        ``meanwhile`` (:meth:`Worker.evaluate`) is called after the case is judged, with a
+        ``busy`` that is always False: nothing runs alongside an in-process implementation.
         """
         from harness.corpus.load import load_case
         res = self.judge.evaluate(load_case(Path(path), self.root), self.impl, self.info["version"])
         if meanwhile is not None:
-            meanwhile()
+            meanwhile(_idle)
         return res
 
     def close(self) -> None:

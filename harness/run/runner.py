@@ -437,7 +437,7 @@ def _run_locked(impl_names, chosen, paths, all_paths, budget, out_dir, journal, 
                 isolate, timeout, startup_timeout, resume, shard, gpus, say, started) -> RunOutcome:
     """The body of :func:`run`, with the output folder locked (``budget``: :func:`statistical_budget`'s)."""
     n_stat = budget.checks
-    from harness.report.html import write_html
+    from harness.report.html import chart_jobs, write_html
     labels = [label_of(n) for n in impl_names]
     selected = sorted(_case_id_of(p, root) for p in paths)
     if resume and not journal.path.is_file():
@@ -471,23 +471,30 @@ def _run_locked(impl_names, chosen, paths, all_paths, budget, out_dir, journal, 
         import threading
         journal_lock = threading.Lock()
 
+        # One lane: while the worker judges a case, this process loads the next one and, while the worker
+        # is still busy, draws the report's charts of the results so far (the two overlap on two cores);
+        # several lanes load each case in their own thread, and the page draws every chart.
+        ahead = len(lanes) == 1
+        after = dict(zip(paths, paths[1:])) if ahead else {}
+        loaded: dict = {}
+        charts: list = []
+
         def record(doc_r: dict) -> None:
             with journal_lock:
                 journal.append(doc_r)
-
-        # One lane: while the worker judges a case, this process loads the next one (the two overlap
-        # on two cores); several lanes load each case in their own thread.
-        after = dict(zip(paths, paths[1:])) if len(lanes) == 1 else {}
-        loaded: dict = {}
+            if ahead:
+                charts.extend(chart_jobs(doc_r))
 
         def do_case(path: Path, lane: _Lane):
             nxt = after.get(path)
 
-            def load_next() -> None:
+            def meanwhile(busy) -> None:
                 if nxt is not None:
                     loaded[nxt] = _load_or_error(nxt, root)
+                while charts and busy():
+                    charts.pop(0)()
 
-            return _judge_case(path, root, lane, resumed, record, loaded.pop(path, None), load_next)
+            return _judge_case(path, root, lane, resumed, record, loaded.pop(path, None), meanwhile)
 
         bar = Progress(len(paths), enabled=progress)
         done = _in_lanes(paths, lanes, do_case, bar)
@@ -556,6 +563,10 @@ def _impl_meta(impl_names: list, lane: _Lane, device: str) -> dict:
     return meta
 
 
+def _idle() -> bool:
+    return False
+
+
 def _load_or_error(path: Path, root: Path):
     """:func:`harness.corpus.load.load_case`'s case, or the :class:`CaseError` it raised."""
     try:
@@ -565,21 +576,22 @@ def _load_or_error(path: Path, root: Path):
 
 
 def _judge_case(path: Path, root: Path, lane: _Lane, resumed: _Resumed, record, loaded=None,
-                meanwhile: Optional[Callable[[], None]] = None) -> tuple:
+                meanwhile: Optional[Callable] = None) -> tuple:
     """``(case id, case, results)`` of one case file on every implementation of ``lane``.
 
     A file that does not load is an ``error`` for every implementation (not journaled: it is
     loaded again on resume); a result the journal kept is reused; any other is judged and
     ``record``-ed at once. ``loaded``: the file's :func:`_load_or_error`, when already loaded
-    (None: loaded here). ``meanwhile`` is called once: while the first worker judges the
-    case (:meth:`harness.run.isolation.Worker.evaluate`), or at the end when none does.
+    (None: loaded here). ``meanwhile(busy)`` is called once: while the first worker judges the
+    case (:meth:`harness.run.isolation.Worker.evaluate`), or at the end, with a ``busy`` that
+    is always False, when none does.
     """
     cid = _case_id_of(path, root)
     case = _load_or_error(path, root) if loaded is None else loaded
     if isinstance(case, CaseError):
         e = case
         if meanwhile is not None:
-            meanwhile()
+            meanwhile(_idle)
         results = [Result(cid, info["name"], "error", "load",
                           details={"message": str(e), "file": e.path, "field": e.field, "reason": e.reason}).to_json()
                    for info in lane.infos]
@@ -601,5 +613,5 @@ def _judge_case(path: Path, root: Path, lane: _Lane, resumed: _Resumed, record, 
         record(doc_r)
         results.append(doc_r)
     if meanwhile is not None:
-        meanwhile()
+        meanwhile(_idle)
     return case.id, case, results
