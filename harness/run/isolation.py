@@ -49,6 +49,7 @@ default); an ``OMP_NUM_THREADS`` in the environment is left to torch.
 from __future__ import annotations
 
 import faulthandler
+import io
 import multiprocessing as mp
 import os
 import pickle
@@ -224,18 +225,64 @@ def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, 
             return
         if msg[0] == "stop":
             return
-        _, path = msg
+        path, case = msg[1], _unpack_case(msg[2]) if len(msg) > 2 else None
         if log_path:
             # Engines install fatal-signal handlers of their own (lazily, e.g. on the first
             # torch.compile); re-registering puts faulthandler's Python stack first again,
             # and it chains to theirs.
             faulthandler.enable(file=log, all_threads=True)
-        case = load_case(Path(path), Path(root))
+        if case is None:
+            case = load_case(Path(path), Path(root))
         res = judge.evaluate(case, impl, info["version"])
         poisoned = res.status == "error" and _is_device_error(str(res.details.get("message", "")))
         conn.send(("result", res.to_json(), poisoned))
         if poisoned:
             return  # the main process starts a fresh worker for the next case
+
+
+class _CasePickler(pickle.Pickler):
+    """Pickles a loaded case with its registered check kinds by name (the worker's own instances)."""
+
+    def persistent_id(self, obj):
+        from harness.corpus.kinds import CheckKind, get
+        if isinstance(obj, CheckKind):
+            try:
+                if get(obj.name) is obj:
+                    return ("check-kind", obj.name)
+            except KeyError:
+                pass
+        return None
+
+
+class _CaseUnpickler(pickle.Unpickler):
+    def persistent_load(self, pid):
+        from harness.corpus.kinds import get
+        return get(pid[1])
+
+
+def _pack_case(case) -> Optional[bytes]:
+    """The case the main process loaded, pickled for its worker (None: it does not pickle).
+
+    The worker then judges this case instead of reading and validating the file again (about
+    9 ms a case: the TOML parse, the schema, the kind's loader). Check kinds travel by name,
+    so the case's ``kind`` is the worker's registered one, as when the worker loads the file.
+    """
+    buf = io.BytesIO()
+    try:
+        _CasePickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(case)
+    except Exception:  # noqa: BLE001 - the worker loads the file instead
+        return None
+    return buf.getvalue()
+
+
+def _unpack_case(blob: Optional[bytes]):
+    """:func:`_pack_case`'s case, or None (the worker then loads the file) when it does not unpickle here."""
+    if blob is None:
+        return None
+    try:
+        return _CaseUnpickler(io.BytesIO(blob)).load()
+    except Exception:  # noqa: BLE001 - e.g. a class this process cannot import: load the file instead
+        return None
 
 
 #: Modules the fork server imports once, so that each worker starts in well under a second
@@ -543,13 +590,13 @@ class Worker:
         return f"; worker log ({self.log_path}):\n{text}" if text else ""
 
     # -- one case ---------------------------------------------------------------
-    def evaluate(self, path: Path, case_id: str, check: str, meanwhile: Optional[Callable] = None):
+    def evaluate(self, path: Path, case_id: str, check: str, meanwhile: Optional[Callable] = None, case=None):
         """Judge one case in the worker; a crash or a timeout is an ``error`` result.
 
         Parameters
         ----------
         path : Path
-            The case file (the worker loads it).
+            The case file (the worker loads it unless ``case`` is given).
         case_id, check : str
             The case's id and check kind, for an ``error`` result made here.
         meanwhile : callable, optional
@@ -558,6 +605,10 @@ class Worker:
             (the runner loads the next case there, and draws the report's charts while
             ``busy()``, True as long as the worker has not answered). Its time counts in the
             case's time limit; it must not raise.
+        case : harness.corpus.load.Case, optional
+            The case as this process loaded it from ``path``: sent to the worker, which
+            judges it without loading the file again (the file is loaded when it does not
+            pickle).
 
         Returns
         -------
@@ -578,7 +629,8 @@ class Worker:
         log_start = self._log_size()
         events = _memory_events(pid)
         ooms = _oom_kills(events)
-        self.conn.send(("case", str(path)))
+        blob = None if case is None else _pack_case(case)
+        self.conn.send(("case", str(path)) if blob is None else ("case", str(path), blob))
         peak = 0
         deadline = time.monotonic() + self.timeout
         if meanwhile is not None:
@@ -648,11 +700,13 @@ class InProcess:
         self.info = _describe(self.impl, self.device)
         return self.info
 
-    def evaluate(self, path: Path, case_id: str, check: str, meanwhile: Optional[Callable] = None):
+    def evaluate(self, path: Path, case_id: str, check: str, meanwhile: Optional[Callable] = None, case=None):
         """Judge one case in this process (exceptions become ``error``, as in the judge).
 
         ``meanwhile`` (:meth:`Worker.evaluate`) is called after the case is judged, with a
         ``busy`` that is always False: nothing runs alongside an in-process implementation.
+        ``case`` is ignored: the file is loaded afresh, so that judging cannot change the
+        caller's case object.
         """
         from harness.corpus.load import load_case
         res = self.judge.evaluate(load_case(Path(path), self.root), self.impl, self.info["version"])

@@ -605,7 +605,7 @@ def _judge_case(path: Path, root: Path, lane: _Lane, resumed: _Resumed, record, 
         if info["skip_reason"]:
             res = Result(case.id, info["name"], "skip", case.check, details={"message": info["skip_reason"]})
         else:
-            res = runner.evaluate(path, case.id, case.check, meanwhile)
+            res = runner.evaluate(path, case.id, case.check, meanwhile, case=case)
             meanwhile = None
         doc_r = res.to_json()
         if key in resumed.retry:
