@@ -819,8 +819,22 @@ def _cmd_case(args) -> int:
     return 0
 
 
+def _start_workers_early(argv: list) -> None:
+    """For ``sampcheck run`` with workers (no ``--no-isolation``), start their fork server now.
+
+    It imports torch and the harness (about 3 s of one core) while this process does the same
+    to build its parser and reads the corpus (:func:`harness.run.isolation.prestart`); the
+    workers still get this process's environment as it is when they start
+    (:class:`harness.run.isolation.Worker`), implementation options included.
+    """
+    if argv[:1] == ["run"] and not {"--no-isolation", "-h", "--help"} & set(argv):
+        from harness.run.isolation import prestart
+        prestart(["reference"])  # every implementation named on the command line starts from it
+
+
 def main(argv=None) -> int:
     """Entry point of the ``sampcheck`` console script; returns the exit status."""
+    _start_workers_early(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args = parser.parse_args(argv)
     _export_impl_options(args)

@@ -456,7 +456,9 @@ class Worker:
         Where the worker's stderr goes (``<log_name>.log``); None: inherited.
     env : dict, optional
         Environment variables the worker sets before it builds the implementation (a lane's
-        ``CUDA_VISIBLE_DEVICES``).
+        ``CUDA_VISIBLE_DEVICES``), over this process's environment at launch (which it sets
+        too: the fork server may have started before, e.g. before ``sampcheck run`` exported
+        an implementation's option such as ``--trtllm-src``).
     log_name : str, optional
         The log's name without ``.log`` (default: the label).
 
@@ -497,7 +499,7 @@ class Worker:
         parent, child = self.ctx.Pipe()
         from harness.corpus import kinds
         args = (child, self.spec, self.device, str(self.root), str(self.root / "findings.toml"), self.n_stat,
-                str(self.log_path) if self.log_path else None, tuple(sys.path), tuple(kinds.runtime_kinds()), self.env)
+                str(self.log_path) if self.log_path else None, tuple(sys.path), tuple(kinds.runtime_kinds()), {**os.environ, **self.env})
         self.proc = self.ctx.Process(target=_serve, args=args, daemon=True, name=f"sampcheck-{self.label}")
         self.proc.start()
         child.close()
