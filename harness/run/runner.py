@@ -437,7 +437,6 @@ def _run_locked(impl_names, chosen, paths, all_paths, budget, out_dir, journal, 
                 isolate, timeout, startup_timeout, resume, shard, gpus, say, started) -> RunOutcome:
     """The body of :func:`run`, with the output folder locked (``budget``: :func:`statistical_budget`'s)."""
     n_stat = budget.checks
-    from harness.report.html import chart_jobs, write_html
     labels = [label_of(n) for n in impl_names]
     selected = sorted(_case_id_of(p, root) for p in paths)
     if resume and not journal.path.is_file():
@@ -474,16 +473,18 @@ def _run_locked(impl_names, chosen, paths, all_paths, budget, out_dir, journal, 
         # One lane: while the worker judges a case, this process loads the next one and, while the worker
         # is still busy, draws the report's charts of the results so far (the two overlap on two cores);
         # several lanes load each case in their own thread, and the page draws every chart.
+        # The report's module (matplotlib, Jinja2: about 0.6 s) is imported there too, not before the workers start.
         ahead = len(lanes) == 1
         after = dict(zip(paths, paths[1:])) if ahead else {}
         loaded: dict = {}
+        recorded: list = []  # results whose charts are not queued yet
         charts: list = []
 
         def record(doc_r: dict) -> None:
             with journal_lock:
                 journal.append(doc_r)
             if ahead:
-                charts.extend(chart_jobs(doc_r))
+                recorded.append(doc_r)
 
         def do_case(path: Path, lane: _Lane):
             nxt = after.get(path)
@@ -491,8 +492,12 @@ def _run_locked(impl_names, chosen, paths, all_paths, budget, out_dir, journal, 
             def meanwhile(busy) -> None:
                 if nxt is not None:
                     loaded[nxt] = _load_or_error(nxt, root)
-                while charts and busy():
-                    charts.pop(0)()
+                while (charts or recorded) and busy():
+                    if charts:
+                        charts.pop(0)()
+                    else:
+                        from harness.report.html import chart_jobs
+                        charts.extend(chart_jobs(recorded.pop(0)))
 
             return _judge_case(path, root, lane, resumed, record, loaded.pop(path, None), meanwhile)
 
@@ -535,6 +540,7 @@ def _run_locked(impl_names, chosen, paths, all_paths, budget, out_dir, journal, 
     html_path = out_dir / "index.html"
     writing[0] = html_path
     tmp = html_path.with_name(html_path.name + ".tmp")
+    from harness.report.html import write_html
     write_html(doc, cases, [i["profile"] for i in infos], tmp)
     os.replace(tmp, html_path)
     writing[0] = journal.path
