@@ -1,10 +1,13 @@
 """Process isolation of implementations (DESIGN.md decision 5) and the incremental journal.
 
-Each implementation runs in its own **worker process**, which builds it,
-loads each case it is sent and judges it (:class:`harness.judge.Judge`: the
+Each implementation runs in its own **worker process**, which builds it
+and judges each case it is sent (:class:`harness.judge.Judge`: the
 reference predictions run there too, so the main process never touches an
-engine). The main process (:class:`Worker`) sends one case at a time and
-waits at most ``timeout`` seconds:
+engine). The main process (:class:`Worker`) sends one case at a time (the
+case it loaded, pickled, or the file's path when that does not pickle: the
+worker then loads it), does its own work meanwhile (the runner loads the
+next case and draws the report's charts), and waits at most ``timeout``
+seconds:
 
 * a result comes back: done;
 * the worker dies (a segfault, an abort, ``os._exit``, a kill from outside):
