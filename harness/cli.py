@@ -842,6 +842,19 @@ def _cmd_case(args) -> int:
     return 0
 
 
+def _start_workers_early(argv: list) -> None:
+    """For ``sampcheck run`` with workers (no ``--no-isolation``), start their fork server now.
+
+    It imports torch and the harness (about 3 s of one core) while this process does the same
+    to build its parser and reads the corpus (:func:`harness.run.isolation.prestart`); the
+    workers still get this process's environment as it is when they start
+    (:class:`harness.run.isolation.Worker`), implementation options included.
+    """
+    if argv[:1] == ["run"] and not {"--no-isolation", "-h", "--help"} & set(argv):
+        from harness.run.isolation import prestart
+        prestart(["reference"])  # every implementation named on the command line starts from it
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread where Ctrl-C raises KeyboardInterrupt, so that a terminated run
     takes the same way out: its workers stopped (:class:`harness.run.isolation.Worker`), its journal kept
@@ -860,14 +873,19 @@ def main(argv=None) -> int:
     While a command runs, SIGTERM raises :class:`Terminated` (where no other handler was installed and
     this is the main thread): without it a terminated ``sampcheck run`` left its workers running.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    _export_impl_options(args)
     previous = None
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        _start_workers_early(list(sys.argv[1:] if argv is None else argv))
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        _export_impl_options(args)
         return _dispatch(args)
+    except KeyboardInterrupt as e:  # before the command started (while torch imports for the parser)
+        terminated = isinstance(e, Terminated)
+        print(f"\nsampcheck: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

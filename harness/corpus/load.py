@@ -38,6 +38,7 @@ from .errors import CaseError
 from .ids import case_id, corpus_id
 from .limits import MAX_CASE_LOGITS
 from .paths import CASES_DIR
+from .schemacache import compile_validator
 from .tomlfile import plain, read_case_toml
 
 __all__ = ["CaseError", "Case", "Batch", "CaseRow", "load_case", "load_batches", "discover", "select", "CASES_DIR",
@@ -130,7 +131,7 @@ def case_schema() -> dict:
 def _validator():
     v = kinds.version()
     if _SCHEMA_CACHE.get("version") != v:
-        _SCHEMA_CACHE.update(version=v, validate=fastjsonschema.compile(case_schema()))
+        _SCHEMA_CACHE.update(version=v, validate=compile_validator(case_schema()))
     return _SCHEMA_CACHE["validate"]
 
 

@@ -55,7 +55,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 import numpy as np
-from scipy import stats as sps
+
+
+def _sps():
+    """``scipy.stats``, imported on first use: it takes about a second to import, and the
+    processes that only read results (the run's parent, the report) never call it."""
+    from scipy import stats
+    return stats
 
 __all__ = [
     "FAMILY_ALPHA", "DEFAULT_EPSILON", "TARGET_POWER", "POWER_MARGIN", "MAX_DRAWS", "MIN_DRAWS", "MIN_EXPECTED",
@@ -336,12 +342,12 @@ def exact_tail(c: float, n: int, p: np.ndarray) -> float:
         d = math.sqrt(d2)
         lo = math.floor(n * p[0] - d)
         hi = math.ceil(n * p[0] + d)
-        pv = float(sps.binom.cdf(lo, n, p[0]) + sps.binom.sf(hi - 1, n, p[0]))
+        pv = float(_sps().binom.cdf(lo, n, p[0]) + _sps().binom.sf(hi - 1, n, p[0]))
         return min(1.0, max(0.0, pv))
     # three cells: condition on n1
     mu, sd = n * p[0], math.sqrt(n * p[0] * (1 - p[0]))
     n1 = np.arange(max(0, math.floor(mu - 15 * sd - 1)), min(n, math.ceil(mu + 15 * sd + 1)) + 1)
-    w1 = sps.binom.pmf(n1, n, p[0])
+    w1 = _sps().binom.pmf(n1, n, p[0])
     m = n - n1
     r = p[1] / (p[1] + p[2])
     e2, e3 = n * p[1], n * p[2]
@@ -358,7 +364,7 @@ def exact_tail(c: float, n: int, p: np.ndarray) -> float:
     x_lo = np.floor((-B[todo] - sq) / (2 * A))
     x_hi = np.ceil((-B[todo] + sq) / (2 * A))
     mt = m[todo]
-    inner[todo] = np.minimum(sps.binom.cdf(x_lo, mt, r) + sps.binom.sf(x_hi - 1, mt, r), 1.0)
+    inner[todo] = np.minimum(_sps().binom.cdf(x_lo, mt, r) + _sps().binom.sf(x_hi - 1, mt, r), 1.0)
     pv = float((w1 * inner).sum())
     return min(1.0, max(0.0, pv))
 
@@ -402,7 +408,7 @@ def g_test(obs, probs) -> tuple:
         g = float(2.0 * np.where(o > 0, o * np.log(o / e), 0.0).sum())
     q = 1.0 + (float((1.0 / p).sum()) - 1.0) / (6.0 * n * (k - 1))
     stat = float(max(g, 0.0) / q)
-    return stat, float(sps.chi2.sf(stat, k - 1))
+    return stat, float(_sps().chi2.sf(stat, k - 1))
 
 
 # ---------------------------------------------------------------- power
@@ -459,10 +465,10 @@ def chisquare_power(p_bins: np.ndarray, q_bins: np.ndarray, n: int, alpha: float
         lam = 2.0 * n * kl / w
     else:
         lam = float(n * (((q_bins - p_bins) ** 2) / p_bins).sum())
-    crit = float(sps.chi2.isf(alpha, df))
+    crit = float(_sps().chi2.isf(alpha, df))
     if lam <= 0:
         return float(alpha)
-    return float(sps.ncx2.sf(crit, df, lam))
+    return float(_sps().ncx2.sf(crit, df, lam))
 
 
 def _cell_starts(p_sorted: np.ndarray, n: int) -> np.ndarray:

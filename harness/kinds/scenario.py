@@ -41,6 +41,7 @@ from harness.corpus import truths
 from harness.corpus.kinds import RECORD_KEYS, CheckKind
 from harness.corpus.limits import MAX_SCENARIO_LOGITS
 from harness.corpus.load import ERROR_KINDS, CaseError, schema_error
+from harness.corpus.schemacache import compile_validator
 from harness.judge.blame import blame, field_entries, suspects
 from harness.judge.compare import close, golden_round
 from harness.judge.result import Result
@@ -105,7 +106,7 @@ SCENARIO_SCHEMA = {
                                        "position": {"type": "integer", "minimum": 0}}},
     },
 }
-_validate = fastjsonschema.compile(SCENARIO_SCHEMA)
+_validate = compile_validator(SCENARIO_SCHEMA)
 
 
 @dataclass

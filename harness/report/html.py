@@ -48,7 +48,7 @@ from harness.judge.provenance import VERDICTS
 from harness.judge.result import STATUSES
 from .statreport import template_globals
 
-__all__ = ["write_html", "render_html", "repro_command", "command_prefix", "provenance_text", "OPEN_STATUSES"]
+__all__ = ["write_html", "render_html", "chart_jobs", "repro_command", "command_prefix", "provenance_text", "OPEN_STATUSES"]
 
 #: Statuses whose result is shown open with inputs, expected vs actual, the
 #: rule's source and the command that reproduces it.
@@ -345,6 +345,37 @@ def _draws_view(check: str) -> bool:
         return kinds.get(check).draws_view
     except KeyError:
         return False
+
+
+def chart_jobs(result: dict) -> list:
+    """The charts the page will draw for one result, as calls that draw each ahead of it.
+
+    Parameters
+    ----------
+    result : dict
+        One entry of results.json's ``results``.
+
+    Returns
+    -------
+    list of callable
+        One per statistical row with chart data of a result shown as draws: each call draws
+        that chart and keeps it for the page (:func:`harness.report.statreport.draw_ahead`);
+        a chart that fails to draw is left for the page, which then fails as it would have.
+    """
+    rows = (result.get("details") or {}).get("rows") or []
+    if not rows or not _draws_view(result.get("check")):
+        return []
+    from .statreport import draw_ahead
+
+    def job(row):
+        def draw() -> None:
+            try:
+                draw_ahead(row, result["case"], result["impl"])
+            except Exception:  # noqa: BLE001 - drawn (and raised) again by the page
+                pass
+        return draw
+
+    return [job(row) for row in rows if isinstance(row, dict)]
 
 
 def _bad_keys(lines) -> set:

@@ -11,13 +11,52 @@ the statuses of its statistical cases, including ``n/a`` and refused-to-judge
 from __future__ import annotations
 
 from collections import Counter
+from typing import Optional
 
 from markupsafe import Markup
 
 from harness.judge import stats
 from .charts import frequency_chart_svg
 
-__all__ = ["template_globals", "stat_chart", "stat_summary"]
+__all__ = ["template_globals", "stat_chart", "draw_ahead", "stat_summary"]
+
+#: Charts drawn before the page (:func:`draw_ahead`), each taken once by :func:`stat_chart`: arguments -> svg.
+_AHEAD: dict = {}
+
+
+def _chart_args(row: dict, case_id: str, impl: str) -> Optional[tuple]:
+    """The arguments of :func:`frequency_chart_svg` for one row, as a hashable tuple (None: no chart)."""
+    chart = row.get("chart") or {}
+    if not chart.get("labels"):
+        return None
+    return (tuple(chart["labels"]), tuple(float(v) for v in chart["expected"]),
+            tuple(float(v) for v in chart["observed"]), int(row.get("n") or 0),
+            f"{case_id}|{impl}|{row.get('row', '')}")
+
+
+def _draw(args: tuple) -> str:
+    labels, expected, observed, n, salt = args
+    return frequency_chart_svg(list(labels), list(expected), list(observed), n, salt=salt)
+
+
+def draw_ahead(row: dict, case_id: str, impl: str) -> None:
+    """Draw the chart :func:`stat_chart` will show for this row now, and keep it for that call.
+
+    The run draws the charts of its statistical results while a worker judges the next case
+    (:mod:`harness.run.runner`), instead of all of them when it writes the report; the page is
+    the same. A chart kept is used once; one that is never asked for stays until this
+    process ends.
+
+    Parameters
+    ----------
+    row : dict
+        One entry of a statistical result's ``details["rows"]``.
+    case_id, impl : str
+        As :func:`stat_chart` gets them.
+    """
+    args = _chart_args(row, case_id, impl)
+    if args is not None and args not in _AHEAD:
+        _AHEAD[args] = _draw(args)
 
 
 def stat_chart(row: dict, case_id: str, impl: str) -> Markup:
@@ -37,13 +76,11 @@ def stat_chart(row: dict, case_id: str, impl: str) -> Markup:
         The ``<svg>`` element, or an empty string when the row has no chart
         data.
     """
-    chart = row.get("chart") or {}
-    if not chart.get("labels"):
+    args = _chart_args(row, case_id, impl)
+    if args is None:
         return Markup("")
-    svg = frequency_chart_svg(chart["labels"], [float(v) for v in chart["expected"]],
-                              [float(v) for v in chart["observed"]], int(row.get("n") or 0),
-                              salt=f"{case_id}|{impl}|{row.get('row', '')}")
-    return Markup(svg)
+    svg = _AHEAD.pop(args, None)
+    return Markup(_draw(args) if svg is None else svg)
 
 
 def stat_summary(cases: list, impls: list) -> list:

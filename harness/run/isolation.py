@@ -1,10 +1,13 @@
 """Process isolation of implementations (DESIGN.md decision 5) and the incremental journal.
 
-Each implementation runs in its own **worker process**, which builds it,
-loads each case it is sent and judges it (:class:`harness.judge.Judge`: the
+Each implementation runs in its own **worker process**, which builds it
+and judges each case it is sent (:class:`harness.judge.Judge`: the
 reference predictions run there too, so the main process never touches an
-engine). The main process (:class:`Worker`) sends one case at a time and
-waits at most ``timeout`` seconds:
+engine). The main process (:class:`Worker`) sends one case at a time (the
+case it loaded, pickled, or the file's path when that does not pickle: the
+worker then loads it), does its own work meanwhile (the runner loads the
+next case and draws the report's charts), and waits at most ``timeout``
+seconds:
 
 * a result comes back: done;
 * the worker dies (a segfault, an abort, ``os._exit``, a kill from outside):
@@ -49,6 +52,7 @@ default); an ``OMP_NUM_THREADS`` in the environment is left to torch.
 from __future__ import annotations
 
 import faulthandler
+import io
 import multiprocessing as mp
 import os
 import pickle
@@ -57,12 +61,12 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from .journal import Journal
 
 __all__ = ["Worker", "InProcess", "Journal", "WorkerInfo", "DEFAULT_TIMEOUT", "DEFAULT_STARTUP_TIMEOUT",
-           "make_runner", "label_of", "torch_threads", "CPU_TORCH_THREADS"]
+           "make_runner", "label_of", "prestart", "torch_threads", "CPU_TORCH_THREADS"]
 
 #: Seconds one case may take on one implementation (``sampcheck run --timeout``).
 DEFAULT_TIMEOUT = 600.0
@@ -224,13 +228,14 @@ def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, 
             return
         if msg[0] == "stop":
             return
-        _, path = msg
+        path, case = msg[1], _unpack_case(msg[2]) if len(msg) > 2 else None
         if log_path:
             # Engines install fatal-signal handlers of their own (lazily, e.g. on the first
             # torch.compile); re-registering puts faulthandler's Python stack first again,
             # and it chains to theirs.
             faulthandler.enable(file=log, all_threads=True)
-        case = load_case(Path(path), Path(root))
+        if case is None:
+            case = load_case(Path(path), Path(root))
         res = judge.evaluate(case, impl, info["version"])
         poisoned = res.status == "error" and _is_device_error(str(res.details.get("message", "")))
         conn.send(("result", res.to_json(), poisoned))
@@ -238,9 +243,55 @@ def _serve(conn, spec, device: str, root: str, findings_path: str, n_stat: int, 
             return  # the main process starts a fresh worker for the next case
 
 
-#: Modules the fork server imports once, so that each worker starts in well under a second.
+class _CasePickler(pickle.Pickler):
+    """Pickles a loaded case with its registered check kinds by name (the worker's own instances)."""
+
+    def persistent_id(self, obj):
+        from harness.corpus.kinds import CheckKind, get
+        if isinstance(obj, CheckKind):
+            try:
+                if get(obj.name) is obj:
+                    return ("check-kind", obj.name)
+            except KeyError:
+                pass
+        return None
+
+
+class _CaseUnpickler(pickle.Unpickler):
+    def persistent_load(self, pid):
+        from harness.corpus.kinds import get
+        return get(pid[1])
+
+
+def _pack_case(case) -> Optional[bytes]:
+    """The case the main process loaded, pickled for its worker (None: it does not pickle).
+
+    The worker then judges this case instead of reading and validating the file again (about
+    9 ms a case: the TOML parse, the schema, the kind's loader). Check kinds travel by name,
+    so the case's ``kind`` is the worker's registered one, as when the worker loads the file.
+    """
+    buf = io.BytesIO()
+    try:
+        _CasePickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(case)
+    except Exception:  # noqa: BLE001 - the worker loads the file instead
+        return None
+    return buf.getvalue()
+
+
+def _unpack_case(blob: Optional[bytes]):
+    """:func:`_pack_case`'s case, or None (the worker then loads the file) when it does not unpickle here."""
+    if blob is None:
+        return None
+    try:
+        return _CaseUnpickler(io.BytesIO(blob)).load()
+    except Exception:  # noqa: BLE001 - e.g. a class this process cannot import: load the file instead
+        return None
+
+
+#: Modules the fork server imports once, so that each worker starts in well under a second
+#: (``scipy.stats``: :mod:`harness.judge.stats` imports it only when a statistical test runs).
 FORKSERVER_PRELOAD = ["harness.run.isolation", "harness.judge", "harness.corpus.load", "harness.kinds",
-                      "impls.reference"]
+                      "impls.reference", "scipy.stats"]
 
 
 def _thread_count() -> int:
@@ -266,6 +317,33 @@ def _context(method: str):
     if method == "forkserver":
         ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
     return ctx
+
+
+def prestart(specs) -> bool:
+    """Start the fork server now, without waiting for it, when the workers of ``specs`` will come from it.
+
+    The fork server is a fresh interpreter that imports :data:`FORKSERVER_PRELOAD` (torch,
+    the harness, ``scipy.stats``: about 3 s of one core). Started before this process does
+    its own imports and reads the corpus, the two overlap on a machine with two cores;
+    started later, :meth:`Worker.start` waits for it. Starting it is idempotent, and a server
+    that is never used ends with this process.
+
+    Parameters
+    ----------
+    specs : list
+        Implementation names, specs or objects (as :func:`harness.run.runner.run` takes them).
+
+    Returns
+    -------
+    bool
+        True when a fork server was started (or was already running).
+    """
+    if not any(start_method(s) == "forkserver" for s in specs):
+        return False
+    from multiprocessing import forkserver
+    _context("forkserver")
+    forkserver.ensure_running()
+    return True
 
 
 def start_method(spec) -> Optional[str]:
@@ -381,7 +459,9 @@ class Worker:
         Where the worker's stderr goes (``<log_name>.log``); None: inherited.
     env : dict, optional
         Environment variables the worker sets before it builds the implementation (a lane's
-        ``CUDA_VISIBLE_DEVICES``).
+        ``CUDA_VISIBLE_DEVICES``), over this process's environment at launch (which it sets
+        too: the fork server may have started before, e.g. before ``sampcheck run`` exported
+        an implementation's option such as ``--trtllm-src``).
     log_name : str, optional
         The log's name without ``.log`` (default: the label).
 
@@ -422,7 +502,7 @@ class Worker:
         parent, child = self.ctx.Pipe()
         from harness.corpus import kinds
         args = (child, self.spec, self.device, str(self.root), str(self.root / "findings.toml"), self.n_stat,
-                str(self.log_path) if self.log_path else None, tuple(sys.path), tuple(kinds.runtime_kinds()), self.env)
+                str(self.log_path) if self.log_path else None, tuple(sys.path), tuple(kinds.runtime_kinds()), {**os.environ, **self.env})
         self.proc = self.ctx.Process(target=_serve, args=args, daemon=True, name=f"sampcheck-{self.label}")
         try:
             self.proc.start()
@@ -522,8 +602,25 @@ class Worker:
         return f"; worker log ({self.log_path}):\n{text}" if text else ""
 
     # -- one case ---------------------------------------------------------------
-    def evaluate(self, path: Path, case_id: str, check: str):
+    def evaluate(self, path: Path, case_id: str, check: str, meanwhile: Optional[Callable] = None, case=None):
         """Judge one case in the worker; a crash or a timeout is an ``error`` result.
+
+        Parameters
+        ----------
+        path : Path
+            The case file (the worker loads it unless ``case`` is given).
+        case_id, check : str
+            The case's id and check kind, for an ``error`` result made here.
+        meanwhile : callable, optional
+            ``meanwhile(busy)`` is called once, right after the case is sent (also when the
+            worker could not be restarted): work of this process that overlaps the worker's
+            (the runner loads the next case there, and draws the report's charts while
+            ``busy()``, True as long as the worker has not answered). Its time counts in the
+            case's time limit; it must not raise.
+        case : harness.corpus.load.Case, optional
+            The case as this process loaded it from ``path``: sent to the worker, which
+            judges it without loading the file again (the file is loaded when it does not
+            pickle).
 
         Returns
         -------
@@ -536,15 +633,20 @@ class Worker:
                 self._launch()
                 self.restarts += 1
             except RuntimeError as e:
+                if meanwhile is not None:
+                    meanwhile(_idle)
                 return Result(case_id, self.info["name"], "error", check, time.perf_counter() - t0,
                               {"message": f"the worker could not be restarted: {e}"})
         pid = self.proc.pid
         log_start = self._log_size()
         events = _memory_events(pid)
         ooms = _oom_kills(events)
-        self.conn.send(("case", str(path)))
+        blob = None if case is None else _pack_case(case)
+        self.conn.send(("case", str(path)) if blob is None else ("case", str(path), blob))
         peak = 0
         deadline = time.monotonic() + self.timeout
+        if meanwhile is not None:
+            meanwhile(lambda: not self.conn.poll(0))
         while True:  # wait for the result, reading the worker's peak memory meanwhile
             left = deadline - time.monotonic()
             if left <= 0:
@@ -581,6 +683,11 @@ class Worker:
         return Result(d["case"], d["impl"], d["status"], d["check"], d["seconds"], d["details"], d.get("provenance"))
 
 
+def _idle() -> bool:
+    """The ``busy`` of a ``meanwhile`` call when no worker is judging (:meth:`Worker.evaluate`)."""
+    return False
+
+
 class InProcess:
     """The same interface as :class:`Worker`, without a process (``--no-isolation``)."""
 
@@ -605,10 +712,19 @@ class InProcess:
         self.info = _describe(self.impl, self.device)
         return self.info
 
-    def evaluate(self, path: Path, case_id: str, check: str):
-        """Judge one case in this process (exceptions become ``error``, as in the judge)."""
+    def evaluate(self, path: Path, case_id: str, check: str, meanwhile: Optional[Callable] = None, case=None):
+        """Judge one case in this process (exceptions become ``error``, as in the judge).
+
+        ``meanwhile`` (:meth:`Worker.evaluate`) is called after the case is judged, with a
+        ``busy`` that is always False: nothing runs alongside an in-process implementation.
+        ``case`` is ignored: the file is loaded afresh, so that judging cannot change the
+        caller's case object.
+        """
         from harness.corpus.load import load_case
-        return self.judge.evaluate(load_case(Path(path), self.root), self.impl, self.info["version"])
+        res = self.judge.evaluate(load_case(Path(path), self.root), self.impl, self.info["version"])
+        if meanwhile is not None:
+            meanwhile(_idle)
+        return res
 
     def close(self) -> None:
         """Give torch back the thread count it had before this runner (:func:`torch_threads`)."""

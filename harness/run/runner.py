@@ -44,7 +44,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from tqdm import tqdm
 
@@ -55,7 +55,7 @@ from harness.corpus.budget import count_statistical_checks, statistical_budget
 from harness.corpus.ids import case_id
 from harness.corpus.load import CASES_DIR, CaseError, discover, load_case, select
 from harness.corpus.findings import load_findings
-from .isolation import DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, Worker, label_of, make_runner
+from .isolation import DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, Worker, label_of, make_runner, prestart
 from .journal import Journal, atomic_write
 from .lanes import lane_envs
 from .outlock import OutLock
@@ -406,6 +406,8 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
     """
     say = log or _note
     started = _now()
+    if isolate:
+        prestart(impl_names)  # the workers' fork server imports torch while this process reads the corpus
     all_paths = discover(root)
     chosen = select(all_paths, patterns, root)
     paths = shard_of(chosen, *shard) if shard else chosen
@@ -435,7 +437,6 @@ def _run_locked(impl_names, chosen, paths, all_paths, budget, out_dir, journal, 
                 isolate, timeout, startup_timeout, resume, shard, gpus, say, started) -> RunOutcome:
     """The body of :func:`run`, with the output folder locked (``budget``: :func:`statistical_budget`'s)."""
     n_stat = budget.checks
-    from harness.report.html import write_html
     labels = [label_of(n) for n in impl_names]
     selected = sorted(_case_id_of(p, root) for p in paths)
     if resume and not journal.path.is_file():
@@ -469,12 +470,36 @@ def _run_locked(impl_names, chosen, paths, all_paths, budget, out_dir, journal, 
         import threading
         journal_lock = threading.Lock()
 
+        # One lane: while the worker judges a case, this process loads the next one and, while the worker
+        # is still busy, draws the report's charts of the results so far (the two overlap on two cores);
+        # several lanes load each case in their own thread, and the page draws every chart.
+        # The report's module (matplotlib, Jinja2: about 0.6 s) is imported there too, not before the workers start.
+        ahead = len(lanes) == 1
+        after = dict(zip(paths, paths[1:])) if ahead else {}
+        loaded: dict = {}
+        recorded: list = []  # results whose charts are not queued yet
+        charts: list = []
+
         def record(doc_r: dict) -> None:
             with journal_lock:
                 journal.append(doc_r)
+            if ahead:
+                recorded.append(doc_r)
 
         def do_case(path: Path, lane: _Lane):
-            return _judge_case(path, root, lane, resumed, record)
+            nxt = after.get(path)
+
+            def meanwhile(busy) -> None:
+                if nxt is not None:
+                    loaded[nxt] = _load_or_error(nxt, root)
+                while (charts or recorded) and busy():
+                    if charts:
+                        charts.pop(0)()
+                    else:
+                        from harness.report.html import chart_jobs
+                        charts.extend(chart_jobs(recorded.pop(0)))
+
+            return _judge_case(path, root, lane, resumed, record, loaded.pop(path, None), meanwhile)
 
         bar = Progress(len(paths), enabled=progress)
         done = _in_lanes(paths, lanes, do_case, bar)
@@ -515,6 +540,7 @@ def _run_locked(impl_names, chosen, paths, all_paths, budget, out_dir, journal, 
     html_path = out_dir / "index.html"
     writing[0] = html_path
     tmp = html_path.with_name(html_path.name + ".tmp")
+    from harness.report.html import write_html
     write_html(doc, cases, [i["profile"] for i in infos], tmp)
     os.replace(tmp, html_path)
     writing[0] = journal.path
@@ -543,17 +569,35 @@ def _impl_meta(impl_names: list, lane: _Lane, device: str) -> dict:
     return meta
 
 
-def _judge_case(path: Path, root: Path, lane: _Lane, resumed: _Resumed, record) -> tuple:
+def _idle() -> bool:
+    return False
+
+
+def _load_or_error(path: Path, root: Path):
+    """:func:`harness.corpus.load.load_case`'s case, or the :class:`CaseError` it raised."""
+    try:
+        return load_case(path, root)
+    except CaseError as e:
+        return e
+
+
+def _judge_case(path: Path, root: Path, lane: _Lane, resumed: _Resumed, record, loaded=None,
+                meanwhile: Optional[Callable] = None) -> tuple:
     """``(case id, case, results)`` of one case file on every implementation of ``lane``.
 
     A file that does not load is an ``error`` for every implementation (not journaled: it is
     loaded again on resume); a result the journal kept is reused; any other is judged and
-    ``record``-ed at once.
+    ``record``-ed at once. ``loaded``: the file's :func:`_load_or_error`, when already loaded
+    (None: loaded here). ``meanwhile(busy)`` is called once: while the first worker judges the
+    case (:meth:`harness.run.isolation.Worker.evaluate`), or at the end, with a ``busy`` that
+    is always False, when none does.
     """
     cid = _case_id_of(path, root)
-    try:
-        case = load_case(path, root)
-    except CaseError as e:
+    case = _load_or_error(path, root) if loaded is None else loaded
+    if isinstance(case, CaseError):
+        e = case
+        if meanwhile is not None:
+            meanwhile(_idle)
         results = [Result(cid, info["name"], "error", "load",
                           details={"message": str(e), "file": e.path, "field": e.field, "reason": e.reason}).to_json()
                    for info in lane.infos]
@@ -567,10 +611,13 @@ def _judge_case(path: Path, root: Path, lane: _Lane, resumed: _Resumed, record) 
         if info["skip_reason"]:
             res = Result(case.id, info["name"], "skip", case.check, details={"message": info["skip_reason"]})
         else:
-            res = runner.evaluate(path, case.id, case.check)
+            res = runner.evaluate(path, case.id, case.check, meanwhile, case=case)
+            meanwhile = None
         doc_r = res.to_json()
         if key in resumed.retry:
             doc_r["details"]["retried_after_crash"] = _first_line(resumed.retry[key]["details"].get("message", ""))
         record(doc_r)
         results.append(doc_r)
+    if meanwhile is not None:
+        meanwhile(_idle)
     return case.id, case, results
