@@ -224,7 +224,7 @@ def test_buffers_are_reused_and_the_step_has_fixed_shapes():
     inputs, errs = pack_rows(rows, V, DEV, NU=64)
     assert errs == [None] * B and inputs.NU == 64
     cfg = INTERPRETER if DEV == "cpu" else DEFAULTS
-    buf = allocate_step(B, V, torch.device(DEV), cfg, KL=4)
+    buf = allocate_step(B, V, torch.device(DEV), cfg, KL=8)
     x = torch.stack([r.logits for r in rows]).to(DEV)
     z = lambda v, dt: torch.full((B,), v, dtype=dt, device=DEV)
     args = (z(0.0, torch.float32), z(0, torch.int64), z(1.0, torch.float32), z(0.0, torch.float32),
@@ -253,7 +253,7 @@ def test_cuda_graph_capture_and_replay_of_the_whole_step():
     rows = [Row(logits=torch.randn(V, generator=gen), logprobs=4, logit_bias=[(5, 2.0)], repetition_penalty=1.2,
                 prompt=[5, 6, 7], generated=[8], slot=i, temperature=0.8, top_p=0.9, seed=i) for i in range(B)]
     inputs, _ = pack_rows(rows, V, "cuda", NU=64)
-    buf = allocate_step(B, V, torch.device("cuda"), DEFAULTS, KL=4)
+    buf = allocate_step(B, V, torch.device("cuda"), DEFAULTS, KL=8)
     x = torch.stack([r.logits for r in rows]).cuda()
     T = torch.full((B,), 0.8, device="cuda")
     K = torch.zeros(B, dtype=torch.int64, device="cuda")

@@ -126,6 +126,9 @@ class StepInputs:
         ``(B, 4)`` float32 repetition, presence, frequency penalty.
     n_top : torch.Tensor
         ``(B,)`` int32 top logprobs asked per row (0: none).
+    max_top : int
+        The largest of ``n_top``, kept on the host (sizes the top-logprob workspace without reading
+        the device).
     """
 
     ids: torch.Tensor
@@ -134,6 +137,7 @@ class StepInputs:
     meta_i: torch.Tensor
     meta_f: torch.Tensor
     n_top: torch.Tensor
+    max_top: int = 0
 
     @property
     def NU(self) -> int:
@@ -198,7 +202,7 @@ def pack_entries(entries: Sequence[tuple], rows: Sequence[Row], device, NU: Opti
         The same rows (their ``logprobs`` give ``n_top``).
     device : torch.device or str
     NU : int, optional
-        Entries per row (a power of two); default the smallest that holds every row's, at least 16.
+        Entries per row (a power of two); default the smallest that holds every row's, at least 64.
 
     Raises
     ------
@@ -209,7 +213,7 @@ def pack_entries(entries: Sequence[tuple], rows: Sequence[Row], device, NU: Opti
     packed = [e if e is not None else empty for e in entries]
     need = max([len(p[0]) for p in packed] + [1])
     if NU is None:
-        NU = pow2(need)
+        NU = pow2(need, 64)   # at least 64: fewer compiled variants (NU is a constexpr)
     elif need > NU:
         raise ValueError(f"a row has {need} sparse entries, more than NU = {NU}")
     B = len(packed)
@@ -225,7 +229,8 @@ def pack_entries(entries: Sequence[tuple], rows: Sequence[Row], device, NU: Opti
     meta_f = torch.tensor([p[4] for p in packed], dtype=torch.float32).reshape(B, META_F)
     n_top = torch.tensor([max(int(r.logprobs), 0) if r.logprobs is not None else 0 for r in rows], dtype=torch.int32)
     dev = torch.device(device)
-    return StepInputs(ids.to(dev), vals.to(dev), tags.to(dev), meta_i.to(dev), meta_f.to(dev), n_top.to(dev))
+    return StepInputs(ids.to(dev), vals.to(dev), tags.to(dev), meta_i.to(dev), meta_f.to(dev), n_top.to(dev),
+                      int(n_top.max()) if B else 0)
 
 
 def pack_rows(rows: Sequence[Row], V: int, device, profile: Profile = TRTLLM, NU: Optional[int] = None) -> tuple:
@@ -404,7 +409,7 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
     top_k = _check(top_k, "top_k", torch.int64, B, dev)
     seed = _check(seed, "seed", torch.int64, B, dev)
     offset = _check(offset, "offset", torch.int64, B, dev)
-    KL = pow2(int(inputs.n_top.max()) if B and want_logprobs else 1, 2)
+    KL = pow2(inputs.max_top if want_logprobs else 1, 8)
     a = buffers
     if a is None or a["y"].shape != (B, V) or a["KL"] < KL or (want_vector and not a["want_vector"]) \
             or (want_probs and not a["want_probs"]):
