@@ -14,7 +14,7 @@ configuration's row also gets a random request (logit bias with ``-inf`` and rep
 repetition/presence/frequency penalties over a random history with out-of-vocabulary ids and a
 ``prompt_ignore_length``, one- and multi-token bad words, ``min_length`` with an end id,
 no-repeat-ngram) and top logprobs. Checked per configuration: the rewritten logits equal the
-reference's :func:`impls.reference.sampler.rewrite_logits` bit for bit; every draw's token equals
+reference's :func:`impls.reference.sampler.rewrite_logits` (run on the CPU) bit for bit; every draw's token equals
 the reference's canonical draw on the reference's kept set of its rewritten logits; the drawn
 token's RAW logprob equals ``log_softmax`` of the reference's rewritten logits within
 ``1e-5 + 1e-5 |lp|``; its rank lies between the reference's float32 rank with tokens within
@@ -138,7 +138,9 @@ def step_check(row: torch.Tensor, kw: dict, mix_p: tuple, seeds, offs, n_top: in
     T, K, P, M = mix_p
     N, V = len(seeds), row.shape[0]
     r = Row(logits=row, **kw)
-    x_ref = rewrite_logits(row.float(), r, TRTLLM, allow_nan=True)
+    # the reference's rewrites on the CPU: PyTorch's CUDA division by a Python scalar multiplies by its
+    # reciprocal (1 ulp from IEEE division at times); the kernel divides as the CPU does
+    x_ref = rewrite_logits(row.float().cpu(), r.replace(logits=row.cpu()), TRTLLM, allow_nan=True).to(dev)
     if bool(torch.isnan(x_ref).any()) or not bool((x_ref > float("-inf")).any()):
         return None
     one, errs = pack_rows([r], V, dev)

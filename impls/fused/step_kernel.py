@@ -32,8 +32,10 @@ history positions ``>= min(max(prompt_ignore_length, 0), len(prompt))``,
 decided here from the position), and whether it is banned (tag 4, or tag 5
 while ``generated < min_length``). The run's last entry computes
 ``bias -> repetition -> presence/frequency -> ban`` exactly as
-:mod:`impls.reference.rewrites` does in float32 (IEEE division, no FMA) and
-writes it when the id lies in the program's part. Ids outside ``[0, V)`` in
+:mod:`impls.reference.rewrites` does in float32 on the CPU (IEEE division,
+no FMA; PyTorch's CUDA division by a Python scalar multiplies by its
+reciprocal instead, which can be 1 ulp away) and writes it when the id lies
+in the program's part. Ids outside ``[0, V)`` in
 the history are ignored (§1.3).
 
 RAW logprobs are ``(y - M) - log(Z)``, ``M`` the row's largest rewritten
