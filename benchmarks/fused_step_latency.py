@@ -26,6 +26,8 @@ from benchmarks.latency import hbm_bandwidth, make_inputs
 
 
 def _step_args(B: int, V: int, dev, n_top: int):
+    """:class:`impls.fused.step.StepInputs` of ``B`` requests: 8 bias entries, penalties over a 256-token
+    history (prompt 200, generated 56), one bad word, the end id under ``min_length``, ``n_top`` top logprobs."""
     from impls.base import Row
     from impls.fused.step import pack_rows
     g = torch.Generator().manual_seed(B * 7 + V)
@@ -43,7 +45,24 @@ def _step_args(B: int, V: int, dev, n_top: int):
 
 
 def time_fn(fn, inputs, reps: int, graph: bool) -> float:
-    """Median µs of ``fn(x)`` over rotated inputs, eager or as a graph replay per input (CUDA events)."""
+    """Median µs of ``fn(x)`` over rotated inputs, eager or as a graph replay per input (CUDA events).
+
+    Parameters
+    ----------
+    fn : callable
+        Takes one ``(B, V)`` logits tensor.
+    inputs : list of torch.Tensor
+        The rotated copies (:func:`benchmarks.latency.make_inputs`).
+    reps : int
+        Timed calls (after 3 warm-up calls).
+    graph : bool
+        Capture one CUDA graph per input and time its replays.
+
+    Returns
+    -------
+    float
+        Median microseconds of one call.
+    """
     for x in inputs[:3]:
         fn(x)
     torch.cuda.synchronize()
