@@ -9,7 +9,21 @@ every mismatch the relative gap between the two best perturbed scores of
 the reference is recorded (DESIGN.md decision 1: a mismatch is legitimate
 only at a near-tie).
 
-Usage: ``python -m benchmarks.gpu_sweep --draws 1000000 --out FILE.json``.
+With ``--step`` the whole fused step is swept (:func:`impls.fused.step.fused_step`): each
+configuration's row also gets a random request (logit bias with ``-inf`` and repeated ids,
+repetition/presence/frequency penalties over a random history with out-of-vocabulary ids and a
+``prompt_ignore_length``, one- and multi-token bad words, ``min_length`` with an end id,
+no-repeat-ngram) and top logprobs. Checked per configuration: the rewritten logits equal the
+reference's :func:`impls.reference.sampler.rewrite_logits` (run on the CPU) bit for bit; every draw's token equals
+the reference's canonical draw on the reference's kept set of its rewritten logits; the drawn
+token's RAW logprob equals ``log_softmax`` of the reference's rewritten logits within
+``1e-5 + 1e-5 |lp|``; its rank lies between the reference's float32 rank with tokens within
+``4e-6 |lp|`` of it counted above and the exact rank ``1 + #{y_j > y_t}`` (the float32
+log-softmax of two engines may round two distinct logits onto one logprob differently: an
+exactly equal rank is counted too, ``rank_exact``); the top-k ids of the first row equal the
+reference's :func:`impls.reference.logprobs.top_logprobs` ids.
+
+Usage: ``python -m benchmarks.gpu_sweep --draws 1000000 --out FILE.json`` (add ``--step``).
 """
 
 from __future__ import annotations
@@ -72,6 +86,102 @@ def uniforms_at(seeds: torch.Tensor, offsets: torch.Tensor, idx: torch.Tensor) -
     return _words_to_uniform(torch.gather(words, 2, pick).squeeze(-1))
 
 
+def step_request(rng: random.Random, V: int) -> dict:
+    """Random rewrite fields of one row for ``--step``: bias, penalties over a history, bans, min_length.
+
+    Returns
+    -------
+    dict
+        :class:`impls.base.Row` keyword arguments (histories hold a few ids outside ``[0, V)``).
+    """
+    n = rng.randrange(0, 300)
+    hist = [rng.randrange(-2, V + 2) if rng.random() < 0.03 else rng.randrange(0, V) for _ in range(n)]
+    cut = rng.randrange(0, n + 1)
+    kw = {"prompt": hist[:cut], "generated": hist[cut:]}
+    if rng.random() < 0.7:
+        kw["repetition_penalty"] = rng.choice([0.8, 1.1, 1.3, 2.0])
+    if rng.random() < 0.7:
+        kw.update(presence_penalty=rng.choice([-0.5, 0.2, 1.0]), frequency_penalty=rng.choice([0.0, 0.1, 0.5]),
+                  prompt_ignore_length=rng.choice([None, 0, 3, cut, 10 ** 6, -1]))
+    bias = [(rng.randrange(V), rng.choice([float("-inf"), rng.uniform(-5, 5), 1e8, -1e8]))
+            for _ in range(rng.randrange(0, 12))]
+    if bias and rng.random() < 0.5:
+        bias.append((bias[0][0], rng.uniform(-3, 3)))   # a repeated id: the values add up in order
+    kw["logit_bias"] = bias
+    words = [[rng.randrange(V)] for _ in range(rng.randrange(0, 4))]
+    if len(hist) >= 2 and all(0 <= t < V for t in hist[-2:]):
+        words.append([hist[-1], rng.randrange(V)])          # a two-token word whose prefix ends the history
+        words.append(hist[-2:] + [rng.randrange(V)])
+    kw["bad_words"] = words
+    if rng.random() < 0.5:
+        kw.update(end_id=rng.randrange(V), min_length=rng.randrange(0, 2 * len(kw["generated"]) + 2))
+    kw["no_repeat_ngram_size"] = rng.choice([None, 0, 2, 3])
+    return kw
+
+
+def step_check(row: torch.Tensor, kw: dict, mix_p: tuple, seeds, offs, n_top: int, dev) -> dict:
+    """One ``--step`` configuration: the fused step on ``N`` copies of a row against the reference.
+
+    Returns
+    -------
+    dict or None
+        Counts ``draws``, ``tokens`` (mismatched tokens), ``rewrite`` (0/1), ``logprob``, ``rank``
+        (outside the bounds), ``rank_exact`` (equal to the reference's float32 rank), ``top`` (0/1),
+        the reference's ``want`` tokens and the fused ``path``; None when the reference rejects the
+        row (no finite logit left, NaN from ``-inf + inf``), which the sweep then skips.
+    """
+    from impls.base import Row
+    from impls.fused.step import StepInputs, fused_step, pack_rows
+    from impls.reference.logprobs import ranks, top_logprobs
+    from impls.reference.sampler import rewrite_logits
+
+    T, K, P, M = mix_p
+    N, V = len(seeds), row.shape[0]
+    r = Row(logits=row, **kw)
+    # the reference's rewrites on the CPU: PyTorch's CUDA division by a Python scalar multiplies by its
+    # reciprocal (1 ulp from IEEE division at times); the kernel divides as the CPU does
+    x_ref = rewrite_logits(row.float().cpu(), r.replace(logits=row.cpu()), TRTLLM, allow_nan=True).to(dev)
+    if bool(torch.isnan(x_ref).any()) or not bool((x_ref > float("-inf")).any()):
+        return None
+    one, errs = pack_rows([r], V, dev)
+    assert errs == [None], errs
+    rep = lambda t: t.expand(N, *t.shape[1:]).contiguous()
+    inputs = StepInputs(rep(one.ids), rep(one.vals), rep(one.tags), rep(one.meta_i), rep(one.meta_f),
+                        torch.full((N,), n_top, dtype=torch.int32, device=dev), n_top)
+    full = lambda v, dt: torch.full((N,), v, dtype=dt, device=dev)
+    o = fused_step(row.expand(N, V), full(T, torch.float32), full(K, torch.int64), full(P, torch.float64),
+                   full(M, torch.float32), seeds, offs, inputs=inputs, want_probs=False, want_logprobs=True)
+    assert int((o["status"] != 0).sum()) == 0, "unexpected rejected rows"
+    tok = o["tokens"]
+    keep = kept_set(x_ref, Resolved(SAMPLING, temperature=T, top_k=K, top_p=P, min_p=M), TRTLLM)
+    idx = keep.nonzero().flatten()
+    top = x_ref[idx].max()
+    want = torch.empty(N, dtype=torch.int64, device=dev)
+    chunk = max(1, int(2 ** 26 // max(len(idx), 1)))
+    for a in range(0, N, chunk):
+        u = uniforms_at(seeds[a:a + chunk], offs[a:a + chunk], idx)
+        want[a:a + chunk] = idx[((x_ref[idx] - top) / T - torch.log(-torch.log(u))).argmax(1)]
+    lp_ref = torch.log_softmax(x_ref, -1)
+    lpt = lp_ref[tok]
+    lp_bad = (o["logprob"].double() - lpt.double()).abs() > 1e-5 + 1e-5 * lpt.double().abs()
+    rk = o["rank"].to(torch.int64)
+    r_ref = ranks(lp_ref, tok, "strict_plus_one").to(rk.device)
+    srt = torch.sort(x_ref).values
+    r_hi = 1 + V - torch.searchsorted(srt, x_ref[tok], right=True)             # 1 + #{y_j > y_t}
+    lps = torch.sort(lp_ref).values
+    r_lo = 1 + V - torch.searchsorted(lps, lpt + 4e-6 * lpt.abs().clamp_min(1.0), right=True)
+    rank_bad = (rk < torch.minimum(r_lo, r_ref)) | (rk > r_hi)
+    top_bad = 0
+    if n_top:
+        want_top = [i for i, _ in top_logprobs(lp_ref.cpu(), n_top, int(tok[0]))][:n_top]
+        top_bad = int(o["top_ids"][0, :n_top].tolist() != want_top)
+    y = o["rewritten"]
+    return {"draws": N, "tokens": int((tok != want).sum()),
+            "rewrite": int(not torch.equal(y[0], x_ref) or not torch.equal(y[-1], x_ref)),
+            "logprob": int(lp_bad.sum()), "rank": int(rank_bad.sum()), "rank_exact": int((rk == r_ref).sum()),
+            "top": top_bad, "want": want, "path": o["path"]}
+
+
 def main(argv=None) -> int:
     """Run the token-for-token sweep and write its JSON (mismatches and gaps are in it).
 
@@ -84,7 +194,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="benchmarks/results/gpu_sweep.json")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu under TRITON_INTERPRET=1 (a smoke test)")
     ap.add_argument("--max-vocab", type=int, default=262144)
+    ap.add_argument("--step", action="store_true", help="sweep the whole step (rewrites, draw, logprobs)")
     args = ap.parse_args(argv)
+    step = {"configs": 0, "skipped": 0, "rewrite": 0, "logprob": 0, "rank": 0, "rank_exact": 0, "top": 0}
     dev = args.device
     rng = random.Random(args.seed)
     total = mism = 0
@@ -92,7 +204,9 @@ def main(argv=None) -> int:
     per_mix = {}
     t0 = time.time()
     n_cfg = math.ceil(args.draws / args.per_config)
-    for c in range(n_cfg):
+    c = -1
+    while total < args.draws if args.step else c + 1 < n_cfg:
+        c += 1
         V = max(2, int(round(math.exp(rng.uniform(math.log(2), math.log(args.max_vocab))))))
         mix = MIXES[c % len(MIXES)]
         dtype = [torch.float32, torch.bfloat16, torch.float16][c % 3]
@@ -106,6 +220,26 @@ def main(argv=None) -> int:
         seeds = torch.tensor([rng.randrange(-2 ** 63, 2 ** 63) for _ in range(N)], dtype=torch.int64, device=dev)
         offs = torch.tensor([rng.randrange(0, 2 ** 63) for _ in range(N)], dtype=torch.int64, device=dev)
         full = lambda v, dt: torch.full((N,), v, dtype=dt, device=dev)
+        if args.step:
+            res = step_check(row, step_request(rng, V), (T, K, P, M), seeds, offs, rng.choice([0, 1, 5, 20]), dev)
+            if res is None:
+                step["skipped"] += 1
+                continue
+            step["configs"] += 1
+            for k in ("rewrite", "logprob", "rank", "rank_exact", "top"):
+                step[k] += res[k]
+            nb = res["tokens"] + res["rewrite"] + res["logprob"] + res["rank"] + res["top"]
+            total += N
+            mism += nb
+            pm = per_mix.setdefault(mix, {"draws": 0, "mismatches": 0})
+            pm["draws"] += N
+            pm["mismatches"] += nb
+            if nb:
+                worst.append({"config": c, "vocab": V, "mix": mix, "dtype": str(dtype), "mismatches": nb,
+                              **{k: res[k] for k in ("tokens", "rewrite", "logprob", "rank", "top")}})
+            if c % 50 == 0:
+                print(f"config {c}/{n_cfg}: {total} draws, {mism} mismatches, {time.time() - t0:.0f} s", flush=True)
+            continue
         tok, status, path, _ = fused_sample(row.expand(N, V), full(T, torch.float32), full(K, torch.int64),
                                             full(P, torch.float64), full(M, torch.float32), seeds, offs)
         assert int((status != 0).sum()) == 0, "unexpected rejected rows"
@@ -146,9 +280,12 @@ def main(argv=None) -> int:
         "largest_gap_at_mismatch": max(gaps) if gaps else None, "per_mix": per_mix, "mismatch_configs": worst[:50],
         "seconds": time.time() - t0,
     }
+    if args.step:
+        doc["step"] = step   # mismatches above count tokens, rewrites, logprobs, ranks and top lists
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
-    print(json.dumps({k: doc[k] for k in ("draws", "mismatches", "mismatch_rate", "largest_gap_at_mismatch")}))
+    print(json.dumps({k: doc[k] for k in ("draws", "mismatches", "mismatch_rate", "largest_gap_at_mismatch", "step")
+                      if k in doc}))
     return 1 if mism else 0
 
 

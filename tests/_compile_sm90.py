@@ -1,4 +1,4 @@
-"""Compile every launch of the fused sampler for sm_90 (the H200) without a GPU: Triton's offline compiler.
+"""Compile every launch of the fused sampler and its step for sm_90 (the H200) without a GPU (offline compiler).
 
 Run by ``tests/test_fused.py::test_kernels_compile_for_sm90_offline`` in a subprocess without
 ``TRITON_INTERPRET`` (under the interpreter the kernels are not compiled at all). Each kernel is
@@ -15,21 +15,28 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import impls.fused.kernel as K
+import impls.fused.step_kernel as SK
 from impls.fused.ops import DEFAULTS
 
 CONSTS = dict(BLOCK=DEFAULTS["block"], NB1=DEFAULTS["nb"], NBS=DEFAULTS["nbs"], KMAX=DEFAULTS["kmax"],
-              KBIG=DEFAULTS["kbig"], RMAX=DEFAULTS["r"])
+              KBIG=DEFAULTS["kbig"], RMAX=DEFAULTS["r"], NU=256, WANT_LP=True, KL=32, WANT_VEC=True)
 POINTERS = {"temp_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32", "seed_ptr": "*i64",
             "offset_ptr": "*i64", "wsi": "*i32", "wsf": "*fp32", "ws64": "*i64", "token_ptr": "*i64",
-            "status_ptr": "*i32", "path_ptr": "*i32", "probs_ptr": "*fp32"}
-KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_decide_kernel", "_probs_kernel")
+            "status_ptr": "*i32", "path_ptr": "*i32", "probs_ptr": "*fp32",
+            # the step's rewrite and logprobs launches (impls/fused/step_kernel.py)
+            "y_ptr": "*fp32", "sp_ids": "*i32", "sp_val": "*fp32", "sp_tag": "*i32", "meta_i": "*i32",
+            "meta_f": "*fp32", "lpw": "*fp32", "lpc": "*i32", "ntop_ptr": "*i32", "topw": "*i64",
+            "lp_tok_ptr": "*fp32", "rank_ptr": "*i32", "plp_ptr": "*fp64", "top_id_ptr": "*i32",
+            "top_lp_ptr": "*fp32", "vec_ptr": "*fp32"}
+KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_decide_kernel", "_probs_kernel",
+           "_rewrite_kernel", "_logprobs_kernel")
 
 
 def main() -> int:
     """Compile each kernel for fp32 and bf16 logits; 0 when all compile."""
     failed = 0
     for name in KERNELS:
-        fn = getattr(K, name)
+        fn = getattr(K, name) if hasattr(K, name) else getattr(SK, name)
         params = list(inspect.signature(fn.fn).parameters)
         for logits in ("*fp32", "*bf16"):
             sig = {p: "constexpr" if p in CONSTS else POINTERS.get(p, logits if p == "logits_ptr" else "i32")

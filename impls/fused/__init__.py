@@ -1,21 +1,24 @@
-"""The fused GPU sampler (one Triton kernel) as an implementation under test.
+"""The fused GPU sampler (Triton kernels) as an implementation under test.
 
 Pipeline of :meth:`FusedSession.step`, in order:
 
 1. per row on the host, as an engine does at admission: the slot check, the
    reference's validation and mode resolution (:func:`impls.reference.modes.resolve`),
    which turns unset parameters into the tensors' sentinels (a greedy row gets
-   ``temperature = 0``);
-2. the reference's logits rewrites (bias, penalties, bans; PyTorch on the
-   device), NaN left for the kernel to report;
-3. ``(seed, offset)`` per sampling row from the same per-slot bookkeeping as
+   ``temperature = 0``), and the row's sparse rewrite entries
+   (:func:`impls.fused.step.row_entries`: bias pairs, validated; the history;
+   single-token bans and the end ids under ``min_length``; the ids banned by
+   multi-token bad words and no-repeat-ngram, matched on the host);
+2. ``(seed, offset)`` per sampling row from the same per-slot bookkeeping as
    the reference (:class:`impls.reference.seeds.SeedManager`);
-4. one call of :func:`impls.fused.ops.fused_sample` per vocabulary size
-   (temperature, min-p, top-k, top-p, greedy and the canonical draw, all on
-   the device; a few kernel launches, see :mod:`impls.fused.kernel`), with
-   the probabilities of the same filtering;
-5. logprobs and finish reasons from the reference's functions at the token
-   the kernel drew.
+3. one call of :func:`impls.fused.step.fused_step` per vocabulary size, all
+   on the device and without a host synchronisation: logit bias,
+   repetition/presence/frequency penalties and bans
+   (:mod:`impls.fused.step_kernel`), then temperature, min-p, top-k, top-p,
+   greedy and the canonical draw (:mod:`impls.fused.kernel`), with the
+   probabilities of the same filtering, then the drawn token's RAW and
+   PROCESSED logprobs, its rank and the top logprobs;
+4. finish reasons from the reference's function at the token the kernel drew.
 
 On a CPU the kernel runs under Triton's interpreter (``TRITON_INTERPRET=1``
 must be set before Triton is imported; :meth:`FusedImpl.available` says so).
@@ -34,8 +37,8 @@ from ..registry import Entry
 
 __all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS"]
 
-#: Bumped whenever the kernel's decisions change.
-FUSED_VERSION = "3"
+#: Bumped whenever the kernel's decisions change. 4: bias, penalties, bans and logprobs on the device.
+FUSED_VERSION = "4"
 
 
 #: The per-row arguments of :func:`impls.fused.ops.fused_sample`, by name, with their dtypes.
@@ -43,6 +46,11 @@ _PARAM_DTYPES = {"temperature": torch.float32, "top_k": torch.int64, "top_p": to
                  "seed": torch.int64, "offset": torch.int64}
 #: A greedy row's arguments: temperature 0 (SEMANTICS §1.1), the filters off, no draw.
 _GREEDY_PARAMS = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 0, "offset": 0}
+
+
+#: Row fields the fused step does not apply (unset: ``None``).
+_OUTSIDE = ("logits_processors", "allowed_token_ids", "token_bitmask", "penalty_last_n", "dry_multiplier",
+            "mirostat", "logprobs_mode")
 
 
 def _triton_state(device: str) -> Optional[str]:
@@ -60,7 +68,7 @@ def _triton_state(device: str) -> Optional[str]:
 
 
 class FusedSession:
-    """Per-slot state of the fused sampler (the reference's seed bookkeeping)."""
+    """Per-slot state of the fused sampler (the reference's seed bookkeeping) and its batched step."""
 
     def __init__(self, device: str = "cpu"):
         from ..reference.seeds import SeedManager
@@ -74,11 +82,10 @@ class FusedSession:
         -------
         list of RowResult
         """
+        from ..reference.finish import finish_reason
         from ..reference.modes import BEAM, GREEDY, effective_seed, resolve
-        from ..reference.sampler import rewrite_logits, token_outputs, vector_outputs
-        from ..reference.logprobs import raw_logprobs
         from .kernel import STATUS_KINDS, PATHS
-        from .ops import fused_sample
+        from .step import fused_step, pack_entries, row_entries
 
         out: list = [None] * len(rows)
         staged = {}
@@ -87,7 +94,7 @@ class FusedSession:
             try:
                 claim_slot(row, used)
                 res = resolve(row, TRTLLM)
-                x = rewrite_logits(row.logits.to(self.device).to(torch.float32), row, TRTLLM, allow_nan=True)
+                entries = row_entries(row, row.vocab, TRTLLM)
                 self.seeds.observe(row.slot, row.request_id, effective_seed(row))
                 if res.mode in (GREEDY, BEAM):
                     params = dict(_GREEDY_PARAMS)
@@ -95,38 +102,63 @@ class FusedSession:
                     seed, off = self.seeds.take(row.slot)
                     params = {"temperature": res.temperature, "top_k": res.top_k, "top_p": res.top_p,
                               "min_p": res.min_p, "seed": seed, "offset": off}
-                staged[i] = (res, x, params)
+                staged[i] = (res, entries, params)
             except RowError as e:
                 out[i] = RowResult.failed(e)
         by_vocab: dict = {}
         for i in staged:
             by_vocab.setdefault(rows[i].vocab, []).append(i)
         for V, idx in by_vocab.items():
-            x = torch.stack([staged[i][1] for i in idx])
-            # one (batch,) tensor per argument of fused_sample, by name
-            args = {name: torch.tensor([staged[i][2][name] for i in idx], dtype=dt, device=self.device)
-                    for name, dt in _PARAM_DTYPES.items()}
-            tok, status, path, probs = fused_sample(x, **args, want_probs=True)
+            logits = [rows[i].logits for i in idx]
+            dt = logits[0].dtype if all(x.dtype == logits[0].dtype for x in logits) else torch.float32
+            x = torch.stack([v.to(dt) for v in logits]).to(self.device)
+            if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+                x = x.to(torch.float32)
+            # one (batch,) tensor per argument of fused_step, by name
+            args = {name: torch.tensor([staged[i][2][name] for i in idx], dtype=dt_, device=self.device)
+                    for name, dt_ in _PARAM_DTYPES.items()}
+            sub = [rows[i] for i in idx]
+            inputs = pack_entries([staged[i][1] for i in idx], sub, self.device)
+            want_vec = any(r.logprobs == -1 or r.logprob_token_ids is not None for r in sub)
+            o = fused_step(x, **args, inputs=inputs, want_probs=True, want_logprobs=True, want_vector=want_vec)
+            host = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in o.items()}
             for j, i in enumerate(idx):
-                res, xr, params = staged[i]
-                kind = STATUS_KINDS[int(status[j])]
+                res, _entries, params = staged[i]
+                row = rows[i]
+                kind = STATUS_KINDS[int(host["status"][j])]
                 if kind is not None:
                     out[i] = RowResult(error=kind, message=f"rejected by the fused kernel ({kind})")
                     continue
-                t = int(tok[j])
-                r = RowResult(token=t, mode=res.mode, rewritten_logits=xr, probs=probs[j],
-                              extra={"path": PATHS[int(path[j])]})
+                t = int(host["tokens"][j])
+                r = RowResult(token=t, mode=res.mode, rewritten_logits=o["rewritten"][j], probs=o["probs"][j],
+                              extra={"path": PATHS[int(host["path"][j])]})
                 if res.mode not in (GREEDY, BEAM):
                     r.extra.update(seed=params["seed"], offset=params["offset"])
-                r.raw_logprobs = raw_logprobs(xr)
-                for key, v in (*vector_outputs(rows[i], r.raw_logprobs).items(),
-                               *token_outputs(rows[i], t, r.raw_logprobs, probs[j], TRTLLM).items()):
-                    setattr(r, key, v)
+                lp_t = float(host["logprob"][j])
+                r.logprob = lp_t
+                r.processed_logprob = float(host["processed_logprob"][j])
+                r.rank = int(host["rank"][j])
+                if row.logprobs is not None and row.logprobs >= 0:
+                    k = int(row.logprobs)
+                    top = [(int(a), float(b)) for a, b in zip(host["top_ids"][j][:k].tolist(),
+                                                              host["top_logprobs"][j][:k].tolist())]
+                    if t not in [a for a, _ in top]:
+                        top.append((t, lp_t))
+                    r.top_logprobs = top
+                vec = o["vector"][j] if o.get("vector") is not None else None
+                r.raw_logprobs = vec
+                r.vocab_logprobs = vec if row.logprobs == -1 else None
+                if row.logprob_token_ids is not None:
+                    r.token_logprobs = [(int(a), float(host["vector"][j][int(a)])) for a in row.logprob_token_ids]
+                r.finish_reason = finish_reason(row, t, TRTLLM)
                 out[i] = r
         return out
 
     def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 4096) -> torch.Tensor:
         """``(V,)`` int64 counts of one draw per seed (offset 0), in batched launches.
+
+        The row's bias, penalties and bans are applied once by the rewrite launch
+        (:func:`impls.fused.step.fused_rewrite`); only the filters and the draw repeat.
 
         Raises
         ------
@@ -134,12 +166,15 @@ class FusedSession:
             If the row is rejected.
         """
         from ..reference.modes import SAMPLING, effective_seed, resolve
-        from ..reference.sampler import rewrite_logits
         from .kernel import STATUS_KINDS
         from .ops import fused_sample
+        from .step import fused_rewrite, pack_rows
 
         res = resolve(row, TRTLLM)
-        x = rewrite_logits(row.logits.to(self.device).to(torch.float32), row, TRTLLM, allow_nan=True)
+        inputs, errs = pack_rows([row], row.vocab, self.device)
+        if errs[0] is not None:
+            raise errs[0]
+        x = fused_rewrite(row.logits.to(self.device)[None], inputs)[0]
         V = x.shape[-1]
         counts = torch.zeros(V, dtype=torch.int64)
         T = res.temperature if res.mode == SAMPLING else 0.0
@@ -166,7 +201,8 @@ class FusedImpl:
     name = "fused"
     profile = TRTLLM
     roles = frozenset({"conformance", "latency"})
-    #: Every single-step feature: the kernel samples, the reference's code does the rest (``stages``).
+    #: Every single-step feature: the fused package samples, rewrites and takes logprobs; the reference's
+    #: code validates, keeps the seeds and finds the finish reason (``stages``).
     features = frozenset({
         "temperature", "top_k", "top_p", "min_p", "top_p_decay", "beam_search", "repetition_penalty",
         "presence_penalty", "frequency_penalty", "prompt_ignore_length", "logit_bias", "min_length", "bad_words",
@@ -177,10 +213,11 @@ class FusedImpl:
     #: Timed on a GPU only (on a CPU it runs under Triton's interpreter, a correctness tool).
     latency_devices = frozenset({"cuda"})
     slow = False
-    #: The kernel filters and draws; validation, rewrites, seed bookkeeping, logprobs and finish
-    #: reasons are the reference's PyTorch code around it (the module docstring's pipeline).
-    stages = {"validation": "reference", "logit_bias": "reference", "penalties": "reference", "bans": "reference",
-              "filters": "own", "draw": "own", "seeds": "reference", "logprobs": "reference",
+    #: The fused package performs the rewrites (bias, penalties, bans), the filters, the draw and the
+    #: logprobs (:mod:`impls.fused.step_kernel`, :mod:`impls.fused.kernel`); validation and mode
+    #: resolution, seed bookkeeping and finish reasons are the reference's code around it.
+    stages = {"validation": "reference", "logit_bias": "own", "penalties": "own", "bans": "own",
+              "filters": "own", "draw": "own", "seeds": "reference", "logprobs": "own",
               "finish": "reference"}
 
     def version(self) -> str:
@@ -193,7 +230,15 @@ class FusedImpl:
         return _triton_state(device)
 
     def unsupported(self, row: Row) -> Optional[str]:
-        """Every single-step row is expressible: always ``None``."""
+        """``None`` for a row the device step expresses; else why not (a field outside :attr:`features`).
+
+        The rewrite launch applies the logit bias, the penalties and the bans (SEMANTICS §1.2-§1.4);
+        a row asking for another rewrite or logprob vector (custom processors, allowed ids, a grammar
+        bitmask, DRY, a penalty window, mirostat, a ``logprobs_mode``) is not run.
+        """
+        for name in _OUTSIDE:
+            if getattr(row, name, None) is not None:
+                return f"{name}: not a rewrite of the fused step"
         return None
 
     def open_session(self, device: str = "cpu") -> FusedSession:

@@ -1,0 +1,444 @@
+"""One whole single-step sampler on the device: rewrites, filters and draw, logprobs (profile ``trtllm``).
+
+:func:`fused_step` launches, on the logits' stream and without a host
+synchronisation: the rewrite launch (:mod:`impls.fused.step_kernel`), the
+filter and draw launches of :mod:`impls.fused.kernel` on the rewritten
+float32 logits, and the logprobs launch. Every per-row input is a tensor of
+fixed shape (``(B,)``, ``(B, NU)``, ``(B, 8)``), so a call can be captured
+in a CUDA graph once its :class:`StepInputs` and its workspace
+(:func:`allocate_step`) are kept and rewritten in place.
+
+:func:`pack_rows` is the thin host side: it turns each row's request fields
+into the sparse entries the rewrite launch takes. The per-row rules stay on
+the device (which history positions count for presence/frequency, whether
+``min_length`` still bans the end ids, the arithmetic); the host only lists:
+
+* the logit bias, in the request's order (validated here: an id outside
+  ``[0, V)`` or a NaN value is ``invalid_logit_bias``, as
+  :func:`impls.reference.rewrites.apply_logit_bias`);
+* the history ``prompt + generated`` when a penalty is active
+  (``r != 1 or a != 0 or f != 0``, §1.3);
+* the one-token bad words, the end ids (tagged: banned on the device while
+  ``generated + draft_position < min_length``), and the ids banned by
+  **multi-token** bad words whose prefix ends the history and by
+  **no-repeat-ngram**: both need a match of a token sequence against the
+  history, done here from the history as an index list (the same rules as
+  :mod:`impls.reference.bans`: SEMANTICS §1.4, profile ``trtllm``:
+  ``bad_words_see_prompt``, ``min_length`` counts generated tokens only).
+
+Workspace per row (stated for :func:`allocate_step`): the rewritten logits
+``V`` float32, the filters' workspace (:func:`impls.fused.workspace.allocate`,
+independent of ``V`` but for the parts ``S``), ``2 S`` float32 log-softmax
+partials, 4 int32 counters, ``S * KL`` int64 top-logprob candidates, and the
+outputs (``KL`` top ids and logprobs; ``V`` float32 with the whole vector).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from ..base import Row, RowError
+from ..params import end_id_set
+from ..profiles import Profile, TRTLLM
+from .kernel import launch_specs
+from .launch import run_call
+from .ops import DEFAULTS, INTERPRETER, INTERPRETED
+from .step_kernel import (META_F, META_I, TAG_BAN, TAG_BIAS, TAG_EOS_MIN_LENGTH, TAG_HISTORY,
+                          _logprobs_kernel, _rewrite_kernel)
+from .workspace import allocate
+
+__all__ = ["StepInputs", "row_entries", "pack_entries", "pack_rows", "fused_rewrite", "allocate_step", "fused_step",
+           "host_bans", "penalty_active", "pow2", "launch_count"]
+
+
+def pow2(n: int, floor: int = 16) -> int:
+    """The smallest power of two ``>= max(n, floor)`` (Triton block sizes)."""
+    n = max(int(n), floor)
+    return 1 << (n - 1).bit_length()
+
+
+def penalty_active(row: Row) -> bool:
+    """Whether an occurrence penalty changes logits: ``r != 1 or a != 0 or f != 0`` (SEMANTICS §1.3)."""
+    r, a, f = row.repetition_penalty, row.presence_penalty, row.frequency_penalty
+    return (r is not None and r != 1.0) or bool(a) or bool(f)
+
+
+def host_bans(row: Row, V: int, profile: Profile = TRTLLM) -> list:
+    """The ids banned by sequence matches on the history: multi-token bad words and no-repeat-ngram.
+
+    Parameters
+    ----------
+    row : Row
+    V : int
+        Vocabulary size; banned ids outside ``[0, V)`` are dropped for no-repeat-ngram.
+    profile : Profile
+        Reads ``bad_words_see_prompt`` (trtllm: the prefix may lie in the prompt).
+
+    Returns
+    -------
+    list of int
+        The last id of every bad word of length ``>= 2`` whose other ids end ``prompt + generated``
+        (or ``generated``), then the last id of every earlier n-gram of the history that starts
+        with its last ``n - 1`` tokens (``no_repeat_ngram_size = n``; ``n = 1``: every seen id).
+
+    Source: SEMANTICS §1.4; the same rules as :func:`impls.reference.bans.bad_word_bans` and
+    :func:`impls.reference.bans.no_repeat_ngram_bans` (one-token words go to the device as
+    unconditional bans instead).
+    """
+    out = []
+    hist = (list(row.prompt) if profile.bad_words_see_prompt else []) + list(row.generated)
+    for w in row.bad_words or ():
+        w = [int(t) for t in w]
+        if len(w) < 2:
+            continue
+        pre = w[:-1]
+        if len(hist) >= len(pre) and hist[len(hist) - len(pre):] == pre:
+            out.append(w[-1])
+    n = row.no_repeat_ngram_size
+    if n and n > 0:
+        full = list(row.prompt) + list(row.generated)
+        if len(full) >= n:
+            pre = full[len(full) - (n - 1):] if n > 1 else []
+            for i in range(len(full) - n + 1):
+                if full[i:i + n - 1] == pre and 0 <= full[i + n - 1] < V:
+                    out.append(full[i + n - 1])
+    return out
+
+
+@dataclass
+class StepInputs:
+    """The per-row tensors of the rewrite launch (fixed shapes: rewrite them in place to replay a graph).
+
+    Attributes
+    ----------
+    ids : torch.Tensor
+        ``(B, NU)`` int32 token ids of the sparse entries (``-1`` pads).
+    vals : torch.Tensor
+        ``(B, NU)`` float32 bias values (0 elsewhere).
+    tags : torch.Tensor
+        ``(B, NU)`` int32 :data:`impls.fused.step_kernel.TAG_BIAS` ... (0 pads).
+    meta_i : torch.Tensor
+        ``(B, 8)`` int32 (:data:`impls.fused.step_kernel.META_I`).
+    meta_f : torch.Tensor
+        ``(B, 4)`` float32 repetition, presence, frequency penalty.
+    n_top : torch.Tensor
+        ``(B,)`` int32 top logprobs asked per row (0: none).
+    max_top : int
+        The largest of ``n_top``, kept on the host (sizes the top-logprob workspace without reading
+        the device).
+    """
+
+    ids: torch.Tensor
+    vals: torch.Tensor
+    tags: torch.Tensor
+    meta_i: torch.Tensor
+    meta_f: torch.Tensor
+    n_top: torch.Tensor
+    max_top: int = 0
+
+    @property
+    def NU(self) -> int:
+        """Entries per row (a power of two >= 16)."""
+        return self.ids.shape[1]
+
+
+def _row_entries(row: Row, V: int, profile: Profile) -> tuple:
+    ids, vals, tags = [], [], []
+    for tok, val in row.logit_bias or ():
+        if not 0 <= int(tok) < V or val != val:
+            raise RowError("invalid_logit_bias",
+                           f"logit_bias entry ({tok}, {val}): id must be in [0, {V}) and value not NaN")
+        ids.append(int(tok))
+        vals.append(float(val))
+        tags.append(TAG_BIAS)
+    n_bias = len(ids)
+    hist = list(row.prompt) + list(row.generated) if penalty_active(row) else []
+    ids += [int(t) for t in hist]
+    vals += [0.0] * len(hist)
+    tags += [TAG_HISTORY] * len(hist)
+    bans = [int(w[0]) for w in row.bad_words or () if len(w) == 1] + host_bans(row, V, profile)
+    ids += bans
+    vals += [0.0] * len(bans)
+    tags += [TAG_BAN] * len(bans)
+    eos = [t for t in end_id_set(row.end_id) if 0 <= t < V] if row.min_length else []
+    ids += eos
+    vals += [0.0] * len(eos)
+    tags += [TAG_EOS_MIN_LENGTH] * len(eos)
+    gen = len(row.generated) + int(row.draft_position or 0)
+    meta = [len(ids), n_bias, len(hist), 0, len(row.prompt), int(row.prompt_ignore_length or 0), gen,
+            int(row.min_length or 0)]
+    pen = [1.0 if row.repetition_penalty is None else float(row.repetition_penalty),
+           float(row.presence_penalty or 0.0), float(row.frequency_penalty or 0.0), 0.0]
+    return ids, vals, tags, meta, pen
+
+
+def row_entries(row: Row, V: int, profile: Profile = TRTLLM) -> tuple:
+    """One row's sparse rewrite entries and parameters (the host's part of :func:`pack_rows`).
+
+    Returns
+    -------
+    tuple
+        ``(ids, values, tags, meta_i, meta_f)``: Python lists (the rows of :class:`StepInputs`).
+
+    Raises
+    ------
+    RowError
+        ``invalid_logit_bias`` for a bias id outside ``[0, V)`` or a NaN value (SEMANTICS §1.2,
+        :func:`impls.reference.rewrites.apply_logit_bias`'s rule).
+    """
+    return _row_entries(row, V, profile)
+
+
+def pack_entries(entries: Sequence[tuple], rows: Sequence[Row], device, NU: Optional[int] = None) -> StepInputs:
+    """:class:`StepInputs` from each row's :func:`row_entries` (``None``: a row packed with no entries).
+
+    Parameters
+    ----------
+    entries : sequence of tuple or None
+    rows : sequence of Row
+        The same rows (their ``logprobs`` give ``n_top``).
+    device : torch.device or str
+    NU : int, optional
+        Entries per row (a power of two); default the smallest that holds every row's, at least 64.
+
+    Raises
+    ------
+    ValueError
+        A given ``NU`` smaller than a row's entries.
+    """
+    empty = ([], [], [], [0] * META_I, [1.0, 0.0, 0.0, 0.0])
+    packed = [e if e is not None else empty for e in entries]
+    need = max([len(p[0]) for p in packed] + [1])
+    if NU is None:
+        NU = pow2(need, 64)   # at least 64: fewer compiled variants (NU is a constexpr)
+    elif need > NU:
+        raise ValueError(f"a row has {need} sparse entries, more than NU = {NU}")
+    B = len(packed)
+    ids = torch.full((B, NU), -1, dtype=torch.int32)
+    vals = torch.zeros((B, NU), dtype=torch.float32)
+    tags = torch.zeros((B, NU), dtype=torch.int32)
+    for i, (a, v, t, _m, _p) in enumerate(packed):
+        if a:
+            ids[i, :len(a)] = torch.tensor(a, dtype=torch.int32)
+            vals[i, :len(v)] = torch.tensor(v, dtype=torch.float32)
+            tags[i, :len(t)] = torch.tensor(t, dtype=torch.int32)
+    meta_i = torch.tensor([p[3] for p in packed], dtype=torch.int32).reshape(B, META_I)
+    meta_f = torch.tensor([p[4] for p in packed], dtype=torch.float32).reshape(B, META_F)
+    n_top = torch.tensor([max(int(r.logprobs), 0) if r.logprobs is not None else 0 for r in rows], dtype=torch.int32)
+    dev = torch.device(device)
+    return StepInputs(ids.to(dev), vals.to(dev), tags.to(dev), meta_i.to(dev), meta_f.to(dev), n_top.to(dev),
+                      int(n_top.max()) if B else 0)
+
+
+def pack_rows(rows: Sequence[Row], V: int, device, profile: Profile = TRTLLM, NU: Optional[int] = None) -> tuple:
+    """Host side of a step: each row's sparse rewrite entries and parameters as fixed-shape tensors.
+
+    Parameters
+    ----------
+    rows : sequence of Row
+        Rows of one vocabulary size ``V`` (already validated by mode resolution).
+    V : int
+    device : torch.device or str
+    profile : Profile
+        trtllm (the fused sampler's profile).
+    NU : int, optional
+        Entries per row (:func:`pack_entries`).
+
+    Returns
+    -------
+    (StepInputs, list)
+        The inputs, and per row ``None`` or the :class:`~impls.base.RowError` that rejects it
+        (``invalid_logit_bias``); a rejected row is packed with no entries.
+
+    Raises
+    ------
+    ValueError
+        A given ``NU`` smaller than a row's entries.
+    """
+    entries, errors = [], []
+    for row in rows:
+        try:
+            entries.append(_row_entries(row, V, profile))
+            errors.append(None)
+        except RowError as e:
+            entries.append(None)
+            errors.append(e)
+    return pack_entries(entries, rows, device, NU), errors
+
+
+def fused_rewrite(logits: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
+    """The rewrite launch alone: ``(B, V)`` float32 logits after bias, penalties and bans.
+
+    Parameters
+    ----------
+    logits : torch.Tensor
+        ``(B, V)`` float32/bfloat16/float16 (CUDA, or CPU under Triton's interpreter).
+    inputs : StepInputs
+        :func:`pack_rows` of the ``B`` rows.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, V)`` float32, a new tensor.
+    """
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
+    B, V = logits.shape
+    cfg = INTERPRETER if logits.device.type == "cpu" else DEFAULTS
+    from .workspace import splits
+    S, CH = splits(B, V, cfg)
+    y = torch.empty((B, V), dtype=torch.float32, device=logits.device)
+    if B:
+        dummy_f = torch.empty((1,), dtype=torch.float32, device=logits.device)
+        dummy_i = torch.empty((1,), dtype=torch.int32, device=logits.device)
+        _rewrite_kernel[(B, S)](logits, logits.stride(0), V, y, inputs.ids, inputs.vals, inputs.tags, inputs.meta_i,
+                                inputs.meta_f, dummy_f, dummy_i, S, CH, BLOCK=cfg["block"], NU=inputs.NU,
+                                WANT_LP=False, num_warps=cfg["num_warps"], enable_fp_fusion=False)
+    return y
+
+
+def allocate_step(B: int, V: int, device, cfg: dict, KL: int, want_probs: bool = True,
+                  want_vector: bool = False) -> dict:
+    """The workspace and outputs of one step shape (allocate once, reuse for every step of that shape).
+
+    Parameters
+    ----------
+    B, V : int
+    device : torch.device
+    cfg : dict
+        Tuning constants (:data:`impls.fused.ops.DEFAULTS` / :data:`~impls.fused.ops.INTERPRETER`).
+    KL : int
+        Top-logprob entries per row (a power of two).
+    want_probs, want_vector : bool
+        Allocate the ``(B, V)`` sampled distribution / RAW logprob vector.
+
+    Returns
+    -------
+    dict
+        The filters' buffers (:func:`impls.fused.workspace.allocate`) and ``y`` ``(B, V)`` float32
+        rewritten logits, ``lpw`` ``(B * S * 2)`` float32, ``lpc`` ``(B * 4)`` int32, ``topw``
+        ``(B * S * KL)`` int64, ``lp`` ``(B,)`` float32, ``rank`` ``(B,)`` int32, ``plp`` ``(B,)``
+        float64, ``top_id`` ``(B, KL)`` int32, ``top_lp`` ``(B, KL)`` float32, ``vec`` ``(B, V)``
+        float32 (a 1-element placeholder unless ``want_vector``), ``KL``.
+    """
+    a = allocate(B, V, device, cfg, want_probs)
+    S = a["S"]
+    a.update(
+        y=torch.empty((B, V), dtype=torch.float32, device=device),
+        lpw=torch.empty((B * S * 2,), dtype=torch.float32, device=device),
+        lpc=torch.zeros((B * 4,), dtype=torch.int32, device=device),
+        topw=torch.empty((B * S * KL,), dtype=torch.int64, device=device),
+        lp=torch.empty((B,), dtype=torch.float32, device=device),
+        rank=torch.empty((B,), dtype=torch.int32, device=device),
+        plp=torch.empty((B,), dtype=torch.float64, device=device),
+        top_id=torch.empty((B, KL), dtype=torch.int32, device=device),
+        top_lp=torch.empty((B, KL), dtype=torch.float32, device=device),
+        vec=torch.empty((B, V) if want_vector else (1,), dtype=torch.float32, device=device),
+        KL=KL, want_probs=want_probs, want_vector=want_vector,
+    )
+    return a
+
+
+def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+               min_p: torch.Tensor, seed: torch.Tensor, offset: torch.Tensor, inputs: StepInputs,
+               want_probs: bool = True, want_logprobs: bool = True, want_vector: bool = False,
+               buffers: Optional[dict] = None, launcher: str = "cached") -> dict:
+    """One sampling step on the device: bias, penalties, bans, filters, draw and logprobs.
+
+    Parameters
+    ----------
+    logits : torch.Tensor
+        ``(B, V)`` float32, bfloat16 or float16 model logits, rows contiguous (not modified).
+    temperature, top_k, top_p, min_p, seed, offset : torch.Tensor
+        ``(B,)`` as :func:`impls.fused.ops.fused_sample` takes them (converted there: float32;
+        ``top_k``, ``seed``, ``offset`` int64; ``top_p`` float32 or float64).
+    inputs : StepInputs
+        From :func:`pack_rows`, on the logits' device.
+    want_probs : bool
+        Also return the sampled distribution ``(B, V)``.
+    want_logprobs : bool
+        Run the logprobs launch (RAW logprob of the drawn token, rank, PROCESSED logprob, top list).
+    want_vector : bool
+        Also return every RAW logprob ``(B, V)`` (``logprobs = -1``).
+    buffers : dict, optional
+        :func:`allocate_step` of this shape, reused (no allocation in the call); default a fresh one.
+    launcher : str
+        The filter launches' launcher (:data:`impls.fused.launch.MODES`); the rewrite and logprobs
+        launches go through ``kernel[grid]``.
+
+    Returns
+    -------
+    dict
+        ``tokens`` ``(B,)`` int64 (-1 rejected), ``status``, ``path`` ``(B,)`` int32 (codes of
+        :mod:`impls.fused.kernel`), ``rewritten`` ``(B, V)`` float32, ``probs`` or None, and with
+        logprobs ``logprob`` ``(B,)`` float32, ``rank`` ``(B,)`` int32, ``processed_logprob``
+        ``(B,)`` float64, ``top_ids`` ``(B, KL)`` int32 and ``top_logprobs`` ``(B, KL)`` float32
+        (the first ``n_top`` of a row are its top logprobs, best first), ``vector`` or None.
+        Values of a rejected row are unspecified but for ``tokens`` and ``status``.
+
+    Raises
+    ------
+    ValueError
+        Logits that are not ``(B, V)`` float32/bfloat16/float16 or on a device the kernels cannot
+        run on; inputs whose batch differs; :func:`impls.fused.ops.fused_sample`'s checks.
+    """
+    from .ops import _check, fused_sample  # noqa: F401  (the same argument checks)
+
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
+        raise ValueError("logits must be a (batch, vocab) tensor")
+    if logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"logits dtype {logits.dtype} not supported (float32, bfloat16, float16)")
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
+    B, V = logits.shape
+    dev = logits.device
+    if dev.type == "cpu" and not INTERPRETED:
+        raise ValueError("logits on the CPU: the fused sampler runs there only under Triton's interpreter")
+    if V >= 1 << 23:
+        raise ValueError(f"vocab {V} too large for the fused kernel (< 2**23)")
+    if inputs.ids.shape[0] != B:
+        raise ValueError(f"inputs are for {inputs.ids.shape[0]} rows, logits have {B}")
+    cfg = INTERPRETER if dev.type == "cpu" else DEFAULTS
+    temperature = _check(temperature, "temperature", torch.float32, B, dev)
+    top_p = _check(top_p, "top_p", torch.float64 if getattr(top_p, "dtype", None) == torch.float64 else torch.float32,
+                   B, dev)
+    min_p = _check(min_p, "min_p", torch.float32, B, dev)
+    top_k = _check(top_k, "top_k", torch.int64, B, dev)
+    seed = _check(seed, "seed", torch.int64, B, dev)
+    offset = _check(offset, "offset", torch.int64, B, dev)
+    KL = pow2(inputs.max_top if want_logprobs else 1, 8)
+    a = buffers
+    if a is None or a["y"].shape != (B, V) or a["KL"] < KL or (want_vector and not a["want_vector"]) \
+            or (want_probs and not a["want_probs"]):
+        a = allocate_step(B, V, dev, cfg, KL, want_probs, want_vector)
+    KL = a["KL"]
+    S, CH = a["S"], a["CH"]
+    if not B:
+        return {"tokens": a["tokens"], "status": a["status"], "path": a["path"], "rewritten": a["y"],
+                "probs": a["probs"] if want_probs else None}
+    kw = dict(num_warps=cfg["num_warps"], enable_fp_fusion=False)
+    _rewrite_kernel[(B, S)](logits, logits.stride(0), V, a["y"], inputs.ids, inputs.vals, inputs.tags, inputs.meta_i,
+                            inputs.meta_f, a["lpw"], a["lpc"], S, CH, BLOCK=cfg["block"], NU=inputs.NU,
+                            WANT_LP=want_logprobs, **kw)
+    y = a["y"]
+    run_call((y, temperature, top_k, top_p, min_p, seed, offset, a["tokens"], a["status"], a["path"], a["probs"],
+              a["wsi"], a["wsf"], a["ws64"]), S, CH, want_probs, cfg, launcher)
+    out = {"tokens": a["tokens"], "status": a["status"], "path": a["path"], "rewritten": y,
+           "probs": a["probs"] if want_probs else None}
+    if want_logprobs:
+        _logprobs_kernel[(B, S)](y, V, a["tokens"], a["status"], inputs.n_top, a["lpw"], a["lpc"], a["topw"],
+                                 a["wsi"], a["wsf"], a["ws64"], a["lp"], a["rank"], a["plp"], a["top_id"],
+                                 a["top_lp"], a["vec"], S, CH, BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"],
+                                 KMAX=cfg["kmax"], KBIG=cfg["kbig"], KL=KL, WANT_VEC=want_vector, **kw)
+        out.update(logprob=a["lp"], rank=a["rank"], processed_logprob=a["plp"], top_ids=a["top_id"],
+                   top_logprobs=a["top_lp"], vector=a["vec"] if want_vector else None)
+    return out
+
+
+def launch_count(want_probs: bool, want_logprobs: bool) -> int:
+    """Kernel launches of one :func:`fused_step` call (``launch_specs`` plus the rewrite and logprobs launches)."""
+    return 1 + len(launch_specs(1, 16, 16, 1, 16, want_probs, INTERPRETER)) + int(want_logprobs)
+

@@ -1,0 +1,261 @@
+"""The kernels that make the fused sampler a whole single step: rewrites before the filters, logprobs after.
+
+A step (:func:`impls.fused.step.fused_step`) is three groups of launches on one
+CUDA stream, with no host synchronisation between them:
+
+1. ``_rewrite_kernel`` (``B x S`` programs, the filters' split of a row into
+   parts): copies its part of the row to the float32 rewritten-logits buffer
+   ``y`` (any input dtype, upcast), then applies the row's **sparse rewrites**
+   in registers and writes the entries that fall in its part, and (with
+   logprobs) takes the part's ``(max, sum exp(y - max))`` of the rewritten
+   part for the log-softmax. Program part 0 zeroes the row's logprob counters.
+2. the five launches of :mod:`impls.fused.kernel` (plus the probabilities
+   launch) on ``y``: temperature, min-p, top-k, top-p, greedy and the
+   canonical draw.
+3. ``_logprobs_kernel`` (``B x S``): RAW logprobs ``(y - M) - log Z`` of its
+   part (the whole vector when asked), the count of tokens with a strictly
+   greater logprob than the drawn token's (rank), and the part's top-``KL``
+   logprobs; the last program of the row (atomic ticket) merges the parts'
+   lists and writes the row's logprob, rank, PROCESSED logprob and top list.
+
+The sparse rewrites of a row (SEMANTICS §1.2-§1.4, profile ``trtllm``) come
+as one list of ``NU`` entries ``(id, value, tag)``: the logit bias first
+(tag 1, in the request's order), then the history ``prompt + generated``
+(tag 2, in order), then the unconditional bans (tag 4) and the end ids
+banned under ``min_length`` (tag 5). Each program sorts the entries by id
+(``tl.sort`` on ``id * 8 + tag``), so the entries of one token form a run;
+per run it derives, from the run's tags: the bias (the values added one by
+one in the request's order, so repeated ids add up exactly as the
+reference's sequential ``out[t] + v``), whether the token was *seen*
+(repetition), its *count* over the counted positions (presence/frequency:
+history positions ``>= min(max(prompt_ignore_length, 0), len(prompt))``,
+decided here from the position), and whether it is banned (tag 4, or tag 5
+while ``generated < min_length``). The run's last entry computes
+``bias -> repetition -> presence/frequency -> ban`` exactly as
+:mod:`impls.reference.rewrites` does in float32 on the CPU (IEEE division,
+no FMA; PyTorch's CUDA division by a Python scalar multiplies by its
+reciprocal instead, which can be 1 ulp away) and writes it when the id lies
+in the program's part. Ids outside ``[0, V)`` in
+the history are ignored (§1.3).
+
+RAW logprobs are ``(y - M) - log(Z)``, ``M`` the row's largest rewritten
+logit and ``Z = sum exp(y - M)`` summed per lane with rescaling, so ``Z``
+differs from PyTorch's ``log_softmax`` sum by float32 rounding (relative
+``~1e-7``). The rank (profile ``rank_rule = "strict_plus_one"``, §1.7) is 1
+plus the number of tokens whose logprob, computed by this formula, is
+strictly greater than the drawn token's; top logprobs are ordered by
+logprob, ties by lowest id (a stable descending sort, as
+:func:`impls.reference.logprobs.top_logprobs`).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .kernel import _INT32_MAX, _key, _latest_combine, _unkey, _ws
+
+__all__ = ["TAG_BIAS", "TAG_HISTORY", "TAG_BAN", "TAG_EOS_MIN_LENGTH", "META_I", "META_F", "LP_COUNTERS"]
+
+#: Tags of the sparse entries of a row.
+TAG_BIAS = 1
+TAG_HISTORY = 2  # becomes 3 in the kernel where the position counts for presence/frequency
+TAG_BAN = 4
+TAG_EOS_MIN_LENGTH = 5
+#: int32 columns per row of ``meta_i``: entries, bias entries, history entries, (unused), prompt length,
+#: prompt_ignore_length, generated length (plus draft position), min_length.
+META_I = 8
+#: float32 columns per row of ``meta_f``: repetition, presence, frequency penalty, (unused).
+META_F = 4
+#: int32 counters per row: logprobs ticket, rank count.
+LP_COUNTERS = 4
+
+_INT64_MIN = tl.constexpr(-9223372036854775808)
+_FMAX = tl.constexpr(3.4028234663852886e38)
+
+
+@triton.jit
+def _clamp_finite(x_in, y):
+    # reference _finish: clamp to +-finfo(float32).max; a non-finite input passes through unchanged
+    c = tl.minimum(tl.maximum(y, -_FMAX), _FMAX)
+    fin = (x_in == x_in) & (x_in > float("-inf")) & (x_in < float("inf"))
+    return tl.where(fin, c, x_in)
+
+
+@triton.jit(do_not_specialize=["stride_row", "V", "S", "CH"])
+def _rewrite_kernel(logits_ptr, stride_row, V, y_ptr, sp_ids, sp_val, sp_tag, meta_i, meta_f, lpw, lpc, S, CH,
+                    BLOCK: tl.constexpr, NU: tl.constexpr, WANT_LP: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    base = logits_ptr + row * stride_row
+    ybase = y_ptr + row * V
+    ar = tl.arange(0, BLOCK)
+    lo = part * CH
+    hi = tl.minimum(lo + CH, V)
+    for st in range(lo, hi, BLOCK):
+        offs = st + ar
+        inb = offs < hi
+        x = tl.load(base + offs, mask=inb, other=0.0).to(tl.float32)
+        tl.store(ybase + offs, x, mask=inb)
+    mi = meta_i + row * 8
+    n_sp = tl.load(mi + 0)
+    if n_sp > 0:
+        n_bias = tl.load(mi + 1)
+        prompt_len = tl.load(mi + 4)
+        pil = tl.load(mi + 5)
+        gen_len = tl.load(mi + 6)
+        min_len = tl.load(mi + 7)
+        r = tl.load(meta_f + row * 4 + 0)
+        a = tl.load(meta_f + row * 4 + 1)
+        f = tl.load(meta_f + row * 4 + 2)
+        u = tl.arange(0, NU)
+        ids = tl.load(sp_ids + row * NU + u, mask=u < n_sp, other=-1)
+        tag = tl.load(sp_tag + row * NU + u, mask=u < n_sp, other=0)
+        # presence/frequency count the history from min(max(prompt_ignore_length, 0), len(prompt)) on (§1.3)
+        skip = tl.minimum(tl.maximum(pil, 0), prompt_len)
+        tag = tl.where((tag == 2) & (u - n_bias >= skip), 3, tag)
+        valid = (tag > 0) & (ids >= 0) & (ids < V)
+        sk = tl.sort(tl.where(valid, ids * 8 + tag, _INT32_MAX), 0)
+        ok = sk != _INT32_MAX
+        sid = tl.where(ok, sk >> 3, 0)
+        stag = sk & 7
+        x0 = tl.load(base + sid, mask=ok, other=0.0).to(tl.float32)
+        # logit bias (§1.2 step 1), in the request's order: a repeated id adds its values one by one
+        xb = x0
+        for j in range(0, n_bias):
+            bid = tl.load(sp_ids + row * NU + j)
+            bv = tl.load(sp_val + row * NU + j)
+            xb = tl.where(sid == bid, xb + bv, xb)
+        # runs of one id: totals up to each entry, from the run's start (segmented by the start flags)
+        prev = tl.gather(sk, tl.maximum(u - 1, 0), 0) >> 3
+        start = ((u == 0) | (prev != (sk >> 3))).to(tl.int32)
+        nxt = tl.gather(sk, tl.minimum(u + 1, NU - 1), 0) >> 3
+        end = ok & ((u == NU - 1) | (nxt != (sk >> 3)))
+        c_seen = tl.cumsum(((stag == 2) | (stag == 3)).to(tl.int32), 0)
+        c_cnt = tl.cumsum((stag == 3).to(tl.int32), 0)
+        ban_e = (stag == 4) | ((stag == 5) & (gen_len < min_len))
+        c_ban = tl.cumsum(ban_e.to(tl.int32), 0)
+        first = tl.where(start != 0, u, 0)
+        _f, s_pos = tl.associative_scan((start, first), 0, _latest_combine)
+        at = tl.maximum(s_pos - 1, 0)
+        before_seen = tl.where(s_pos > 0, tl.gather(c_seen, at, 0), 0)
+        before_cnt = tl.where(s_pos > 0, tl.gather(c_cnt, at, 0), 0)
+        before_ban = tl.where(s_pos > 0, tl.gather(c_ban, at, 0), 0)
+        seen = (c_seen - before_seen) > 0
+        cnt = c_cnt - before_cnt
+        banned = (c_ban - before_ban) > 0
+        # repetition (§1.3): x < 0 ? x * r : x / r over seen tokens, then the clamp
+        rep = (seen.to(tl.int32) * (r != 1.0).to(tl.int32)) != 0
+        v = tl.where(xb < 0, xb * r, tl.div_rn(xb, r))
+        x1 = tl.where(rep, _clamp_finite(xb, v), xb)
+        # presence/frequency: x -= a + f * count where count > 0, then the clamp
+        pf = ((cnt > 0).to(tl.int32) * ((a != 0.0) | (f != 0.0)).to(tl.int32)) != 0
+        w = x1 - (a + f * cnt.to(tl.float32))
+        x2 = tl.where(pf, _clamp_finite(x1, w), x1)
+        # bans (§1.4): -inf
+        x3 = tl.where(banned, float("-inf"), x2)
+        tl.debug_barrier()  # the part's copy is stored before its patched entries
+        tl.store(ybase + sid, x3, mask=end & (sid >= lo) & (sid < hi))
+    if WANT_LP:
+        tl.debug_barrier()
+        m_v = tl.full([BLOCK], float("-inf"), tl.float32)
+        s_v = tl.zeros([BLOCK], dtype=tl.float32)
+        for st in range(lo, hi, BLOCK):
+            offs = st + ar
+            yv = tl.load(ybase + offs, mask=offs < hi, other=float("-inf"), cache_modifier=".cg")
+            m_new = tl.maximum(m_v, yv)
+            live = m_new > float("-inf")
+            s_v = tl.where(live, s_v * tl.exp(m_v - m_new) + tl.exp(yv - m_new), 0.0)
+            m_v = m_new
+        mp = tl.max(m_v, 0)
+        sp = tl.sum(tl.where(m_v > float("-inf"), s_v * tl.exp(m_v - mp), 0.0), 0)
+        tl.store(lpw + (row * S + part) * 2 + 0, mp)
+        tl.store(lpw + (row * S + part) * 2 + 1, sp)
+        if part == 0:
+            tl.store(lpc + row * 4 + tl.arange(0, 4), tl.zeros([4], dtype=tl.int32))
+
+
+@triton.jit
+def _pack_lp(lp, offs):
+    # larger packed value: larger logprob, then lower id
+    return (_key(lp).to(tl.int64) << 32) | (4294967295 - offs.to(tl.int64))
+
+
+@triton.jit
+def _merge_top(best, pk, KL: tl.constexpr):
+    # the KL largest of best (KL entries) and pk (a vector): replace best's least by pk's largest while larger
+    kl = tl.arange(0, KL)
+    bmax = tl.max(pk, 0)
+    bmin = tl.min(best, 0)
+    while bmax > bmin:
+        pos = tl.min(tl.where(best == bmin, kl, KL), 0)
+        best = tl.where(kl == pos, bmax, best)
+        pk = tl.where(pk == bmax, _INT64_MIN, pk)
+        bmax = tl.max(pk, 0)
+        bmin = tl.min(best, 0)
+    return best
+
+
+@triton.jit(do_not_specialize=["V", "S", "CH"])
+def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, wsi, wsf, ws64,
+                     lp_tok_ptr, rank_ptr, plp_ptr, top_id_ptr, top_lp_ptr, vec_ptr, S, CH,
+                     BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
+                     KBIG: tl.constexpr, KL: tl.constexpr, WANT_VEC: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    status = tl.load(status_ptr + row)
+    if status == 0:
+        ybase = y_ptr + row * V
+        # M and Z of the row from the parts' (max, sum exp(y - max))
+        M = tl.full([], float("-inf"), tl.float32)
+        for s in range(0, S):
+            M = tl.maximum(M, tl.load(lpw + (row * S + s) * 2 + 0))
+        Z = tl.full([], 0.0, tl.float32)
+        for s in range(0, S):
+            mp = tl.load(lpw + (row * S + s) * 2 + 0)
+            sp = tl.load(lpw + (row * S + s) * 2 + 1)
+            Z += tl.where(mp > float("-inf"), sp * tl.exp(mp - M), 0.0)
+        L = tl.log(Z)
+        tok = tl.load(token_ptr + row)
+        lpt = (tl.load(ybase + tok) - M) - L
+        k_row = tl.load(ntop_ptr + row)
+        ar = tl.arange(0, BLOCK)
+        lo = part * CH
+        hi = tl.minimum(lo + CH, V)
+        n_gt = tl.zeros([BLOCK], dtype=tl.int32)
+        best = tl.full([KL], _INT64_MIN, tl.int64)
+        for st in range(lo, hi, BLOCK):
+            offs = st + ar
+            inb = offs < hi
+            yv = tl.load(ybase + offs, mask=inb, other=float("-inf"))
+            lp = (yv - M) - L
+            if WANT_VEC:
+                tl.store(vec_ptr + row * V + offs, lp, mask=inb)
+            n_gt += (inb & (lp > lpt)).to(tl.int32)
+            if k_row > 0:
+                best = _merge_top(best, tl.where(inb, _pack_lp(lp, offs), _INT64_MIN), KL)
+        kl = tl.arange(0, KL)
+        tl.store(topw + (row * S + part) * KL + kl, best)
+        tl.atomic_add(lpc + row * 4 + 1, tl.sum(n_gt, 0))
+        tl.debug_barrier()
+        ticket = tl.atomic_add(lpc + row * 4 + 0, 1)
+        if ticket == S - 1:
+            rank = tl.atomic_add(lpc + row * 4 + 1, 0) + 1
+            if k_row > 0:
+                allb = tl.full([KL], _INT64_MIN, tl.int64)
+                for s in range(0, S):
+                    allb = _merge_top(allb, tl.load(topw + (row * S + s) * KL + kl, cache_modifier=".cg"), KL)
+                allb = tl.sort(allb, 0, descending=True)
+                tl.store(top_id_ptr + row * KL + kl, (4294967295 - (allb & 4294967295)).to(tl.int32))
+                tl.store(top_lp_ptr + row * KL + kl, _unkey((allb >> 32).to(tl.int32)))
+            # PROCESSED logprob: log of the probability the draw used (the probabilities launch's formula)
+            bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
+            kind = tl.load(ri + 1)
+            m = tl.load(rf + 0)
+            T = tl.load(rf + 1)
+            E = tl.load(rf + 4)
+            e = tl.exp(tl.div_rn(tl.load(ybase + tok) - m, T))
+            p = tl.where(kind == 0, 1.0, tl.div_rn(e, E))
+            tl.store(plp_ptr + row, tl.log(p.to(tl.float64)))
+            tl.store(lp_tok_ptr + row, lpt)
+            tl.store(rank_ptr + row, rank)

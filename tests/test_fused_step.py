@@ -1,0 +1,277 @@
+"""The fused sampler's whole step on the device: bias, penalties, bans, logprobs (issue 18 item 1).
+
+Each stage has rows whose rewritten logits, tokens and logprobs are worked out
+by hand below (float32 arithmetic where it matters), then a seeded random
+sweep against the reference's PyTorch pipeline (:mod:`impls.reference`). On
+a machine without CUDA these run under Triton's interpreter (``conftest.py``)
+with small vocabularies; vocabularies of several blocks split rows into parts.
+"""
+
+import math
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton", reason="triton is not installed (the tox env installs it)")
+
+from impls.base import Row  # noqa: E402
+from impls.fused import FUSED_VERSION, FusedImpl, FusedSession  # noqa: E402
+from impls.fused.step import allocate_step, fused_step, host_bans, pack_rows  # noqa: E402
+from impls.fused.ops import INTERPRETER, DEFAULTS  # noqa: E402
+from impls.profiles import TRTLLM  # noqa: E402
+from impls.reference.sampler import ReferenceSession, rewrite_logits  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+NEG = float("-inf")
+
+
+def greedy_step(rows):
+    """One fused step of greedy rows (temperature 0 resolves them greedy); the session's results."""
+    return FusedSession(DEV).step([r.replace(temperature=0.0, slot=i) for i, r in enumerate(rows)])
+
+
+def row(x, **kw):
+    return Row(logits=torch.tensor(x, dtype=torch.float32), **kw)
+
+
+def test_logit_bias_adds_in_request_order_and_bans_with_neg_inf():
+    # id 1: (1 + 1e8) - 1e8 in float32 is 0 (1e8 + 1 rounds to 1e8): the values are added one by one, in order,
+    # as the reference's out[t] + v; id 3: -inf bans; id 6: 0.5 + 1.5 = 2.0.
+    r = row([0.0, 1.0, 0.25, 9.0, 0.5, 0.75, 0.5, 1.0],
+            logit_bias=[(1, 1e8), (6, 1.5), (1, -1e8), (3, NEG)])
+    out = greedy_step([r])[0]
+    assert out.error is None
+    assert out.rewritten_logits.cpu().tolist() == [0.0, 0.0, 0.25, NEG, 0.5, 0.75, 2.0, 1.0]
+    assert out.token == 6
+
+
+def test_logit_bias_errors_and_nan_from_neg_inf_plus_inf():
+    bad = row([0.0, 1.0, 2.0], logit_bias=[(3, 1.0)])
+    nan = row([NEG, 1.0, 2.0], logit_bias=[(0, float("inf"))])
+    ok = row([0.0, 1.0, 2.0], logit_bias=[(0, 5.0)])
+    out = greedy_step([bad, nan, ok])
+    assert out[0].error == "invalid_logit_bias"
+    assert out[1].error == "nan_logits"   # -inf + inf is NaN, reported by the filters (as the reference)
+    assert out[2].token == 0
+
+
+def test_repetition_penalty_once_per_seen_token_by_sign():
+    # r = 2 over prompt [0, 1, 1] + generated [2, 99]: 2.0 / 2 = 1.0, -1.0 * 2 = -2.0 (once, though 1 is seen
+    # twice), 0.0 / 2 = 0.0; id 99 is outside the vocabulary (ignored); 3.0 unseen stays.
+    r = row([2.0, -1.0, 0.0, 3.0, 1.0], repetition_penalty=2.0, prompt=[0, 1, 1], generated=[2, 99])
+    out = greedy_step([r])[0]
+    assert out.rewritten_logits.cpu().tolist() == [1.0, -2.0, 0.0, 3.0, 1.0]
+    assert out.token == 3
+
+
+def test_presence_frequency_count_after_prompt_ignore_length():
+    # a = 0.5, f = 0.25; prompt [0, 0, 5] with prompt_ignore_length 1, generated [5, 3]: counted [0, 5, 5, 3]
+    # -> x0 -= 0.75, x5 -= 1.0, x3 -= 0.75.
+    x = [4.0, 1.0, 1.0, 2.0, 1.0, 3.0]
+    r = row(x, presence_penalty=0.5, frequency_penalty=0.25, prompt=[0, 0, 5], generated=[5, 3],
+            prompt_ignore_length=1)
+    # prompt_ignore_length 3 (the whole prompt): counted [5, 3]; 7 is clamped to the prompt (the same)
+    r3 = r.replace(prompt_ignore_length=3)
+    r7 = r.replace(prompt_ignore_length=7)
+    # negative: no effect, every prompt token counts: x0 -= 0.5 + 0.5
+    rn = r.replace(prompt_ignore_length=-2)
+    out = greedy_step([r, r3, r7, rn])
+    assert out[0].rewritten_logits.cpu().tolist() == [3.25, 1.0, 1.0, 1.25, 1.0, 2.0]
+    assert out[1].rewritten_logits.cpu().tolist() == [4.0, 1.0, 1.0, 1.25, 1.0, 2.25]
+    assert out[2].rewritten_logits.cpu().tolist() == [4.0, 1.0, 1.0, 1.25, 1.0, 2.25]
+    assert out[3].rewritten_logits.cpu().tolist() == [3.0, 1.0, 1.0, 1.25, 1.0, 2.0]
+
+
+def test_repetition_before_presence_clamp_and_non_finite_pass_through():
+    # row r: id 0: 3.0 / 2 = 1.5, then - (0.5 + 0.25 * 1) = 0.75; id 1 unseen keeps float32(3e38); id 2: -inf
+    # (a bias ban), seen, stays -inf. Row big: id 1: 3e38 / 2 = 1.5e38, minus (-3e38) = 4.5e38 overflows and is
+    # clamped to float32's max 3.4028235e38; id 0 unseen stays 3.0.
+    fmax = torch.finfo(torch.float32).max
+    r = row([3.0, 3e38, 0.0], repetition_penalty=2.0, presence_penalty=0.5, frequency_penalty=0.25, prompt=[0],
+            generated=[2], logit_bias=[(2, NEG)])
+    big = row([3.0, 3e38, 0.0], repetition_penalty=2.0, presence_penalty=-3e38, prompt=[1], generated=[2],
+              logit_bias=[(2, NEG)])
+    out = greedy_step([r, big])
+    assert out[0].rewritten_logits.cpu().tolist() == [0.75, float(torch.tensor(3e38)), NEG]
+    got = out[1].rewritten_logits.cpu().tolist()
+    assert got[1] == fmax and got[2] == NEG and got[0] == 3.0
+
+
+def test_bans_single_multi_token_min_length_and_no_repeat_ngram():
+    x = [5.0, 4.0, 3.0, 2.0, 1.0, 0.5, 0.25, 0.125]
+    # bad words: [4] always; [6, 7] bans 7 (history ends with 6); [2, 5] does not match; end id 1 banned while
+    # generated (1) < min_length (3); no_repeat_ngram 2 over [0, 6] + [1, 0]: prefix [0] -> ban 6.
+    r = row(x, bad_words=[[4], [6, 7], [2, 5]], prompt=[0, 6], generated=[1, 6], end_id=1, min_length=3)
+    # min_length reached (3 generated): end id 1 not banned
+    done = r.replace(generated=[1, 2, 6])
+    ng = row(x, no_repeat_ngram_size=2, prompt=[0, 6], generated=[1, 0])
+    assert host_bans(r, 8) == [7]
+    assert host_bans(ng, 8) == [6]
+    out = greedy_step([r, done, ng])
+    got = out[0].rewritten_logits.cpu().tolist()
+    assert [i for i, v in enumerate(got) if v == NEG] == [1, 4, 7]
+    assert [i for i, v in enumerate(out[1].rewritten_logits.cpu().tolist()) if v == NEG] == [4, 7]
+    assert [i for i, v in enumerate(out[2].rewritten_logits.cpu().tolist()) if v == NEG] == [6]
+    assert out[0].token == 0
+
+
+def test_min_length_bans_the_end_id_even_with_ignore_eos_and_nothing_without_one():
+    x = [1.0, 9.0, 2.0]
+    a = row(x, end_id=1, min_length=2, ignore_eos=True, generated=[0])
+    b = row(x, end_id=-1, min_length=2, generated=[0])
+    out = greedy_step([a, b])
+    assert out[0].token == 2 and out[0].rewritten_logits.cpu().tolist() == [1.0, NEG, 2.0]
+    assert out[1].token == 1
+
+
+def test_logprobs_of_a_greedy_row_with_ties_rank_and_top_list():
+    # log_softmax([1, 2, 2, 0]): logsumexp = log(e + 2 e^2 + 1) = 2.9175797; token 1 (lowest id of the tie),
+    # logprob 2 - 2.9175797 = -0.9175797, rank 1 (no logprob strictly greater), top 2: (1, ...), (2, ...);
+    # PROCESSED logprob of a greedy row: log 1 = 0.
+    lse = math.log(math.e + 2 * math.e ** 2 + 1)
+    out = greedy_step([row([1.0, 2.0, 2.0, 0.0], logprobs=2)])[0]
+    assert out.token == 1 and out.rank == 1
+    assert out.logprob == pytest.approx(2 - lse, abs=1e-6)
+    assert out.processed_logprob == 0.0
+    assert [i for i, _ in out.top_logprobs] == [1, 2]
+    assert out.top_logprobs[1][1] == pytest.approx(2 - lse, abs=1e-6)
+    # token 0 (banned id 1 and 2 by bias) with top 1: the sampled token is appended; its rank is 2 (3: -inf below)
+    out = greedy_step([row([1.0, 2.0, 2.0, 0.0], logprobs=1, logit_bias=[(1, NEG), (2, NEG), (3, 1.5)])])[0]
+    assert out.token == 3 and out.rank == 1
+    out = greedy_step([row([1.0, 2.0, 2.0, 0.0], logprobs=1, logit_bias=[(1, NEG), (2, NEG), (0, -0.5)])])[0]
+    # [0.5, -inf, -inf, 0.0]: token 0, logprob 0.5 - log(e^0.5 + 1) = -0.4740770
+    assert out.token == 0 and out.logprob == pytest.approx(0.5 - math.log(math.exp(0.5) + 1), abs=1e-6)
+    assert out.top_logprobs[0][0] == 0 and len(out.top_logprobs) == 1
+
+
+def test_processed_logprob_and_rank_of_a_sampled_row():
+    # x = [0, 2 ln 2, 4 ln 2, -1] at T = 2 and top_k 2: e = [1, 2, 4] -> kept {1, 2} with p = 1/3, 2/3.
+    # RAW: x - log(1 + 4 + 16 + e^-1). Seeded: whichever token is drawn, its values are these.
+    x = [0.0, 2 * math.log(2), 4 * math.log(2), -1.0]
+    lse = math.log(1 + 4 + 16 + math.exp(-1))
+    sess = FusedSession(DEV)
+    for seed in range(6):
+        out = sess.step([row(x, temperature=2.0, top_k=2, seed=seed, slot=0, request_id=f"r{seed}", logprobs=0)])[0]
+        t = out.token
+        assert t in (1, 2)
+        assert out.processed_logprob == pytest.approx(math.log({1: 1 / 3, 2: 2 / 3}[t]), abs=1e-6)
+        assert out.logprob == pytest.approx(x[t] - lse, abs=1e-6)
+        assert out.rank == {1: 2, 2: 1}[t]
+        assert out.top_logprobs == [(t, out.logprob)]
+
+
+def _random_rows(gen, n, V):
+    rows = []
+    for i in range(n):
+        x = torch.randn(V, generator=gen) * 3
+        hist = torch.randint(-2, V + 3, (int(torch.randint(0, 40, (1,), generator=gen)),), generator=gen).tolist()
+        cut = len(hist) // 2
+        kw = dict(prompt=hist[:cut], generated=hist[cut:], slot=i, seed=1000 + i, logprobs=int(i % 4) * 2)
+        if i % 2 == 0:
+            kw.update(repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=0.2, prompt_ignore_length=i % 5)
+        if i % 3 == 0:
+            kw.update(logit_bias=[(int(t), float(v)) for t, v in zip(torch.randint(0, V, (5,), generator=gen),
+                                                                      torch.randn(5, generator=gen) * 4)])
+        if i % 3 == 1:
+            kw.update(bad_words=[[int(hist[-1]) % V if hist else 1], [3, 4]], end_id=0, min_length=cut + 1,
+                      no_repeat_ngram_size=2)
+        if i % 4 == 0:
+            kw.update(temperature=0.0)
+        else:
+            kw.update(temperature=0.7 + 0.2 * (i % 3), top_k=int(i % 5) * 7, top_p=0.9)
+        rows.append(Row(logits=x, **kw))
+    return rows
+
+
+@pytest.mark.parametrize("V", [37, 700])
+def test_random_rows_match_the_reference_step(V):
+    """Tokens, rewritten logits (exactly), logprobs, ranks and top lists of the reference, on random rows."""
+    gen = torch.Generator().manual_seed(V)
+    rows = [r for r in _random_rows(gen, 8, V) if FusedImpl().unsupported(r) is None]
+    got = FusedSession(DEV).step(rows)
+    # the reference on the CPU: its IEEE division is the kernel's (PyTorch's CUDA division by a Python scalar
+    # multiplies by the reciprocal)
+    want = ReferenceSession(TRTLLM, "cpu").step(rows)
+    for g, w, r in zip(got, want, rows):
+        assert g.error == w.error
+        if w.error:
+            continue
+        assert torch.equal(g.rewritten_logits.cpu(), w.rewritten_logits.cpu())
+        assert g.token == w.token
+        assert g.logprob == pytest.approx(w.logprob, abs=1e-6, rel=1e-6)
+        assert g.processed_logprob == pytest.approx(w.processed_logprob, abs=1e-6, rel=1e-6)
+        assert g.rank == w.rank
+        assert g.finish_reason == w.finish_reason
+        if r.logprobs is not None:
+            assert [i for i, _ in g.top_logprobs] == [i for i, _ in w.top_logprobs]
+            assert [v for _, v in g.top_logprobs] == pytest.approx([v for _, v in w.top_logprobs], abs=1e-6)
+
+
+def test_whole_vector_and_bf16_input():
+    gen = torch.Generator().manual_seed(5)
+    x = (torch.randn(300, generator=gen) * 2).to(torch.bfloat16)
+    r = Row(logits=x, logprobs=-1, temperature=0.0, logit_bias=[(7, 3.0)], repetition_penalty=1.5, prompt=[1, 2])
+    out = greedy_step([r])[0]
+    ref = rewrite_logits(x.float(), r, TRTLLM)
+    assert torch.equal(out.rewritten_logits.cpu(), ref)
+    assert torch.allclose(out.vocab_logprobs.cpu(), torch.log_softmax(ref, -1), atol=1e-6, rtol=1e-6)
+
+
+def test_buffers_are_reused_and_the_step_has_fixed_shapes():
+    """With a kept workspace the call allocates no outputs: it writes the same tensors (CUDA-graph friendly)."""
+    gen = torch.Generator().manual_seed(3)
+    B, V = 3, 200
+    rows = [Row(logits=torch.randn(V, generator=gen), logprobs=3, logit_bias=[(5, 2.0)], presence_penalty=0.5,
+                prompt=[5, 6]) for _ in range(B)]
+    inputs, errs = pack_rows(rows, V, DEV, NU=64)
+    assert errs == [None] * B and inputs.NU == 64
+    cfg = INTERPRETER if DEV == "cpu" else DEFAULTS
+    buf = allocate_step(B, V, torch.device(DEV), cfg, KL=8)
+    x = torch.stack([r.logits for r in rows]).to(DEV)
+    z = lambda v, dt: torch.full((B,), v, dtype=dt, device=DEV)
+    args = (z(0.0, torch.float32), z(0, torch.int64), z(1.0, torch.float32), z(0.0, torch.float32),
+            z(0, torch.int64), z(0, torch.int64))
+    o1 = fused_step(x, *args, inputs=inputs, buffers=buf)
+    t1 = o1["tokens"].clone()
+    o2 = fused_step(x * 2, *args, inputs=inputs, buffers=buf)
+    for k in ("tokens", "rewritten", "logprob", "top_ids", "probs"):
+        assert o2[k].data_ptr() == buf[{"rewritten": "y", "logprob": "lp", "top_ids": "top_id"}.get(k, k)].data_ptr()
+    assert torch.equal(o2["tokens"], t1)  # doubling the logits keeps every argmax
+
+
+def test_declared_stages_and_version():
+    st = FusedImpl.stages
+    assert {s for s, p in st.items() if p == "own"} == {"logit_bias", "penalties", "bans", "filters", "draw",
+                                                       "logprobs"}
+    assert {s for s, p in st.items() if p == "reference"} == {"validation", "seeds", "finish"}
+    assert FUSED_VERSION == "4"
+    assert FusedImpl().unsupported(row([0.0], logprobs_mode="processed_logprobs")) is not None
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_and_replay_of_the_whole_step():
+    gen = torch.Generator().manual_seed(11)
+    B, V = 6, 4096
+    rows = [Row(logits=torch.randn(V, generator=gen), logprobs=4, logit_bias=[(5, 2.0)], repetition_penalty=1.2,
+                prompt=[5, 6, 7], generated=[8], slot=i, temperature=0.8, top_p=0.9, seed=i) for i in range(B)]
+    inputs, _ = pack_rows(rows, V, "cuda", NU=64)
+    buf = allocate_step(B, V, torch.device("cuda"), DEFAULTS, KL=8)
+    x = torch.stack([r.logits for r in rows]).cuda()
+    T = torch.full((B,), 0.8, device="cuda")
+    K = torch.zeros(B, dtype=torch.int64, device="cuda")
+    P = torch.full((B,), 0.9, device="cuda")
+    M = torch.zeros(B, device="cuda")
+    S = torch.arange(B, dtype=torch.int64, device="cuda")
+    O = torch.zeros(B, dtype=torch.int64, device="cuda")
+    fused_step(x, T, K, P, M, S, O, inputs=inputs, buffers=buf)  # compile before capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fused_step(x, T, K, P, M, S, O, inputs=inputs, buffers=buf)
+    for seed in (1, 2):
+        x.copy_(torch.randn(B, V, generator=torch.Generator().manual_seed(seed)).cuda())
+        g.replay()
+        torch.cuda.synchronize()
+        want = ReferenceSession(TRTLLM, "cpu").step([r.replace(logits=x[i].cpu()) for i, r in enumerate(rows)])
+        assert out["tokens"].tolist() == [w.token for w in want]
+        assert out["rank"].tolist() == [w.rank for w in want]
