@@ -142,6 +142,11 @@ def test_logprobs_of_a_greedy_row_with_ties_rank_and_top_list():
     # [0.5, -inf, -inf, 0.0]: token 0, logprob 0.5 - log(e^0.5 + 1) = -0.4740770
     assert out.token == 0 and out.logprob == pytest.approx(0.5 - math.log(math.exp(0.5) + 1), abs=1e-6)
     assert out.top_logprobs[0][0] == 0 and len(out.top_logprobs) == 1
+    # more top logprobs asked than the vocabulary holds: every token once, no pads (the kernel's list has id -1
+    # past V). log_softmax([1, 2, 2, 0]) as above: ids 1, 2 (tie, lowest id first), 0, 3
+    out = greedy_step([row([1.0, 2.0, 2.0, 0.0], logprobs=6)])[0]
+    assert [i for i, _ in out.top_logprobs] == [1, 2, 0, 3]
+    assert [lp for _, lp in out.top_logprobs] == pytest.approx([2 - lse, 2 - lse, 1 - lse, -lse], abs=1e-6)
 
 
 def test_processed_logprob_and_rank_of_a_sampled_row():

@@ -139,7 +139,7 @@ class FusedSession:
                 r.processed_logprob = float(host["processed_logprob"][j])
                 r.rank = int(host["rank"][j])
                 if row.logprobs is not None and row.logprobs >= 0:
-                    k = int(row.logprobs)
+                    k = min(int(row.logprobs), row.vocab)   # past V the kernel's list holds pads (id -1)
                     top = [(int(a), float(b)) for a, b in zip(host["top_ids"][j][:k].tolist(),
                                                               host["top_logprobs"][j][:k].tolist())]
                     if t not in [a for a, _ in top]:
