@@ -69,6 +69,50 @@ def _tuning(cfg: dict, given: dict) -> dict:
     return cfg
 
 
+def check_call(logits, temperature, top_k, top_p, min_p, seed, offset) -> tuple:
+    """The argument checks of :func:`fused_sample` and :func:`impls.fused.step.fused_step`.
+
+    Returns
+    -------
+    tuple
+        ``(logits, (temperature, top_k, top_p, min_p, seed, offset))``: the logits contiguous in
+        their last dimension, each parameter a ``(B,)`` tensor of its dtype on the logits' device
+        (``top_p`` float64 when given so, else float32).
+
+    Raises
+    ------
+    TypeError
+        ``logits`` is not a tensor.
+    ValueError
+        Logits that are not 2-D or not float32/bfloat16/float16, on a CPU without Triton's
+        interpreter or on another device type, a vocabulary of ``2**23`` or more (the kernel's
+        fixed-point sums), a parameter of another shape or device.
+    """
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a (batch, vocab) tensor, got {type(logits).__name__}")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be (batch, vocab), got shape {tuple(logits.shape)}")
+    if logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"logits dtype {logits.dtype} not supported (float32, bfloat16, float16)")
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
+    B, V = logits.shape
+    dev = logits.device
+    if dev.type != "cuda":
+        if dev.type != "cpu":
+            raise ValueError(f"logits on a {dev.type} device: the fused sampler runs on CUDA (or on the CPU under "
+                             "Triton's interpreter)")
+        if not INTERPRETED:
+            raise ValueError("logits on the CPU: the fused sampler runs there only under Triton's interpreter "
+                             "(TRITON_INTERPRET=1 in the environment before triton is imported); use a CUDA device")
+    if V >= 1 << 23:
+        raise ValueError(f"vocab {V} too large for the fused kernel's fixed-point sums (< 2**23)")
+    p_dtype = torch.float64 if getattr(top_p, "dtype", None) == torch.float64 else torch.float32
+    return logits, (_check(temperature, "temperature", torch.float32, B, dev), _check(top_k, "top_k", torch.int64, B, dev),
+                    _check(top_p, "top_p", p_dtype, B, dev), _check(min_p, "min_p", torch.float32, B, dev),
+                    _check(seed, "seed", torch.int64, B, dev), _check(offset, "offset", torch.int64, B, dev))
+
+
 def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                  min_p: torch.Tensor, seed: torch.Tensor, offset: torch.Tensor, want_probs: bool = False,
                  block: Optional[int] = None, nb: Optional[int] = None, r: Optional[float] = None,
@@ -129,37 +173,15 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     """
     if launcher not in MODES:
         raise ValueError(f"unknown launcher mode {launcher!r}; known: {', '.join(MODES)}")
-    if not isinstance(logits, torch.Tensor):
-        raise TypeError(f"logits must be a (batch, vocab) tensor, got {type(logits).__name__}")
-    if logits.dim() != 2:
-        raise ValueError(f"logits must be (batch, vocab), got shape {tuple(logits.shape)}")
-    if logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        raise ValueError(f"logits dtype {logits.dtype} not supported (float32, bfloat16, float16)")
-    if logits.stride(-1) != 1:
-        logits = logits.contiguous()
+    logits, (temperature, top_k, top_p, min_p, seed, offset) = check_call(
+        logits, temperature, top_k, top_p, min_p, seed, offset)
     B, V = logits.shape
     dev = logits.device
-    if dev.type != "cuda":
-        if dev.type != "cpu":
-            raise ValueError(f"logits on a {dev.type} device: the fused sampler runs on CUDA (or on the CPU under "
-                             "Triton's interpreter)")
-        if not INTERPRETED:
-            raise ValueError("logits on the CPU: the fused sampler runs there only under Triton's interpreter "
-                             "(TRITON_INTERPRET=1 in the environment before triton is imported); use a CUDA device")
-    temperature = _check(temperature, "temperature", torch.float32, B, dev)
-    top_p = _check(top_p, "top_p", torch.float64 if getattr(top_p, "dtype", None) == torch.float64 else torch.float32,
-                   B, dev)
-    min_p = _check(min_p, "min_p", torch.float32, B, dev)
-    top_k = _check(top_k, "top_k", torch.int64, B, dev)
-    seed = _check(seed, "seed", torch.int64, B, dev)
-    offset = _check(offset, "offset", torch.int64, B, dev)
     cfg = INTERPRETER if dev.type == "cpu" else DEFAULTS
     given = {k: v for k, v in dict(more, block=block, nb=nb, r=r, kmax=kmax, num_warps=num_warps).items()
              if v is not None}
     if given:
         cfg = _tuning(cfg, given)
-    if V >= 1 << 23:
-        raise ValueError(f"vocab {V} too large for the fused kernel's fixed-point sums (< 2**23)")
     if not B:
         tokens = torch.empty((0,), dtype=torch.int64, device=dev)
         status, path = (torch.empty((0,), dtype=torch.int32, device=dev) for _ in range(2))

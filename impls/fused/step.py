@@ -45,7 +45,7 @@ from ..params import end_id_set
 from ..profiles import Profile, TRTLLM
 from .kernel import launch_specs
 from .launch import run_call
-from .ops import DEFAULTS, INTERPRETER, INTERPRETED
+from .ops import DEFAULTS, INTERPRETER, check_call
 from .step_kernel import (META_F, META_I, TAG_BAN, TAG_BIAS, TAG_EOS_MIN_LENGTH, TAG_HISTORY,
                           _logprobs_kernel, _rewrite_kernel)
 from .workspace import allocate
@@ -381,34 +381,17 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
 
     Raises
     ------
-    ValueError
-        Logits that are not ``(B, V)`` float32/bfloat16/float16 or on a device the kernels cannot
-        run on; inputs whose batch differs; :func:`impls.fused.ops.fused_sample`'s checks.
+    TypeError, ValueError
+        :func:`impls.fused.ops.check_call` (the logits and per-row parameters, as
+        :func:`impls.fused.ops.fused_sample` checks them); inputs whose batch differs.
     """
-    from .ops import _check, fused_sample  # noqa: F401  (the same argument checks)
-
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
-        raise ValueError("logits must be a (batch, vocab) tensor")
-    if logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        raise ValueError(f"logits dtype {logits.dtype} not supported (float32, bfloat16, float16)")
-    if logits.stride(-1) != 1:
-        logits = logits.contiguous()
+    logits, (temperature, top_k, top_p, min_p, seed, offset) = check_call(
+        logits, temperature, top_k, top_p, min_p, seed, offset)
     B, V = logits.shape
     dev = logits.device
-    if dev.type == "cpu" and not INTERPRETED:
-        raise ValueError("logits on the CPU: the fused sampler runs there only under Triton's interpreter")
-    if V >= 1 << 23:
-        raise ValueError(f"vocab {V} too large for the fused kernel (< 2**23)")
     if inputs.ids.shape[0] != B:
         raise ValueError(f"inputs are for {inputs.ids.shape[0]} rows, logits have {B}")
     cfg = INTERPRETER if dev.type == "cpu" else DEFAULTS
-    temperature = _check(temperature, "temperature", torch.float32, B, dev)
-    top_p = _check(top_p, "top_p", torch.float64 if getattr(top_p, "dtype", None) == torch.float64 else torch.float32,
-                   B, dev)
-    min_p = _check(min_p, "min_p", torch.float32, B, dev)
-    top_k = _check(top_k, "top_k", torch.int64, B, dev)
-    seed = _check(seed, "seed", torch.int64, B, dev)
-    offset = _check(offset, "offset", torch.int64, B, dev)
     KL = pow2(inputs.max_top if want_logprobs else 1, 8)
     a = buffers
     if a is None or a["y"].shape != (B, V) or a["KL"] < KL or (want_vector and not a["want_vector"]) \
