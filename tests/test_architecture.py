@@ -14,7 +14,7 @@ from impls import registry
 ROOT = Path(__file__).resolve().parent.parent
 TOPS = ("harness", "impls", "benchmarks", "examples")
 #: harness's subpackages, lowest first: each may import only those before it (README, "Layout").
-LAYERS = ("corpus", "judge", "kinds", "report", "run", "records", "conformance", "cli", "__main__")
+LAYERS = ("corpus", "judge", "kinds", "report", "run", "records", "show", "conformance", "cli", "__main__")
 
 
 def _modules() -> dict:
