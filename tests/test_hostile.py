@@ -321,10 +321,11 @@ def test_every_committed_record_loads_and_schema_1_stays_readable(tmp_path, caps
 
 
 def test_a_record_with_draws_outside_the_support_diffs_with_itself(capsys):
-    # outside_support is kept by token ({"3": 8234}); the two-sample test took it for a number (TypeError)
+    # outside_support is kept by token ({"3": <count>}: llama.cpp keeps the tied token 3 that the reference
+    # drops); the two-sample test took it for a number (TypeError). The count follows the record's draws.
     p = ENGINES / "llamacpp-0.3.36.json"
-    assert json.loads(p.read_text())["cases"]["filters/top-p-ties-statistical"]["rows"][0]["outside_support"] == {
-        "3": 8234}
+    outside = json.loads(p.read_text())["cases"]["filters/top-p-ties-statistical"]["rows"][0]["outside_support"]
+    assert list(outside) == ["3"] and isinstance(outside["3"], int) and outside["3"] > 0
     assert main(["diff", str(p), str(p)]) == 0
     assert capsys.readouterr().out.endswith("result: no change\n")
 
