@@ -261,6 +261,8 @@ def _usage_problem(args) -> str:
     created only once the other arguments are found good."""
     if any(p == "" for p in (args.cases or [])):
         return "--cases '': an empty pattern; give an id, a glob, a category or a path"
+    if not str(args.out).strip():
+        return "--out '': an empty folder name (it would write into the current folder); give a folder"
     if args.timeout is not None and not args.timeout > 0:
         return f"--timeout {args.timeout:g}: must be a positive number of seconds"
     why = _output_file_problem("--junit-xml", args.junit_xml)

@@ -129,7 +129,8 @@ def show(case_id: str, engines_dir: Optional[Path] = None, predict: bool = True)
     Raises
     ------
     ValueError
-        No case matches ``case_id`` (the message names close ids), or it names several.
+        No case matches ``case_id`` (the message names close ids), it names several, or ``engines_dir``
+        is not a folder.
     harness.corpus.load.CaseError
         The case file does not load (the message locates the problem).
     """
@@ -154,6 +155,8 @@ def show(case_id: str, engines_dir: Optional[Path] = None, predict: bool = True)
     out += _rows(case) if case.batches else _scenario(case)
     if predict and case.batches:
         out += ["", "The reference's prediction (default profile trtllm):"] + _prediction(case)
+    if engines_dir is not None and not Path(engines_dir).is_dir():
+        raise ValueError(f"--records {engines_dir}: not a folder")
     recs = _records(case.id, engines_dir or ENGINES_DIR)
     out += ["", f"Run records ({Path(engines_dir or ENGINES_DIR)}):"] + (recs or ["  none"])
     found = [f for f in load_findings(CASES_DIR / "findings.toml")

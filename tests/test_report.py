@@ -511,3 +511,16 @@ def test_scenario_truth_written_as_expect_renders(tmp_path):
     html = out.html_path.read_text()
     assert ('<span class="muted">expect_by_profile.vllm:</span><br>&nbsp;&nbsp;tokens = [1, 1, 3]<br>'
             '&nbsp;&nbsp;finish_reason = end_id<br>&nbsp;&nbsp;finish_step = 2<br>') in html
+
+
+def test_an_external_case_is_reproduced_by_its_path(tmp_path):
+    # a case given by its path has an ext/<hash>/<name> id, which --cases does not select: the command names the file
+    root = tmp_path / "cases"
+    _write(root, "greedy/ok", GREEDY)
+    bad = tmp_path / "elsewhere" / "broken.toml"
+    bad.parent.mkdir()
+    bad.write_text("schema = 1\nid = [\n")
+    run(["reference"], [str(bad)], tmp_path / "r", progress=False, root=root, isolate=False)
+    html = (tmp_path / "r" / "index.html").read_text()
+    assert f"<code>sampcheck run --cases {bad} --out reports/repro</code>" in html
+    assert select(discover(root), [str(bad)], root) == [bad.resolve()]

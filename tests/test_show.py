@@ -41,3 +41,8 @@ def test_a_typo_or_a_category_is_a_clear_error(capsys):
     assert "names" in capsys.readouterr().err
     with pytest.raises(ValueError, match="give one case id, not a pattern"):
         show("filters/*")
+
+
+def test_a_records_folder_that_is_not_one_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match=f"--records {tmp_path / 'nope'}: not a folder"):
+        show("penalties/logit-bias-duplicate-id", tmp_path / "nope")

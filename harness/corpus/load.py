@@ -627,8 +627,9 @@ def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR, label:
         if not hits:
             near = _near_ids(pat, [corpus_id(q, root) or q.stem for q in paths])
             hint = f"did you mean {', '.join(repr(n) for n in near)}? " if near else ""
-            raise ValueError(f"{label} {pat!r} matches no case ({hint}ids look like 'filters/top-p-dyadic-boundary'; "
-                             "'tag:NAME' selects by tag)")
+            tags = "; 'tag:NAME' selects by tag" if label == "--cases" else ""
+            raise ValueError(f"{label} {pat!r} matches no case ({hint}ids look like 'filters/top-p-dyadic-boundary'"
+                             f"{tags})")
         for h in hits:
             key = case_id(h, root)  # one file given twice, by two paths, is one case
             if key not in seen:

@@ -488,8 +488,18 @@ def provenance_text(prov: Optional[dict]) -> str:
                                                         if kv[0] in _WHOSE else 9))
 
 
+def _case_arg(case_id: str, case, r: dict) -> Optional[str]:
+    """What ``--cases`` takes to select ``case_id`` again: an external case (``ext/...``, a file named by its
+    path) by that path, since its id selects nothing (:mod:`harness.corpus.ids`); None for a corpus case."""
+    from harness.corpus.ids import is_external
+    if not is_external(case_id):
+        return None
+    path = getattr(case, "path", None) or ((r or {}).get("details") or {}).get("file")
+    return str(path) if path else None
+
+
 def _result_view(case_id: str, r: dict, inputs: dict, device: str, prefix: str = "sampcheck",
-                 env: Optional[dict] = None, spec: Optional[str] = None) -> dict:
+                 env: Optional[dict] = None, spec: Optional[str] = None, case_arg: Optional[str] = None) -> dict:
     """What the template shows of one result: anchors, the command, whose code decided it, rows with their inputs.
 
     A row gets ``bad`` (keys of ``actual`` that differ from the prediction), ``kd`` (keys of
@@ -533,7 +543,7 @@ def _result_view(case_id: str, r: dict, inputs: dict, device: str, prefix: str =
     prov = r.get("provenance")
     load_error = r.get("check") == "load"
     return {"r": r, "anchor": _result_anchor(case_id, r["impl"]), "problem": r["status"] in OPEN_STATUSES,
-            "repro": repro_command(case_id, spec or r["impl"], device, prefix, load_error=load_error,
+            "repro": repro_command(case_arg or case_id, spec or r["impl"], device, prefix, load_error=load_error,
                                    env=None if load_error else _impl_env(r["impl"], env)),
             "rows": rows, "draws": draws, "named_inputs": [(w, inputs[w]) for w in named],
             "decided": provenance_text(prov), "borrowed": "" if not prov or prov.get("own_code") else provenance_text(prov),
@@ -708,7 +718,8 @@ def render_html(doc: dict, cases: dict, profiles: list, command: Optional[str] =
             "invariants": [] if broken else c.kind.relations(c),
             "results": results, "impl_index": idx,
             "views": [_result_view(cid, r, by_where, devices[i], prefix,
-                                   spec=(doc["run"]["impls"].get(i) or {}).get("spec")) if r else None
+                                   spec=(doc["run"]["impls"].get(i) or {}).get("spec"),
+                                   case_arg=_case_arg(cid, c, r)) if r else None
                       for i, r in zip(impls, results)],
             "problem": any(r and r["status"] in OPEN_STATUSES for r in results),
         })
