@@ -155,6 +155,9 @@ def show(case_id: str, engines_dir: Optional[Path] = None, predict: bool = True)
     out += _rows(case) if case.batches else _scenario(case)
     if predict and case.batches:
         out += ["", "The reference's prediction (default profile trtllm):"] + _prediction(case)
+    elif predict:
+        out += ["", f"The reference's prediction: a {case.check} case is decoded, not predicted row by row; "
+                    f"'sampcheck run --cases {case.id}' shows the reference's decode in its report."]
     if engines_dir is not None and not Path(engines_dir).is_dir():
         raise ValueError(f"--records {engines_dir}: not a folder")
     recs = _records(case.id, engines_dir or ENGINES_DIR)
