@@ -347,3 +347,12 @@ def test_a_pattern_that_matches_nothing_names_the_close_ids(tmp_path):
         select(discover(root), ["filter"], root)
     with pytest.raises(ValueError, match=r"--cases 'zzz' matches no case \(ids look like"):
         select(discover(root), ["zzz"], root)
+    # letter case is ignored in the suggestion; a mistyped tag names the corpus's tags; a missing file says so
+    with pytest.raises(ValueError, match=r"--cases 'FILTERS/TAGGED' matches no case \(did you mean 'filters/tagged'"):
+        select(discover(root), ["FILTERS/TAGGED"], root)
+    (root / "filters" / "tagged.toml").write_text(text("filters/tagged", 'tags = ["smoke"]\n' + _hostile.ROW))
+    with pytest.raises(ValueError, match=r"--cases 'tag:smok': no case has that tag \(did you mean 'tag:smoke'\? "
+                                         r"tags in the corpus: smoke\)"):
+        select(discover(root), ["tag:smok"], root)
+    with pytest.raises(ValueError, match=r"--cases '.*nope\.toml': no such file"):
+        select(discover(root), [str(tmp_path / "nope.toml")], root)

@@ -574,10 +574,15 @@ def _tags(path: Path) -> list:
 
 
 def _near_ids(pattern: str, ids: list) -> list:
-    """Up to three case ids close to a ``pattern`` that matched none (a typo), best first; categories too."""
+    """Up to three case ids close to a ``pattern`` that matched none (a typo, letter case ignored), best first;
+    categories too."""
     import difflib
-    cats = sorted({i.split("/")[0] for i in ids if "/" in i})
-    return difflib.get_close_matches(pattern.rstrip("/"), sorted(ids) + cats, n=3, cutoff=0.75)
+    names = sorted(ids) + sorted({i.split("/")[0] for i in ids if "/" in i})
+    by_lower = {}
+    for n in names:
+        by_lower.setdefault(n.lower(), n)
+    return [by_lower[n] for n in difflib.get_close_matches(pattern.rstrip("/").lower(), list(by_lower), n=3,
+                                                           cutoff=0.75)]
 
 
 def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR, label: str = "--cases") -> list:
@@ -624,6 +629,15 @@ def select(paths: list, patterns: Optional[list], root: Path = CASES_DIR, label:
         else:
             ids = {corpus_id(q, root) or q.stem: q for q in paths}
             hits = [q for i, q in ids.items() if fnmatch.fnmatchcase(i, pat) or fnmatch.fnmatchcase(i, pat.rstrip("/") + "/*")]
+        if not hits and pat.startswith("tag:"):
+            import difflib
+            known = sorted({t for q in paths for t in _tags(q) if isinstance(t, str)})
+            near = difflib.get_close_matches(pat[4:], known, n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(repr('tag:' + t) for t in near)}? " if near else ""
+            raise ValueError(f"{label} {pat!r}: no case has that tag ({hint}tags in the corpus: "
+                             f"{', '.join(known) or 'none'})")
+        if not hits and p.suffix.lower() == ".toml" and not p.exists():
+            raise ValueError(f"{label} {pat!r}: no such file")
         if not hits:
             near = _near_ids(pat, [corpus_id(q, root) or q.stem for q in paths])
             hint = f"did you mean {', '.join(repr(n) for n in near)}? " if near else ""
