@@ -362,7 +362,7 @@ def declaration_problems(impl) -> list:
     return out
 
 
-def stage_provenance(impl, scenario: bool = False, spec=None) -> dict:
+def stage_provenance(impl, scenario: bool = False) -> dict:
     """``{stage: provenance}`` for every stage of :data:`STAGES` that ``impl`` declares, in pipeline order.
 
     Parameters
@@ -372,11 +372,6 @@ def stage_provenance(impl, scenario: bool = False, spec=None) -> dict:
         For a multi-step scenario: ``impl.scenario_stages`` (optional; the stages of its
         ``run_scenario`` path where they differ, e.g. vLLM's engine loop seeds its own
         generators) overrides ``impl.stages`` entry by entry.
-    spec : ScenarioSpec, optional
-        The scenario, for an implementation whose ``run_scenario`` takes one of several paths by
-        what the scenario asks: its optional ``scenario_stages_for(spec)`` (a dict like
-        ``scenario_stages``) then replaces ``scenario_stages`` (llama.cpp: its C chain, or
-        llama-cpp-python's completion loop).
 
     Raises
     ------
@@ -388,9 +383,6 @@ def stage_provenance(impl, scenario: bool = False, spec=None) -> dict:
     declared = {}
     for attr in ("stages", "scenario_stages") if scenario else ("stages",):
         entries = dict(getattr(impl, attr, {}) or {})
-        if attr == "scenario_stages" and spec is not None and hasattr(impl, "scenario_stages_for"):
-            attr = "scenario_stages_for"
-            entries = dict(impl.scenario_stages_for(spec) or {})
         for stage, prov in entries.items():
             if stage not in STAGES:
                 raise ValueError(f"{name}: {attr}: unknown stage {stage!r}; known: {', '.join(STAGES)}")

@@ -89,13 +89,21 @@ def test_routing_and_provenance():
     procs = _spec(_req("a", 0, logits_processors=parse([{"kind": "margin", "margin": 1.0}])), tokenizer=None)
     minlen = _spec(_req("a", 0, min_length=2), tokenizer=None)
     assert [needs_completion(s) for s in (plain, stops, procs, minlen)] == [False, True, True, True]
-    chain = stage_provenance(impl, scenario=True, spec=plain)
-    loop = stage_provenance(impl, scenario=True, spec=stops)
+    chain = stage_provenance(impl, scenario=True)
+    # the completion path's result says where its stages differ (stages_used; test below), as a session does
+    loop = {**chain, **impl.completion_stages}
     assert (chain["finish"], chain["decode"], chain["draw"]) == ("reference", "reference", "own")
     assert (loop["finish"], loop["decode"], loop["bans"], loop["draw"], loop["validation"]) == (
         "own", "adapter", "own", "own", "reference")
-    assert stage_provenance(impl, scenario=True) == chain      # without a spec: scenario_stages
     assert {"stop_strings", "logits_processors", "min_length"} <= impl.scenario_features
+
+
+@needs_llama
+def test_the_completion_path_reports_its_stages_with_its_result():
+    from impls.llamacpp import LlamaCppImpl
+    impl = LlamaCppImpl()
+    assert impl.run_scenario(_spec(_req("a", 0, stop=["lo"]))).stages_used == impl.completion_stages
+    assert impl.run_scenario(_spec(_req("a", 0))).stages_used == {}   # the C chain: scenario_stages as declared
 
 
 @pytest.mark.parametrize("change, needle", [

@@ -100,14 +100,16 @@ class Judge:
         """
         return case.kind.predict(self, case, profile, dtype, cache)
 
-    def note_stages(self, session) -> None:
-        """Keep what ``session`` says its results took from code other than its implementation's ``stages``.
+    def note_stages(self, source) -> None:
+        """Keep what ``source`` says its results took from code other than its implementation declares.
 
-        A session may have ``stages_used``, ``{stage: provenance}`` (e.g. vLLM's seeded rows that its engine
-        loop could not draw: ``{"seeds": "adapter"}``, :class:`impls.vllm.session.VllmSession`); the case
-        being judged then reports those stages so (:func:`.provenance.provenance`, ``overrides``).
+        ``source``: a session, or a scenario's :class:`~impls.reference.scenario_types.ScenarioResult`;
+        either may have ``stages_used``, ``{stage: provenance}`` (vLLM's seeded rows that its engine loop
+        could not draw: ``{"seeds": "adapter"}``, :class:`impls.vllm.session.VllmSession`; llama.cpp's
+        completion path: :attr:`impls.llamacpp.LlamaCppImpl.completion_stages`). The case being judged then
+        reports those stages so (:func:`.provenance.provenance`, ``overrides``).
         """
-        self._stage_notes.update(getattr(session, "stages_used", None) or {})
+        self._stage_notes.update(getattr(source, "stages_used", None) or {})
 
     def finding(self, impl_name: str, version: str, case_id: str):
         """The registered finding covering ``case_id`` on ``impl_name`` at ``version``, or None."""

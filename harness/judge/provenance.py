@@ -95,8 +95,7 @@ def provenance(case, impl, status: str, overrides: Optional[dict] = None) -> Opt
     case : harness.corpus.load.Case
     impl : Implementation
         Its ``stages`` (:func:`impls.base.stage_provenance`; for a scenario its
-        ``scenario_stages``, or ``scenario_stages_for`` of the case's spec, override them); a
-        stage it does not declare reads ``"none"``.
+        ``scenario_stages`` override them); a stage it does not declare reads ``"none"``.
     status : str
         Only :data:`VERDICTS` get a provenance (None for ``n/a``, ``skip``, ``error``).
     overrides : dict, optional
@@ -111,8 +110,7 @@ def provenance(case, impl, status: str, overrides: Optional[dict] = None) -> Opt
     """
     if status not in VERDICTS:
         return None
-    spec = getattr(getattr(case, "scenario", None), "spec", None) if case.kind.runs_scenarios else None
-    declared = {**stage_provenance(impl, scenario=case.kind.runs_scenarios, spec=spec), **(overrides or {})}
+    declared = {**stage_provenance(impl, scenario=case.kind.runs_scenarios), **(overrides or {})}
     stages = {s: declared.get(s, "none") for s in exercised(case)}
     borrowed = [s for s, p in stages.items() if p != "own"]
     return {"stages": stages, "own_code": not borrowed, "borrowed": borrowed}

@@ -697,6 +697,7 @@ class ScenarioKind(CheckKind):
         hand = self._hand(case, default)
         try:
             actual = run(case.scenario.spec, judge.device)
+            judge.note_stages(actual)
         except ScenarioUnsupported as e:
             return Result(case.id, impl.name, "n/a", case.check, details={"message": str(e)})
         pred = self.predict(judge, case, impl.profile)
@@ -786,6 +787,7 @@ class ScenarioKind(CheckKind):
         # copies of the request (copy i: "<rid>#i", seed draw_seed + i), or, for a request with n > 1, the
         # request alone: its n children are the draws (cases/README.md, "Statistical scenarios")
         res = run(replicate(spec, rid, seeds) if parent.n == 1 else alone(spec, rid), judge.device)
+        judge.note_stages(res)
         counts = np.zeros(p64.shape[-1], dtype=np.int64)
         errors = []
         for i in range(len(seeds)):

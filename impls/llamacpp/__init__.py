@@ -25,8 +25,8 @@ has them) runs instead through llama-cpp-python's own loop, ``Llama.create_compl
 GGUF model whose vocabulary is the case's toy tokenizer, a scripted-model logits processor in
 front of the case's processors (:mod:`.completion`, :mod:`.tiny_gguf`): llama-cpp-python then
 samples, matches the stop strings and decides the finish reasons
-(:meth:`LlamaCppImpl.scenario_stages_for`). Each result names the path that ran (``path`` in its
-details).
+(:attr:`LlamaCppImpl.completion_stages`, reported as the result's ``stages_used``). Each result
+names the path that ran (``path`` in its details).
 
 ``import impls.llamacpp`` works without llama-cpp-python; ``available`` says why it cannot run.
 Install: ``CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install llama-cpp-python==0.3.36`` (an sdist; about 7
@@ -210,7 +210,8 @@ class LlamaCppImpl:
     #: case's processors and ``MinTokensLogitsProcessor`` (``bans``), its chain filters and draws
     #: with the request's seed, ``create_completion`` matches stop strings and ends requests
     #: (``finish``); the reference admits them (``validation``); the adapter serves them one at a
-    #: time and labels their steps (``decode``).
+    #: time and labels their steps (``decode``). :meth:`run_scenario` reports them as the result's
+    #: ``stages_used``, which the judge folds into that case's provenance.
     completion_stages = {"validation": "reference", "decode": "adapter", "bans": "own", "filters": "own",
                          "draw": "own", "seeds": "own", "finish": "own"}
     #: What :meth:`run_scenario` expresses (:data:`SCENARIO_FEATURES`).
@@ -248,16 +249,6 @@ class LlamaCppImpl:
                 "llamacpp_scenario_paths": "stop strings, logits_processors or min_length: Llama.create_completion "
                                            "on a tiny GGUF model (completion.py); otherwise " + CHAIN_PATH}
 
-    def scenario_stages_for(self, spec) -> dict:
-        """The scenario stages of the path :meth:`run_scenario` takes for ``spec``.
-
-        :attr:`completion_stages` when it needs the completion loop
-        (:func:`.completion.needs_completion`: stop strings, custom processors, ``min_length``),
-        else :attr:`scenario_stages`.
-        """
-        from .completion import needs_completion
-        return dict(self.completion_stages if needs_completion(spec) else self.scenario_stages)
-
     def unsupported(self, row: Row) -> Optional[str]:
         """Why the chain cannot express ``row`` (the harness reports ``n/a``), or ``None``."""
         return _unsupported(row)
@@ -286,7 +277,9 @@ class LlamaCppImpl:
 
         if needs_completion(spec):
             from .completion import run_scenario as run_completion
-            return run_completion(spec, self.profile)
+            out = run_completion(spec, self.profile)
+            out.stages_used = dict(self.completion_stages)   # in place of scenario_stages, for this result
+            return out
         why = scenario_unsupported(spec)
         if why:
             raise ScenarioUnsupported(why)

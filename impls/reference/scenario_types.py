@@ -309,13 +309,16 @@ class ScenarioResult:
     :data:`harness.kinds.scenario.EXPECT_KEYS`); ``None`` (the reference) means
     all of them. The judge compares only those. ``path`` says which of an
     implementation's code paths decoded it (recorded in the result's details;
-    None: its only one).
+    None: its only one). ``stages_used`` (as a session's, :class:`impls.base.Session`):
+    ``{stage: provenance}`` where that path's code differs from the implementation's
+    ``scenario_stages``; the judge folds it into the case's provenance.
     """
 
     requests: dict
     steps_run: int = 0
     keys: Optional[frozenset] = None
     path: Optional[str] = None
+    stages_used: dict = field(default_factory=dict)
 
 
 @dataclass(eq=False)
