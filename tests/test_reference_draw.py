@@ -237,6 +237,21 @@ def test_sample_many_counts_equal_the_steps_tokens():
     assert counts.tolist() == torch.bincount(torch.tensor(toks), minlength=50).tolist()
 
 
+@pytest.mark.gpu
+def test_sample_many_on_cuda_counts_as_on_the_cpu():
+    # The kept-set draw computes its uniforms where the row is (tox -e gpu, 2026-12-05: the seeds stayed on
+    # the CPU and every statistical case of the reference on cuda raised "Expected all tensors to be on the
+    # same device"). As on the CPU (test above): the counts of one fresh step per seed, on the same device.
+    from impls.base import Row
+    from impls.reference.sampler import ReferenceSession
+    x = torch.randn(50, generator=torch.Generator().manual_seed(11)) * 2
+    row = Row(logits=x, temperature=0.8, top_p=0.9)
+    seeds = range(2**64 - 40, 2**64)
+    counts = ReferenceSession(device="cuda").sample_many(row, seeds)
+    toks = [ReferenceSession(device="cuda").step([row.replace(seed=s, slot=0)])[0].token for s in seeds]
+    assert counts.tolist() == torch.bincount(torch.tensor(toks), minlength=50).tolist()
+
+
 _HWM_PROBE = """
 import sys, torch
 torch.set_num_threads(1)

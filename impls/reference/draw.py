@@ -116,7 +116,8 @@ def gumbel_argmax_kept(x_kept: torch.Tensor, cols: torch.Tensor, temperature: fl
     out = torch.empty(n, dtype=torch.int64)
     cols = cols.to(torch.int64)
     for r0 in range(0, n, rows):
-        sd, of = seeds[r0:r0 + rows], offsets[r0:r0 + rows]
+        # the uniforms on the row's device (uniforms_at computes where the seeds are)
+        sd, of = seeds[r0:r0 + rows].to(x_kept.device), offsets[r0:r0 + rows].to(x_kept.device)
         best = torch.full((sd.shape[0],), float("-inf"), dtype=dtype, device=x_kept.device)
         arg = torch.zeros(sd.shape[0], dtype=torch.int64, device=x_kept.device)
         for c0 in range(0, k, width):
