@@ -442,3 +442,73 @@ def test_a_seeded_row_with_history_is_seeded_by_the_adapter_and_says_so():
     s, (r,) = _session_step(Row(logits=torch.tensor([0.0, 1.0, 2.0]), temperature=1.0, seed=3, generated=[1]))
     assert r.error is None and r.extra["seed_path"].startswith("adapter (the row has generated tokens")
     assert r.extra["stages"] == {"seeds": "adapter"} and s.stages_used == {"seeds": "adapter"}
+
+
+def test_first_tokens_draws_a_thousand_seeded_rows_in_one_run():
+    # 1000 rows without prompts: stand-in prompts of at most two tokens (i in base 50), so that one run holds
+    # them all within max_num_batched_tokens; before, prompts [0] * (i + 1) split the 128th row's prefill.
+    import torch
+    from impls.base import Row
+    from impls.vllm import loop
+    assert loop._stand_in_prompt(1, 50) == (1,) and loop._stand_in_prompt(50, 50) == (0, 1)
+    assert loop._stand_in_prompt(999, 50) == (49, 19)   # 999 = 19 * 50 + 49
+    lg = torch.randn(50, generator=torch.Generator().manual_seed(0))
+    rows = [Row(logits=lg, temperature=1.0, seed=s) for s in range(1000)]
+    got = loop.first_tokens(rows)
+    assert all(why == "" for _, why in got)
+    again = loop.first_tokens(rows[:3] + rows[997:])   # a row's token depends on its seed alone
+    assert [t for t, _ in again] == [t for t, _ in got[:3] + got[997:]]
+
+
+def test_seeded_request_with_a_split_prompt_fails_the_step_on_cpu(tmp_path):
+    # vLLM 0.32.0's CPU build: a prompt longer than max_num_batched_tokens is prefilled in chunks; the model
+    # runner rewinds the generator of a request whose sampled token it discards (a chunk that is not the
+    # prompt's last: gen.set_offset(gen.get_offset() - 4), v1/worker/gpu_model_runner.py), which a CPU
+    # generator cannot do. Unseeded, the same request runs. (Why loop.FIRST_TOKEN_PROMPT_TOKENS exists.)
+    import json
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+    cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+           "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1, "num_key_value_heads": 1,
+           "head_dim": 64, "rms_norm_eps": 1e-5, "vocab_size": 64, "max_position_embeddings": 1024,
+           "torch_dtype": "float32"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    llm = LLM(model=str(tmp_path), load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
+              dtype="float32", max_model_len=1024, max_num_batched_tokens=256, max_num_seqs=8,
+              kv_cache_memory_bytes=1 << 24, enable_prefix_caching=False)
+    try:
+        prompt = TokensPrompt(prompt_token_ids=[3] * 600)   # prefilled as 256 + 256 + 88 tokens
+        out = llm.generate([prompt], SamplingParams(max_tokens=2, temperature=1.0), use_tqdm=False)
+        assert len(out[0].outputs[0].token_ids) == 2
+        with pytest.raises(RuntimeError, match="CPU Generator does not use offset"):
+            llm.generate([prompt], SamplingParams(seed=1, max_tokens=2, temperature=1.0), use_tqdm=False)
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+
+
+def test_sample_counts_draws_on_the_engine_loop_with_each_requests_own_seed():
+    import torch
+    from impls.base import Row
+    from impls.vllm import VllmImpl, loop
+    # top_p = 0.5 over logits [0, 3, 2, 1, -1], probabilities 0.0317, 0.6364, 0.2341, 0.0861, 0.0117: vLLM
+    # masks ascending cumulative sums <= 1 - p (apply_top_k_top_p_pytorch): 0.0117, 0.0434, 0.1295, 0.3636
+    # (tokens 4, 0, 3, 2) are <= 0.5, so the nucleus is {1}: every draw is token 1.
+    row = Row(logits=torch.tensor([0.0, 3.0, 2.0, 1.0, -1.0]), temperature=1.0, top_p=0.5, seed=1)
+    assert loop.sample_counts(row, range(250)).tolist() == [0, 250, 0, 0, 0]
+    # top_k = 2 keeps {1, 2}: 300 draws (three requests: 120, 120, 60) on tokens 1 and 2 only, the same for
+    # the same seeds, and the first draw of the request seeded 5 is the engine loop's first token for seed 5
+    row = Row(logits=torch.tensor([0.0, 3.0, 2.0, 1.0, -1.0]), temperature=1.0, top_k=2, seed=1)
+    a = loop.sample_counts(row, [5, 6, 7] + [0] * 297)
+    assert int(a.sum()) == 300 and a[[0, 3, 4]].tolist() == [0, 0, 0] and a[1] > a[2] > 0
+    assert torch.equal(a, loop.sample_counts(row, [5, 6, 7] + [1] * 297))   # only one seed per request is read
+    assert not torch.equal(a, loop.sample_counts(row, [8, 6, 7] + [0] * 297))
+    (first, why), = loop.first_tokens([row.replace(seed=5)])
+    one = loop.sample_counts(row, [5])
+    assert why == "" and one[first] == 1
+    # the session: on the engine loop up to COUNT_LOOP_DRAWS (seeds its own), above with the Sampler
+    s = VllmImpl().open_session("cpu")
+    assert torch.equal(s.sample_many(row, [5, 6, 7] + [0] * 297), a) and s.stages_used == {}
+    s = VllmImpl().open_session("cpu")
+    assert int(s.sample_many(row, range(loop.COUNT_LOOP_DRAWS + 1)).sum()) == loop.COUNT_LOOP_DRAWS + 1
+    assert s.stages_used == {"seeds": "adapter"}
+    assert loop.count_unsupported(row.replace(presence_penalty=0.5)).startswith("presence_penalty counts")

@@ -124,7 +124,8 @@ from .translate import (classify_validation_error, eos_id, generation_config, sa
 
 __all__ = ["REPORTED", "BEAM_REPORTED", "DEFAULT_MAX_MODEL_LEN", "ENGINE_ARGS", "ScriptedEngine", "engine_for",
            "run_scenario", "run_beam", "unsupported_reason", "beam_unsupported_reason", "first_tokens",
-           "first_token_unsupported"]
+           "first_token_unsupported", "sample_counts", "count_unsupported",
+           "COUNT_LOOP_DRAWS"]
 
 #: Observations the engine loop reports (:data:`harness.kinds.scenario.EXPECT_KEYS`): no Philox offsets, kept
 #: sets, top-p decay, speculative or beam records (vLLM exposes none of them).
@@ -784,15 +785,31 @@ _FIRST_TOKEN_DROPPED = frozenset({"logits", "generated", "slot", "request_id", "
                                   "max_new_tokens", "child_stream"})
 
 
-#: Rows per engine run of :func:`first_tokens` (one engine step holds them all). Seen on the CPU build
-#: (0.32.0, 2026-12-05), not understood: 300 seeded rows of one logits row (V = 6), drawn in runs of 64, made
-#: the third run's step fail (``RuntimeError: CPU Generator does not use offset``: the model runner rewinds
-#: the generator of a request whose sampled token it discards, ``gen.set_offset(gen.get_offset() - 4)`` in
-#: v1/worker/gpu_model_runner.py, and a CPU generator has no offset), and the runs after it too; one run of
-#: 128 rows failed the same way, 127 did not. The corpus (255 seeded rows) never meets it. The rows of a
-#: failed run keep the adapter's seeding and say so (:mod:`.session` step 4). Not yet a finding: why vLLM
-#: discards those tokens is not established.
-FIRST_TOKEN_RUN = 64
+#: Rows per engine run of :func:`first_tokens`: ``max_num_seqs`` of :data:`ENGINE_ARGS` (one engine step holds
+#: them all).
+FIRST_TOKEN_RUN = ENGINE_ARGS["max_num_seqs"]
+#: Prompt tokens per engine run of :func:`first_tokens`: ``max_num_batched_tokens``, so that no prompt of the run
+#: is split. A split (chunked) prefill of a *seeded* request fails the engine step on the CPU build:
+#: ``GPUModelRunner`` rewinds the generator of a request whose sampled token it discards (a prefill chunk that is
+#: not the prompt's last), ``gen.set_offset(gen.get_offset() - 4)`` (v1/worker/gpu_model_runner.py @ v0.32.0),
+#: and a CPU ``torch.Generator`` has no offset: ``RuntimeError: CPU Generator does not use offset``
+#: (``tests/test_vllm_loop.py::test_seeded_request_with_a_split_prompt_fails_the_step_on_cpu``). Before the limit,
+#: runs of 128 rows with stand-in prompts ``[0] * (i + 1)`` (8256 tokens) met it.
+FIRST_TOKEN_PROMPT_TOKENS = ENGINE_ARGS["max_num_batched_tokens"]
+
+
+def _stand_in_prompt(i: int, vocab: int) -> tuple:
+    """The prompt of the ``i``-th (from 1) row without one: ``i`` in base ``vocab``, least significant digit first.
+
+    Distinct for distinct ``i``, and short (a few tokens), so that a run's prompts stay within
+    :data:`FIRST_TOKEN_PROMPT_TOKENS`.
+    """
+    digits = []
+    while True:
+        i, d = divmod(i, vocab)
+        digits.append(d)
+        if i == 0:
+            return tuple(digits)
 
 
 def first_token_unsupported(row: Row) -> Optional[str]:
@@ -829,10 +846,10 @@ def first_tokens(rows: list) -> list:
     ``torch.Generator`` per request with ``SamplingType.RANDOM_SEED``) and its sampler draws, from the
     scripted model's logits (:class:`impls.reference.scripted.TableModel` holding the row's logits as its first
     step). The engine serves the row's vocabulary (:func:`engine_for`); rows without a prompt are given the
-    stand-in prompt ``[0] * (i + 1)`` (``i``: the row's index among them, so that prompts, which tell
-    sequences apart, differ); rows whose prompts are equal run in separate runs (a seeded row's draw depends on
-    its request alone: ``forward_cpu`` draws its 31-bit noise seed from the request's generator), at most
-    :data:`FIRST_TOKEN_RUN` rows a run.
+    stand-in prompt :func:`_stand_in_prompt` (distinct, so that prompts, which tell sequences apart, differ);
+    rows whose prompts are equal run in separate runs (a seeded row's draw depends on its request alone:
+    ``forward_cpu`` draws its 31-bit noise seed from the request's generator), at most
+    :data:`FIRST_TOKEN_RUN` rows and :data:`FIRST_TOKEN_PROMPT_TOKENS` prompt tokens a run.
 
     Parameters
     ----------
@@ -851,19 +868,23 @@ def first_tokens(rows: list) -> list:
         return []
     out: list = [None] * len(rows)
     runs: list = []   # each: {prompt: row index}, prompts distinct within a run
+    sizes: list = []  # prompt tokens per run
     anon = 0
     for i, row in enumerate(rows):
         if row.prompt:
             prompt = tuple(int(t) for t in row.prompt)
         else:
             anon += 1
-            prompt = (0,) * anon
-        for run in runs:
-            if prompt not in run and len(run) < FIRST_TOKEN_RUN:
+            prompt = _stand_in_prompt(anon, row.vocab)
+        for r, run in enumerate(runs):
+            if (prompt not in run and len(run) < FIRST_TOKEN_RUN
+                    and sizes[r] + len(prompt) <= FIRST_TOKEN_PROMPT_TOKENS):
                 run[prompt] = i
+                sizes[r] += len(prompt)
                 break
         else:
             runs.append({prompt: i})
+            sizes.append(len(prompt))
     procs = any(r.logits_processors for r in rows)
     for run in runs:
         reqs = []
@@ -891,3 +912,127 @@ def first_tokens(rows: list) -> list:
             else:
                 out[i] = (int(r.tokens[0]), "")
     return out
+
+
+# --------------------------------------------------------------------------- many draws of one row
+#: Tokens each request of :func:`sample_counts` draws (its prompt and these fit one 128-token KV block).
+COUNT_TOKENS = 120
+#: Requests :func:`sample_counts` runs at once: below ``max_num_seqs`` and the 1024 KV blocks of
+#: :data:`ENGINE_ARGS`, so that none waits or is preempted.
+COUNT_WAVE = 1000
+#: The most draws :meth:`impls.vllm.session.VllmSession.sample_many` takes on the engine loop. The loop costs
+#: about 56 us per draw on the project's 2-core machine (vLLM's scheduler, model runner, sampler and output
+#: processor per request and step; 240,000 draws of a 64-token top-p row in 13.4 s, 2026-12-05). The corpus's
+#: statistical cases on vLLM draw 99,000 to 179,200 tokens each (the judge's sample size, below their
+#: ``draws`` cap of 10^6): all on the loop. Above this many draws the ``Sampler`` draws instead (10^6 draws
+#: on the loop would take about a minute), and the result says so.
+COUNT_LOOP_DRAWS = 250_000
+
+
+def count_unsupported(row: Row) -> Optional[str]:
+    """Why :func:`sample_counts` cannot draw ``row`` on the engine loop, or None.
+
+    Each request of :func:`sample_counts` draws many tokens from one unchanging logits row, so the row's
+    distribution must not depend on the request's output: no repetition, presence or frequency penalty (they
+    count output tokens), no ``min_length`` (vLLM's ``min_tokens`` bans the EOS and stop ids only at the first
+    steps), no bad word of more than one token (banned only after its prefix), no custom logits processor
+    (stateful); and the row must be one :func:`first_token_unsupported` accepts.
+    """
+    why = first_token_unsupported(row)
+    if why is not None:
+        return why
+    for name, neutral in (("repetition_penalty", 1.0), ("presence_penalty", 0.0), ("frequency_penalty", 0.0)):
+        if getattr(row, name) not in (None, neutral):
+            return f"{name} counts the request's output tokens: its draws are not alike"
+    if row.min_length:
+        return "min_length (min_tokens) bans the EOS and stop ids at the first steps only"
+    if any(len(w) > 1 for w in row.bad_words or ()):
+        return "a bad word of several tokens is banned only after its prefix was drawn"
+    if row.logits_processors:
+        return "a custom logits processor may keep state across a request's steps"
+    return None
+
+
+def sample_counts(row: Row, seeds) -> torch.Tensor:
+    """Draw ``len(seeds)`` tokens from one row on vLLM's engine loop; return the counts per token.
+
+    Requests of :data:`COUNT_TOKENS` tokens each (the last one shorter) are added :data:`COUNT_WAVE` at a time;
+    request ``j`` has seed ``seeds[j]``, so vLLM's model runner gives it its own generator
+    (``GPUModelRunner._update_states``) and its sampler draws every token from it; the scripted model serves
+    the row's logits at every step (:attr:`.scripted_model.Binding.constant`). The request's stop rules are
+    left out (``ignore_eos``, no stop ids), which :func:`count_unsupported` makes irrelevant to the draws.
+    Reproducible for a given ``seeds`` (nothing unseeded is drawn).
+
+    Parameters
+    ----------
+    row : Row
+        A row :func:`count_unsupported` accepts; ``logits`` ``(V,)``.
+    seeds : sequence of int
+        At least one per request: ``ceil(len(seeds) / COUNT_TOKENS)`` are used.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(V,)`` int64 counts summing to ``len(seeds)``.
+
+    Raises
+    ------
+    RowError
+        ``unsupported`` (:func:`count_unsupported`), or vLLM's rejection of the request
+        (:func:`.translate.classify_validation_error`).
+    RuntimeError
+        vLLM failed an engine step (the engine is then discarded), or returned fewer tokens than asked.
+    """
+    from vllm.sampling_params import RequestOutputKind
+
+    why = count_unsupported(row)
+    if why is not None:
+        raise RowError("unsupported", why)
+    n, V = len(seeds), row.vocab
+    counts = torch.zeros(V, dtype=torch.int64)
+    if n == 0:
+        return counts
+    kw = sampling_kwargs(row.replace(seed=None, stop_words=None, max_new_tokens=None, max_seq_len=None))
+    kw.pop("logprobs", None)   # draws only: no logprobs to compute and carry
+    prompt = [int(t) for t in row.prompt] if row.prompt else [0]
+    eng = engine_for(V, DEFAULT_MAX_MODEL_LEN)
+    llm = eng.engine
+    if llm.has_unfinished_requests():
+        raise RuntimeError("the scripted engine still holds requests of an earlier run")
+    eng.runs += 1
+    scripted_model.bind(eng.key, scripted_model.Binding(constant=row.logits.to(torch.float32)))
+    done, j, live = 0, 0, set()
+    try:
+        while done < n:
+            while j * COUNT_TOKENS < n and len(live) < COUNT_WAVE:
+                rid = f"{eng.runs}:draw{j}"
+                sp = SamplingParams(**kw, seed=int(seeds[j]), ignore_eos=True,
+                                    max_tokens=min(COUNT_TOKENS, n - j * COUNT_TOKENS),
+                                    output_kind=RequestOutputKind.FINAL_ONLY)
+                try:
+                    with eng.lend_tokenizer(row):
+                        req = llm.input_processor.process_inputs(rid, TokensPrompt(prompt_token_ids=prompt), sp,
+                                                                 supported_tasks=llm.get_supported_tasks())
+                    llm.add_request(rid, req, req.params)
+                except (VLLMValidationError, ValueError, TypeError, OverflowError) as e:
+                    raise RowError(_error_kind(e, row), f"{type(e).__name__}: {e}") from None
+                live.add(rid)
+                j += 1
+            try:
+                outs = llm.step()
+            except Exception:
+                discard(eng)
+                raise
+            for out in outs:
+                if out.finished:
+                    live.discard(out.request_id)
+                    toks = torch.tensor(list(out.outputs[0].token_ids), dtype=torch.int64)
+                    counts += torch.bincount(toks, minlength=V)
+                    done += len(toks)
+            if not live and j * COUNT_TOKENS >= n and done < n:
+                raise RuntimeError(f"the engine loop returned {done} tokens of the {n} asked for")
+    finally:
+        if live and eng in _ENGINES.values():
+            llm.abort_request(sorted(live))
+        scripted_model.unbind(eng.key)
+    return counts

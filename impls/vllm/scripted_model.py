@@ -90,12 +90,18 @@ class Binding:
     extends : (tuple, ScriptedModel) or None
         Beam search: the one request's prompt and model; a new sequence may
         be that prompt followed by generated tokens (:meth:`sequence`).
+    constant : torch.Tensor or None
+        Draw-only runs (:func:`impls.vllm.loop.sample_counts`): ``(V,)``
+        float32 logits served to every sequence whatever its history;
+        histories are then neither rebuilt nor recorded (:attr:`models`,
+        :attr:`served` unused), so a step costs no more for long outputs.
     """
 
     models: dict = field(default_factory=dict)
     served: set = field(default_factory=set)
     errors: list = field(default_factory=list)
     extends: Optional[tuple] = None
+    constant: Optional[torch.Tensor] = None
 
     def sequence(self, tokens: tuple) -> tuple:
         """``(scripted model, prompt length)`` of a new sequence whose first query holds ``tokens``.
@@ -193,6 +199,8 @@ class ScriptedLlamaForCausalLM(LlamaForCausalLM):
         md = get_forward_context().attn_metadata if is_forward_context_available() else None
         if binding is None or not isinstance(md, dict) or not md or input_ids is None:
             return hidden  # a dummy or profiling run: nothing to serve
+        if binding.constant is not None:
+            return hidden  # a draw-only run: compute_logits serves the one row to every position
         meta = next(iter(md.values()))
         B = self._block_size
         ids = input_ids.tolist()
@@ -234,6 +242,9 @@ class ScriptedLlamaForCausalLM(LlamaForCausalLM):
         V = int(self.config.vocab_size)
         out = torch.zeros(hidden_states.shape[0], V, dtype=torch.float32, device=hidden_states.device)
         binding = _BINDINGS.get(self._key)
+        if binding is not None and binding.constant is not None:
+            out[:] = binding.constant.to(out.dtype)
+            return out
         for r, t in enumerate(hidden_states[:, 0].tolist()):
             t = int(t)
             row = self._rows[t] if 0 <= t < len(self._rows) else None

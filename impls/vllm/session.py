@@ -240,18 +240,21 @@ class VllmSession:
         return r
 
     def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 4096) -> torch.Tensor:
-        """Draw ``len(seeds)`` tokens from one row with vLLM's ``Sampler``.
+        """Draw ``len(seeds)`` tokens from one row: on vLLM's engine loop, else with vLLM's ``Sampler``.
 
-        The row is replicated into batches of at most ``chunk`` unseeded
+        Up to :data:`.loop.COUNT_LOOP_DRAWS` draws of a row
+        :func:`.loop.count_unsupported` accepts are drawn by
+        :func:`.loop.sample_counts`: seeded requests of many tokens each,
+        vLLM's model runner seeding each request's generator (the seeds
+        stage is vLLM's). Otherwise, or when the engine loop fails a step,
+        the row is replicated into batches of at most ``chunk`` unseeded
         requests (``Sampler.forward`` without logprobs); torch's global
         generator, which draws the noise of ``forward_cpu`` for unseeded
         requests (0.32.0: per-row seeds of ``fused_gumbel_argmax`` by
         ``torch.randint``; 0.29.0: the exponential noise itself, through
         ``torch.compile``'s RNG), is seeded once with
         ``seeds[0]``, so the counts are reproducible for a given ``seeds``
-        list. Seeded requests take the same kernel with seeds drawn from
-        their own generators; the exact and invariant cases exercise that
-        path.
+        list, and :attr:`stages_used` says the seeds stage was the adapter's.
 
         Returns
         -------
@@ -266,6 +269,13 @@ class VllmSession:
         why = unsupported_reason(row)
         if why is not None:
             raise RowError("unsupported", why)
+        from . import loop
+        if len(seeds) <= loop.COUNT_LOOP_DRAWS and loop.count_unsupported(row) is None:
+            try:
+                with torch.random.fork_rng(devices=[]):   # the engine loop's model runner touches the global one
+                    return loop.sample_counts(row, seeds)
+            except RuntimeError:
+                pass   # vLLM failed an engine step: the Sampler below draws instead, and says so
         base = row.replace(seed=None, slot=0)
         sp = engine.make_params(base)
         V = row.vocab
