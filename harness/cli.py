@@ -136,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "several)")
     ls = sub.add_parser("list", help="list implementations or cases")
     ls.add_argument("what", choices=["impls", "cases"])
+    ls.add_argument("patterns", nargs="*", metavar="PATTERN",
+                    help="'cases': only these (ids, id globs, paths, tag:NAME, as run's --cases)")
     ls.add_argument("-v", "--verbose", action="store_true",
                     help="'impls': also each one's features and whose code performs each pipeline stage")
     _add_impl_options(ls)
@@ -527,14 +529,23 @@ def _list_impls(verbose: bool) -> int:
 
 def _cmd_list(args) -> int:
     if args.what == "impls":
+        if args.patterns:
+            print("sampcheck list impls: takes no patterns (they select cases: sampcheck list cases PATTERN)",
+                  file=sys.stderr)
+            return 2
         return _list_impls(args.verbose)
-    from harness.corpus.load import CASES_DIR, CaseError, discover, load_case
+    from harness.corpus.load import CASES_DIR, CaseError, discover, load_case, select
     no_cases = _no_cases_problem()
     if no_cases:
         print(f"sampcheck list cases: {no_cases}", file=sys.stderr)
         return 2
+    try:
+        paths = select(discover(CASES_DIR), args.patterns, CASES_DIR, label="a pattern")
+    except ValueError as e:
+        print(f"sampcheck list cases: {e}", file=sys.stderr)
+        return 2
     status, broken = 0, 0
-    for p in discover(CASES_DIR):
+    for p in paths:
         try:
             c = load_case(p, CASES_DIR)
             print(f"{c.id:<55} {c.check:<12} {c.description}")

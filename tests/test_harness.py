@@ -523,6 +523,16 @@ def test_no_case_files_is_a_usage_error_everywhere(argv, tmp_path, capsys, monke
     assert f"no case files under {tmp_path / 'no-corpus'}" in capsys.readouterr().err
 
 
+def test_list_cases_takes_the_patterns_run_takes(capsys):
+    assert main(["list", "cases", "filters/top-k-two-*", "greedy/top-k-one-forces-greedy"]) == 0
+    ids = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert ids == ["filters/top-k-two-statistical", "greedy/top-k-one-forces-greedy"]
+    assert main(["list", "cases", "filters/top-kk-*"]) == 2
+    assert "a pattern 'filters/top-kk-*' matches no case" in capsys.readouterr().err
+    assert main(["list", "impls", "filters/*"]) == 2
+    assert "takes no patterns" in capsys.readouterr().err
+
+
 def test_interrupted_journal_is_announced_when_not_resumed(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)
     out = tmp_path / "r"
