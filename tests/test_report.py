@@ -524,3 +524,5 @@ def test_an_external_case_is_reproduced_by_its_path(tmp_path):
     html = (tmp_path / "r" / "index.html").read_text()
     assert f"<code>sampcheck run --cases {bad} --out reports/repro</code>" in html
     assert select(discover(root), [str(bad)], root) == [bad.resolve()]
+    # the header counts it apart from the corpus's one declared case (it said "1 of 1 declared cases run")
+    assert "0 of 1 declared cases run, and 1 case(s) given by path from outside the corpus; 1 results." in html

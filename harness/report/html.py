@@ -43,6 +43,7 @@ import jinja2
 
 from impls.profiles import TRTLLM
 
+from harness.corpus.ids import is_external
 from harness.judge.blame import show_value
 from harness.judge.provenance import VERDICTS
 from harness.judge.result import STATUSES
@@ -491,7 +492,6 @@ def provenance_text(prov: Optional[dict]) -> str:
 def _case_arg(case_id: str, case, r: dict) -> Optional[str]:
     """What ``--cases`` takes to select ``case_id`` again: an external case (``ext/...``, a file named by its
     path) by that path, since its id selects nothing (:mod:`harness.corpus.ids`); None for a corpus case."""
-    from harness.corpus.ids import is_external
     if not is_external(case_id):
         return None
     path = getattr(case, "path", None) or ((r or {}).get("details") or {}).get("file")
@@ -757,6 +757,7 @@ def render_html(doc: dict, cases: dict, profiles: list, command: Optional[str] =
         run=doc["run"], impls=impls, statuses=STATUSES, per_impl=per_impl, decided=decided, all_counts=all_counts,
         groups=groups, per_cat=per_cat, verdicts=VERDICTS,
         cases=case_list, profiles=plist, prof_rows=prof_rows, n_results=len(doc["results"]),
+        n_external=len({r["case"] for r in doc["results"] if is_external(r["case"])}),
         fmt=_short, n_cases_per_cat=n_cases_per_cat, attention=attention, open_statuses=OPEN_STATUSES,
         show_version=show_version, plural=_plural, run_folder=run_folder or "the project root",
         n_borrowed=sum(1 for r in doc["results"] if (r.get("provenance") or {}).get("own_code") is False),
