@@ -275,7 +275,9 @@ class Profile:
         ``"temperature_inf"`` (an infinite temperature is
         ``invalid_temperature``), ``"repetition_penalty_above_2"`` (a
         repetition penalty above 2 is ``invalid_penalty``), ``"seed_int64"``
-        (a seed outside ``[-2**63, 2**63)`` is ``invalid_seed``),
+        (a seed outside ``[-2**63, 2**63)`` is ``invalid_seed``), ``"seed_uint32"``
+        (a seed outside ``[0, 2**32)`` is ``invalid_seed``: Hugging Face's
+        ``set_seed``, through ``numpy.random.seed``),
         ``"min_length_above_max_seq_len_room"`` (without ``max_new_tokens``,
         ``min_length > max_seq_len - len(prompt)`` is ``invalid_length``).
         Read by: ``validate``.
@@ -743,7 +745,8 @@ HF = dataclasses.replace(
     validation_skips=frozenset({"inactive_params", "end_id_range", "logit_bias_nan", "empty_bad_word",
                                 "empty_stop_string"}),
     stop_string_trim="none",
-    validation_extras=frozenset({"max_new_tokens_zero", "max_seq_len_above_prompt", "negative_history_ids"}),
+    validation_extras=frozenset({"max_new_tokens_zero", "max_seq_len_above_prompt", "negative_history_ids",
+                                 "seed_uint32"}),
     **_HF_BEAM_FIELDS,
     child_seed_rule="shared_stream",
     child_unseeded="unseeded",
@@ -840,7 +843,11 @@ HF = dataclasses.replace(
                                  "EosTokenCriteria, which sees only the new token)",
         "validation_extras": f"{_HF_CFG} GenerationConfig.validate (max_new_tokens <= 0 raises); {_HF_UTILS} "
                              "GenerationMixin._validate_generated_length (input length >= max_length raises); "
-                             f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (torch.gather on a negative id raises)",
+                             f"{_HF_SRC} RepetitionPenaltyLogitsProcessor (torch.gather on a negative id raises); "
+                             "huggingface/transformers:src/transformers/trainer_utils.py@v5.24.0 set_seed (what a "
+                             "user calls before generate(): random.seed, then numpy.random.seed, which raises "
+                             "ValueError 'Seed must be between 0 and 2**32 - 1' for a negative seed or one >= 2**32, "
+                             "numpy 2.4; the same body @v4.57.6)",
     },
 )
 

@@ -294,16 +294,102 @@ def test_nan_logits():
 
 @needs_transformers
 def test_seeded_rows_reproducible_and_stream_continues():
+    # Step 1: transformers.set_seed(1234), then torch.multinomial from torch's global generator, as
+    # generate()'s _sample draws (seeds: transformers' own). Step 2, same request in the same slot: the
+    # adapter restores the state the slot's first draw left (HF keeps no stream between calls), so the
+    # second draw of that stream, and the session says this seeding was the adapter's.
     row = Row(logits=torch.zeros(1000), temperature=1.0, seed=1234, request_id="a")
     s = TransformersImpl().open_session()
-    t1 = s.step([row])[0].token
-    t2 = s.step([row.replace(generated=[t1])])[0].token
+    r1 = s.step([row])[0]
+    assert (r1.token, r1.extra["seed_path"], "stages" in r1.extra, s.stages_used) == (
+        702, "transformers.set_seed", False, {})
+    r2 = s.step([row.replace(generated=[r1.token])])[0]
+    assert (r2.token, r2.extra["stages"], s.stages_used) == (159, {"seeds": "adapter"}, {"seeds": "adapter"})
     g = torch.Generator().manual_seed(1234)
     p = torch.full((1, 1000), 1e-3)
-    assert [t1, t2] == [int(torch.multinomial(p, 1, generator=g)), int(torch.multinomial(p, 1, generator=g))]
-    # A new request in the slot starts a fresh stream.
-    assert s.step([row.replace(request_id="b")])[0].token == t1
-    assert TransformersImpl().open_session().step([row])[0].token == t1
+    assert [int(torch.multinomial(p, 1, generator=g)), int(torch.multinomial(p, 1, generator=g))] == [702, 159]
+    # A new request in the slot starts a fresh stream: set_seed again.
+    r3 = s.step([row.replace(request_id="b")])[0]
+    assert (r3.token, r3.extra["seed_path"]) == (702, "transformers.set_seed")
+    assert TransformersImpl().open_session().step([row])[0].token == 702
+
+
+@needs_transformers
+def test_seeded_row_is_set_seed_then_generate(tiny_generate):
+    # What an HF user writes: transformers.set_seed(seed); generate(...). On TINY at temperature 1 (top_k 50
+    # >= V keeps all) _sample draws torch.multinomial(softmax(TINY), 1): on the CPU one sample is
+    # argmax(p / E), E ~ Exp(1) from the generator (aten multinomial's one-sample path). By hand from
+    # those E: seed 42 -> p/E = [0.618, 2.552, 1.257, ...] -> token 1; seed 7 -> 3.800 at id 10; seed 0 ->
+    # 1.390 at id 6; seed 2**32 - 1 (the largest set_seed takes) -> 0.536 at id 10.
+    import transformers
+    from impls.transformers import hf
+    p = torch.softmax(TINY, -1)
+    for seed, want in ((42, 1), (7, 10), (0, 6), (2 ** 32 - 1, 10)):
+        row = Row(logits=TINY, temperature=1.0, seed=seed, prompt=[3, 4])
+        s = TransformersImpl().open_session()
+        r = s.step([row])[0]
+        assert (r.token, r.extra["seed_path"], s.stages_used) == (want, "transformers.set_seed", {}), seed
+        assert tiny_generate(row)[0] == [want], seed            # set_seed(seed) + a real generate()
+        with hf.isolated_rng():
+            transformers.set_seed(seed)
+            assert int(torch.argmax(p / torch.empty(12).exponential_(1))) == want, seed
+
+
+@needs_transformers
+def test_a_seed_set_seed_refuses_is_invalid_seed():
+    # transformers.set_seed: random.seed, then numpy.random.seed, which takes only [0, 2**32) (trainer_utils.py
+    # @v5.24.0 and @v4.57.6; numpy 2.4's message). Every seeded row goes through it, a greedy one too; the
+    # process's generators are as they were (random.seed ran before numpy refused: restored).
+    import random
+
+    import numpy as np
+    import transformers
+    from impls.transformers import hf
+    before = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
+    out = TransformersImpl().open_session().step([
+        Row(logits=TINY, temperature=1.0, seed=2 ** 32, slot=0), Row(logits=TINY, temperature=1.0, seed=-1, slot=1),
+        Row(logits=TINY, temperature=0.0, seed=2 ** 64 - 1, slot=2), Row(logits=TINY, temperature=1.0, seed=7, slot=3)])
+    assert [(r.error, r.token) for r in out] == [("invalid_seed", None)] * 3 + [(None, 10)]
+    assert [r.message for r in out[:3]] == [
+        f"seed {v}: transformers.set_seed refused it: Seed must be between 0 and 2**32 - 1"
+        for v in (4294967296, -1, 18446744073709551615)]
+    assert random.getstate() == before[0] and np.array_equal(np.random.get_state()[1], before[1])
+    assert torch.equal(torch.get_rng_state(), before[2])
+    with hf.isolated_rng(), pytest.raises(ValueError, match=r"^Seed must be between 0 and 2\*\*32 - 1$"):
+        transformers.set_seed(2 ** 32)
+    # the hf profile says the same (validation_extras "seed_uint32"), the default profile takes any 64 bits
+    from impls.reference import Reference
+    rows = [Row(logits=TINY, temperature=1.0, seed=v, slot=i) for i, v in enumerate((2 ** 32, -1, 2 ** 32 - 1, 0))]
+    assert [r.error for r in Reference(HF).open_session().step(rows)] == ["invalid_seed", "invalid_seed", None, None]
+    assert [r.error for r in Reference(TRTLLM).open_session().step(rows)] == [None] * 4
+
+
+@needs_transformers
+def test_sample_many_is_one_set_seed_stream_and_says_so():
+    # 1000 draws of TINY from one stream seeded set_seed(5): the adapter's stand-in for 1000 seeded draws.
+    s = TransformersImpl().open_session()
+    counts = s.sample_many(Row(logits=TINY, temperature=1.0), list(range(5, 1005)))
+    assert counts.tolist() == [37, 151, 170, 30, 4, 16, 264, 5, 34, 23, 247, 19]
+    assert s.stages_used == {"seeds": "adapter"}
+    g = torch.Generator().manual_seed(5)
+    want = torch.multinomial(torch.softmax(TINY, -1).reshape(1, -1), 1000, replacement=True, generator=g)[0]
+    assert torch.equal(counts, torch.bincount(want, minlength=12))
+
+
+@needs_transformers
+@pytest.mark.parametrize("case_id, stages", [
+    # a single-step invariant: each batch on a fresh session, each seeded row's first draw after set_seed
+    ("seeds/same-seed-rows-same-token", {"filters": "own", "draw": "own", "seeds": "own"}),
+    # a statistical case: sample_many's one stream for many seeds is the adapter's
+    ("filters/temperature-distribution-statistical",
+     {"validation": "own", "filters": "own", "draw": "own", "seeds": "adapter"}),
+])
+def test_provenance_of_seeded_cases(case_id, stages):
+    from harness.corpus.load import load_case
+    from harness.judge import Judge
+    res = Judge([], 1).evaluate(load_case(ROOT / "cases" / f"{case_id}.toml"), TransformersImpl(), "5.24.0")
+    assert res.provenance["stages"] == stages
+    assert res.provenance["own_code"] is (stages["seeds"] == "own")
 
 
 @needs_transformers
@@ -377,7 +463,8 @@ def tiny_generate():
             kw["pad_token_id"] = 0
         ids = torch.tensor([list(row.prompt)], dtype=torch.long)
         if row.seed is not None:
-            torch.manual_seed(row.seed)
+            import transformers
+            transformers.set_seed(row.seed)   # what an HF user calls before generate()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=steps, output_scores=True,
@@ -402,8 +489,8 @@ TINY = T(1.0, 2.5, 2.5, 0.3, -1.0, 0.0, 3.0, -2.0, 1.0, 0.5, 2.9, -0.1)
     dict(prompt=[3, 4], min_p=0.05, temperature=4.0),
 ])
 def test_matches_real_generate(tiny_generate, fields):
-    # The model-free path must be generate() itself: same scores, same raw logits and, with
-    # torch's global generator seeded like the row's generator, the same sampled token.
+    # The model-free path must be generate() itself: same scores, same raw logits and, after
+    # transformers.set_seed(row.seed) as the session seeds, the same sampled token.
     for seed in (1, 2, 3, 4, 5):
         row = Row(logits=TINY, seed=seed, **fields)
         toks, scores, logits = tiny_generate(row)

@@ -53,7 +53,7 @@ def test_declared_features_and_keys():
         "stop_strings", "n"})
     assert REPORTED == frozenset({"error", "error_step", "tokens", "finish_reason", "finish_step", "text", "beams",
                                   "cum_logprobs", "scores", "beam_finish_reasons"})
-    assert impl.stages["decode"] == "own" and impl.stages["seeds"] == "adapter"
+    assert impl.stages["decode"] == "own" and impl.stages["seeds"] == "own"   # transformers.set_seed
 
 
 def test_scheduled_steps_follow_arrive_pause_schedule_and_max_steps():
@@ -148,8 +148,9 @@ def test_repetition_penalty_over_history_and_prompt_ignore_length():
 
 def test_seeded_sampling_is_generate_on_a_forked_global_generator():
     # Temperature 1, top_k 50 (HF's default, >= V: TopKLogitsWarper keeps all), so _sample draws
-    # torch.multinomial(softmax(logits), 1) from torch's global generator, here seeded with 7 inside
-    # fork_rng: the same draws as that loop written out, and the caller's generator state is untouched.
+    # torch.multinomial(softmax(logits), 1) from torch's global generator, here seeded by
+    # transformers.set_seed(7) inside hf.isolated_rng: the same draws as that loop written out from a
+    # generator seeded 7 (set_seed's torch.manual_seed), and the caller's generator state is untouched.
     table = [[0.5, 0.0, 1.0, -1.0], [0.0, 0.3, 0.2, 0.1], [1.0, 1.0, 0.0, 0.0]]
     state = torch.get_rng_state()
     res, _ = run(req("s", prompt=[0], temperature=1.0, seed=7, max_new_tokens=3), steps=table)
@@ -164,8 +165,8 @@ def test_seeded_sampling_is_generate_on_a_forked_global_generator():
 
 def test_admission_errors_are_transformers_own_and_per_request():
     # top_p -0.5 (do_sample from the set parameter): TopPLogitsWarper.__init__ raises; do_sample=True with
-    # temperature 0: TemperatureLogitsWarper raises; seed 2**64: torch.manual_seed refuses it (the adapter's
-    # seeding). Each at its first scheduled step; the last request decodes (greedy: 2, then 2 again).
+    # temperature 0: TemperatureLogitsWarper raises; seed 2**64: transformers.set_seed refuses it
+    # (numpy.random.seed). Each at its first scheduled step; the last request decodes (greedy: 2, then 2 again).
     res, _ = run(req("p", prompt=[4], top_p=-0.5, max_new_tokens=2),
                  req("t", slot=1, prompt=[4], temperature=0.0, do_sample=True, max_new_tokens=2, arrive=1),
                  req("s", slot=2, prompt=[4], temperature=1.0, seed=2 ** 64, max_new_tokens=2, arrive=2),
@@ -174,6 +175,30 @@ def test_admission_errors_are_transformers_own_and_per_request():
     assert got == {"p": ("invalid_top_p", 0), "t": ("invalid_temperature", 1), "s": ("invalid_seed", 2),
                    "ok": (None, None)}
     assert res.requests["ok"].tokens == [2, 2]
+    assert res.requests["s"].message == ("seed 18446744073709551616: transformers.set_seed refused it: "
+                                         "Seed must be between 0 and 2**32 - 1")
+
+
+def test_set_seed_decides_which_seeds_a_request_may_have():
+    # transformers.set_seed (trainer_utils.py @v5.24.0): numpy.random.seed takes [0, 2**32). 2**32 - 1 runs
+    # (the draws of a generator seeded 2**32 - 1, written out and checked by hand); 2**32 and -1 are
+    # invalid_seed at admission, a beam request's seed too (beam search draws nothing, but the user's
+    # set_seed call comes first).
+    table = [[0.5, 0.0, 1.0, -1.0], [0.0, 0.3, 0.2, 0.1]]
+    res, _ = run(req("top", prompt=[0], temperature=1.0, seed=2 ** 32 - 1, max_new_tokens=2),
+                 req("over", slot=1, prompt=[0], temperature=1.0, seed=2 ** 32, max_new_tokens=2),
+                 req("neg", slot=2, prompt=[0], temperature=1.0, seed=-1, max_new_tokens=2, arrive=1),
+                 req("beam", slot=3, prompt=[0], use_beam_search=True, beam_width=2, seed=2 ** 32, max_new_tokens=1),
+                 steps=table)
+    g = torch.Generator().manual_seed(2 ** 32 - 1)
+    want = [int(torch.multinomial(torch.softmax(torch.tensor(r), -1).reshape(1, -1), 1, generator=g)[0, 0])
+            for r in table]
+    # by hand: one sample is argmax(p / E), E ~ Exp(1) from the generator:
+    # p/E = [0.096, 0.212, 0.164, 0.108] -> 1, then [0.159, 0.363, 0.151, 0.829] -> 3
+    assert want == [1, 3]
+    assert outcome(res.requests["top"]) == (None, None, [1, 3], "length", 1)
+    assert {k: outcome(res.requests[k])[:2] for k in ("over", "neg", "beam")} == {
+        "over": ("invalid_seed", 0), "neg": ("invalid_seed", 1), "beam": ("invalid_seed", 0)}
 
 
 def test_a_failing_later_step_is_classified_like_a_single_step_row():

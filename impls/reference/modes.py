@@ -221,6 +221,8 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         raise RowError("invalid_penalty", f"repetition_penalty={row.repetition_penalty!r}: must be in (0, 2]")
     if "seed_int64" in extras and row.seed is not None and not -(1 << 63) <= row.seed < (1 << 63):
         raise RowError("invalid_seed", f"seed={row.seed}: must be in [-2**63, 2**63 - 1]")
+    if "seed_uint32" in extras and row.seed is not None and not 0 <= row.seed < (1 << 32):
+        raise RowError("invalid_seed", f"seed={row.seed}: must be in [0, 2**32 - 1]")
     if "max_new_tokens_zero" in extras and row.max_new_tokens == 0:
         raise RowError("invalid_length", "max_new_tokens=0: must be > 0")
     if ("max_seq_len_above_prompt" in extras and row.max_new_tokens is None and row.max_seq_len is not None

@@ -67,12 +67,17 @@ class TransformersImpl:
     devices = frozenset({"cpu", "cuda"})
     slow = False
     #: HF's processors validate and rewrite, its warpers filter, ``_sample`` draws and its stopping
-    #: criteria finish; the adapter keeps a generator per slot (HF has no per-request seed) and
-    #: computes logprobs from HF's raw and processed scores with the reference's rank rules.
+    #: criteria finish; the adapter computes logprobs from HF's raw and processed scores with the
+    #: reference's rank rules. Seeds: HF has no per-request seed; a seeded row or request is seeded
+    #: by ``transformers.set_seed(seed)`` (trainer_utils.py, v5.24.0 and v4.57.6), what an HF user
+    #: calls before ``generate()``, and drawn from torch's global generator as ``_sample`` draws.
+    #: Where the adapter keeps a stream in HF's stead (a slot's request continued over several
+    #: session steps; ``sample_many``'s one stream for many seeds) its session says so
+    #: (``stages_used``: the case's provenance reads ``seeds: adapter``; :mod:`.session`).
     #: Scenarios: ``generate()``'s loop decodes each request (``_sample``, ``_beam_search``);
     #: the scenario's schedule is mapped onto it by the adapter (:mod:`.scenario`).
     stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "filters": "own",
-              "draw": "own", "seeds": "adapter", "logprobs": "adapter", "finish": "own", "decode": "own",
+              "draw": "own", "seeds": "own", "logprobs": "adapter", "finish": "own", "decode": "own",
               "beam": "own"}
 
     def __init__(self, profile: Profile = HF):
@@ -109,7 +114,7 @@ class TransformersImpl:
         return unsupported_reason(row)
 
     def open_session(self, device: str = "cpu"):
-        """A fresh :class:`~impls.transformers.session.TransformersSession` (no slot generators yet).
+        """A fresh :class:`~impls.transformers.session.TransformersSession` (no seeded slot streams yet).
 
         Raises
         ------

@@ -20,20 +20,24 @@ model-free methods of ``GenerationMixin`` (transformers 5.24.0,
 
 The token is then chosen as ``GenerationMixin._sample`` does: ``softmax`` of
 the processed scores and ``torch.multinomial(probs, 1)`` when sampling,
-``torch.argmax`` when not.
+``torch.argmax`` when not. A seed goes through transformers' own
+``set_seed`` (:func:`set_seed`, ``src/transformers/trainer_utils.py``), what
+a user calls before ``generate()``, inside :func:`isolated_rng`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import random
 import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import torch
 import transformers
-from transformers import GenerationConfig
+from transformers import GenerationConfig, trainer_utils
 from transformers.generation import logits_process as lp
 from transformers.generation import stopping_criteria as sc
 from transformers.generation.utils import GenerationMixin
@@ -43,7 +47,7 @@ from ..base import Row, RowError, error_kind
 from .translate import generate_kwargs
 
 __all__ = ["ModelFree", "Prepared", "prepare", "run_processors", "version", "WARPER_TYPES",
-           "classify_value_error", "quiet", "CaseProcessors"]
+           "classify_value_error", "quiet", "CaseProcessors", "set_seed", "isolated_rng", "global_generator"]
 
 #: Processors ``_get_logits_processor`` appends only under ``do_sample``
 #: (the former "logits warpers"); everything before them is a rewrite.
@@ -114,6 +118,56 @@ def quiet():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
+
+
+def set_seed(seed) -> None:
+    """Seed as a transformers user does before ``generate()``: ``transformers.set_seed(seed)``.
+
+    ``set_seed`` (``src/transformers/trainer_utils.py``, the same body in v5.24.0 and v4.57.6)
+    calls ``random.seed``, ``numpy.random.seed``, ``torch.manual_seed`` and
+    ``torch.cuda.manual_seed_all`` in that order. ``numpy.random.seed`` accepts only
+    ``0 <= seed < 2**32`` (numpy 2.4: ``ValueError: Seed must be between 0 and 2**32 - 1``), so
+    a negative seed or one at or above ``2**32`` is refused before torch is seeded: that is
+    transformers' own answer for such a seed (profile ``hf``: ``validation_extras``
+    ``"seed_uint32"``). Call it inside :func:`isolated_rng`: it seeds process-global generators.
+
+    Parameters
+    ----------
+    seed : int
+
+    Raises
+    ------
+    RowError
+        ``invalid_seed`` with ``set_seed``'s message when it refuses ``seed``.
+    """
+    try:
+        trainer_utils.set_seed(seed)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise RowError("invalid_seed", f"seed {seed!r}: transformers.set_seed refused it: {e}") from None
+
+
+def global_generator(device: torch.device) -> torch.Generator:
+    """torch's default generator of ``device``: what ``torch.multinomial`` without ``generator=`` draws
+    from (``GenerationMixin._sample``) and what ``torch.manual_seed`` seeds."""
+    if device.type == "cuda":
+        return torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+    return torch.default_generator
+
+
+@contextlib.contextmanager
+def isolated_rng():
+    """The process's random generators restored on exit: torch's CPU generator and, once CUDA is
+    initialised, every CUDA device's (``torch.random.fork_rng``), Python's ``random`` and NumPy's
+    global state, every one that :func:`set_seed` seeds. A seeded request's draws then leave the
+    process as they found it (the next unseeded draw is not steered by an earlier seed)."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    py, npy = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
 
 
 class CaseProcessors(lp.LogitsProcessor):

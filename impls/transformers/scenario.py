@@ -35,12 +35,18 @@ A plain request (no beam search):
   (``_merge_criteria_processor_list`` replaces a default criterion by a custom
   one of the *same type*; a plain ``EosTokenCriteria`` would replace the EOS
   criterion);
-* seeds: HF has no per-request seed (``_sample`` draws from torch's global
-  generator). A seeded request runs inside ``torch.random.fork_rng`` after
-  ``torch.manual_seed(seed)`` (what ``transformers.set_seed`` does for
-  torch), so its draws are reproducible and leave the global generator as it
-  was; an unseeded one draws from the global generator. A seed
-  ``torch.manual_seed`` refuses is ``invalid_seed`` at admission;
+* seeds: HF has no per-request seed; a user calls ``transformers.set_seed(seed)``
+  (``src/transformers/trainer_utils.py``, the same body in v5.24.0 and
+  v4.57.6) and then ``generate()``, whose ``_sample`` draws from torch's
+  global generator. A seeded request does exactly that
+  (:func:`.hf.set_seed`), inside :func:`.hf.isolated_rng` so that its draws
+  leave the process's generators as they were: the seeds stage is
+  transformers' own (``set_seed`` seeds, ``generate``'s loop carries the
+  stream across steps). A seed ``set_seed`` refuses (negative, or at or above
+  ``2**32``: ``numpy.random.seed``) is ``invalid_seed`` at admission, with its
+  message; a beam request's seed too (a user's ``set_seed`` call comes before
+  ``generate`` whatever it decodes), though beam search draws nothing. An
+  unseeded request draws from the global generator;
 * the scenario's schedule (``arrive``, ``pause``, ``schedule``,
   ``max_steps``) is the adapter's: the request's ``n``-th token is the one of
   its ``n``-th scheduled step (:func:`scheduled_steps`), and a stopping
@@ -159,23 +165,20 @@ class _Budget(hf.sc.StoppingCriteria):
 
 
 @contextlib.contextmanager
-def _seeded(seed: Optional[int], device: torch.device):
-    """torch's generators seeded with ``seed`` inside, restored on exit (nothing done for None).
+def _seeded(seed: Optional[int]):
+    """``transformers.set_seed(seed)`` inside, every generator it seeds restored on exit
+    (:func:`.hf.isolated_rng`; nothing done for None).
 
     Raises
     ------
     RowError
-        ``invalid_seed`` when ``torch.manual_seed`` refuses the value.
+        ``invalid_seed`` when ``set_seed`` refuses the value (:func:`.hf.set_seed`).
     """
     if seed is None:
         yield
         return
-    devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        try:
-            torch.manual_seed(int(seed))
-        except (ValueError, RuntimeError, OverflowError) as e:
-            raise RowError("invalid_seed", f"seed {seed!r}: torch.manual_seed refused it ({e})") from None
+    with hf.isolated_rng():
+        hf.set_seed(seed)
         yield
 
 
@@ -289,7 +292,7 @@ def run_request(req: RequestSpec, model, steps: list, profile: Profile, device: 
     lm = beam._model_class()(model, len(prompt)).to(dev).eval()
     ids = torch.tensor([prompt], dtype=torch.long, device=dev).reshape(1, len(prompt))
     try:
-        with hf.quiet(), torch.no_grad(), _seeded(row.seed, dev):
+        with hf.quiet(), torch.no_grad(), _seeded(row.seed):
             out = lm.generate(ids, logits_processor=procs,
                               stopping_criteria=crits, **kw)
     except RowError as e:  # the seed
@@ -441,6 +444,13 @@ def run_scenario(spec: ScenarioSpec, profile: Profile, device: str = "cpu", beam
         model = r.model or spec.model
         if not r.use_beam_search:
             out.update(run_request(r, model, sched[r.id], profile, device, spec.tokenizer))
+            continue
+        try:
+            with _seeded(r.fields.get("seed")):
+                pass  # set_seed before generate(): a seed it refuses is the request's error, even for beam search
+        except RowError as e:
+            out[r.id] = RequestResult(r.id, error=e.kind, message=e.message,
+                                      error_step=sched[r.id][0] if sched[r.id] else 0)
             continue
         if not 1 <= r.beam_width <= spec.max_beam_width:
             # transformers has no max_beam_width: the engine limit of the scenario is the adapter's

@@ -34,18 +34,43 @@ own parameters):
    ORs them; the reported precedence is ``profile.finish_order``
    (END_ID > LENGTH > STOP_WORDS).
 
-Seeds: HF has no per-request seed (``_sample`` draws from torch's global
-generator). A seeded row draws with a ``torch.Generator`` seeded with the
-row's seed, kept per slot: it continues across steps while the same
-request holds the slot and is re-seeded when a new request takes it.
-Unseeded rows draw from torch's global generator, as HF does. Note that
-torch's CPU generator (mt19937) keeps only the low 32 bits of a seed: seeds
-``s`` and ``s + 2**32`` draw identically.
+Seeds: HF has no per-request seed. A transformers user seeds with
+``transformers.set_seed(seed)`` (``src/transformers/trainer_utils.py``, the
+same body in v5.24.0 and v4.57.6) and then calls ``generate()``, whose
+``_sample`` draws ``torch.multinomial(probs, num_samples=1)`` from torch's
+global generator (``generation/utils.py``@v5.24.0 line 3277, @v4.57.6 line
+2831). The session does the same (:func:`.hf.set_seed`, inside
+:func:`.hf.isolated_rng`, so the process's generators are restored after
+each draw):
+
+* every seeded row's seed goes through ``set_seed`` first: a seed it
+  refuses (negative, or at or above ``2**32``: ``numpy.random.seed``) is
+  that row's ``invalid_seed``, with ``set_seed``'s message, greedy rows
+  included (a user calls ``set_seed`` before ``generate`` whatever the mode);
+* the first draw of a slot's request: ``set_seed(seed)``, then
+  ``torch.multinomial`` without ``generator=`` (the global generator, as
+  ``_sample``). Seeds stage: transformers' own (``set_seed``), declared
+  ``"seeds": "own"``; ``extra["seed_path"] = "transformers.set_seed"``;
+* a later draw of the same request in that slot continues its stream: the
+  adapter restores the global generator's state it kept for the slot after
+  the previous draw (HF keeps no stream per request: one ``generate`` call
+  holds the global generator for its whole decode). That bookkeeping is the
+  adapter's: ``extra["stages"] = {"seeds": "adapter"}`` and
+  :attr:`TransformersSession.stages_used` (the judge reads it; the single-step
+  kinds run each batch on a fresh session, so only a session driven over
+  several steps reaches this);
+* unseeded rows draw from torch's global generator, as HF does;
+* :meth:`TransformersSession.sample_many` (statistical draws): ``n`` draws
+  from one stream seeded ``set_seed(seeds[0])`` stand for ``n`` separately
+  seeded draws: the adapter's (``stages_used``).
+
+A seed ``s`` and ``s + 2**32`` can no longer collide (torch's CPU mt19937
+keys on the low 32 bits): ``set_seed`` refuses the latter.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 
@@ -112,7 +137,7 @@ def finish_reason(prep: hf.Prepared, ids: torch.Tensor, order: Sequence[str], st
 
 
 class TransformersSession:
-    """Per-slot generators and the batched step of the transformers adapter.
+    """Per-slot seeded streams and the batched step of the transformers adapter.
 
     Parameters
     ----------
@@ -128,7 +153,11 @@ class TransformersSession:
         self.model = hf.ModelFree(self.device)
         self._owner: dict = {}
         self._seed: dict = {}
-        self._gen: dict = {}
+        #: slot -> the global generator's state after the slot's last draw (its request's stream)
+        self._state: dict = {}
+        #: Stages some results took from other code than ``TransformersImpl.stages`` declare
+        #: (``{"seeds": "adapter"}``: a continued stream or ``sample_many``; module docstring).
+        self.stages_used: dict = {}
 
     # -- seeds -------------------------------------------------------------
     def _observe(self, row: Row) -> None:
@@ -136,23 +165,47 @@ class TransformersSession:
         if slot not in self._owner or self._owner[slot] != row.request_id:
             self._owner[slot] = row.request_id
             self._seed[slot] = row.seed
-            self._gen.pop(slot, None)
+            self._state.pop(slot, None)
 
-    def _generator(self, row: Row) -> Optional[torch.Generator]:
+    def _draw(self, row: Row, probs: torch.Tensor) -> tuple:
+        """Draw the token of a sampling row as ``GenerationMixin._sample`` does (the module docstring).
+
+        Parameters
+        ----------
+        row : Row
+        probs : torch.Tensor
+            ``(1, V)``: ``softmax`` of the processed scores.
+
+        Returns
+        -------
+        tuple
+            ``(token, seed_path)``: ``torch.multinomial(probs, 1)`` on torch's global generator;
+            ``seed_path`` None for an unseeded slot, ``"transformers.set_seed"`` for the first draw
+            of a seeded slot's request (seeded by ``set_seed``), else the adapter's restore of the
+            slot's stream (``stages_used["seeds"] = "adapter"``).
+
+        Raises
+        ------
+        RuntimeError
+            ``torch.multinomial``'s, on NaN/inf/all-zero probabilities (the caller classifies it).
+        """
         seed = self._seed.get(row.slot)
         if seed is None:
-            return None  # torch's global generator, as HF's _sample
-        g = self._gen.get(row.slot)
-        if g is None:
-            g = self._new_generator(seed)
-            self._gen[row.slot] = g
-        return g
-
-    def _new_generator(self, seed: int) -> torch.Generator:
-        try:
-            return torch.Generator(device=self.device).manual_seed(int(seed))
-        except (ValueError, RuntimeError, OverflowError) as e:
-            raise RowError("invalid_seed", f"seed {seed!r}: torch.Generator.manual_seed refused it ({e})") from None
+            return int(torch.multinomial(probs, num_samples=1)[0, 0]), None
+        gen = hf.global_generator(self.device)
+        with hf.isolated_rng():
+            state = self._state.get(row.slot)
+            if state is None:
+                hf.set_seed(seed)
+                path = "transformers.set_seed"
+            else:
+                gen.set_state(state)
+                path = "adapter (the slot's stream, continued from its last draw)"
+                self.stages_used["seeds"] = "adapter"
+            try:
+                return int(torch.multinomial(probs, num_samples=1)[0, 0]), path
+            finally:
+                self._state[row.slot] = gen.get_state()
 
     # -- one row -------------------------------------------------------------
     def _process(self, row: Row):
@@ -163,7 +216,8 @@ class TransformersSession:
         if why is not None:
             raise RowError("unsupported", why)
         if row.seed is not None:
-            self._new_generator(row.seed)  # validate early: a bad seed is a per-row error
+            with hf.isolated_rng():
+                hf.set_seed(row.seed)  # validate early: a seed set_seed refuses is this row's invalid_seed
         prep = hf.prepare(row, self.model)
         raw = row.logits.to(device=self.device, dtype=torch.float32, copy=True).reshape(1, -1)
         rewritten = hf.run_processors(prep.processors, prep.input_ids, raw.clone())
@@ -233,11 +287,11 @@ class TransformersSession:
                 prep, raw, rewritten, final = self._process(row)
                 mode = SAMPLING if prep.do_sample else GREEDY
                 self._observe(row)
+                path = None
                 if prep.do_sample:
-                    g = self._generator(row)
                     probs = torch.softmax(final, dim=-1)
                     try:
-                        tok = int(torch.multinomial(probs, num_samples=1, generator=g)[0, 0])
+                        tok, path = self._draw(row, probs)
                     except RuntimeError as e:
                         raise sampling_failure(raw, rewritten, e) from None
                 else:
@@ -245,6 +299,10 @@ class TransformersSession:
                 res = RowResult(token=tok, mode=mode)
                 if row.seed is not None:
                     res.extra["seed"] = int(row.seed)
+                if path is not None:
+                    res.extra["seed_path"] = path
+                    if path != "transformers.set_seed":
+                        res.extra["stages"] = {"seeds": "adapter"}
                 self._annotate(row, res, prep, raw, rewritten, final)
                 out.append(res)
             except RowError as e:
@@ -254,11 +312,13 @@ class TransformersSession:
     def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 1 << 20) -> torch.Tensor:
         """Draw ``len(seeds)`` tokens from one row; the row is processed once.
 
-        HF has no per-draw seed, so the draws come from one
-        ``torch.Generator`` seeded with ``seeds[0]``, ``torch.multinomial``
-        with replacement, ``chunk`` draws per call: the counts are
-        reproducible for a given ``seeds`` list, and the draws are
-        independent samples of the processed distribution.
+        HF has no per-draw seed, so the draws come from one stream seeded
+        ``transformers.set_seed(seeds[0])`` (torch's global generator, inside
+        :func:`.hf.isolated_rng`), ``torch.multinomial`` with replacement,
+        ``chunk`` draws per call: the counts are reproducible for a given
+        ``seeds`` list, and the draws are independent samples of the processed
+        distribution. One stream standing for ``len(seeds)`` seeded draws is
+        the adapter's: a sampling row sets ``stages_used["seeds"] = "adapter"``.
 
         Parameters
         ----------
@@ -288,15 +348,17 @@ class TransformersSession:
         if not prep.do_sample:
             counts[int(torch.argmax(final, dim=-1)[0])] = n
             return counts
-        g = self._new_generator(int(seeds[0]))
+        self.stages_used["seeds"] = "adapter"
         probs = torch.softmax(final, dim=-1)
         done = 0
-        while done < n:
-            m = min(chunk, n - done)
-            try:
-                toks = torch.multinomial(probs, num_samples=m, replacement=True, generator=g)[0]
-            except RuntimeError as e:
-                raise sampling_failure(raw, rewritten, e) from None
-            counts += torch.bincount(toks.cpu(), minlength=V)
-            done += m
+        with hf.isolated_rng():
+            hf.set_seed(seeds[0])
+            while done < n:
+                m = min(chunk, n - done)
+                try:
+                    toks = torch.multinomial(probs, num_samples=m, replacement=True)[0]
+                except RuntimeError as e:
+                    raise sampling_failure(raw, rewritten, e) from None
+                counts += torch.bincount(toks.cpu(), minlength=V)
+                done += m
         return counts

@@ -49,7 +49,9 @@ Row field                   Hugging Face spelling
 ``max_new_tokens``          ``max_new_tokens`` -> ``MaxLengthCriteria``
 ``max_seq_len``             ``max_length`` (prompt + generated) -> ``MaxLengthCriteria``
 ``stop_words`` (1 token)    a separate ``EosTokenCriteria`` (stopping_criteria.py)
-``seed``                    a ``torch.Generator`` per slot passed to ``torch.multinomial``
+``seed``                    ``transformers.set_seed(seed)`` before the draw from torch's
+                            global generator (trainer_utils.py; refuses seeds outside
+                            ``[0, 2**32)``: ``invalid_seed``)
 ``logits_processors``       one :class:`impls.transformers.hf.CaseProcessors` passed as
                             ``logits_processor``: ``_merge_criteria_processor_list``
                             appends it after HF's processors, before the warpers
