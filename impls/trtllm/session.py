@@ -284,6 +284,9 @@ class TrtllmSession(ReferenceSession):
                 pass   # TensorRT-LLM has no DRY: the adapter declares no "dry" feature, so no row sets it
             elif name == "allowed_token_ids":
                 pass   # not a TensorRT-LLM parameter: the adapter declares no "allowed_token_ids" feature
+            elif name == "custom":
+                pass   # logits post-processors run in the model engine, not the sampler files loaded here:
+                #        the adapter declares no "logits_processors" feature, so no row sets them
             elif name not in ("presence_frequency", "bad_words", "no_repeat_ngram"):
                 raise ValueError(f"rewrite {name!r} of profile {self.profile.name} has no engine stage")
         if torch.isnan(x).any():
@@ -298,7 +301,9 @@ class TrtllmSession(ReferenceSession):
         tok, _ = self.engine.vanilla.greedy_search_sampling_batch(x.unsqueeze(0), return_probs=False)
         return int(tok[0])
 
-    def _kept(self, res: Resolved, x: torch.Tensor) -> torch.Tensor:
+    def _kept(self, res: Resolved, x: torch.Tensor, profile: Optional[Profile] = None) -> torch.Tensor:
+        # ``profile``: the reference's batch variant of the session's profile (batch_min_p_filters, SGLang's
+        # FlashInfer backend only); the trtllm profiles have none, and the kept set here is the engine's op
         if torch.isposinf(x).any():
             raise RowError("posinf_logits", "+inf logit in a sampling row: the distribution is undefined")
         if not (x > float("-inf")).any():
