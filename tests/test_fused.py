@@ -588,3 +588,35 @@ def test_random_batches_with_early_accept_match_the_reference(seed):
         assert 5 not in path_off.tolist()
         seen |= {PATHS[p] for p in path.tolist()}
     assert "accepted" in seen
+
+
+def test_min_p_rows_draw_crowded_blocks_in_the_histogram_pass():
+    """Min-p-only rows keep exactly their survivors, so a block of logits with many survivors is drawn in the
+    histogram pass and the few survivors of the others are packed for the decide launch (interpreter: blocks
+    of 128, so ``V = 600`` has 5 and a block is drawn in the pass with more than 128 // 5 = 25 survivors).
+
+    Row ``x``: ``-0.01 * i`` for ids 0-39, -0.5 at ids 200, 300 and 450, -10 elsewhere; ``min_p = 0.1`` keeps
+    those 43 (``e >= 0.1``; ``e^-10`` is not). Block 0 (40 survivors) is drawn in the pass, the three others
+    are packed: path ``untruncated``. Seeds 1 and 2 draw ids 28 and 1 (in block 0), seeds 0 and 34 ids 450
+    and 200 (packed), the reference's draws. Row ``y``: ids 0-9 and 300 survive, every block is packed:
+    path ``fast``; seeds 0, 1, 2 draw 0, 6, 1. With the probabilities the same tokens, and the kept set's
+    distribution."""
+    V = 600
+    x = torch.full((V,), -10.0)
+    x[:40] = -0.01 * torch.arange(40.0)
+    x[[200, 300, 450]] = -0.5
+    y = torch.full((V,), -10.0)
+    y[:10] = -0.01 * torch.arange(10.0)
+    y[300] = -0.5
+    logits = torch.stack([x] * 4 + [y] * 3)
+    B = logits.shape[0]
+    args = (logits, torch.ones(B), torch.zeros(B, dtype=torch.int64), torch.ones(B), torch.full((B,), 0.1),
+            torch.tensor([1, 2, 0, 34, 0, 1, 2]), torch.zeros(B, dtype=torch.int64))
+    want, dists = reference_rows(*args)
+    assert want == [28, 1, 450, 200, 0, 6, 1]
+    for kw in (dict(), dict(want_probs=True)):
+        tok, status, path, probs = fused_sample(*(a.to(DEV) for a in args), **kw)
+        assert status.tolist() == [0] * B and tok.tolist() == want
+        assert [PATHS[p] for p in path.tolist()] == ["untruncated"] * 4 + ["fast"] * 3
+    for i in range(B):
+        assert torch.allclose(probs[i].cpu(), dists[i], rtol=1e-5, atol=1e-7)

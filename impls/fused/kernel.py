@@ -31,8 +31,11 @@ has nothing to do for exit at once):
    argmax only.
 2. ``_hist_kernel`` (``B x S``) — combines the stats (status, ``m``, ``x_A``,
    ``C``). Rows without filters: Gumbel-max over the part (the draw is done).
-   Min-p-only rows: the survivors are packed into the row's workspace
-   (``KMAX`` entries). Top-k/top-p rows: a ``NB1``-bin histogram of the
+   Min-p-only rows (kept set: exactly the survivors): the Gumbel-max and
+   mass of the survivors of each block that holds more than ``KMAX /
+   blocks`` of them; the others' survivors are packed into the row's
+   workspace (``KMAX`` entries, which they cannot overflow), for the decide
+   launch. Top-k/top-p rows: a ``NB1``-bin histogram of the
    survivors' level-1 bins, their count and exact mass; the last program of
    the row to finish (atomic ticket) adds the parts and chooses the *window*
    of fine bins that holds the boundary: exact counts for top-k; for top-p a
@@ -57,15 +60,16 @@ has nothing to do for exit at once):
 4. ``_gather_kernel`` (``B x S``) — the survivors in the window go to the
    workspace (packed ``(logit key, -id)``), the survivors above it (all kept)
    to a second workspace of ``KBIG`` entries; when there are more of those,
-   their Gumbel-max and mass are taken in this pass instead. Min-p-only rows
-   whose survivors overflowed the workspace take their draw here.
+   their Gumbel-max and mass are taken in this pass instead.
 5. ``_decide_kernel`` (``B`` programs) — the window is sorted (``tl.sort`` on
    ``(key, -id)``) and min-p, top-k (ties kept) and top-p (keep a token iff
    the mass strictly above it is ``< top_p``; the most likely tokens always
    kept) are decided exactly as the reference does on the renormalised
    survivors; the boundary is verified to lie inside the window. Gumbel-max
    with the canonical Philox draw (DESIGN.md decision 1) over the kept tokens
-   of the window, combined with the best of the tokens above it. A row whose
+   of the window, combined with the best of the tokens above it. Min-p-only
+   rows: the packed survivors' draw, combined with the blocks' drawn in the
+   histogram pass. A row whose
    window cannot be isolated (huge tie groups, a boundary in the clamped tail,
    a failed verification) takes the *slow* path in this launch: bisection on
    the 32-bit logit key, one pass over the row per bit. It is correct and
@@ -85,7 +89,7 @@ is in. Outcome codes per row (``status``): 0 ok, 1 ``nan_logits``, 2
 ``posinf_logits``, 3 ``no_valid_token``, 4 ``invalid_temperature``, 5
 ``invalid_top_k``, 6 ``invalid_top_p``, 7 ``invalid_min_p``; the token of a
 rejected row is -1. Path codes: 0 greedy, 1 untruncated (the draw scanned the
-row), 2 fast (every kept token was in the workspace), 3 boundary (only the
+row, or with min-p only some of its blocks), 2 fast (every kept token was in the workspace), 3 boundary (only the
 window was), 4 slow, 5 accepted (early accept: the full-row winner, certainly
 kept, drawn in the histogram pass; the kept set's threshold and mass are not
 computed, so the record's ``e_thr`` and kept mass are 0), -1 rejected.
@@ -285,7 +289,12 @@ def _compact(dst, cnt_ptr, cap, sel, packed):
     # append the selected entries of a tile to a per-row list (slots reserved with one atomic)
     si = sel.to(tl.int32)
     rs = tl.sum(si, 1)
-    n = tl.sum(rs, 0)
+    _compact_counted(dst, cnt_ptr, cap, sel, packed, si, rs, tl.sum(rs, 0))
+
+
+@triton.jit
+def _compact_counted(dst, cnt_ptr, cap, sel, packed, si, rs, n):
+    # _compact, given the selection as int32 (si), its row sums (rs) and its count (n)
     if n > 0:
         base = tl.atomic_add(cnt_ptr, n)
         pos = base + (tl.cumsum(rs, 0) - rs)[:, None] + tl.cumsum(si, 1) - 1
@@ -639,6 +648,39 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
 
 
 @triton.jit
+def _minp_part(base, lo, hi, V, m, T, xA, seed, offset, dense, cand, cnt_ptr, KMAX: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """One part of a min-p-only row, read once: the Gumbel-max (key, lowest id on ties) and fixed-point mass
+    of the survivors of the blocks that hold more than ``dense`` of them; the survivors of the other blocks
+    are packed into the row's workspace (``dense * blocks <= KMAX``: it cannot overflow)."""
+    R4: tl.constexpr = BLOCK // 4
+    b_v = tl.full([R4, 4], float("-inf"), tl.float32)
+    t_v = tl.zeros([R4, 4], dtype=tl.int32)
+    e_a = tl.sum(tl.zeros([1], dtype=tl.int64), 0)
+    o_lo = (offset & 0xFFFFFFFF).to(tl.uint32)
+    o_hi = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    for st in range(lo, hi, BLOCK):
+        offs, x, fin = _tile(base, st, V, R4)
+        A = fin & (x >= xA)
+        si = A.to(tl.int32)
+        rs = tl.sum(si, 1)
+        n = tl.sum(rs, 0)
+        if n > dense:
+            s = tl.div_rn(x - m, T)
+            u = _tile_uniform(seed, st, o_lo, o_hi, R4)
+            sc = tl.where(A, s - tl.log(-tl.log(u)), float("-inf"))
+            take = sc > b_v
+            t_v = tl.where(take, offs, t_v)
+            b_v = tl.where(take, sc, b_v)
+            e_a += tl.sum(tl.sum(tl.where(A, _fix(tl.exp(s)), 0), 1), 0)
+        else:
+            _compact_counted(cand, cnt_ptr, KMAX, A, _pack(x, offs), si, rs, n)
+    best = tl.max(tl.max(b_v, 1), 0)
+    tok = tl.min(tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 1), 0)
+    return best, tok, e_a
+
+
+@triton.jit
 def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, MASS: tl.constexpr, BLOCK: tl.constexpr,
                NB1: tl.constexpr, NBF: tl.constexpr):
     """One part of a top-k/top-p row, read once: the level-1 histogram of its survivors, their count, their
@@ -705,11 +747,15 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
         tl.store(bi + part * _PI + 3, tok)
         tl.store(b64 + part * _P64 + 1, mass)
     if kind == 2:
-        # min-p only: pack the survivors into the workspace (the decide launch draws among them)
-        for st in range(lo, hi, BLOCK):
-            offs, x, fin = _tile(base, st, V, R4)
-            A = fin & (x >= xA)
-            _compact(cand, cnt + 2, KMAX, A, _pack(x, offs))
+        # min-p only (kept: exactly the survivors): each block's survivors are drawn here when they are many,
+        # packed into the workspace for the decide launch when few (at most KMAX in all)
+        seed = tl.load(seed_ptr + row)
+        offset = tl.load(offset_ptr + row)
+        dense = KMAX // tl.cdiv(V, BLOCK)
+        best, tok, mass = _minp_part(base, lo, hi, V, m, T, xA, seed, offset, dense, cand, cnt + 2, KMAX, BLOCK)
+        tl.store(bf + part * _PF + 2, best)
+        tl.store(bi + part * _PI + 3, tok)
+        tl.store(b64 + part * _P64 + 1, mass)
     if kind == 3:
         if EARLY:
             # the histogram, and the Gumbel-max over the part's survivors in the same pass
@@ -874,11 +920,9 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
     T = tl.load(rf + _F_T)
     xA = tl.load(rf + _F_XA)
     C = tl.load(rf + _F_C)
-    # rows whose kept tokens are drawn in this pass: min-p only with more survivors than the
-    # workspace holds, and top-k/top-p rows with more survivors above the window than KBIG
-    minp_over = (kind == 2) & (tl.load(cnt + 2) > KMAX)
-    if minp_over | ((kind == 3) & (mode == 0) & (above == 2)):
-        f_lo = tl.where(kind == 2, NBF, tl.load(ri + _I_FLO))
+    # top-k/top-p rows with more survivors above the window than KBIG: those are drawn in this pass
+    if (kind == 3) & (mode == 0) & (above == 2):
+        f_lo = tl.load(ri + _I_FLO)
         seed = tl.load(seed_ptr + row)
         offset = tl.load(offset_ptr + row)
         best, tok, mass = _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, 0.0, seed, offset, BLOCK, NBF)
@@ -1012,14 +1056,14 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
         keep_q = _sum_col(b64, S, _P64, 1, tl.int64)
         path = zero + 1
     if kind == 2:
-        n = tl.load(cnt + 2)
-        if n <= KMAX:
-            best, token, keep_q = _draw_unsorted(cand, n, m, T, seed, offset, 512)
-            path = zero + 2
-        else:
-            best, token = _best_parts(bf + 3, bi + 5, S, 0)
-            keep_q = _sum_col(b64, S, _P64, 3, tl.int64)
-            path = zero + 1
+        # the blocks drawn in the histogram pass, then the packed survivors of the others
+        best, token = _best_parts(bf + 2, bi + 3, S, 0)
+        keep_q = _sum_col(b64, S, _P64, 1, tl.int64)
+        path = tl.where(best > float("-inf"), 1, 2)
+        pb, pt, pq = _draw_unsorted(cand, tl.load(cnt + 2), m, T, seed, offset, 512)
+        take = (pb > best) | ((pb == best) & (pt < token))
+        token = tl.where(take, pt, token)
+        keep_q += pq
     if kind == 3:
         mode = tl.load(ri + _I_MODE)
         slow = mode == 2
