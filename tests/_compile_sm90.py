@@ -3,8 +3,9 @@
 Run by ``tests/test_fused.py::test_kernels_compile_for_sm90_offline`` in a subprocess without
 ``TRITON_INTERPRET`` (under the interpreter the kernels are not compiled at all). Each kernel is
 compiled with fp32 and bf16 logits and the constants of :data:`impls.fused.ops.DEFAULTS`, as
-:func:`impls.fused.kernel.launch_args` passes them. Prints ``<kernel> <logits type> ok`` per
-compile; exits 1 when one fails (with the compiler's message).
+:func:`impls.fused.kernel.launch_args` passes them, the histogram kernel with and without early
+accept (``EARLY``). Prints ``<kernel> <logits type> ok`` per compile; exits 1 when one fails (with
+the compiler's message).
 """
 
 import inspect
@@ -30,6 +31,8 @@ POINTERS = {"temp_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min
             "top_lp_ptr": "*fp32", "vec_ptr": "*fp32"}
 KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_decide_kernel", "_probs_kernel",
            "_rewrite_kernel", "_logprobs_kernel")
+#: Kernels compiled once per value of a constexpr flag (the histogram launch with and without early accept).
+VARIANTS = {"_hist_kernel": ("EARLY", (True, False))}
 
 
 def main() -> int:
@@ -38,17 +41,22 @@ def main() -> int:
     for name in KERNELS:
         fn = getattr(K, name) if hasattr(K, name) else getattr(SK, name)
         params = list(inspect.signature(fn.fn).parameters)
-        for logits in ("*fp32", "*bf16"):
-            sig = {p: "constexpr" if p in CONSTS else POINTERS.get(p, logits if p == "logits_ptr" else "i32")
-                   for p in params}
-            consts = {(params.index(p),): CONSTS[p] for p in params if p in CONSTS}
-            try:
-                triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
-                               options={"num_warps": DEFAULTS["num_warps"], "enable_fp_fusion": False})
-                print(name, logits, "ok", flush=True)
-            except Exception as e:  # reported with the compiler's message
-                failed += 1
-                print(name, logits, "FAILED", f"{type(e).__name__}: {e}", flush=True)
+        flag, values = VARIANTS.get(name, (None, (None,)))
+        for value in values:
+            cst = dict(CONSTS, **({flag: value} if flag else {}))
+            tag = f" {flag}={value}" if flag else ""
+            for logits in ("*fp32", "*bf16"):
+                sig = {p: "constexpr" if p in cst else POINTERS.get(p, logits if p == "logits_ptr" else "i32")
+                       for p in params}
+                consts = {(params.index(p),): cst[p] for p in params if p in cst}
+                try:
+                    triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts),
+                                   target=GPUTarget("cuda", 90, 32),
+                                   options={"num_warps": DEFAULTS["num_warps"], "enable_fp_fusion": False})
+                    print(name + tag, logits, "ok", flush=True)
+                except Exception as e:  # reported with the compiler's message
+                    failed += 1
+                    print(name + tag, logits, "FAILED", f"{type(e).__name__}: {e}", flush=True)
     return 1 if failed else 0
 
 

@@ -131,12 +131,22 @@ def test_random_batches_match_the_reference(seed):
 
 
 def test_every_path_is_exercised():
+    # early accept off: it would take the rows of the slow and boundary paths here (their winners are
+    # certainly kept); on for the hand-checked rows of _early_rows; one rejected row
     seen = set()
     for seed in range(6):
         logits, T, K, P, M, S, O = random_batch(seed, 16, [2, 7, 33, 257, 600])
-        _, _, path, _ = fused_sample(*(a.to(DEV) for a in (logits, T, K, P, M, S, O)), block=128, nb=128, kmax=128)
+        _, _, path, _ = fused_sample(*(a.to(DEV) for a in (logits, T, K, P, M, S, O)), block=128, nb=128, kmax=128,
+                                     early=False)
         seen |= {PATHS[p] for p in path.tolist()}
-    assert seen >= {"greedy", "untruncated", "fast", "slow"}
+    _, _, path, _ = fused_sample(*(a.to(DEV) for a in _early_rows()))
+    seen |= {PATHS[p] for p in path.tolist()}
+    _, _, path, _ = fused_sample(t([[0.0, float("nan")]], torch.float32), *(t([v], dt) for v, dt in (
+        (1.0, torch.float32), (0, torch.int64), (0.9, torch.float32), (0.0, torch.float32), (1, torch.int64),
+        (0, torch.int64))))
+    seen |= {PATHS[p] for p in path.tolist()}
+    assert seen == set(PATHS.values()) == {"rejected", "greedy", "untruncated", "fast", "boundary", "slow",
+                                           "accepted"}
 
 
 def test_boundary_path_large_nucleus():
@@ -220,10 +230,10 @@ def test_launcher_mode_is_checked_and_constexpr_tail_follows_the_signature():
     x = torch.zeros(2, 300, device=DEV)
     with pytest.raises(ValueError, match="unknown launcher mode 'fast'"):
         fused_sample(x.cpu(), *random_batch(1, 2, [300])[1:], launcher="fast")
-    # the hist kernel's constexprs after its 14 positional parameters, in signature order
+    # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY: its default)
     tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
                                           "KBIG": 256})
-    assert tail == (128, 64, 64, 128, 256, 40.0)
+    assert tail == (128, 64, 64, 128, 256, 40.0, False)
     with pytest.raises(TypeError, match="no value for parameter RMAX"):
         launch._tail(_hist_kernel, 14, {"BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
     from impls.fused.ops import INTERPRETER
@@ -375,7 +385,7 @@ def test_kernels_compile_for_sm90_offline():
     r = subprocess.run([sys.executable, str(Path(__file__).with_name("_compile_sm90.py"))], cwd=root, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.count(" ok") == 16, r.stdout
+    assert r.stdout.count(" ok") == 18, r.stdout
 
 
 @pytest.mark.parametrize("B,V,seed,row,path", [(64, 32000, 1, 10, 2), (8, 262144, 3, 0, 3)])
@@ -396,6 +406,7 @@ def test_top_p_rows_whose_bin_estimates_miss_the_boundary_take_no_slow_path(B, V
     T, P, M = torch.ones(1), torch.full((1,), 0.9), torch.zeros(1)
     K, seed_, off = torch.zeros(1, dtype=torch.int64), torch.tensor([5]), torch.tensor([0])
     cfg = {k: v for k, v in DEFAULTS.items() if k != "num_warps"}  # the GPU's constants, on the interpreter
+    cfg["early"] = False  # the window's path, not early accept's (seed 5 draws a certainly kept token)
     tok, status, path_, _ = fused_sample(*(t.to(DEV) for t in (x, T, K, P, M, seed_, off)), **cfg)
     assert status.tolist() == [0] and path_.tolist() == [path]
     want, _ = reference_rows(x, T, K, P, M, seed_, off)
@@ -510,3 +521,102 @@ def test_top_p_near_one_has_no_float32_overshoot_on_the_gpu():
     assert status.tolist() == [0] * B
     kept = (probs > 0).sum(1).tolist()
     assert kept == [32000] * B, [(i, n, PATHS[int(path[i])]) for i, n in enumerate(kept) if n != 32000]
+
+
+def _early_rows():
+    """One 10-token row under three filters and four seeds (12 rows), for the early-accept tests.
+
+    ``x = [0, -0.5, -1, -6 x 7]``, ``T = 1``: ``e = [1, 0.6065, 0.3679, 0.00248 x 7]``, ``E = 1.9917``.
+    The interpreter's fine bins span ``m - min = 6`` (``C = 16128 / 6``): tokens 0, 1, 2 lie in level-1
+    bins 0, 5 and 10, the seven ``-6`` in the last bin (62, the clamped tail, whose mass has no lower
+    bound). The full-row Gumbel-max winner (every finite token) of seed 0 is token 0, of seed 2 token 1,
+    of seed 1 token 2, of seed 263 token 3 (a ``-6``; offset 0, the reference's draw).
+
+    * ``top_p = 0.9``: kept {0, 1, 2} (mass above token 2: 1.6065 < 1.7925; above the ``-6`` group:
+      1.9744). Certainly kept: bins 0 to 5 (upper bound through bin 5: 1.0001 + 0.621 < 0.9 E); bin 10
+      is not (its tail's mass bound is ``[0, 0.019]``, so the bound through it reaches ``E``).
+    * ``top_k = 2``: kept {0, 1}; the 2nd largest is in bin 5, so only bin 0 is certainly kept.
+    * ``top_k = 3, top_p = 0.9``: kept {0, 1, 2}; the 3rd largest is in bin 10; bin 5 is certainly kept
+      (its bound 1.62 is below 0.9 times the top-3 mass' lower bound, 1.94).
+    """
+    x = torch.tensor([0.0, -0.5, -1.0] + [-6.0] * 7)
+    seeds = [0, 2, 1, 263]
+    filt = [(0, 0.9), (2, 1.0), (3, 0.9)]
+    B = len(seeds) * len(filt)
+    K = torch.tensor([k for k, _ in filt for _ in seeds])
+    P = torch.tensor([p for _, p in filt for _ in seeds])
+    S = torch.tensor(seeds * len(filt))
+    return x.expand(B, 10).contiguous(), torch.ones(B), K, P, torch.zeros(B), S, torch.zeros(B, dtype=torch.int64)
+
+
+def test_early_accept_takes_the_full_row_winner_only_where_it_is_certainly_kept():
+    """Hand-checked rows (:func:`_early_rows`): a winner that is the maximum or lies in a certainly kept
+    bin is accepted in the histogram pass (path ``accepted``); a winner in the window (kept, but not
+    certainly by the bounds) or below the threshold (dropped) takes the window path (``fast`` here), and
+    the draw over the kept set then gives the token (seed 263: token 1 for every filter; seed 1 under
+    ``top_k = 2``: token 0)."""
+    args = _early_rows()
+    tok, status, path, _ = fused_sample(*(a.to(DEV) for a in args))
+    assert status.tolist() == [0] * 12
+    assert tok.tolist() == [0, 1, 2, 1,
+                            0, 1, 0, 1,
+                            0, 1, 2, 1]
+    assert [PATHS[p] for p in path.tolist()] == ["accepted", "accepted", "fast", "fast",
+                                                 "accepted", "fast", "fast", "fast",
+                                                 "accepted", "accepted", "fast", "fast"]
+    want, _ = reference_rows(*args)
+    assert tok.tolist() == want
+    # off (a tuning option), and off whenever the probabilities are asked for: same tokens, no accepted row
+    for kw in (dict(early=False), dict(want_probs=True)):
+        tok2, _, path2, _ = fused_sample(*(a.to(DEV) for a in args), **kw)
+        assert tok2.tolist() == want and 5 not in path2.tolist()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_batches_with_early_accept_match_the_reference(seed):
+    """The random stress without probabilities (early accept on): tokens of the reference, and of the
+    same call with early accept off; some rows accepted, with small and large workspaces."""
+    logits, T, K, P, M, S, O = random_batch(100 + seed, 16, [33, 257, 600])
+    args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
+    want, _ = reference_rows(logits, T, K, P, M, S, O)
+    seen = set()
+    for cfg in (dict(), dict(block=32, nb=16, kmax=16, kbig=16)):
+        tok, status, path, _ = fused_sample(*args, **cfg)
+        off, _, path_off, _ = fused_sample(*args, early=False, **cfg)
+        assert status.tolist() == [0] * 16
+        assert tok.tolist() == want and off.tolist() == want, cfg
+        assert 5 not in path_off.tolist()
+        seen |= {PATHS[p] for p in path.tolist()}
+    assert "accepted" in seen
+
+
+def test_min_p_rows_draw_crowded_blocks_in_the_histogram_pass():
+    """Min-p-only rows keep exactly their survivors, so a block of logits with many survivors is drawn in the
+    histogram pass and the few survivors of the others are packed for the decide launch (interpreter: blocks
+    of 128, so ``V = 600`` has 5 and a block is drawn in the pass with more than 128 // 5 = 25 survivors).
+
+    Row ``x``: ``-0.01 * i`` for ids 0-39, -0.5 at ids 200, 300 and 450, -10 elsewhere; ``min_p = 0.1`` keeps
+    those 43 (``e >= 0.1``; ``e^-10`` is not). Block 0 (40 survivors) is drawn in the pass, the three others
+    are packed: path ``untruncated``. Seeds 1 and 2 draw ids 28 and 1 (in block 0), seeds 0 and 34 ids 450
+    and 200 (packed), the reference's draws. Row ``y``: ids 0-9 and 300 survive, every block is packed:
+    path ``fast``; seeds 0, 1, 2 draw 0, 6, 1. With the probabilities the same tokens, and the kept set's
+    distribution."""
+    V = 600
+    x = torch.full((V,), -10.0)
+    x[:40] = -0.01 * torch.arange(40.0)
+    x[[200, 300, 450]] = -0.5
+    y = torch.full((V,), -10.0)
+    y[:10] = -0.01 * torch.arange(10.0)
+    y[300] = -0.5
+    logits = torch.stack([x] * 4 + [y] * 3)
+    B = logits.shape[0]
+    args = (logits, torch.ones(B), torch.zeros(B, dtype=torch.int64), torch.ones(B), torch.full((B,), 0.1),
+            torch.tensor([1, 2, 0, 34, 0, 1, 2]), torch.zeros(B, dtype=torch.int64))
+    want, dists = reference_rows(*args)
+    assert want == [28, 1, 450, 200, 0, 6, 1]
+    for kw in (dict(), dict(want_probs=True)):
+        tok, status, path, probs = fused_sample(*(a.to(DEV) for a in args), **kw)
+        assert status.tolist() == [0] * B and tok.tolist() == want
+        assert [PATHS[p] for p in path.tolist()] == ["untruncated"] * 4 + ["fast"] * 3
+    for i in range(B):
+        assert torch.allclose(probs[i].cpu(), dists[i], rtol=1e-5, atol=1e-7)

@@ -249,7 +249,7 @@ def test_declared_stages_and_version():
     assert {s for s, p in st.items() if p == "own"} == {"logit_bias", "penalties", "bans", "filters", "draw",
                                                        "logprobs"}
     assert {s for s, p in st.items() if p == "reference"} == {"validation", "seeds", "finish"}
-    assert FUSED_VERSION == "4"
+    assert FUSED_VERSION == "5"
     assert FusedImpl().unsupported(row([0.0], logprobs_mode="processed_logprobs")) is not None
 
 
@@ -280,3 +280,24 @@ def test_cuda_graph_capture_and_replay_of_the_whole_step():
         want = ReferenceSession(TRTLLM, "cpu").step([r.replace(logits=x[i].cpu()) for i, r in enumerate(rows)])
         assert out["tokens"].tolist() == [w.token for w in want]
         assert out["rank"].tolist() == [w.rank for w in want]
+
+
+def test_early_accept_is_off_when_the_step_takes_logprobs():
+    """The PROCESSED logprob divides by the mass of the kept set, which a row accepted in the histogram
+    pass has not summed: with logprobs the filters run without early accept. Row ``[0, -0.5, -1, -6 x 7]``,
+    ``T = 1``, ``top_p = 0.9`` keeps {0, 1, 2} (``tests/test_fused.py::_early_rows``); seeds 0 and 2 draw
+    tokens 0 and 1, whose PROCESSED logprobs are ``x_t - log(1 + e^-0.5 + e^-1)``. Without logprobs and
+    probabilities both rows are accepted (path 5), with the same tokens."""
+    V, B = 10, 2
+    x = torch.tensor([0.0, -0.5, -1.0] + [-6.0] * 7).expand(B, V).contiguous().to(DEV)
+    rows = [Row(logits=x[i].cpu(), logprobs=0) for i in range(B)]
+    inputs, _ = pack_rows(rows, V, DEV)
+    z = lambda v, dt: torch.full((B,), v, dtype=dt, device=DEV)
+    args = (z(1.0, torch.float32), z(0, torch.int64), z(0.9, torch.float32), z(0.0, torch.float32),
+            torch.tensor([0, 2], device=DEV), z(0, torch.int64))
+    lse = math.log(1 + math.exp(-0.5) + math.exp(-1.0))
+    o = fused_step(x, *args, inputs=inputs, want_probs=False, want_logprobs=True)
+    assert o["tokens"].tolist() == [0, 1] and 5 not in o["path"].tolist()
+    assert o["processed_logprob"].tolist() == pytest.approx([-lse, -0.5 - lse], abs=1e-6)
+    o = fused_step(x, *args, inputs=inputs, want_probs=False, want_logprobs=False)
+    assert o["tokens"].tolist() == [0, 1] and o["path"].tolist() == [5, 5]

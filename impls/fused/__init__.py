@@ -38,7 +38,9 @@ from ..registry import Entry
 __all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS"]
 
 #: Bumped whenever the kernel's decisions change. 4: bias, penalties, bans and logprobs on the device.
-FUSED_VERSION = "4"
+#: 5: early accept (the same tokens; a new path, 5 ``accepted``, for rows drawn in the histogram launch);
+#: min-p-only rows draw their crowded blocks in the histogram launch (path 1 where one was, else 2).
+FUSED_VERSION = "5"
 
 
 #: The per-row arguments of :func:`impls.fused.ops.fused_sample`, by name, with their dtypes.

@@ -1,7 +1,9 @@
 """The fused sampling kernels: temperature, min-p, top-k, top-p, greedy and the canonical draw.
 
-Version 3: a few light streaming launches over a batch, each row split over
-``S`` programs when the batch is small, then one small launch that decides.
+Version 5 (:data:`impls.fused.FUSED_VERSION`: version 3's launches, which
+version 4 wrapped in the step's rewrites and logprobs, with early accept): a
+few light streaming launches over a batch, each row split over ``S`` programs
+when the batch is small, then one small launch that decides.
 Every parameter is a per-row tensor; which filters apply, and which path a row
 takes, is decided on the device from the values (SEMANTICS §1.1 sentinels):
 no host branching per row and no kernel per parameter combination.
@@ -29,15 +31,27 @@ has nothing to do for exit at once):
    argmax only.
 2. ``_hist_kernel`` (``B x S``) — combines the stats (status, ``m``, ``x_A``,
    ``C``). Rows without filters: Gumbel-max over the part (the draw is done).
-   Min-p-only rows: the survivors are packed into the row's workspace
-   (``KMAX`` entries). Top-k/top-p rows: a ``NB1``-bin histogram of the
+   Min-p-only rows (kept set: exactly the survivors): the Gumbel-max and
+   mass of the survivors of each block that holds more than ``KMAX /
+   blocks`` of them; the others' survivors are packed into the row's
+   workspace (``KMAX`` entries, which they cannot overflow), for the decide
+   launch. Top-k/top-p rows: a ``NB1``-bin histogram of the
    survivors' level-1 bins, their count and exact mass; the last program of
    the row to finish (atomic ticket) adds the parts and chooses the *window*
    of fine bins that holds the boundary: exact counts for top-k; for top-p a
    *bracket* from bounds on each bin's mass (its tokens lie between its
    edges), tightened by the exact total minus the bounds of the rest
    (``_bracket``). When the window would not fit the workspace, the row is
-   *refined*.
+   *refined*. *Early accept* (``EARLY``, on unless the kept set is wanted:
+   probabilities, the step's PROCESSED logprobs): the same pass also takes
+   the Gumbel-max over each part's survivors; the draw's key does not depend
+   on the kept set ``K``, so when the row's winner over all survivors is in
+   ``K`` it is the draw over ``K`` (ties to the lowest id both ways). The last
+   program accepts it when it is certainly kept: it is the row's maximum, or
+   its level-1 bin lies before the top-k boundary bin and the upper bound of
+   the mass up to and including its bin is below ``top_p`` times the mass the
+   row is renormalised over (``_sure_kept``). The row is then done (path 5):
+   the later launches return at once for it.
 3. ``_refine_kernel`` (``B x S``, refined rows only) — a 256-bin histogram
    over the bracket's level-1 bins (``2**rsh`` fine bins per refined bin,
    chosen per row so that 255 of them cover the bracket), and the exact mass
@@ -46,20 +60,22 @@ has nothing to do for exit at once):
 4. ``_gather_kernel`` (``B x S``) — the survivors in the window go to the
    workspace (packed ``(logit key, -id)``), the survivors above it (all kept)
    to a second workspace of ``KBIG`` entries; when there are more of those,
-   their Gumbel-max and mass are taken in this pass instead. Min-p-only rows
-   whose survivors overflowed the workspace take their draw here.
+   their Gumbel-max and mass are taken in this pass instead.
 5. ``_decide_kernel`` (``B`` programs) — the window is sorted (``tl.sort`` on
    ``(key, -id)``) and min-p, top-k (ties kept) and top-p (keep a token iff
    the mass strictly above it is ``< top_p``; the most likely tokens always
    kept) are decided exactly as the reference does on the renormalised
    survivors; the boundary is verified to lie inside the window. Gumbel-max
    with the canonical Philox draw (DESIGN.md decision 1) over the kept tokens
-   of the window, combined with the best of the tokens above it. A row whose
+   of the window, combined with the best of the tokens above it. Min-p-only
+   rows: the packed survivors' draw, combined with the blocks' drawn in the
+   histogram pass. A row whose
    window cannot be isolated (huge tie groups, a boundary in the clamped tail,
    a failed verification) takes the *slow* path in this launch: bisection on
    the 32-bit logit key, one pass over the row per bit. It is correct and
    rare, and the path each row took is returned.
-6. ``_probs_kernel`` (``B x S``, only when the distribution is asked for).
+6. ``_probs_kernel`` (``B x S``, only when the distribution is asked for;
+   early accept is then off).
 
 Why several launches: each streaming pass needs a row-wide result of the one
 before (the maximum, then the boundary bin), and splitting a row over
@@ -73,8 +89,10 @@ is in. Outcome codes per row (``status``): 0 ok, 1 ``nan_logits``, 2
 ``posinf_logits``, 3 ``no_valid_token``, 4 ``invalid_temperature``, 5
 ``invalid_top_k``, 6 ``invalid_top_p``, 7 ``invalid_min_p``; the token of a
 rejected row is -1. Path codes: 0 greedy, 1 untruncated (the draw scanned the
-row), 2 fast (every kept token was in the workspace), 3 boundary (only the
-window was), 4 slow, -1 rejected.
+row, or with min-p only some of its blocks), 2 fast (every kept token was in the workspace), 3 boundary (only the
+window was), 4 slow, 5 accepted (early accept: the full-row winner, certainly
+kept, drawn in the histogram pass; the kept set's threshold and mass are not
+computed, so the record's ``e_thr`` and kept mass are 0), -1 rejected.
 
 Ties are grouped by probability, as the reference does (SEMANTICS §1.5):
 top-k keeps every survivor with ``e`` at least the k-th largest's, top-p
@@ -106,7 +124,7 @@ __all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "SLOTS", "launch_args", "launch_sp
 
 STATUS_KINDS = {0: None, 1: "nan_logits", 2: "posinf_logits", 3: "no_valid_token", 4: "invalid_temperature",
                 5: "invalid_top_k", 6: "invalid_top_p", 7: "invalid_min_p"}
-PATHS = {-1: "rejected", 0: "greedy", 1: "untruncated", 2: "fast", 3: "boundary", 4: "slow"}
+PATHS = {-1: "rejected", 0: "greedy", 1: "untruncated", 2: "fast", 3: "boundary", 4: "slow", 5: "accepted"}
 
 _INT32_MAX = tl.constexpr(2147483647)
 _INT32_MIN = tl.constexpr(-2147483648)
@@ -129,7 +147,7 @@ LAYOUT = {"PI": 8, "PF": 8, "P64": 4, "RI": 16, "RF": 8, "R64": 4, "CNT": 4}
 _I_STATUS = tl.constexpr(0)
 _I_KIND = tl.constexpr(1)  # -1 rejected, 0 greedy, 1 no filter, 2 min-p only, 3 top-k/top-p
 _I_GIDX = tl.constexpr(2)
-_I_MODE = tl.constexpr(3)  # kind 3: 0 gather, 1 refine, 2 slow
+_I_MODE = tl.constexpr(3)  # kind 3: 0 gather, 1 refine, 2 slow, 3 accepted (drawn in the histogram pass)
 _I_FLO = tl.constexpr(4)
 _I_FHI = tl.constexpr(5)
 _I_NA = tl.constexpr(6)
@@ -137,6 +155,7 @@ _I_NABOVE = tl.constexpr(7)
 _I_F0 = tl.constexpr(8)  # first fine bin of the refined range
 _I_NABOVE0 = tl.constexpr(9)  # survivors above the refined range
 _I_KACT = tl.constexpr(10)
+_I_ETOK = tl.constexpr(11)  # the accepted token (mode 3)
 _I_ABOVE = tl.constexpr(12)  # survivors above the window: 0 none, 1 packed in the second workspace, 2 drawn in the pass
 _I_RSH = tl.constexpr(13)  # fine bins per refined bin: 2**RSH
 _F_M = tl.constexpr(0)
@@ -270,7 +289,12 @@ def _compact(dst, cnt_ptr, cap, sel, packed):
     # append the selected entries of a tile to a per-row list (slots reserved with one atomic)
     si = sel.to(tl.int32)
     rs = tl.sum(si, 1)
-    n = tl.sum(rs, 0)
+    _compact_counted(dst, cnt_ptr, cap, sel, packed, si, rs, tl.sum(rs, 0))
+
+
+@triton.jit
+def _compact_counted(dst, cnt_ptr, cap, sel, packed, si, rs, n):
+    # _compact, given the selection as int32 (si), its row sums (rs) and its count (n)
     if n > 0:
         base = tl.atomic_add(cnt_ptr, n)
         pos = base + (tl.cumsum(rs, 0) - rs)[:, None] + tl.cumsum(si, 1) - 1
@@ -283,14 +307,25 @@ def _pack(x, offs):
 
 
 @triton.jit
+def _tile_uniform(seed, st, o_lo, o_hi, R4: tl.constexpr):
+    # the uniforms of a [R4, 4] tile starting at st (a multiple of 4): one Philox counter per tile row
+    # (DESIGN.md decision 1, as _uniform)
+    r4 = tl.arange(0, R4)
+    c4 = tl.arange(0, 4)[None, :]
+    g = (st // 4 + r4).to(tl.uint32)
+    z = g * 0
+    w0, w1, w2, w3 = tl.philox(seed, g, z, z + o_lo, z + o_hi)
+    w = tl.where(c4 == 0, w0[:, None], tl.where(c4 == 1, w1[:, None], tl.where(c4 == 2, w2[:, None], w3[:, None])))
+    return tl.uint_to_uniform_float(w)
+
+
+@triton.jit
 def _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, e_thr, seed, offset, BLOCK: tl.constexpr, NBF: tl.constexpr):
     """Gumbel-max and fixed-point mass over ``A & (f < f_lo) & (e >= e_thr)`` in ``[lo, hi)``.
 
     Philox is evaluated once per counter (4 tokens) on ``[BLOCK // 4, 4]`` tiles.
     """
     R4: tl.constexpr = BLOCK // 4
-    r4 = tl.arange(0, R4)
-    c4 = tl.arange(0, 4)[None, :]
     b_v = tl.full([R4, 4], float("-inf"), tl.float32)
     t_v = tl.zeros([R4, 4], dtype=tl.int32)
     e_v = tl.zeros([R4, 4], dtype=tl.int64)
@@ -300,11 +335,7 @@ def _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, e_thr, seed, offset, BLOCK:
         offs, x, fin = _tile(base, st, V, R4)
         s = tl.div_rn(x - m, T)
         kept = fin & (x >= xA) & (_fine(x, m, C, NBF) < f_lo) & (tl.exp(s) >= e_thr)
-        g = (st // 4 + r4).to(tl.uint32)
-        z = g * 0
-        w0, w1, w2, w3 = tl.philox(seed, g, z, z + o_lo, z + o_hi)
-        w = tl.where(c4 == 0, w0[:, None], tl.where(c4 == 1, w1[:, None], tl.where(c4 == 2, w2[:, None], w3[:, None])))
-        u = tl.uint_to_uniform_float(w)
+        u = _tile_uniform(seed, st, o_lo, o_hi, R4)
         sc = tl.where(kept, s - tl.log(-tl.log(u)), float("-inf"))
         take = sc > b_v
         t_v = tl.where(take, offs, t_v)
@@ -511,6 +542,43 @@ def _mass_bounds(f_first, f_next, CT, NBF: tl.constexpr):
 
 
 @triton.jit
+def _cum_bounds(H, e_lo, e_hi, above, below_hi, total):
+    """Lower and upper bounds of the mass up to and including each bin (see :func:`_bracket`)."""
+    Hf = H.to(tl.float32)
+    m_lo = Hf * e_lo
+    m_hi = Hf * e_hi
+    c_lo = tl.cumsum(m_lo, 0)
+    c_hi = tl.cumsum(m_hi, 0)
+    slack = total * 1e-4
+    cum_lo = tl.maximum(above + c_lo, total - (tl.sum(m_hi, 0) - c_hi + below_hi) - slack)
+    cum_hi = tl.minimum(above + c_hi, total - (tl.sum(m_lo, 0) - c_lo) + slack)
+    return cum_lo, cum_hi
+
+
+@triton.jit
+def _sure_kept(bins, H, e_lo, e_hi, E_A, w_bin, k, k_act, b_k, p_on, top_p):
+    """Whether every survivor of level-1 bin ``w_bin`` is certainly kept (early accept).
+
+    Top-k: the bins before ``b_k`` hold fewer than ``k`` survivors, each with a larger logit than
+    the ``k``-th largest (fine bins are monotone in ``x``), so ``e`` at least its. Top-p: a token is
+    kept when the mass strictly above it is below ``top_p`` times the mass it is renormalised over;
+    the former is at most the upper bound of the mass up to and including ``w_bin``, the latter is
+    the exact ``E_A``, or with top-k at least the lower bound of the mass before ``b_k`` plus
+    ``k - before`` times the least ``e`` of bin ``b_k``. The bounds are those of :func:`_bracket`
+    (one fine bin and 1e-4 of slack), and 1e-3 more each way covers ``top_p`` rounded to float32.
+    """
+    cum_lo, cum_hi = _cum_bounds(H, e_lo, e_hi, 0.0, 0.0, E_A)
+    before_k = tl.sum(tl.where(bins < b_k, H, 0), 0)
+    in_k = (k_act == 0) | (w_bin < b_k)
+    thru = tl.sum(tl.where(bins == w_bin, cum_hi, 0.0), 0)
+    ek_lo = tl.sum(tl.where(bins == b_k - 1, cum_lo, 0.0), 0) + \
+        (k - before_k).to(tl.float32) * tl.sum(tl.where(bins == b_k, e_lo, 0.0), 0)
+    S_lo = tl.where(k_act, ek_lo, E_A)
+    in_p = (p_on == 0) | (thru * 1.001 < top_p.to(tl.float32) * S_lo * 0.999)
+    return in_k & in_p
+
+
+@triton.jit
 def _bracket(H, e_lo, e_hi, above, below_hi, total, target, last):
     """``(j_lo, j_hi)``: the bins between which the top-p boundary must lie, from mass bounds.
 
@@ -523,23 +591,22 @@ def _bracket(H, e_lo, e_hi, above, below_hi, total, target, last):
     token after ``j_hi`` is dropped). Both are at most ``last`` (``j_hi == last`` may mean "not
     reached in these bins": callers check).
     """
-    Hf = H.to(tl.float32)
-    m_lo = Hf * e_lo
-    m_hi = Hf * e_hi
-    c_lo = tl.cumsum(m_lo, 0)
-    c_hi = tl.cumsum(m_hi, 0)
-    slack = total * 1e-4
-    cum_lo = tl.maximum(above + c_lo, total - (tl.sum(m_hi, 0) - c_hi + below_hi) - slack)
-    cum_hi = tl.minimum(above + c_hi, total - (tl.sum(m_lo, 0) - c_lo) + slack)
+    cum_lo, cum_hi = _cum_bounds(H, e_lo, e_hi, above, below_hi, total)
     j_lo = tl.sum((cum_hi < target).to(tl.int32), 0)
     j_hi = tl.sum((cum_lo < target).to(tl.int32), 0)
     return tl.minimum(j_lo, last), tl.minimum(j_hi, last)
 
 
 @triton.jit
-def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr, NBF: tl.constexpr, NBS: tl.constexpr):
-    """Last program of a top-k/top-p row: choose the window of fine bins, or send the row to the refine pass."""
+def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_bin, w_top, w_ok,
+                   NB1: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr, NBF: tl.constexpr, NBS: tl.constexpr,
+                   EARLY: tl.constexpr):
+    """Last program of a top-k/top-p row: choose the window of fine bins, or send the row to the refine pass.
+
+    With ``EARLY``, a row whose full-row Gumbel-max winner (``w_ok``: its key is finite) is certainly
+    kept is accepted instead (mode 3): the winner is the row's maximum (``w_top``: always kept), or its
+    level-1 bin ``w_bin`` holds only certainly kept survivors (:func:`_sure_kept`).
+    """
     bins = tl.arange(0, NB1)
     H = _sum_parts_i(hist1, S, NB1, NB1)
     H = tl.where(bins == NB1 - 1, 0, H)  # the last bin collects the non-survivors
@@ -567,6 +634,9 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1
     for _i in tl.static_range(16):
         rsh = tl.where(((rsh * 0 + (NBS - 1)) << rsh) < wf, rsh + 1, rsh)
     mode = tl.where(fits, 0, 1)
+    if EARLY:
+        mode = tl.where(w_ok & (w_top | _sure_kept(bins, H, e_lo, e_hi, E_A, w_bin, k, k_act, b_k, p_on, top_p)), 3,
+                        mode)
     tl.store(ri + _I_MODE, mode)
     tl.store(ri + _I_FLO, f_lo)
     tl.store(ri + _I_FHI, f_hi)
@@ -577,11 +647,77 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1
     tl.store(ri + _I_NABOVE0, before)
 
 
+@triton.jit
+def _minp_part(base, lo, hi, V, m, T, xA, seed, offset, dense, cand, cnt_ptr, KMAX: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """One part of a min-p-only row, read once: the Gumbel-max (key, lowest id on ties) and fixed-point mass
+    of the survivors of the blocks that hold more than ``dense`` of them; the survivors of the other blocks
+    are packed into the row's workspace (``dense * blocks <= KMAX``: it cannot overflow)."""
+    R4: tl.constexpr = BLOCK // 4
+    b_v = tl.full([R4, 4], float("-inf"), tl.float32)
+    t_v = tl.zeros([R4, 4], dtype=tl.int32)
+    e_a = tl.sum(tl.zeros([1], dtype=tl.int64), 0)
+    o_lo = (offset & 0xFFFFFFFF).to(tl.uint32)
+    o_hi = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    for st in range(lo, hi, BLOCK):
+        offs, x, fin = _tile(base, st, V, R4)
+        A = fin & (x >= xA)
+        si = A.to(tl.int32)
+        rs = tl.sum(si, 1)
+        n = tl.sum(rs, 0)
+        if n > dense:
+            s = tl.div_rn(x - m, T)
+            u = _tile_uniform(seed, st, o_lo, o_hi, R4)
+            sc = tl.where(A, s - tl.log(-tl.log(u)), float("-inf"))
+            take = sc > b_v
+            t_v = tl.where(take, offs, t_v)
+            b_v = tl.where(take, sc, b_v)
+            e_a += tl.sum(tl.sum(tl.where(A, _fix(tl.exp(s)), 0), 1), 0)
+        else:
+            _compact_counted(cand, cnt_ptr, KMAX, A, _pack(x, offs), si, rs, n)
+    best = tl.max(tl.max(b_v, 1), 0)
+    tok = tl.min(tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 1), 0)
+    return best, tok, e_a
+
+
+@triton.jit
+def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, MASS: tl.constexpr, BLOCK: tl.constexpr,
+               NB1: tl.constexpr, NBF: tl.constexpr):
+    """One part of a top-k/top-p row, read once: the level-1 histogram of its survivors, their count, their
+    fixed-point mass (``MASS``, else 0), and their Gumbel-max (key, lowest id on ties), as in
+    :func:`_gumbel_scan`."""
+    R4: tl.constexpr = BLOCK // 4
+    h = tl.zeros([NB1], dtype=tl.int32)
+    n_a = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
+    e_a = tl.sum(tl.zeros([1], dtype=tl.int64), 0)
+    b_v = tl.full([R4, 4], float("-inf"), tl.float32)
+    t_v = tl.zeros([R4, 4], dtype=tl.int32)
+    o_lo = (offset & 0xFFFFFFFF).to(tl.uint32)
+    o_hi = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    for st in range(lo, hi, BLOCK):
+        offs, x, fin = _tile(base, st, V, R4)
+        A = fin & (x >= xA)
+        b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
+        h += tl.histogram(tl.reshape(b1, [BLOCK]), NB1)
+        n_a += tl.sum(tl.sum(A.to(tl.int32), 1), 0)
+        s = tl.div_rn(x - m, T)
+        if MASS:
+            e_a += tl.sum(tl.sum(tl.where(A, _fix(tl.exp(s)), 0), 1), 0)
+        u = _tile_uniform(seed, st, o_lo, o_hi, R4)
+        sc = tl.where(A, s - tl.log(-tl.log(u)), float("-inf"))
+        take = sc > b_v
+        t_v = tl.where(take, offs, t_v)
+        b_v = tl.where(take, sc, b_v)
+    best = tl.max(tl.max(b_v, 1), 0)
+    tok = tl.min(tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 1), 0)
+    return h, n_a, e_a, best, tok
+
+
 @triton.jit(do_not_specialize=["V", "S", "CH"])
 def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
                  wsi, wsf, ws64, S, CH,
                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
-                 RMAX: tl.constexpr):
+                 RMAX: tl.constexpr, EARLY: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -611,33 +747,51 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
         tl.store(bi + part * _PI + 3, tok)
         tl.store(b64 + part * _P64 + 1, mass)
     if kind == 2:
-        # min-p only: pack the survivors into the workspace (the decide launch draws among them)
-        for st in range(lo, hi, BLOCK):
-            offs, x, fin = _tile(base, st, V, R4)
-            A = fin & (x >= xA)
-            _compact(cand, cnt + 2, KMAX, A, _pack(x, offs))
+        # min-p only (kept: exactly the survivors): each block's survivors are drawn here when they are many,
+        # packed into the workspace for the decide launch when few (at most KMAX in all)
+        seed = tl.load(seed_ptr + row)
+        offset = tl.load(offset_ptr + row)
+        dense = KMAX // tl.cdiv(V, BLOCK)
+        best, tok, mass = _minp_part(base, lo, hi, V, m, T, xA, seed, offset, dense, cand, cnt + 2, KMAX, BLOCK)
+        tl.store(bf + part * _PF + 2, best)
+        tl.store(bi + part * _PI + 3, tok)
+        tl.store(b64 + part * _P64 + 1, mass)
     if kind == 3:
-        na_v = tl.zeros([BLOCK], dtype=tl.int32)
-        e_v = tl.zeros([BLOCK], dtype=tl.int64)
-        h = tl.zeros([NB1], dtype=tl.int32)
-        if p_on:
-            for st in range(lo, hi, BLOCK):
-                offs, x, fin = _tile1(base, st, V, BLOCK)
-                A = fin & (x >= xA)
-                b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
-                h += tl.histogram(b1, NB1)
-                na_v += A.to(tl.int32)
-                e_v += tl.where(A, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+        if EARLY:
+            # the histogram, and the Gumbel-max over the part's survivors in the same pass
+            seed = tl.load(seed_ptr + row)
+            offset = tl.load(offset_ptr + row)
+            if p_on:
+                h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, True, BLOCK, NB1, NBF)
+            else:
+                h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, False, BLOCK, NB1,
+                                                    NBF)
+            tl.store(bf + part * _PF + 4, best)
+            tl.store(bi + part * _PI + 6, tok)
         else:
-            for st in range(lo, hi, BLOCK):
-                offs, x, fin = _tile1(base, st, V, BLOCK)
-                A = fin & (x >= xA)
-                b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
-                h += tl.histogram(b1, NB1)
-                na_v += A.to(tl.int32)
+            na_v = tl.zeros([BLOCK], dtype=tl.int32)
+            e_v = tl.zeros([BLOCK], dtype=tl.int64)
+            h = tl.zeros([NB1], dtype=tl.int32)
+            if p_on:
+                for st in range(lo, hi, BLOCK):
+                    offs, x, fin = _tile1(base, st, V, BLOCK)
+                    A = fin & (x >= xA)
+                    b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
+                    h += tl.histogram(b1, NB1)
+                    na_v += A.to(tl.int32)
+                    e_v += tl.where(A, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+            else:
+                for st in range(lo, hi, BLOCK):
+                    offs, x, fin = _tile1(base, st, V, BLOCK)
+                    A = fin & (x >= xA)
+                    b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
+                    h += tl.histogram(b1, NB1)
+                    na_v += A.to(tl.int32)
+            n_p = tl.sum(na_v, 0)
+            e_p = tl.sum(e_v, 0)
         tl.store(hist1 + part * NB1 + tl.arange(0, NB1), h)
-        tl.store(bi + part * _PI + 4, tl.sum(na_v, 0))
-        tl.store(b64 + part * _P64 + 0, tl.sum(e_v, 0))
+        tl.store(bi + part * _PI + 4, n_p)
+        tl.store(b64 + part * _P64 + 0, e_p)
         # the last program of the row to finish adds the parts and chooses the window
         tl.debug_barrier()
         ticket = tl.atomic_add(cnt + 0, 1)
@@ -649,7 +803,20 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
             tl.store(ri + _I_NA, n_A)
             tl.store(ri + _I_KACT, k_act.to(tl.int32))
             tl.store(r64 + _Q_EA, EA_q)
-            _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, NB1, KMAX, KBIG, NBF, NBS)
+            w_ok = n_A < 0
+            w_top = w_ok
+            w_bin = n_A * 0
+            if EARLY:
+                # the row's winner: largest key over the parts, lowest id on ties (as every draw here)
+                best, tok = _best_parts(bf + 4, bi + 6, S, 0)
+                w_ok = best > float("-inf")
+                tok = tl.where(w_ok, tok, 0)
+                x_w = tl.load(base + tok).to(tl.float32)
+                w_top = x_w == m
+                w_bin = _fine(x_w, m, C, NBF) >> 8
+                tl.store(ri + _I_ETOK, tok)
+            _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_bin, w_top, w_ok, NB1, KMAX,
+                           KBIG, NBF, NBS, EARLY)
 
 
 # ----------------------------------------------------------------------------- 3: refine
@@ -753,11 +920,9 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
     T = tl.load(rf + _F_T)
     xA = tl.load(rf + _F_XA)
     C = tl.load(rf + _F_C)
-    # rows whose kept tokens are drawn in this pass: min-p only with more survivors than the
-    # workspace holds, and top-k/top-p rows with more survivors above the window than KBIG
-    minp_over = (kind == 2) & (tl.load(cnt + 2) > KMAX)
-    if minp_over | ((kind == 3) & (mode == 0) & (above == 2)):
-        f_lo = tl.where(kind == 2, NBF, tl.load(ri + _I_FLO))
+    # top-k/top-p rows with more survivors above the window than KBIG: those are drawn in this pass
+    if (kind == 3) & (mode == 0) & (above == 2):
+        f_lo = tl.load(ri + _I_FLO)
         seed = tl.load(seed_ptr + row)
         offset = tl.load(offset_ptr + row)
         best, tok, mass = _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, 0.0, seed, offset, BLOCK, NBF)
@@ -891,17 +1056,21 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
         keep_q = _sum_col(b64, S, _P64, 1, tl.int64)
         path = zero + 1
     if kind == 2:
-        n = tl.load(cnt + 2)
-        if n <= KMAX:
-            best, token, keep_q = _draw_unsorted(cand, n, m, T, seed, offset, 512)
-            path = zero + 2
-        else:
-            best, token = _best_parts(bf + 3, bi + 5, S, 0)
-            keep_q = _sum_col(b64, S, _P64, 3, tl.int64)
-            path = zero + 1
+        # the blocks drawn in the histogram pass, then the packed survivors of the others
+        best, token = _best_parts(bf + 2, bi + 3, S, 0)
+        keep_q = _sum_col(b64, S, _P64, 1, tl.int64)
+        path = tl.where(best > float("-inf"), 1, 2)
+        pb, pt, pq = _draw_unsorted(cand, tl.load(cnt + 2), m, T, seed, offset, 512)
+        take = (pb > best) | ((pb == best) & (pt < token))
+        token = tl.where(take, pt, token)
+        keep_q += pq
     if kind == 3:
         mode = tl.load(ri + _I_MODE)
         slow = mode == 2
+        if mode == 3:
+            # accepted in the histogram pass: the full-row winner, certainly kept
+            token = tl.load(ri + _I_ETOK)
+            path = zero + 5
         if mode == 0:
             above = tl.load(ri + _I_ABOVE)
             f_lo = tl.load(ri + _I_FLO)
@@ -1069,9 +1238,10 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     S, CH : int
         Programs per row and logits per program (:func:`impls.fused.workspace.splits`).
     want_probs : bool
-        Add the probabilities launch.
+        Add the probabilities launch (and turn early accept off: it needs the kept set).
     cfg : dict
-        Tuning constants (:data:`impls.fused.ops.DEFAULTS`).
+        Tuning constants (:data:`impls.fused.ops.DEFAULTS`); ``cfg["early"]`` (absent: off; on in the defaults) turns on
+        early accept in the histogram launch (path 5, ``accepted``).
 
     Returns
     -------
@@ -1079,14 +1249,16 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
         ``args`` holds a :data:`SLOTS` name for each tensor and the value of each scalar.
     """
     c = dict(BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"])
+    # early accept leaves no kept set (threshold, mass) for the probabilities launch
+    early = bool(cfg.get("early", False)) and not want_probs
     kw = dict(num_warps=cfg["num_warps"], enable_fp_fusion=False)
     grid = (B, S)
     params = ("temperature", "top_k", "top_p", "min_p")
     ws = ("wsi", "wsf", "ws64")
     out = [
         ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c, kw),
-        ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH), dict(c, RMAX=cfg["r"]),
-         kw),
+        ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH),
+         dict(c, RMAX=cfg["r"], EARLY=early), kw),
         ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c, kw),
         ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH), c, kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,

@@ -1,7 +1,8 @@
 """Host entry points of the fused sampler (tokens; probabilities; both from one filtering).
 
 The kernels are in :mod:`impls.fused.kernel` (five launches per call, six with
-probabilities). These wrappers allocate the outputs and the per-row
+probabilities; with early accept, a top-k/top-p row whose full-row winner is certainly kept
+is drawn in the second, and the later ones return at once for it). These wrappers allocate the outputs and the per-row
 workspaces (a window of ``KMAX`` and a list of ``KBIG`` int64 entries, small
 records and per-part histograms: independent of the vocabulary) and choose how
 many programs share a row (``S``): enough that a small batch fills the GPU,
@@ -28,14 +29,17 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: range of the bins in units of (x - max) / T, window and above-window workspace
 #: entries per row, refine bins, warps of the streaming and of the decide launches, and
 #: the number of programs a batch should spread over (rows are split into parts until
-#: batch * parts reaches it). Results do not depend on them (only the path a row takes does).
+#: batch * parts reaches it), and whether a top-k/top-p row whose full-row Gumbel-max winner is
+#: certainly kept is accepted in the histogram launch (``early``; off in calls that want the
+#: probabilities or the step's PROCESSED logprobs, which need the kept set). Results do not depend
+#: on them (only the path a row takes does).
 DEFAULTS = {"block": 2048, "nb": 128, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 256, "num_warps": 8,
-            "decide_warps": 8, "programs": 512, "max_splits": 128}
+            "decide_warps": 8, "programs": 512, "max_splits": 128, "early": True}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
 INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
-               "decide_warps": 4, "programs": 48, "max_splits": 8}
+               "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -139,7 +143,7 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         Also return the distribution sampled from (same filtering as the
         draw): ``(batch, vocab)`` float32, zeros outside the kept set.
     block, nb, r, kmax, num_warps, **more
-        Tuning constants (:data:`DEFAULTS`); results do not depend on them.
+        Tuning constants (:data:`DEFAULTS`, e.g. ``early=False``); results do not depend on them.
     launcher : str
         ``"cached"`` (after the first call of a shape, launch its compiled
         kernels directly from a plan, :mod:`impls.fused.launch`) or ``"jit"``

@@ -361,6 +361,8 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
         Also return the sampled distribution ``(B, V)``.
     want_logprobs : bool
         Run the logprobs launch (RAW logprob of the drawn token, rank, PROCESSED logprob, top list).
+        Early accept (:data:`impls.fused.ops.DEFAULTS`) is off when it or ``want_probs`` is on: both
+        read the kept set's threshold and mass, which the decide launch writes.
     want_vector : bool
         Also return every RAW logprob ``(B, V)`` (``logprobs = -1``).
     buffers : dict, optional
@@ -392,6 +394,9 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
     if inputs.ids.shape[0] != B:
         raise ValueError(f"inputs are for {inputs.ids.shape[0]} rows, logits have {B}")
     cfg = INTERPRETER if dev.type == "cpu" else DEFAULTS
+    if want_logprobs:
+        # the PROCESSED logprob divides by the kept set's mass, which an early-accepted row has not summed
+        cfg = dict(cfg, early=False)
     KL = pow2(inputs.max_top if want_logprobs else 1, 8)
     a = buffers
     if a is None or a["y"].shape != (B, V) or a["KL"] < KL or (want_vector and not a["want_vector"]) \
