@@ -535,9 +535,8 @@ def _early_rows():
     * ``top_p = 0.9``: kept {0, 1, 2} (mass above token 2: 1.6065 < 1.7925; above the ``-6`` group:
       1.9744). Certainly kept: bins 0 to 5 (upper bound through bin 5: 1.0001 + 0.621 < 0.9 E); bin 10
       is not (its tail's mass bound is ``[0, 0.019]``, so the bound through it reaches ``E``).
-    * ``top_k = 2``: kept {0, 1}; the 2nd largest is in bin 5, so only bin 0 is certainly kept.
-    * ``top_k = 3, top_p = 0.9``: kept {0, 1, 2}; the 3rd largest is in bin 10; bin 5 is certainly kept
-      (its bound 1.62 is below 0.9 times the top-3 mass' lower bound, 1.94).
+    * ``top_k = 2``: kept {0, 1}; ``top_k = 3, top_p = 0.9``: kept {0, 1, 2}. Rows with top-k draw no
+      winner in the histogram pass (early accept is for top-p rows without top-k): never accepted.
     """
     x = torch.tensor([0.0, -0.5, -1.0] + [-6.0] * 7)
     seeds = [0, 2, 1, 263]
@@ -550,11 +549,11 @@ def _early_rows():
 
 
 def test_early_accept_takes_the_full_row_winner_only_where_it_is_certainly_kept():
-    """Hand-checked rows (:func:`_early_rows`): a winner that is the maximum or lies in a certainly kept
-    bin is accepted in the histogram pass (path ``accepted``); a winner in the window (kept, but not
-    certainly by the bounds) or below the threshold (dropped) takes the window path (``fast`` here), and
-    the draw over the kept set then gives the token (seed 263: token 1 for every filter; seed 1 under
-    ``top_k = 2``: token 0)."""
+    """Hand-checked rows (:func:`_early_rows`): under top-p alone, a winner that is the maximum or lies in a
+    certainly kept bin is accepted in the histogram pass (path ``accepted``); a winner in the window (kept,
+    but not certainly by the bounds) or below the threshold (dropped) takes the window path (``fast``
+    here), and the draw over the kept set then gives the token (seed 263: token 1 for every filter; seed 1
+    under ``top_k = 2``: token 0). Rows with top-k take the window path whatever their winner."""
     args = _early_rows()
     tok, status, path, _ = fused_sample(*(a.to(DEV) for a in args))
     assert status.tolist() == [0] * 12
@@ -562,14 +561,18 @@ def test_early_accept_takes_the_full_row_winner_only_where_it_is_certainly_kept(
                             0, 1, 0, 1,
                             0, 1, 2, 1]
     assert [PATHS[p] for p in path.tolist()] == ["accepted", "accepted", "fast", "fast",
-                                                 "accepted", "fast", "fast", "fast",
-                                                 "accepted", "accepted", "fast", "fast"]
+                                                 "fast", "fast", "fast", "fast",
+                                                 "fast", "fast", "fast", "fast"]
     want, _ = reference_rows(*args)
     assert tok.tolist() == want
-    # off (a tuning option), and off whenever the probabilities are asked for: same tokens, no accepted row
-    for kw in (dict(early=False), dict(want_probs=True)):
+    # off (a tuning option: False, or a largest batch below this one's 12 rows), and off whenever the
+    # probabilities are asked for: same tokens, no accepted row; on again for batches up to 12
+    for kw in (dict(early=False), dict(early=11), dict(want_probs=True)):
         tok2, _, path2, _ = fused_sample(*(a.to(DEV) for a in args), **kw)
         assert tok2.tolist() == want and 5 not in path2.tolist()
+    assert fused_sample(*(a.to(DEV) for a in args), early=12)[2].tolist() == path.tolist()
+    with pytest.raises(ValueError, match="early=-1: True, False, or the largest batch"):
+        fused_sample(*(a.to(DEV) for a in args), early=-1)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -588,35 +591,3 @@ def test_random_batches_with_early_accept_match_the_reference(seed):
         assert 5 not in path_off.tolist()
         seen |= {PATHS[p] for p in path.tolist()}
     assert "accepted" in seen
-
-
-def test_min_p_rows_draw_crowded_blocks_in_the_histogram_pass():
-    """Min-p-only rows keep exactly their survivors, so a block of logits with many survivors is drawn in the
-    histogram pass and the few survivors of the others are packed for the decide launch (interpreter: blocks
-    of 128, so ``V = 600`` has 5 and a block is drawn in the pass with more than 128 // 5 = 25 survivors).
-
-    Row ``x``: ``-0.01 * i`` for ids 0-39, -0.5 at ids 200, 300 and 450, -10 elsewhere; ``min_p = 0.1`` keeps
-    those 43 (``e >= 0.1``; ``e^-10`` is not). Block 0 (40 survivors) is drawn in the pass, the three others
-    are packed: path ``untruncated``. Seeds 1 and 2 draw ids 28 and 1 (in block 0), seeds 0 and 34 ids 450
-    and 200 (packed), the reference's draws. Row ``y``: ids 0-9 and 300 survive, every block is packed:
-    path ``fast``; seeds 0, 1, 2 draw 0, 6, 1. With the probabilities the same tokens, and the kept set's
-    distribution."""
-    V = 600
-    x = torch.full((V,), -10.0)
-    x[:40] = -0.01 * torch.arange(40.0)
-    x[[200, 300, 450]] = -0.5
-    y = torch.full((V,), -10.0)
-    y[:10] = -0.01 * torch.arange(10.0)
-    y[300] = -0.5
-    logits = torch.stack([x] * 4 + [y] * 3)
-    B = logits.shape[0]
-    args = (logits, torch.ones(B), torch.zeros(B, dtype=torch.int64), torch.ones(B), torch.full((B,), 0.1),
-            torch.tensor([1, 2, 0, 34, 0, 1, 2]), torch.zeros(B, dtype=torch.int64))
-    want, dists = reference_rows(*args)
-    assert want == [28, 1, 450, 200, 0, 6, 1]
-    for kw in (dict(), dict(want_probs=True)):
-        tok, status, path, probs = fused_sample(*(a.to(DEV) for a in args), **kw)
-        assert status.tolist() == [0] * B and tok.tolist() == want
-        assert [PATHS[p] for p in path.tolist()] == ["untruncated"] * 4 + ["fast"] * 3
-    for i in range(B):
-        assert torch.allclose(probs[i].cpu(), dists[i], rtol=1e-5, atol=1e-7)

@@ -38,8 +38,8 @@ from ..registry import Entry
 __all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS"]
 
 #: Bumped whenever the kernel's decisions change. 4: bias, penalties, bans and logprobs on the device.
-#: 5: early accept (the same tokens; a new path, 5 ``accepted``, for rows drawn in the histogram launch);
-#: min-p-only rows draw their crowded blocks in the histogram launch (path 1 where one was, else 2).
+#: 5: early accept (the same tokens; a new path, 5 ``accepted``, for rows drawn in the histogram launch; since
+#: its H100 measurement only top-p rows without top-k, in batches of at most 64 rows by default).
 FUSED_VERSION = "5"
 
 

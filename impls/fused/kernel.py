@@ -31,11 +31,8 @@ has nothing to do for exit at once):
    argmax only.
 2. ``_hist_kernel`` (``B x S``) — combines the stats (status, ``m``, ``x_A``,
    ``C``). Rows without filters: Gumbel-max over the part (the draw is done).
-   Min-p-only rows (kept set: exactly the survivors): the Gumbel-max and
-   mass of the survivors of each block that holds more than ``KMAX /
-   blocks`` of them; the others' survivors are packed into the row's
-   workspace (``KMAX`` entries, which they cannot overflow), for the decide
-   launch. Top-k/top-p rows: a ``NB1``-bin histogram of the
+   Min-p-only rows: the survivors are packed into the row's workspace
+   (``KMAX`` entries). Top-k/top-p rows: a ``NB1``-bin histogram of the
    survivors' level-1 bins, their count and exact mass; the last program of
    the row to finish (atomic ticket) adds the parts and chooses the *window*
    of fine bins that holds the boundary: exact counts for top-k; for top-p a
@@ -43,14 +40,14 @@ has nothing to do for exit at once):
    edges), tightened by the exact total minus the bounds of the rest
    (``_bracket``). When the window would not fit the workspace, the row is
    *refined*. *Early accept* (``EARLY``, on unless the kept set is wanted:
-   probabilities, the step's PROCESSED logprobs): the same pass also takes
-   the Gumbel-max over each part's survivors; the draw's key does not depend
+   probabilities, the step's PROCESSED logprobs), for top-p rows without
+   top-k (with top-k the extra work did not pay, measured): the same pass
+   also takes the Gumbel-max over each part's survivors; the draw's key does not depend
    on the kept set ``K``, so when the row's winner over all survivors is in
    ``K`` it is the draw over ``K`` (ties to the lowest id both ways). The last
    program accepts it when it is certainly kept: it is the row's maximum, or
-   its level-1 bin lies before the top-k boundary bin and the upper bound of
-   the mass up to and including its bin is below ``top_p`` times the mass the
-   row is renormalised over (``_sure_kept``). The row is then done (path 5):
+   the upper bound of the mass up to and including its level-1 bin is below
+   ``top_p`` times the mass of the survivors (``_sure_kept``). The row is then done (path 5):
    the later launches return at once for it.
 3. ``_refine_kernel`` (``B x S``, refined rows only) — a 256-bin histogram
    over the bracket's level-1 bins (``2**rsh`` fine bins per refined bin,
@@ -60,16 +57,15 @@ has nothing to do for exit at once):
 4. ``_gather_kernel`` (``B x S``) — the survivors in the window go to the
    workspace (packed ``(logit key, -id)``), the survivors above it (all kept)
    to a second workspace of ``KBIG`` entries; when there are more of those,
-   their Gumbel-max and mass are taken in this pass instead.
+   their Gumbel-max and mass are taken in this pass instead. Min-p-only rows
+   whose survivors overflowed the workspace take their draw here.
 5. ``_decide_kernel`` (``B`` programs) — the window is sorted (``tl.sort`` on
    ``(key, -id)``) and min-p, top-k (ties kept) and top-p (keep a token iff
    the mass strictly above it is ``< top_p``; the most likely tokens always
    kept) are decided exactly as the reference does on the renormalised
    survivors; the boundary is verified to lie inside the window. Gumbel-max
    with the canonical Philox draw (DESIGN.md decision 1) over the kept tokens
-   of the window, combined with the best of the tokens above it. Min-p-only
-   rows: the packed survivors' draw, combined with the blocks' drawn in the
-   histogram pass. A row whose
+   of the window, combined with the best of the tokens above it. A row whose
    window cannot be isolated (huge tie groups, a boundary in the clamped tail,
    a failed verification) takes the *slow* path in this launch: bisection on
    the 32-bit logit key, one pass over the row per bit. It is correct and
@@ -89,7 +85,7 @@ is in. Outcome codes per row (``status``): 0 ok, 1 ``nan_logits``, 2
 ``posinf_logits``, 3 ``no_valid_token``, 4 ``invalid_temperature``, 5
 ``invalid_top_k``, 6 ``invalid_top_p``, 7 ``invalid_min_p``; the token of a
 rejected row is -1. Path codes: 0 greedy, 1 untruncated (the draw scanned the
-row, or with min-p only some of its blocks), 2 fast (every kept token was in the workspace), 3 boundary (only the
+row), 2 fast (every kept token was in the workspace), 3 boundary (only the
 window was), 4 slow, 5 accepted (early accept: the full-row winner, certainly
 kept, drawn in the histogram pass; the kept set's threshold and mass are not
 computed, so the record's ``e_thr`` and kept mass are 0), -1 rejected.
@@ -289,12 +285,7 @@ def _compact(dst, cnt_ptr, cap, sel, packed):
     # append the selected entries of a tile to a per-row list (slots reserved with one atomic)
     si = sel.to(tl.int32)
     rs = tl.sum(si, 1)
-    _compact_counted(dst, cnt_ptr, cap, sel, packed, si, rs, tl.sum(rs, 0))
-
-
-@triton.jit
-def _compact_counted(dst, cnt_ptr, cap, sel, packed, si, rs, n):
-    # _compact, given the selection as int32 (si), its row sums (rs) and its count (n)
+    n = tl.sum(rs, 0)
     if n > 0:
         base = tl.atomic_add(cnt_ptr, n)
         pos = base + (tl.cumsum(rs, 0) - rs)[:, None] + tl.cumsum(si, 1) - 1
@@ -556,26 +547,18 @@ def _cum_bounds(H, e_lo, e_hi, above, below_hi, total):
 
 
 @triton.jit
-def _sure_kept(bins, H, e_lo, e_hi, E_A, w_bin, k, k_act, b_k, p_on, top_p):
-    """Whether every survivor of level-1 bin ``w_bin`` is certainly kept (early accept).
+def _sure_kept(bins, H, e_lo, e_hi, E_A, w_bin, top_p):
+    """Whether every survivor of level-1 bin ``w_bin`` is certainly kept (early accept: top-p rows without
+    top-k, the only rows whose histogram pass draws a winner).
 
-    Top-k: the bins before ``b_k`` hold fewer than ``k`` survivors, each with a larger logit than
-    the ``k``-th largest (fine bins are monotone in ``x``), so ``e`` at least its. Top-p: a token is
-    kept when the mass strictly above it is below ``top_p`` times the mass it is renormalised over;
-    the former is at most the upper bound of the mass up to and including ``w_bin``, the latter is
-    the exact ``E_A``, or with top-k at least the lower bound of the mass before ``b_k`` plus
-    ``k - before`` times the least ``e`` of bin ``b_k``. The bounds are those of :func:`_bracket`
-    (one fine bin and 1e-4 of slack), and 1e-3 more each way covers ``top_p`` rounded to float32.
+    A token is kept when the mass strictly above it is below ``top_p`` times the mass ``E_A`` of the
+    survivors; that mass is at most the upper bound of the mass up to and including ``w_bin``. The
+    bounds are those of :func:`_bracket` (one fine bin and 1e-4 of slack), and 1e-3 more each way
+    covers ``top_p`` rounded to float32.
     """
     cum_lo, cum_hi = _cum_bounds(H, e_lo, e_hi, 0.0, 0.0, E_A)
-    before_k = tl.sum(tl.where(bins < b_k, H, 0), 0)
-    in_k = (k_act == 0) | (w_bin < b_k)
     thru = tl.sum(tl.where(bins == w_bin, cum_hi, 0.0), 0)
-    ek_lo = tl.sum(tl.where(bins == b_k - 1, cum_lo, 0.0), 0) + \
-        (k - before_k).to(tl.float32) * tl.sum(tl.where(bins == b_k, e_lo, 0.0), 0)
-    S_lo = tl.where(k_act, ek_lo, E_A)
-    in_p = (p_on == 0) | (thru * 1.001 < top_p.to(tl.float32) * S_lo * 0.999)
-    return in_k & in_p
+    return thru * 1.001 < top_p.to(tl.float32) * E_A * 0.999
 
 
 @triton.jit
@@ -635,8 +618,7 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
         rsh = tl.where(((rsh * 0 + (NBS - 1)) << rsh) < wf, rsh + 1, rsh)
     mode = tl.where(fits, 0, 1)
     if EARLY:
-        mode = tl.where(w_ok & (w_top | _sure_kept(bins, H, e_lo, e_hi, E_A, w_bin, k, k_act, b_k, p_on, top_p)), 3,
-                        mode)
+        mode = tl.where(w_ok & (w_top | _sure_kept(bins, H, e_lo, e_hi, E_A, w_bin, top_p)), 3, mode)
     tl.store(ri + _I_MODE, mode)
     tl.store(ri + _I_FLO, f_lo)
     tl.store(ri + _I_FHI, f_hi)
@@ -645,39 +627,6 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
     tl.store(ri + _I_F0, b_lo * _NB2)
     tl.store(ri + _I_RSH, rsh)
     tl.store(ri + _I_NABOVE0, before)
-
-
-@triton.jit
-def _minp_part(base, lo, hi, V, m, T, xA, seed, offset, dense, cand, cnt_ptr, KMAX: tl.constexpr,
-               BLOCK: tl.constexpr):
-    """One part of a min-p-only row, read once: the Gumbel-max (key, lowest id on ties) and fixed-point mass
-    of the survivors of the blocks that hold more than ``dense`` of them; the survivors of the other blocks
-    are packed into the row's workspace (``dense * blocks <= KMAX``: it cannot overflow)."""
-    R4: tl.constexpr = BLOCK // 4
-    b_v = tl.full([R4, 4], float("-inf"), tl.float32)
-    t_v = tl.zeros([R4, 4], dtype=tl.int32)
-    e_a = tl.sum(tl.zeros([1], dtype=tl.int64), 0)
-    o_lo = (offset & 0xFFFFFFFF).to(tl.uint32)
-    o_hi = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
-    for st in range(lo, hi, BLOCK):
-        offs, x, fin = _tile(base, st, V, R4)
-        A = fin & (x >= xA)
-        si = A.to(tl.int32)
-        rs = tl.sum(si, 1)
-        n = tl.sum(rs, 0)
-        if n > dense:
-            s = tl.div_rn(x - m, T)
-            u = _tile_uniform(seed, st, o_lo, o_hi, R4)
-            sc = tl.where(A, s - tl.log(-tl.log(u)), float("-inf"))
-            take = sc > b_v
-            t_v = tl.where(take, offs, t_v)
-            b_v = tl.where(take, sc, b_v)
-            e_a += tl.sum(tl.sum(tl.where(A, _fix(tl.exp(s)), 0), 1), 0)
-        else:
-            _compact_counted(cand, cnt_ptr, KMAX, A, _pack(x, offs), si, rs, n)
-    best = tl.max(tl.max(b_v, 1), 0)
-    tok = tl.min(tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 1), 0)
-    return best, tok, e_a
 
 
 @triton.jit
@@ -711,6 +660,31 @@ def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, MASS: tl.constexpr, B
     best = tl.max(tl.max(b_v, 1), 0)
     tok = tl.min(tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 1), 0)
     return h, n_a, e_a, best, tok
+
+
+@triton.jit
+def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl.constexpr, NBF: tl.constexpr):
+    """One part of a top-k/top-p row, read once: the level-1 histogram of its survivors, their count and, for a
+    top-p row (``p_on``), their fixed-point mass (else 0)."""
+    na_v = tl.zeros([BLOCK], dtype=tl.int32)
+    e_v = tl.zeros([BLOCK], dtype=tl.int64)
+    h = tl.zeros([NB1], dtype=tl.int32)
+    if p_on:
+        for st in range(lo, hi, BLOCK):
+            offs, x, fin = _tile1(base, st, V, BLOCK)
+            A = fin & (x >= xA)
+            b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
+            h += tl.histogram(b1, NB1)
+            na_v += A.to(tl.int32)
+            e_v += tl.where(A, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+    else:
+        for st in range(lo, hi, BLOCK):
+            offs, x, fin = _tile1(base, st, V, BLOCK)
+            A = fin & (x >= xA)
+            b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
+            h += tl.histogram(b1, NB1)
+            na_v += A.to(tl.int32)
+    return h, tl.sum(na_v, 0), tl.sum(e_v, 0)
 
 
 @triton.jit(do_not_specialize=["V", "S", "CH"])
@@ -747,48 +721,28 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
         tl.store(bi + part * _PI + 3, tok)
         tl.store(b64 + part * _P64 + 1, mass)
     if kind == 2:
-        # min-p only (kept: exactly the survivors): each block's survivors are drawn here when they are many,
-        # packed into the workspace for the decide launch when few (at most KMAX in all)
-        seed = tl.load(seed_ptr + row)
-        offset = tl.load(offset_ptr + row)
-        dense = KMAX // tl.cdiv(V, BLOCK)
-        best, tok, mass = _minp_part(base, lo, hi, V, m, T, xA, seed, offset, dense, cand, cnt + 2, KMAX, BLOCK)
-        tl.store(bf + part * _PF + 2, best)
-        tl.store(bi + part * _PI + 3, tok)
-        tl.store(b64 + part * _P64 + 1, mass)
+        # min-p only: pack the survivors into the workspace (the decide launch draws among them)
+        for st in range(lo, hi, BLOCK):
+            offs, x, fin = _tile(base, st, V, R4)
+            A = fin & (x >= xA)
+            _compact(cand, cnt + 2, KMAX, A, _pack(x, offs))
     if kind == 3:
         if EARLY:
-            # the histogram, and the Gumbel-max over the part's survivors in the same pass
-            seed = tl.load(seed_ptr + row)
-            offset = tl.load(offset_ptr + row)
-            if p_on:
+            # top-p rows without top-k: the histogram, and the Gumbel-max over the part's survivors in the same
+            # pass. Rows with top-k keep the plain pass: on an H100 (2026-12-05, benchmarks/README.md, "Fused
+            # kernel v5") the draw made the pass 2-4x dearer while few top-k rows were accepted.
+            if p_on & (k_on == 0):
+                seed = tl.load(seed_ptr + row)
+                offset = tl.load(offset_ptr + row)
                 h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, True, BLOCK, NB1, NBF)
             else:
-                h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, False, BLOCK, NB1,
-                                                    NBF)
+                h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF)
+                best = tl.max(tl.full([1], float("-inf"), tl.float32), 0)   # no winner: the row is not accepted
+                tok = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
             tl.store(bf + part * _PF + 4, best)
             tl.store(bi + part * _PI + 6, tok)
         else:
-            na_v = tl.zeros([BLOCK], dtype=tl.int32)
-            e_v = tl.zeros([BLOCK], dtype=tl.int64)
-            h = tl.zeros([NB1], dtype=tl.int32)
-            if p_on:
-                for st in range(lo, hi, BLOCK):
-                    offs, x, fin = _tile1(base, st, V, BLOCK)
-                    A = fin & (x >= xA)
-                    b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
-                    h += tl.histogram(b1, NB1)
-                    na_v += A.to(tl.int32)
-                    e_v += tl.where(A, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
-            else:
-                for st in range(lo, hi, BLOCK):
-                    offs, x, fin = _tile1(base, st, V, BLOCK)
-                    A = fin & (x >= xA)
-                    b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
-                    h += tl.histogram(b1, NB1)
-                    na_v += A.to(tl.int32)
-            n_p = tl.sum(na_v, 0)
-            e_p = tl.sum(e_v, 0)
+            h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF)
         tl.store(hist1 + part * NB1 + tl.arange(0, NB1), h)
         tl.store(bi + part * _PI + 4, n_p)
         tl.store(b64 + part * _P64 + 0, e_p)
@@ -920,9 +874,11 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
     T = tl.load(rf + _F_T)
     xA = tl.load(rf + _F_XA)
     C = tl.load(rf + _F_C)
-    # top-k/top-p rows with more survivors above the window than KBIG: those are drawn in this pass
-    if (kind == 3) & (mode == 0) & (above == 2):
-        f_lo = tl.load(ri + _I_FLO)
+    # rows whose kept tokens are drawn in this pass: min-p only with more survivors than the
+    # workspace holds, and top-k/top-p rows with more survivors above the window than KBIG
+    minp_over = (kind == 2) & (tl.load(cnt + 2) > KMAX)
+    if minp_over | ((kind == 3) & (mode == 0) & (above == 2)):
+        f_lo = tl.where(kind == 2, NBF, tl.load(ri + _I_FLO))
         seed = tl.load(seed_ptr + row)
         offset = tl.load(offset_ptr + row)
         best, tok, mass = _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, 0.0, seed, offset, BLOCK, NBF)
@@ -1056,14 +1012,14 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
         keep_q = _sum_col(b64, S, _P64, 1, tl.int64)
         path = zero + 1
     if kind == 2:
-        # the blocks drawn in the histogram pass, then the packed survivors of the others
-        best, token = _best_parts(bf + 2, bi + 3, S, 0)
-        keep_q = _sum_col(b64, S, _P64, 1, tl.int64)
-        path = tl.where(best > float("-inf"), 1, 2)
-        pb, pt, pq = _draw_unsorted(cand, tl.load(cnt + 2), m, T, seed, offset, 512)
-        take = (pb > best) | ((pb == best) & (pt < token))
-        token = tl.where(take, pt, token)
-        keep_q += pq
+        n = tl.load(cnt + 2)
+        if n <= KMAX:
+            best, token, keep_q = _draw_unsorted(cand, n, m, T, seed, offset, 512)
+            path = zero + 2
+        else:
+            best, token = _best_parts(bf + 3, bi + 5, S, 0)
+            keep_q = _sum_col(b64, S, _P64, 3, tl.int64)
+            path = zero + 1
     if kind == 3:
         mode = tl.load(ri + _I_MODE)
         slow = mode == 2
@@ -1240,8 +1196,9 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     want_probs : bool
         Add the probabilities launch (and turn early accept off: it needs the kept set).
     cfg : dict
-        Tuning constants (:data:`impls.fused.ops.DEFAULTS`); ``cfg["early"]`` (absent: off; on in the defaults) turns on
-        early accept in the histogram launch (path 5, ``accepted``).
+        Tuning constants (:data:`impls.fused.ops.DEFAULTS`); ``cfg["early"]`` turns on early accept in the
+        histogram launch (path 5, ``accepted``): True, False (also when absent), or an int, for batches of at
+        most that many rows.
 
     Returns
     -------
@@ -1250,7 +1207,8 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     """
     c = dict(BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"])
     # early accept leaves no kept set (threshold, mass) for the probabilities launch
-    early = bool(cfg.get("early", False)) and not want_probs
+    e = cfg.get("early", False)
+    early = (e if isinstance(e, bool) else B <= int(e)) and not want_probs
     kw = dict(num_warps=cfg["num_warps"], enable_fp_fusion=False)
     grid = (B, S)
     params = ("temperature", "top_k", "top_p", "min_p")

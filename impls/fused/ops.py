@@ -1,7 +1,7 @@
 """Host entry points of the fused sampler (tokens; probabilities; both from one filtering).
 
 The kernels are in :mod:`impls.fused.kernel` (five launches per call, six with
-probabilities; with early accept, a top-k/top-p row whose full-row winner is certainly kept
+probabilities; with early accept, a top-p row whose full-row winner is certainly kept
 is drawn in the second, and the later ones return at once for it). These wrappers allocate the outputs and the per-row
 workspaces (a window of ``KMAX`` and a list of ``KBIG`` int64 entries, small
 records and per-part histograms: independent of the vocabulary) and choose how
@@ -29,12 +29,15 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: range of the bins in units of (x - max) / T, window and above-window workspace
 #: entries per row, refine bins, warps of the streaming and of the decide launches, and
 #: the number of programs a batch should spread over (rows are split into parts until
-#: batch * parts reaches it), and whether a top-k/top-p row whose full-row Gumbel-max winner is
-#: certainly kept is accepted in the histogram launch (``early``; off in calls that want the
-#: probabilities or the step's PROCESSED logprobs, which need the kept set). Results do not depend
-#: on them (only the path a row takes does).
+#: batch * parts reaches it), and whether a top-p row (without top-k) whose full-row Gumbel-max winner is
+#: certainly kept is accepted in the histogram launch (``early``: True, False, or the largest batch it
+#: is on for; off in calls that want the probabilities or the step's PROCESSED logprobs, which need the
+#: kept set). On a GPU, batches of at most 64 rows: on an H100 (2026-12-05, benchmarks/README.md "Fused
+#: kernel v5") top-p 0.9 alone took 0.35-0.39x kernel v4's time at batch 1 and 1.13-1.23x at batch 256,
+#: where the draw's arithmetic in the histogram pass costs more than the launches it saves. Results do
+#: not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 2048, "nb": 128, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 256, "num_warps": 8,
-            "decide_warps": 8, "programs": 512, "max_splits": 128, "early": True}
+            "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
@@ -69,6 +72,8 @@ def _tuning(cfg: dict, given: dict) -> dict:
             raise TypeError(f"unknown fused_sample option {name!r}; known: {', '.join(cfg)}")
         if name in POW2_OPTIONS and not (isinstance(v, int) and v >= 16 and v & (v - 1) == 0):
             raise ValueError(f"fused_sample option {name}={v!r}: must be a power of two >= 16")
+        if name == "early" and not (isinstance(v, int) and v >= 0):
+            raise ValueError(f"fused_sample option early={v!r}: True, False, or the largest batch (an int >= 0)")
         cfg[name] = v
     return cfg
 
