@@ -460,30 +460,44 @@ def test_first_tokens_draws_a_thousand_seeded_rows_in_one_run():
     assert [t for t, _ in again] == [t for t, _ in got[:3] + got[997:]]
 
 
+_SPLIT_PROMPT = """
+import json, os, sys
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+from vllm import LLM, SamplingParams
+from vllm.inputs import TokensPrompt
+d = sys.argv[1]
+cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 64,
+       "num_hidden_layers": 1, "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 64,
+       "rms_norm_eps": 1e-5, "vocab_size": 64, "max_position_embeddings": 1024, "torch_dtype": "float32"}
+open(os.path.join(d, "config.json"), "w").write(json.dumps(cfg))
+llm = LLM(model=d, load_format="dummy", skip_tokenizer_init=True, enforce_eager=True, dtype="float32",
+          max_model_len=1024, max_num_batched_tokens=256, max_num_seqs=8, kv_cache_memory_bytes=1 << 24,
+          enable_prefix_caching=False)
+prompt = TokensPrompt(prompt_token_ids=[3] * 600)   # prefilled as 256 + 256 + 88 tokens
+for seed in (None, 1):
+    try:
+        out = llm.generate([prompt], SamplingParams(seed=seed, max_tokens=2, temperature=1.0), use_tqdm=False)
+        print("RESULT", seed, "tokens", len(out[0].outputs[0].token_ids))
+    except RuntimeError as e:
+        print("RESULT", seed, "RuntimeError", e)
+"""
+
+
 def test_seeded_request_with_a_split_prompt_fails_the_step_on_cpu(tmp_path):
     # vLLM 0.32.0's CPU build: a prompt longer than max_num_batched_tokens is prefilled in chunks; the model
     # runner rewinds the generator of a request whose sampled token it discards (a chunk that is not the
     # prompt's last: gen.set_offset(gen.get_offset() - 4), v1/worker/gpu_model_runner.py), which a CPU
     # generator cannot do. Unseeded, the same request runs. (Why loop.FIRST_TOKEN_PROMPT_TOKENS exists.)
-    import json
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
-    cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
-           "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1, "num_key_value_heads": 1,
-           "head_dim": 64, "rms_norm_eps": 1e-5, "vocab_size": 64, "max_position_embeddings": 1024,
-           "torch_dtype": "float32"}
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    llm = LLM(model=str(tmp_path), load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
-              dtype="float32", max_model_len=1024, max_num_batched_tokens=256, max_num_seqs=8,
-              kv_cache_memory_bytes=1 << 24, enable_prefix_caching=False)
-    try:
-        prompt = TokensPrompt(prompt_token_ids=[3] * 600)   # prefilled as 256 + 256 + 88 tokens
-        out = llm.generate([prompt], SamplingParams(max_tokens=2, temperature=1.0), use_tqdm=False)
-        assert len(out[0].outputs[0].token_ids) == 2
-        with pytest.raises(RuntimeError, match="CPU Generator does not use offset"):
-            llm.generate([prompt], SamplingParams(seed=1, max_tokens=2, temperature=1.0), use_tqdm=False)
-    finally:
-        llm.llm_engine.engine_core.shutdown()
+    # In a child process: an engine's shutdown tears down vLLM's process-wide parallel state, which the
+    # scripted engines cached by the other tests of this process still use.
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    p = subprocess.run([sys.executable, "-c", _SPLIT_PROMPT, str(tmp_path)], capture_output=True, text=True,
+                       env=env, timeout=600)
+    got = [line.split(" ", 1)[1] for line in p.stdout.splitlines() if line.startswith("RESULT ")]
+    assert got == ["None tokens 2", "1 RuntimeError CPU Generator does not use offset"], p.stdout + p.stderr[-3000:]
 
 
 def test_sample_counts_draws_on_the_engine_loop_with_each_requests_own_seed():
