@@ -162,15 +162,27 @@ class Profile:
         first in the text, ties by list order (vLLM), or the first of the list that
         matches anywhere (SGLang). Read by: ``impls/reference/stop_strings.py``
         ``find_stop``.
-    stop_string_trim : {"text", "start", "none"}
+    stop_string_trim : {"text", "start", "none", "first_occurrence"}
         What a stop string that finished a request does to its output text: ``"text"``
         cuts the text at the match's start, or with ``include_stop_str_in_output`` at its
         end (what the finishing token adds after the match is cut either way; the tokens
         stay); ``"start"`` cuts it at the match's start and does not read
-        ``include_stop_str_in_output`` (llama-cpp-python, which has no such parameter); or
+        ``include_stop_str_in_output`` (llama-cpp-python, which has no such parameter);
         ``"none"``: the text keeps every generated token's text and
-        ``include_stop_str_in_output`` is not read (transformers). Read by:
-        ``impls/reference/stop_strings.py`` ``output_text``.
+        ``include_stop_str_in_output`` is not read (transformers); ``"first_occurrence"``:
+        the text is cut at the first occurrence of the matched string in the output text
+        (at its end with ``include_stop_str_in_output``), and not at all when the output
+        text does not hold it (SGLang). Read by: ``impls/reference/stop_strings.py``
+        ``output_text``.
+    stop_strings_first : bool
+        A stop string matched at a step finishes the request as ``"stop_words"`` whatever
+        else holds at that step (SGLang checks stop strings before the EOS, the stop token
+        ids and the length), rather than taking the ``"stop_words"`` place of
+        ``finish_order``. Read by: ``impls/reference/finish.py`` ``finish_reason``.
+    stop_strings_see_special : bool
+        Stop strings are looked for in a text that holds special tokens' text too, while
+        the output text leaves it out (SGLang); else special tokens add no text to either.
+        Read by: ``impls/reference/stop_strings.py`` ``find_stop``.
     stop_strings_after_min_length : bool
         Stop strings are not looked for while at most ``min_length`` tokens are generated
         (vLLM's detokenizer waits for more than ``min_tokens``), rather than from the first
@@ -493,6 +505,8 @@ class Profile:
     stop_string_pick: str = "earliest_end"
     stop_string_trim: str = "text"
     stop_strings_after_min_length: bool = False
+    stop_strings_first: bool = False
+    stop_strings_see_special: bool = False
     global_seed: int = 42
     unseeded_offset_base: int = 1 << 62
     # Added for the hf profile; the defaults are trtllm's behaviour.
@@ -653,7 +667,8 @@ TRTLLM = Profile(
         "posinf_logits": "SEMANTICS §1.5 and §5 (softmax of a row holding +inf is undefined: a per-request error, "
                          "never a silent token)",
         "nan_logits": "SEMANTICS §5 (a NaN logit rejects its request with a clear error, never a silent token)",
-        **{f: _TRT_STOP_STRINGS for f in ("stop_string_pick", "stop_string_trim", "stop_strings_after_min_length")},
+        **{f: _TRT_STOP_STRINGS for f in ("stop_string_pick", "stop_string_trim", "stop_strings_after_min_length",
+                                          "stop_strings_first", "stop_strings_see_special")},
         "end_id_set_others_reason": "SEMANTICS §1.8: the reference's rule for an EOS set (every id an end id, as "
                                     "in transformers); TensorRT-LLM takes one end id "
                                     "(NVIDIA/TensorRT-LLM:tensorrt_llm/sampling_params.py@a98a9061 "
@@ -1274,7 +1289,7 @@ SGLANG = dataclasses.replace(
     unset_max_new_tokens=128,
     logit_bias_duplicates="last",
     greedy_degenerate="argmax",
-    validation_skips=frozenset({"logit_bias_nan", "end_id_range"}),
+    validation_skips=frozenset({"logit_bias_nan", "end_id_range", "empty_stop_string"}),
     validation_extras=frozenset({"top_k_zero", "temperature_inf", "repetition_penalty_above_2", "seed_int64",
                                  "min_length_above_max_new_tokens"}),
     penalty_abs_max=2.0,
@@ -1284,6 +1299,9 @@ SGLANG = dataclasses.replace(
     child_seed_rule="same_seed",
     child_unseeded="unseeded",
     stop_string_pick="list_order",
+    stop_string_trim="first_occurrence",
+    stop_strings_first=True,
+    stop_strings_see_special=True,
     citations={
         "child_seed_rule": _sg("managers/io_struct.py", "GenerateReqInput._normalize_sampling_params") + " (the "
                            "request's sampling_params repeated parallel_sample_num times: every copy keeps its "
@@ -1349,7 +1367,21 @@ SGLANG = dataclasses.replace(
         "greedy_degenerate": _sg(_SG_SAMPLER, "Sampler.forward") + " (all-greedy batches take torch.argmax of the "
                              "logits; sanitize_nan_logits is off unless SGLANG_SANITIZE_NAN_LOGITS)",
         "validation_skips": _sg(_SG_SP, "SamplingParams.verify") + " (logit_bias keys are range-checked, values "
-                            "never; the EOS ids come from the model's config and are not checked)",
+                            "never; the EOS ids come from the model's config and are not checked) and "
+                            + _sg(_SG_SP, "SamplingParams.normalize") + " (stop strings are counted, never checked: "
+                            "an empty one is kept, and '' in tail_str finishes the request at its first token in "
+                            + _sg(_SG_REQ, "Req._check_str_based_finish") + ")",
+        "stop_string_trim": _sg("managers/detokenizer_manager.py", "DetokenizerManager.trim_matched_stop") + " (a "
+                            "FINISH_MATCHED_STR's text: pos = output.find(matched), output[:pos], or output[:pos + "
+                            "len(matched)] under no_stop_trim; unchanged when pos == -1)",
+        "stop_strings_first": _sg(_SG_REQ, "Req.update_finish_state") + " (_check_str_based_finish returns "
+                              "first: a stop string beats an EOS, a stop token id and max_new_tokens reached at "
+                              "the same step)",
+        "stop_strings_see_special": _sg(_SG_REQ, "Req.tail_str") + " (self.tokenizer.decode(output_ids[-tail_len:]): "
+                                    "the tokenizer's default skip_special_tokens=False, so a special token's text is "
+                                    "searched) while " + _sg("managers/detokenizer_manager.py",
+                                    "DetokenizerManager._decode_batch_token_id_output") + " decodes the output with "
+                                    "the request's skip_special_tokens (True by default)",
         "validation_extras": _sg(_SG_SP, "SamplingParams.verify") + " (top_k 0 rejected; temperature must be "
                              "finite; repetition_penalty in (0, 2]; sampling_seed in [-2**63, 2**63 - 1]; "
                              "min_new_tokens <= max_new_tokens, whose default is 128)",

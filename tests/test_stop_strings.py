@@ -181,3 +181,30 @@ def test_the_adapters_tokenizer_decodes_like_the_toy_one():
     # the probe characters StopStringCriteria encodes get ids from V on: "a".."f" are not one-token here
     assert len(fast) == TOK.size + len(PROBE_CHARS)
     assert fast.decode(fast("abcdef", add_special_tokens=False)["input_ids"]) == "abcdef"
+
+
+# ---------------------------------------------------------------- SGLang's rules (profile sglang)
+
+def test_sglang_trim_cuts_at_the_first_occurrence_in_the_output_text():
+    # stop_string_trim = "first_occurrence" (DetokenizerManager.trim_matched_stop@v0.5.23): "abcdef".find("cd") = 2
+    assert output_text(TOK, [2, 3, 4], StopMatch("cd", 2, 4), False, SGLANG) == "ab"
+    assert output_text(TOK, [2, 3, 4], StopMatch("cd", 2, 4), True, SGLANG) == "abcd"     # no_stop_trim: through it
+    # the output text "ab" skips the special <eos>: "<eos>" is not in it, nothing is cut
+    assert output_text(TOK, [2, 0], StopMatch("<eos>", 2, 7), False, SGLANG) == "ab"
+    assert output_text(TOK, [2], StopMatch("", 2, 2), False, SGLANG) == ""                # "ab".find("") = 0
+
+
+def test_sglang_stop_strings_see_special_tokens_text():
+    # stop_strings_see_special (Req.tail_str decodes with skip_special_tokens=False): "ab" + "<eos>" holds
+    # "b<e" ending inside the new token's text "<eos>" at [1, 4); the default's text "ab" holds none
+    assert find_stop(TOK, ["b<e"], [1], [2, 0], SGLANG) == StopMatch("b<e", 1, 4)
+    assert find_stop(TOK, ["b<e"], [1], [2, 0], TRTLLM) is None
+
+
+def test_sglang_stop_string_beats_the_eos_at_the_same_step():
+    # stop_strings_first (Req.update_finish_state checks stop strings before EOS and length): the EOS <eos>
+    # spells the stop string "<eos>" -> stop_words; the default (special text empty, END_ID first) -> end_id
+    eos = _run(SGLANG, _req("a", 0, ["<eos>"], max_new_tokens=3), steps=((5, 0, 0, 0, 0, 0, 0),))["a"]
+    assert (eos.tokens, eos.finish_reason, eos.stop_reason, eos.text) == ([0], "stop_words", "<eos>", "")
+    eos = _run(TRTLLM, _req("a", 0, ["<eos>"], max_new_tokens=3), steps=((5, 0, 0, 0, 0, 0, 0),))["a"]
+    assert (eos.tokens, eos.finish_reason, eos.stop_reason, eos.text) == ([0], "end_id", None, "")

@@ -37,7 +37,10 @@ def finish_reason(row: Row, token: int, profile: Profile, stop_string: bool = Fa
     ``profile.ignore_eos_scope == "stop_tokens"`` ``ignore_eos`` also keeps
     one-token stop words from finishing. The first condition in
     ``profile.finish_order`` that holds wins (trtllm: END_ID > LENGTH >
-    STOP_WORDS, so an EOS exactly at the length limit is END_ID).
+    STOP_WORDS, so an EOS exactly at the length limit is END_ID); under
+    ``profile.stop_strings_first`` a matched stop string wins before it is
+    consulted (SGLang 0.5.23 ``srt/managers/schedule_batch.py``
+    ``Req.update_finish_state``).
 
     Returns
     -------
@@ -47,6 +50,8 @@ def finish_reason(row: Row, token: int, profile: Profile, stop_string: bool = Fa
     Source: seed 000 § 结束判定 ("Order matches handle_stop_criteria: END_ID,
     then LENGTH, then STOP_WORDS"); an EOS set: SEMANTICS §1.8.
     """
+    if stop_string and profile.stop_strings_first:
+        return STOP_WORDS
     gen = list(row.generated) + [int(token)]
     max_new, max_seq = row.max_new_tokens, row.max_seq_len
     if max_new is None and max_seq is None:

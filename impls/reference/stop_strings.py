@@ -10,7 +10,9 @@ match when the stop string finished it.
 The rule and the profile fields it reads:
 
 1. The searched text is the generated tokens' text, preceded by the prompt's text where
-   ``profile.stop_words_see_prompt`` (so a match may start in the prompt).
+   ``profile.stop_words_see_prompt`` (so a match may start in the prompt); under
+   ``profile.stop_strings_see_special`` a special token's text is part of it (the output
+   text still leaves it out).
 2. A stop string matches at a step when an occurrence of it ends inside the text the new
    token added (``end`` in ``(len(H) - len(piece), len(H)]``, ``H`` the searched text):
    an occurrence that ended earlier was judged at its own step; a token with no text
@@ -27,13 +29,19 @@ The rule and the profile fields it reads:
    (``profile.stop_string_trim == "text"``): at the match's start, or at its end with
    ``include_stop_str_in_output`` — what the last token adds after the match is cut
    either way — never before the generated text's start; ``"start"``: at the match's
-   start whatever ``include_stop_str_in_output`` says. The tokens are never cut.
+   start whatever ``include_stop_str_in_output`` says; ``"first_occurrence"``: at the
+   first occurrence of the matched string in the output text (its end with
+   ``include_stop_str_in_output``), not at all when the output text lacks it. The tokens
+   are never cut.
 
 Sources: vLLM 0.32.0 ``v1/engine/detokenizer.py`` (``check_stop_strings``,
 ``BaseIncrementalDetokenizer.update``); transformers 5.24.0
 ``generation/stopping_criteria.py`` ``StopStringCriteria`` (a match must overlap the final
 token; input_ids include the prompt); llama-cpp-python 0.3.36 ``llama_cpp/llama.py``
-``Llama._create_completion`` (``"start"``: the text cut before the stop string).
+``Llama._create_completion`` (``"start"``: the text cut before the stop string); SGLang
+0.5.23 ``srt/managers/schedule_batch.py`` ``Req.tail_str`` (special tokens' text searched) and
+``srt/managers/detokenizer_manager.py`` ``DetokenizerManager.trim_matched_stop``
+(``"first_occurrence"``).
 """
 
 from __future__ import annotations
@@ -79,7 +87,7 @@ def find_stop(tok: ToyTokenizer, stop: Sequence[str], prompt: Sequence[int], gen
         The generated tokens, the new one last (at least one).
     profile : Profile
         Reads ``stop_words_see_prompt``, ``stop_string_pick``,
-        ``stop_strings_after_min_length``.
+        ``stop_strings_after_min_length``, ``stop_strings_see_special``.
     min_length : int, optional
         The request's ``min_length`` (None: 0).
 
@@ -92,10 +100,14 @@ def find_stop(tok: ToyTokenizer, stop: Sequence[str], prompt: Sequence[int], gen
         return None
     if profile.stop_strings_after_min_length and len(generated) <= (min_length or 0):
         return None
-    gen_text = tok.text(generated)
-    lead = tok.text(prompt) if profile.stop_words_see_prompt else ""
+    if profile.stop_strings_see_special:
+        text, piece = (lambda ids: "".join(tok.vocab[int(t)] for t in ids)), (lambda t: tok.vocab[int(t)])
+    else:
+        text, piece = tok.text, tok.piece
+    gen_text = text(generated)
+    lead = text(prompt) if profile.stop_words_see_prompt else ""
     hist = lead + gen_text
-    new = len(tok.piece(generated[-1]))
+    new = len(piece(generated[-1]))
     found = []
     for order, s in enumerate(stop):
         if s == "":
@@ -138,6 +150,9 @@ def output_text(tok: ToyTokenizer, generated: Sequence[int], match: Optional[Sto
     text = tok.text(generated)
     if match is None or profile.stop_string_trim == "none":
         return text
+    if profile.stop_string_trim == "first_occurrence":
+        pos = text.find(match.string)
+        return text if pos == -1 else text[:pos + len(match.string) if include else pos]
     if profile.stop_string_trim == "start":
         include = False
     return text[:max(0, match.end if include else match.start)]

@@ -24,8 +24,13 @@ custom processor, a ban list). ``logits_processors`` is the request's ``custom_l
 Server arguments are SGLang's defaults on a CPU (``sampling_backend = "pytorch"``, the
 overlap schedule, no deterministic inference, so ``sampling_seed`` is validated and not read:
 profile field ``seeds_honoured``). The FlashInfer backend of a CUDA server (sequential
-renormalisation when a batch has ``min_p > 0``) is not driven here. Multi-step scenarios are
-``n/a`` (no engine loop is driven).
+renormalisation when a batch has ``min_p > 0``) is not driven here.
+
+Multi-step scenarios (:meth:`SglangImpl.run_scenario`, :mod:`.scenario`) keep a real ``Req`` per
+request across steps: SGLang validates it, samples it through the same batch path, and its
+``Req.update_finish_state`` decides the finish (stop strings on the case's toy tokenizer, stop
+token ids, EOS, ``max_new_tokens``); SGLang's output streamer and detokenizer make the text. The
+adapter schedules (stage ``decode``: ``adapter``); beam search, drafts and ``n > 1`` are ``n/a``.
 
 Install: ``pip install torch==2.14.1 torchvision==0.29.1 sglang==0.5.23`` (a CUDA build of
 torch, about 10 GB with SGLang's dependencies, that imports on a CPU), or ``tox -e sglang``.
@@ -41,7 +46,15 @@ from ..profiles import SGLANG, Profile
 from ..registry import Entry
 from .translate import SUPPORTED_FEATURES, unsupported_reason
 
-__all__ = ["SglangImpl", "IMPLEMENTATIONS"]
+__all__ = ["SglangImpl", "IMPLEMENTATIONS", "SCENARIO_FEATURES"]
+
+#: What :meth:`SglangImpl.run_scenario` expresses: the single-step features less the observations a
+#: scenario does not report (logprobs, processed and low-precision logits, ``logprob_token_ids``) and
+#: less a given grammar bitmask (a grammar's matcher advances with the request's tokens; the case's
+#: words stand in for one step only), plus stop strings (``Req._check_str_based_finish`` on the case's
+#: toy tokenizer). Not ``n``: the fan-out is the tokenizer manager's (:func:`.scenario.unsupported_reason`).
+SCENARIO_FEATURES = ((SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits",
+                                            "logprob_token_ids", "token_bitmask"}) | {"stop_strings"})
 
 
 class SglangImpl:
@@ -72,6 +85,12 @@ class SglangImpl:
     #: seed state.
     stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own", "filters": "own",
               "draw": "own", "seeds": "own", "logprobs": "own", "finish": "own"}
+    #: :meth:`run_scenario`: SGLang's ``Req`` objects validate, are sampled and decide their finish across
+    #: steps, but the adapter schedules (arrivals, pauses, which requests run at each step, the end of the
+    #: run): SGLang's scheduler is not driven (:mod:`.scenario`).
+    scenario_stages = {"decode": "adapter"}
+    #: What :meth:`run_scenario` expresses (:data:`SCENARIO_FEATURES`).
+    scenario_features = SCENARIO_FEATURES
 
     def __init__(self, profile: Profile = SGLANG):
         self.profile = profile
@@ -115,6 +134,18 @@ class SglangImpl:
         See :func:`.translate.unsupported_reason`.
         """
         return unsupported_reason(row)
+
+    def run_scenario(self, spec, device: str = "cpu"):
+        """Decode a multi-step scenario with SGLang's per-request code (:func:`.scenario.run_scenario`).
+
+        Raises
+        ------
+        ScenarioUnsupported
+            Beam search, draft tokens, ``n > 1``, an engine ``max_seq_len``, a request field the adapter
+            cannot express, two requests in one slot at once (:func:`.scenario.unsupported_reason`).
+        """
+        from .scenario import run_scenario
+        return run_scenario(spec)
 
     def open_session(self, device: str = "cpu"):
         """A fresh :class:`~impls.sglang.session.SglangSession`.

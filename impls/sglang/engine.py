@@ -53,7 +53,7 @@ import torch
 from ..base import Row, RowError
 from .translate import classify_validation_error, eos_ids, sampling_kwargs
 
-__all__ = ["runtime", "make_request", "batch_info", "run_batch", "Draws", "finish_reason", "BatchOutput",
+__all__ = ["runtime", "make_request", "batch_info", "run_batch", "Draws", "finish_reason", "reason_name", "BatchOutput",
            "path_description", "RANDOM_SEED"]
 
 #: The server's ``random_seed`` (``ServerArgs.random_seed``; left unset, SGLang draws one at launch).
@@ -185,7 +185,8 @@ class _Batch:
         self.device = "cpu"
 
 
-def make_request(row: Row, rid: str, top_logprobs: int, mask: bool = True):
+def make_request(row: Row, rid: str, top_logprobs: int, mask: bool = True, tokenizer=None,
+                 stop: Sequence[str] = (), no_stop_trim: bool = False):
     """A ``Req`` for ``row`` whose ``SamplingParams`` passed SGLang's own validation.
 
     Parameters
@@ -196,6 +197,13 @@ def make_request(row: Row, rid: str, top_logprobs: int, mask: bool = True):
         ``top_logprobs_num`` (the adapter asks for the whole vocabulary: the RAW logprobs).
     mask : bool
         Ask for the sampling mask (the kept set and its logprobs).
+    tokenizer : object, optional
+        The tokenizer ``SamplingParams.normalize`` and the ``Req`` read (a scenario's:
+        :class:`impls.sglang.scenario.CaseTokenizer`); default the stand-in that knows only the EOS id.
+    stop : sequence of str
+        ``SamplingParams.stop`` (stop strings; they need ``tokenizer``).
+    no_stop_trim : bool
+        ``SamplingParams.no_stop_trim`` (keep the matched stop string in the output text).
 
     Returns
     -------
@@ -221,6 +229,11 @@ def make_request(row: Row, rid: str, top_logprobs: int, mask: bool = True):
     if procs:
         from .processors import custom_params
         kwargs["custom_params"] = custom_params(procs)
+    if stop:
+        kwargs["stop"] = list(stop)
+    if no_stop_trim:
+        kwargs["no_stop_trim"] = True
+    tok = tokenizer if tokenizer is not None else _Tokenizer(eos[0] if eos else None)
     try:
         if ids is not None:
             m.TokenizerManager._validate_token_ids_logprob(
@@ -228,7 +241,7 @@ def make_request(row: Row, rid: str, top_logprobs: int, mask: bool = True):
                 types.SimpleNamespace(token_ids_logprob=ids))
         sp = m.SamplingParams(**kwargs)
         sp.verify(row.vocab)
-        sp.normalize(_Tokenizer(eos[0] if eos else None))
+        sp.normalize(tok)
     except RowError:
         raise
     except (ValueError, TypeError, OverflowError) as e:
@@ -241,7 +254,7 @@ def make_request(row: Row, rid: str, top_logprobs: int, mask: bool = True):
     # the tokens the request generated so far, as the server's Req holds them when it is sampled (read by
     # custom processors through custom_params["__req__"]; the penalizers are fed them by batch_info)
     req.output_ids = array.array("q", [int(t) for t in row.generated])
-    req.tokenizer = _Tokenizer(eos[0] if eos else None)
+    req.tokenizer = tok
     if row.token_bitmask is not None:
         # the request's compiled grammar (Req.grammar), its matcher stood in by the case's words
         req.grammar = m.CaseBitmaskGrammar(row.token_bitmask, row.vocab)
@@ -411,10 +424,15 @@ def finish_reason(req, row: Row, token: int) -> str:
         ``"length"`` (``FINISH_LENGTH``), ``"none"`` (not finished), or ``"stop_words"`` for a
         ``FINISH_MATCHED_STR`` (SGLang's out-of-vocabulary guard reports one too).
     """
-    sb = runtime()["modules"].schedule_batch
     req.output_ids = [int(t) for t in row.generated] + [int(token)]
     req.finished_reason = None
     req.update_finish_state()
+    return reason_name(req)
+
+
+def reason_name(req) -> str:
+    """Our name of ``req.finished_reason`` (see :func:`finish_reason`); ``"none"`` when it is unset."""
+    sb = runtime()["modules"].schedule_batch
     reason = req.finished_reason
     if reason is None:
         return "none"

@@ -61,8 +61,8 @@ Row field                   SGLang spelling
 ==========================  ==============================================================
 
 Not expressed: ``allowed_token_ids`` (``SamplingParams`` has no such field; SGLang's only
-whitelist-like tool is a grammar) and multi-step scenarios (no engine loop is driven, so the
-custom-processor scenarios of §1.4b are ``n/a``).
+whitelist-like tool is a grammar). Multi-step scenarios add ``stop`` and ``no_stop_trim``
+(``include_stop_str_in_output``) to these arguments (:mod:`.scenario`).
 
 Fields SGLang cannot express make :func:`unsupported_reason` return a reason (the harness
 reports ``n/a``).
