@@ -246,3 +246,29 @@ def test_relations_the_profile_itself_breaks_are_known_diff():
     assert [f["field"] for f in res.details["fields"]] == ["seed_keyed_by_batch_row"]
     base = case.kind.evaluate(Judge([], 1), case, registry.create("reference"), "2")
     assert base.status == "pass"
+
+
+def test_a_relation_between_requests_whose_seeds_the_profile_ignores_is_not_judged():
+    # seeds/slot-reuse-restarts-stream: three requests with seed 1234 on a toy model, temperature 1. Under
+    # vLLM's profile (another RNG, seeds honoured) "same seed, same tokens" is promised: judged. Under SGLang's
+    # (seeds_honoured = false) every request draws from one process-wide stream: chance, not judged. A
+    # different_tokens relation between two seeded requests is judged under any RNG.
+    from harness.kinds.scenario import _by_chance
+    from impls.profiles import SGLANG, VLLM
+    case = load_case(CASES_DIR / "seeds" / "slot-reuse-restarts-stream.toml")
+    spec = case.scenario.spec
+    for profile, chance in ((VLLM, False), (SGLANG, True)):
+        pred = Reference(profile).run_scenario(spec)
+        for rel in case.scenario.relations:
+            assert _by_chance(spec, pred, rel, profile) is chance, (profile.name, rel)
+    pred = Reference(VLLM).run_scenario(spec)
+    assert _by_chance(spec, pred, {"kind": "different_tokens", "a": "a", "b": "c"}, VLLM) is False
+    # a greedy decode draws nothing: never chance
+    greedy = _with_temperature(spec, 0.0)
+    assert _by_chance(greedy, Reference(SGLANG).run_scenario(greedy), case.scenario.relations[0], SGLANG) is False
+
+
+def _with_temperature(spec, t):
+    import dataclasses
+    return dataclasses.replace(spec, requests=[dataclasses.replace(r, fields=dict(r.fields, temperature=t))
+                                              for r in spec.requests])

@@ -499,6 +499,51 @@ def _relations(sc: ScenarioCase, res) -> list:
     return checks
 
 
+def _read_seed(spec: ScenarioSpec, rid: str, profile: Profile) -> Optional[tuple]:
+    """The seed a profile draws request ``rid``'s tokens from: ``(seed, stream)``, or None when unseeded.
+
+    A child's is its profile's child seed (:func:`impls.reference.seeds.child_seed`; ``stream``: the
+    generator its siblings share); a seed the profile does not read (``seeds_honoured = false``, vLLM's
+    ``-1``) is None (:func:`impls.reference.modes.effective_seed`).
+    """
+    from impls.base import Row
+    from impls.reference.modes import effective_seed
+    from impls.reference.seeds import child_seed
+    req = spec.request(rid)
+    seed, stream = req.fields.get("seed"), None
+    if seed is None:
+        return None
+    if req.parent is not None:
+        cs = child_seed(seed, req.index, spec.request(req.parent).n, profile)
+        if cs.seed is None:
+            return None
+        seed, stream = cs.seed, cs.stream
+    try:
+        seed = effective_seed(Row(logits=torch.zeros(1), seed=seed), profile)
+    except (TypeError, ValueError):
+        return (seed, stream)  # an invalid seed is the request's error, not chance
+    return None if seed is None else (seed, stream)
+
+
+def _by_chance(spec: ScenarioSpec, pred, rel: dict, profile: Profile) -> bool:
+    """Whether a relation's outcome is chance under the profile's RNG (not the canonical one).
+
+    The scenario form of :func:`harness.kinds.invariant.by_chance`: true when a side's predicted
+    decode drew random numbers and the two sides do not draw from the same seed the profile reads
+    (two seeded sides of a ``different_tokens`` relation are always judged: a collision of two
+    seeded streams is evidence). Under SGLang's default server (``seeds_honoured = false``) every
+    request draws from the process's one stream, so "same seed, same tokens" is not promised.
+    """
+    sides = (rel["a"], rel["b"])
+    if not any(any(st.offsets for st in pred.requests[r].steps) for r in sides):
+        return False
+    seeds = [_read_seed(spec, r, profile) for r in sides]
+    both = all(x is not None for x in seeds)
+    if rel["kind"] == "different_tokens":
+        return not both
+    return not (both and seeds[0] == seeds[1])
+
+
 #: The case fields a scenario may not use: they live in its ``[scenario]`` table.
 _FORBIDDEN = ("rows", "batches", "defaults", "invariants", "draws")
 
@@ -729,6 +774,13 @@ class ScenarioKind(CheckKind):
                 vs_default.append(rid)
         rel = _relations(case.scenario, actual)
         name = impl.profile.name
+        judged = [True] * len(rel)
+        if not canonical:
+            # as for single-step invariants: a relation whose outcome is chance under this RNG is reported,
+            # not judged
+            judged = [not _by_chance(case.scenario.spec, pred, c, impl.profile) for c in rel]
+            for c, j in zip(rel, judged):
+                c["judged"] = j
         ev = Evidence(details={"rows": rows, "profile": name, "invariants": rel})
         if actual.path is not None:
             ev.details["path"] = actual.path
@@ -742,8 +794,12 @@ class ScenarioKind(CheckKind):
                 ev.profile_truth = " | ".join(mine)
                 ev.suspects = lambda: suspects(impl.profile, lambda probe_profile: not self._hand(
                     case, self.predict(judge, case, probe_profile, cache=False), name))
-        broken = [f"{c['kind']}({c['a']}, {c['b']})" for c in rel if not c["holds"]]
-        idx = [i for i, c in enumerate(rel) if not c["holds"]]
+        broken = [f"{c['kind']}({c['a']}, {c['b']})" for c, j in zip(rel, judged) if j and not c["holds"]]
+        idx = [i for i, (c, j) in enumerate(zip(rel, judged)) if j and not c["holds"]]
+        if not all(judged):
+            ev.details["not_judged"] = (f"{judged.count(False)} relation(s) between requests the {name!r} profile "
+                                        "makes stochastic, without a seed both read: their outcome under another "
+                                        "RNG is chance")
         # The profile itself predicts the broken relations (e.g. a stream keyed by batch
         # position): a design difference, as for single-step invariants.
         predicted_broken = bool(broken) and not own and all(
