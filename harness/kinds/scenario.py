@@ -796,6 +796,11 @@ class ScenarioKind(CheckKind):
                     case, self.predict(judge, case, probe_profile, cache=False), name))
         broken = [f"{c['kind']}({c['a']}, {c['b']})" for c, j in zip(rel, judged) if j and not c["holds"]]
         idx = [i for i, (c, j) in enumerate(zip(rel, judged)) if j and not c["holds"]]
+        # a chance relation that breaks where the default profile keeps it (same seed, same stream: certain
+        # there) still shows the engine differs from the default: a known difference, not a fault
+        default_rel = _relations(case.scenario, default)
+        chance_idx = [i for i, (c, j) in enumerate(zip(rel, judged))
+                      if not j and not c["holds"] and default_rel[i]["holds"]]
         if not all(judged):
             ev.details["not_judged"] = (f"{judged.count(False)} relation(s) between requests the {name!r} profile "
                                         "makes stochastic, without a seed both read: their outcome under another "
@@ -821,6 +826,13 @@ class ScenarioKind(CheckKind):
             ev.diff_message = lambda fields: (f"matches its profile {name!r}, which differs from the default on "
                                               f"{', '.join(vs_default)} because of: "
                                               f"{', '.join(f['field'] for f in fields)}")
+        elif chance_idx:
+            gone = [f"{rel[i]['kind']}({rel[i]['a']}, {rel[i]['b']})" for i in chance_idx]
+            ev.differs = True
+            ev.explain = lambda: self._explain_relations(judge, case, impl.profile, chance_idx)
+            ev.diff_message = lambda fields: (f"relation(s) broken that the default profile keeps (under the {name!r} "
+                                              f"profile's RNG their outcome is not predicted): {', '.join(gone)} — because of: "
+                                              + ", ".join(f["field"] for f in fields))
         return verdict(judge, case, impl, version, ev)
 
     def _statistical(self, judge, case, impl, version, run):
