@@ -523,6 +523,16 @@ def test_no_case_files_is_a_usage_error_everywhere(argv, tmp_path, capsys, monke
     assert f"no case files under {tmp_path / 'no-corpus'}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("verb", ["run", "record"])
+def test_a_latency_only_peer_is_a_usage_error_for_run_and_record(verb, tmp_path, capsys):
+    # a fresh-user pass: 'run --impl argmax' crashed with AttributeError (no profile) and left a lock behind
+    out = ["--out", str(tmp_path / ("r" if verb == "run" else "r.json"))]
+    assert main([verb, "--impl", "argmax", "--cases", "greedy/top-k-one-forces-greedy", *out]) == 2
+    err = capsys.readouterr().err
+    assert "--impl argmax: a latency-only peer" in err and "Implementations that run cases: reference," in err
+    assert not (tmp_path / "r" / ".sampcheck.lock").exists()
+
+
 def test_list_cases_takes_the_patterns_run_takes(capsys):
     assert main(["list", "cases", "filters/top-k-two-*", "greedy/top-k-one-forces-greedy"]) == 0
     ids = [line.split()[0] for line in capsys.readouterr().out.splitlines()]

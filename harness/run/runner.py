@@ -419,9 +419,14 @@ def run(impl_names: list, patterns: Optional[list] = None, out_dir: Path = Path(
     for n in impl_names:
         if isinstance(n, str):
             try:
-                registry.create(n)  # unknown names and broken plug-ins fail here, before any worker starts
+                impl = registry.create(n)  # unknown names and broken plug-ins fail here, before any worker starts
             except registry.ImplLoadError as e:
                 raise ValueError(str(e)) from None
+            if "conformance" not in registry.roles_of(impl):
+                runnable = registry.names("conformance")
+                raise ValueError(f"--impl {n}: a latency-only peer (benchmarks/test_latency.py times it); it has no "
+                                 f"semantic profile to judge cases against. Implementations that run cases: "
+                                 f"{', '.join(runnable)}")
     out_dir = Path(out_dir)
     journal = Journal(out_dir / Journal.NAME)
     writing: list = [None]  # the file being written, for the message of a failed write
