@@ -207,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_report(args) -> int:
     from harness.report.latency import LatencyError, write_report
+    if args.out is not None and not str(args.out).strip():
+        print("sampcheck report: --out '': an empty folder name (it would write into the current folder); give a "
+              "folder", file=sys.stderr)
+        return 2
     try:
         path = write_report(args.bench, args.out)
     except LatencyError as e:

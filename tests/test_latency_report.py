@@ -107,6 +107,9 @@ def test_cli_report_writes_the_page_and_exits_2_on_a_bad_file(tmp_path, capsys):
     assert (tmp_path / "out" / "latency.html").read_text().startswith("<!DOCTYPE html>")
     assert main(["report", "--bench", str(tmp_path / "missing.json"), "--out", str(tmp_path / "o2")]) == 2
     assert "missing.json: cannot read" in capsys.readouterr().err
+    # as run's: an empty --out would write into the current folder
+    assert main(["report", "--bench", str(good), "--out", ""]) == 2
+    assert "--out '': an empty folder name" in capsys.readouterr().err
 
 
 def test_committed_h200_results_load():
