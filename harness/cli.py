@@ -517,6 +517,9 @@ def _list_impls(verbose: bool) -> int:
         if verbose:
             feats = sorted(getattr(impl, "features", ()) or ())
             extra.append("    features: " + (", ".join(feats) or "-"))
+            scen = getattr(impl, "scenario_features", None)
+            if scen is not None:   # what its run_scenario expresses, where it differs (impls/base.py)
+                extra.append("    scenario features: " + (", ".join(sorted(scen)) or "-"))
             try:
                 stages = stage_provenance(impl)
             except ValueError as err:

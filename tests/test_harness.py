@@ -533,6 +533,17 @@ def test_a_latency_only_peer_is_a_usage_error_for_run_and_record(verb, tmp_path,
     assert not (tmp_path / "r" / ".sampcheck.lock").exists()
 
 
+def test_list_impls_verbose_shows_scenario_features_where_an_impl_has_them(capsys):
+    # a fresh-user pass: transformers-beam showed "features: -" though its run_scenario judges beam cases
+    assert main(["list", "impls", "-v"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    i = next(j for j, line in enumerate(out) if line.startswith("transformers-beam "))
+    assert out[i + 1] == "    features: -"
+    assert out[i + 2].startswith("    scenario features: ") and "beam_search" in out[i + 2]
+    j = next(j for j, line in enumerate(out) if line.startswith("reference "))
+    assert not out[j + 2].startswith("    scenario features")   # the reference declares none apart
+
+
 def test_list_cases_takes_the_patterns_run_takes(capsys):
     assert main(["list", "cases", "filters/top-k-two-*", "greedy/top-k-one-forces-greedy"]) == 0
     ids = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
