@@ -36,7 +36,7 @@ IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 # scenario and an invariant case.
 SECOND_IMPL = "transformers" if importlib.util.find_spec("transformers") else "reference-hf"
 CONFORMANCE_CASES = ["filters/top-k-two-statistical", "seeds/seed-high-bits-matter", "bad_input/bad-words-invalid",
-                     "beam/bad-word-per-beam", "greedy"]
+                     "beam/bad-word-per-beam", "greedy", "filters/min-p-threshold-inclusive"]
 
 # (fixture that writes the page and returns its path, selectors that must be visible)
 PAGES = [
