@@ -247,14 +247,20 @@ def _writable_dir(path: Path) -> str:
     return ""
 
 
-def _output_file_problem(opt: str, target) -> str:
-    """'' when the file ``target`` of option ``opt`` can be written (or is None), else the one-line problem."""
+def _output_file_problem(opt: str, target, out=None) -> str:
+    """'' when the file ``target`` of option ``opt`` can be written (or is None), else the one-line problem.
+
+    ``out``: the command's output folder, which it creates itself: a file inside it is not refused for
+    the folder not existing yet."""
     if not target:
         return ""
     path = Path(target)
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         return f"{opt} {target}: is a directory (give a file name)"
+    if out is not None and str(out).strip() and not parent.exists() and \
+            os.path.abspath(parent) == os.path.abspath(out):
+        return ""
     if not parent.is_dir():
         return f"{opt} {target}: " + (f"folder {parent} does not exist" if not parent.exists()
                                       else f"{parent} is not a directory")
@@ -271,7 +277,7 @@ def _usage_problem(args) -> str:
         return "--out '': an empty folder name (it would write into the current folder); give a folder"
     if args.timeout is not None and not args.timeout > 0:
         return f"--timeout {args.timeout:g}: must be a positive number of seconds"
-    why = _output_file_problem("--junit-xml", args.junit_xml)
+    why = _output_file_problem("--junit-xml", args.junit_xml, args.out)
     if why:
         return why
     out = Path(args.out)
@@ -444,7 +450,8 @@ def _write_junit(doc: dict, target: str, command: str) -> bool:
 def _cmd_merge(args) -> int:
     from harness.run import merge as mergemod
     from harness.run.outlock import OutLock
-    problem = _output_file_problem("--junit-xml", args.junit_xml) or _output_file_problem("--record", args.record)
+    problem = (_output_file_problem("--junit-xml", args.junit_xml, args.out)
+               or _output_file_problem("--record", args.record, args.out))
     if problem:
         print(f"sampcheck merge: {problem}", file=sys.stderr)
         return 2

@@ -303,3 +303,8 @@ def test_run_writes_junit_xml_and_smoke_selects_the_smoke_tier(tmp_path, capsys,
     assert main(["run", "--cases", "greedy", "--junit-xml", str(tmp_path / "no" / "j.xml")]) == 2
     assert f"--junit-xml {tmp_path / 'no' / 'j.xml'}: folder {tmp_path / 'no'} does not exist" in \
         capsys.readouterr().err
+    # inside the --out folder the run creates: written there (a fresh-user pass found it refused)
+    fresh = tmp_path / "new-out"
+    assert main(["run", "--cases", "greedy/top-k-one-forces-greedy", "--no-progress", "--no-isolation",
+                 "--out", str(fresh), "--junit-xml", str(fresh / "j.xml")]) == 0
+    assert ET.parse(fresh / "j.xml").getroot().find("testsuite").attrib["tests"] == "1"
