@@ -122,15 +122,14 @@ class _Runner:
 
     def scheduled(self, step: int) -> list:
         live = ("waiting", "running")
-        if self.spec.schedule is not None:
-            ids = self.spec.schedule[step] if step < len(self.spec.schedule) else []
+        ids = self.spec.schedule_at(step)
+        if ids is not None:
             ids = [c for i in ids for c in self.members[i]]  # a request with n > 1: its children, in order
             return [self.states[i] for i in ids if self.states[i].status in live]
-        return [st for st in self.states.values() if st.status in live
-                and st.request.arrive <= step and step not in st.request.pause]
+        return [st for st in self.states.values() if st.status in live and st.request.wants_step(step)]
 
     def done(self, step: int) -> bool:
-        if self.spec.schedule is not None and step >= len(self.spec.schedule):
+        if self.spec.schedule_over(step):
             return True
         return all(st.status not in ("waiting", "running") for st in self.states.values())
 

@@ -125,6 +125,11 @@ class RequestSpec:
         """Whether the request asks for beam search (``fields["use_beam_search"]``)."""
         return bool(self.fields.get("use_beam_search", False))
 
+    def wants_step(self, step: int) -> bool:
+        """Whether the request asks to run at ``step`` (0-based) by its own fields: arrived (``arrive <= step``)
+        and not paused then. A scenario's explicit ``schedule`` overrides it (:meth:`ScenarioSpec.schedule_at`)."""
+        return self.arrive <= step and step not in self.pause
+
     def row(self, logits: torch.Tensor, generated: list, slot: Optional[int] = None, draft_position: int = 0) -> Row:
         """The :class:`~impls.base.Row` of this request at one step.
 
@@ -208,6 +213,17 @@ class ScenarioSpec:
     def observed(self) -> list:
         """Every sequence a decode reports, in batch order: each request, or its children when ``n > 1``."""
         return [c for r in self.requests for c in r.children()]
+
+    def schedule_at(self, step: int) -> Optional[list]:
+        """The request ids the explicit ``schedule`` runs at ``step`` (``[]`` past its end), or None without one
+        (each request then runs when :meth:`RequestSpec.wants_step`). Every driver's scheduling rule."""
+        if self.schedule is None:
+            return None
+        return list(self.schedule[step]) if step < len(self.schedule) else []
+
+    def schedule_over(self, step: int) -> bool:
+        """Whether an explicit ``schedule`` has no step ``step`` (the decode stops there)."""
+        return self.schedule is not None and step >= len(self.schedule)
 
 
 @dataclass

@@ -137,9 +137,10 @@ def scheduled_steps(spec: ScenarioSpec, req: RequestSpec) -> list:
     -------
     list of int
     """
+    steps = range(spec.max_steps)
     if spec.schedule is not None:
-        return [s for s in range(min(spec.max_steps, len(spec.schedule))) if req.id in spec.schedule[s]]
-    return [s for s in range(req.arrive, spec.max_steps) if s not in req.pause]
+        return [s for s in steps if not spec.schedule_over(s) and req.id in spec.schedule_at(s)]
+    return [s for s in steps if req.wants_step(s)]
 
 
 class _StopTokens(hf.sc.EosTokenCriteria):

@@ -406,13 +406,13 @@ class _Run:
     # -- scheduling ----------------------------------------------------------------
     def scheduled(self, step: int) -> list:
         live = ("waiting", "running")
-        if self.spec.schedule is not None:
-            ids = self.spec.schedule[step] if step < len(self.spec.schedule) else []
+        ids = self.spec.schedule_at(step)
+        if ids is not None:
             return [q for i in ids for q in self.groups[i] if q.status in live]
-        return [q for q in self.reqs if q.status in live and q.spec.arrive <= step and step not in q.spec.pause]
+        return [q for q in self.reqs if q.status in live and q.spec.wants_step(step)]
 
     def done(self, step: int) -> bool:
-        if self.spec.schedule is not None and step >= len(self.spec.schedule):
+        if self.spec.schedule_over(step):
             return True
         return all(q.status not in ("waiting", "running") for q in self.reqs)
 
