@@ -630,11 +630,10 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
 
 
 @triton.jit
-def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, MASS: tl.constexpr, BLOCK: tl.constexpr,
-               NB1: tl.constexpr, NBF: tl.constexpr):
-    """One part of a top-k/top-p row, read once: the level-1 histogram of its survivors, their count, their
-    fixed-point mass (``MASS``, else 0), and their Gumbel-max (key, lowest id on ties), as in
-    :func:`_gumbel_scan`."""
+def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, NB1: tl.constexpr,
+               NBF: tl.constexpr):
+    """One part of a top-p row (early accept), read once: the level-1 histogram of its survivors, their count,
+    their fixed-point mass, and their Gumbel-max (key, lowest id on ties), as in :func:`_gumbel_scan`."""
     R4: tl.constexpr = BLOCK // 4
     h = tl.zeros([NB1], dtype=tl.int32)
     n_a = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
@@ -650,8 +649,7 @@ def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, MASS: tl.constexpr, B
         h += tl.histogram(tl.reshape(b1, [BLOCK]), NB1)
         n_a += tl.sum(tl.sum(A.to(tl.int32), 1), 0)
         s = tl.div_rn(x - m, T)
-        if MASS:
-            e_a += tl.sum(tl.sum(tl.where(A, _fix(tl.exp(s)), 0), 1), 0)
+        e_a += tl.sum(tl.sum(tl.where(A, _fix(tl.exp(s)), 0), 1), 0)
         u = _tile_uniform(seed, st, o_lo, o_hi, R4)
         sc = tl.where(A, s - tl.log(-tl.log(u)), float("-inf"))
         take = sc > b_v
@@ -734,7 +732,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
             if p_on & (k_on == 0):
                 seed = tl.load(seed_ptr + row)
                 offset = tl.load(offset_ptr + row)
-                h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, True, BLOCK, NB1, NBF)
+                h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1, NBF)
             else:
                 h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF)
                 best = tl.max(tl.full([1], float("-inf"), tl.float32), 0)   # no winner: the row is not accepted
