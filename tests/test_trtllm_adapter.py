@@ -98,7 +98,8 @@ def test_beam_search_file_is_optional(tmp_path):
     assert eng.beam_search is None and eng.sampler_strategy is None and eng.beam_path is None
     assert eng.optional_missing == {
         "beam_search.py": f"{loader.SAMPLER_DIR}/beam_search.py is not in the checkout",
-        "sampler_strategy.py": f"{loader.SAMPLER_DIR}/sampler_strategy.py is not in the checkout"}
+        "sampler_strategy.py": f"{loader.SAMPLER_DIR}/sampler_strategy.py is not in the checkout",
+        "finish_reasons.py": f"{loader.SAMPLER_DIR}/finish_reasons.py is not in the checkout"}
     impl = TrtllmImpl(str(tmp_path / "a"))
     assert impl.unsupported(Row(torch.zeros(3), use_beam_search=True)) == (
         f"beam search: {loader.SAMPLER_DIR}/beam_search.py is not in the checkout")
@@ -342,11 +343,13 @@ def test_describe_and_version(engine):
     assert impl.available("cpu") is None
     Version(impl.version().split()[0])  # findings.toml ranges must be able to match it
     facts = impl.describe()
-    optional = {r for r, m in (("beam_search.py", engine.beam_search), ("sampler_strategy.py", engine.sampler_strategy))
+    optional = {r for r, m in (("beam_search.py", engine.beam_search), ("sampler_strategy.py", engine.sampler_strategy),
+                               ("finish_reasons.py", engine.finish_reasons))
                 if m is not None}
     assert set(facts["files"]) == {f"{loader.SAMPLER_DIR}/{r}" for r in (*loader.REQUIRED, *optional)}
     whose = {p["stage"]: p["from"] for p in facts["pipeline"]}
     assert whose["occurrence penalties"] == "engine" and whose["the draw"] == "reference"
+    assert whose["finish reasons"] == ("engine" if engine.finish_reasons is not None else "reference")
     assert facts["beam_path"] == engine.beam_path
     if engine.beam_path == "candidate_beams":
         assert whose["beam search dispatch (every early_stopping mode)"] == "engine"

@@ -28,7 +28,8 @@ ranked by ``_prepare_beam_history_cba`` (:mod:`.cba`).
 grouping, strategy dispatch, the overlap scheduler), its production sampling
 kernels (FlashInfer's fused top-k/top-p sampling from probabilities, with the
 per-row seed and offset of ``_SeedManager``), the embedding-bias Triton
-kernel, the finish-reason kernels (``finish_reasons.py``), the logprob
+kernel, the greedy single-step finish test of newer ``sampler.py`` commits
+(the host-side END_ID/LENGTH check that skips ``finish_reasons.py``), the logprob
 kernels (``logprobs.py``, ``ops/logprobs_triton.py``), beam search's
 candidate-beams-array path on a checkout that still has the regular step,
 and speculative decoding (``two_model_spec_dec.py``). Cases needing them are
@@ -80,8 +81,10 @@ PIPELINE = (
     ("RAW/PROCESSED logprobs, rank, top logprobs", "reference",
      "impls/reference/logprobs.py on the engine's rewritten logits and distribution (logprobs.py needs Triton "
      "kernels)"),
-    ("finish reasons", "reference",
-     "impls/reference/finish.py (finish_reasons.py allocates CUDA buffers and a Triton kernel)"),
+    ("finish reasons", "engine",
+     "finish_reasons.py@{fr} FinishReasonsHandler (stop words, then length, then end id, each overwriting), "
+     "admitted and written per step as sampler.py's setup_sampler_step / sample_async drive it, its CUDA "
+     "buffers placed on the CPU (impls/trtllm/finish.py); without the file: impls/reference/finish.py"),
     ("speculative decoding", "n/a", "two_model_spec_dec.py not loaded: scenarios with draft tokens are n/a"),
 )
 
@@ -123,7 +126,9 @@ UNVERIFIED = (
     "the full TorchSampler (sampler.py: request grouping, strategy dispatch, overlap scheduler)",
     "its production sampling kernels: FlashInfer's fused top-k/top-p sampling with per-row seed/offset (CUDA)",
     "the compiled (Inductor) kernels of the torch.compile'd ops: their eager Python bodies run here",
-    "embedding_bias.py, finish_reasons.py, logprobs.py, two_model_spec_dec.py",
+    "embedding_bias.py, logprobs.py, two_model_spec_dec.py",
+    "sampler.py's greedy single-step finish test (END_ID then LENGTH on the host, no stop words), which newer "
+    "commits take instead of finish_reasons.py for an all-greedy batch",
     "beam_search.py's radix top-k for rows over 10000 tokens, and its candidate-beams-array path on a checkout "
     "that still has the regular step",
     "around the candidate-beams step: sampler.py's writes of the emitted tokens, finish_reasons.py's per-beam "
@@ -189,7 +194,7 @@ class TrtllmImpl:
     #: As :data:`PIPELINE` says, stage by stage.
     stages = {"validation": "reference", "logit_bias": "adapter", "penalties": "own", "bans": "own",
               "filters": "own", "draw": "reference", "seeds": "reference", "logprobs": "reference",
-              "finish": "reference", "decode": "reference", "beam": "adapter"}
+              "finish": "own", "decode": "reference", "beam": "adapter"}
     cli_options = (CliOption("--trtllm-src", loader.ENV_VAR, "PATH",
                              f"a TensorRT-LLM source checkout for --impl trtllm (default: ${loader.ENV_VAR}); its "
                              "pure-PyTorch sampler functions are loaded from it by file path", path=True),)
@@ -246,7 +251,8 @@ class TrtllmImpl:
         eng = self.engine()
         c = {rel.rsplit("/", 1)[-1]: (f.get("commit") or "unknown")[:8] for rel, f in eng.files.items()}
         fmt = {"v": c.get("vanilla.py", "?"), "tb": c.get("token_ban.py", "?"), "sm": c.get("seed_manager.py", "?"),
-               "bs": c.get("beam_search.py", "?"), "ss": c.get("sampler_strategy.py", "?")}
+               "bs": c.get("beam_search.py", "?"), "ss": c.get("sampler_strategy.py", "?"),
+               "fr": c.get("finish_reasons.py", "?")}
         path = eng.beam_path
         files = {rel: {"commit": f.get("commit"), "sha256": f["sha256"],
                        **({"modified_since_recorded": True}
@@ -256,7 +262,8 @@ class TrtllmImpl:
             "source": "NVIDIA/TensorRT-LLM source checkout, loaded by file path (impls/trtllm/loader.py)",
             "tensorrt_llm_version": eng.version or "unknown (no tensorrt_llm/version.py in the checkout)",
             "files": files,
-            "pipeline": [{"stage": s, "from": who, "what": what.format(**fmt)}
+            "pipeline": [{"stage": s, "from": "reference" if s == "finish reasons" and eng.finish_reasons is None
+                          else who, "what": what.format(**fmt)}
                          for s, who, what in PIPELINE + BEAM_PIPELINE.get(path, ())]
                         + ([{"stage": "beam search", "from": "n/a",
                              "what": eng.beam_unavailable() + ": cases with beam search are n/a"}]
@@ -282,7 +289,12 @@ class TrtllmImpl:
                              "(raise if called)", "tensorrt_llm.sampling_params.SamplingParams (methods raise), "
                              "LogprobMode", "tensorrt_llm._utils.maybe_pin_memory (identity)",
                              "top_p_decay.TopPDecayMetadata (raises if made)"]
-                            if eng.sampler_strategy is not None else []),
+                            if eng.sampler_strategy is not None else [])
+                         + (["sampler_common.int_tensor (the real body)",
+                             "_torch.utils.torch_multi_arange (by its docstring's definition)",
+                             "CUDA device arguments placed on the CPU while finish_reasons.py runs "
+                             "(loader.cuda_on_cpu)"]
+                            if eng.finish_reasons is not None else []),
             "engine_warnings": eng.warnings(),
         }
 
@@ -342,8 +354,14 @@ class TrtllmImpl:
                                           "TensorRT-LLM is not loaded from the checkout)")
         if path == "candidate_beams":
             from .cba import run_scenario as run_cba
-            return run_cba(spec, self.profile, self.open_session(device))
-        return run_scenario(spec, self.profile, self.open_session(device))
+            result = run_cba(spec, self.profile, self.open_session(device))
+        else:
+            result = run_scenario(spec, self.profile, self.open_session(device))
+        if eng.finish_reasons is None or any(r.use_beam_search for r in spec.requests):
+            # beam requests: their finish reasons are the adapter's stand-in (impls/trtllm/cba.py) or the
+            # reference's (impls/reference/beam.py), never finish_reasons.py
+            result.stages_used["finish"] = "reference"
+        return result
 
 
 IMPLEMENTATIONS = (Entry("trtllm", TrtllmImpl),)

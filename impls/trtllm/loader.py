@@ -24,6 +24,9 @@ Files loaded (paths under ``tensorrt_llm/_torch/pyexecutor/sampler/``):
   ``beam_search_sampling_batch_cba`` / ``_prepare_beam_history_cba`` /
   ``finalize_beam`` (the candidate-beams-array step and the final ranking).
   A checkout without it loads; beam search is then ``n/a``;
+* optionally ``finish_reasons.py`` — ``FinishReasonsHandler`` (end id,
+  length and stop words of each new token, with its per-slot stop-word and
+  past-token buffers), run on the CPU under :func:`cuda_on_cpu`;
 * optionally ``sampler_strategy.py`` (loaded only together with
   ``beam_search.py``) — ``sample`` and the ``BeamSearch`` strategy tuple: the
   dispatch that picks the beam step for a request (@029e223d: the
@@ -63,6 +66,14 @@ Stand-ins (installed in ``sys.modules``; each is the least the files need):
   as ``False``), ``tensorrt_llm.executor.result.Logprob`` (a named tuple
   ``(logprob, rank)``) and ``sampler.sampler_features._SideStreamCopier``
   (an empty class; both only typed or used off the step);
+* for ``finish_reasons.py``: ``sampler_common.int_tensor`` (the real one's
+  body, sampler_common.py@06ec703b: ``torch.empty(shape, dtype=torch.int,
+  device=device)``, device ``"cuda"`` by default) and
+  ``tensorrt_llm._torch.utils.torch_multi_arange`` (the concatenated
+  ``arange(start, end)`` ranges its docstring defines; the real one,
+  ``_torch/utils.py``, imports the bindings). The file allocates its buffers
+  with ``device="cuda"`` written in: :func:`cuda_on_cpu` runs it with those
+  placed on the CPU (the arithmetic is the same torch ops);
 * for ``sampler_strategy.py``: the FlashInfer sampling-op wrappers of
   ``sampler.ops.flashinfer`` and the request helpers of ``sampler_common``
   (raise if called: the beam dispatch never calls them),
@@ -102,7 +113,7 @@ from typing import NamedTuple, Optional
 
 __all__ = ["CheckoutError", "Engine", "SAMPLER_DIR", "REQUIRED", "OPTIONAL", "ENV_VAR", "find_checkout", "load",
            "eager", "FinishReason", "RecordingLogger", "stand_in", "raising_stub", "sha256_of", "exec_source",
-           "BEAM_STEP_OPS", "LlmRequestState"]
+           "BEAM_STEP_OPS", "LlmRequestState", "cuda_on_cpu"]
 
 #: Environment variable naming the checkout (``sampcheck --trtllm-src`` sets it: :attr:`impls.trtllm.TrtllmImpl.cli_options`).
 ENV_VAR = "SAMPCHECK_TRTLLM_SRC"
@@ -120,6 +131,7 @@ REQUIRED = {
 OPTIONAL = {
     "beam_search.py": ("beam_candidate_topk", "BeamSearchMetadata", "BEAM_SEARCH_PAD_TOKEN"),
     "sampler_strategy.py": ("sample", "BeamSearch"),
+    "finish_reasons.py": ("FinishReasonsHandler",),
 }
 #: ``beam_search.py`` must define at least one of these beam-step ops: the regular (frozen-slots) step, removed
 #: by @50aec1cb, and the candidate-beams-array step with what the adapter calls around it.
@@ -153,6 +165,8 @@ class Engine:
     sampler_strategy : module or None
         ``sampler_strategy.py`` when the checkout has it and it loads (only
         tried when ``beam_search.py`` loaded: it imports it).
+    finish_reasons : module or None
+        ``finish_reasons.py`` when the checkout has it and it loads.
     optional_missing : dict
         Optional file -> why it is not loaded.
     files : dict
@@ -169,6 +183,7 @@ class Engine:
     seed_manager: types.ModuleType
     beam_search: Optional[types.ModuleType] = None
     sampler_strategy: Optional[types.ModuleType] = None
+    finish_reasons: Optional[types.ModuleType] = None
     optional_missing: dict = field(default_factory=dict)
     files: dict = field(default_factory=dict)
     version: Optional[str] = None
@@ -399,6 +414,58 @@ class SamplingParams(_StubClass):
     params_imply_top_p_decay_active = staticmethod(raising_stub("SamplingParams.params_imply_top_p_decay_active"))
 
 
+def _int_tensor(shape, device="cuda"):
+    # Stand-in for sampler_common.int_tensor, with the real one's body (sampler_common.py@06ec703b).
+    import torch
+    return torch.empty(shape, dtype=torch.int, device=device)
+
+
+def _torch_multi_arange(ends, *, output_length=None, starts=None, steps=None):
+    # Stand-in for tensorrt_llm/_torch/utils.py torch_multi_arange, by its docstring's definition:
+    # torch.cat([torch.arange(b, e, d) for b, e, d in zip(starts, ends, steps)]), starts 0 and steps 1 by default.
+    import torch
+    starts = torch.zeros_like(ends) if starts is None else starts
+    steps = torch.ones_like(ends) if steps is None else steps
+    parts = [torch.arange(int(b), int(e), int(d), device=ends.device, dtype=ends.dtype)
+             for b, e, d in zip(starts.tolist(), ends.tolist(), steps.tolist())]
+    return torch.cat(parts) if parts else ends.new_empty(0)
+
+
+def _is_cuda(dev) -> bool:
+    if isinstance(dev, str):
+        return dev.split(":")[0] == "cuda"
+    return getattr(dev, "type", None) == "cuda"
+
+
+@contextlib.contextmanager
+def cuda_on_cpu():
+    """While the block runs, torch calls that name a CUDA device get the CPU instead.
+
+    ``finish_reasons.py`` allocates its buffers with ``device="cuda"``
+    written in and moves host tensors with ``.to("cuda")`` /
+    ``.to(device="cuda")``; the ops themselves are device-agnostic torch.
+    Inside the block a ``device=`` keyword or a positional device argument
+    naming CUDA becomes ``"cpu"`` (a ``TorchFunctionMode``: factory
+    functions and tensor methods alike); nothing else changes. Nests.
+    """
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class _Mode(TorchFunctionMode):
+        def __torch_function__(self, func, types_, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if _is_cuda(kwargs.get("device")):
+                kwargs["device"] = "cpu"
+            if func is torch.Tensor.cuda:
+                return args[0]
+            if func is torch.Tensor.to:
+                args = tuple("cpu" if _is_cuda(a) else a for a in args)
+            return func(*args, **kwargs)
+
+    with _Mode():
+        yield
+
+
 def _get_beam_width_in(request) -> int:
     # Stand-in for sampler_common._get_beam_width_in, with the real one's rule (1 while the request is in its
     # context phase, else its width for the current iteration); the adapter's request answers both.
@@ -599,9 +666,11 @@ def load(root) -> Engine:
     sys.modules[f"{base}.sampler.sampler_common"] = _module(
         f"{base}.sampler.sampler_common", RequestSeeds=RequestSeeds, request_random_seed=_request_random_seed,
         _get_beam_width_in=_get_beam_width_in,
-        _unwrap_singleton=_stub("sampler_common._unwrap_singleton"), int_tensor=_stub("sampler_common.int_tensor"),
+        _unwrap_singleton=_stub("sampler_common._unwrap_singleton"), int_tensor=_int_tensor,
         UtilsSamplingParams=type("UtilsSamplingParams", (_StubClass,), {}),
         **{n: _stub(f"sampler_common.{n}") for n in _REQUEST_HELPERS})
+    sys.modules[f"{pkg}.tensorrt_llm._torch.utils"] = _module(f"{pkg}.tensorrt_llm._torch.utils",
+                                                             torch_multi_arange=_torch_multi_arange)
     sys.modules[f"{base}.sampler.ops.logprobs_triton"] = _module(
         f"{base}.sampler.ops.logprobs_triton", determine_sampled_rank=_triton_stub, gather_log_softmax=_triton_stub)
     sys.modules[f"{base}.sampler.ops.flashinfer"] = _module(
@@ -651,7 +720,8 @@ def load(root) -> Engine:
         files[path] = {"commit": commit, "sha256": _sha256(root / path), "recorded_sha256": sha}
     eng = Engine(root=root, vanilla=mods["ops/vanilla.py"], token_ban=mods["token_ban.py"],
                  seed_manager=mods["seed_manager.py"], beam_search=mods.get("beam_search.py"),
-                 sampler_strategy=mods.get("sampler_strategy.py"), optional_missing=optional_missing, files=files,
+                 sampler_strategy=mods.get("sampler_strategy.py"), finish_reasons=mods.get("finish_reasons.py"),
+                 optional_missing=optional_missing, files=files,
                  version=_version(root))
     _cache[root] = eng
     return eng

@@ -36,10 +36,14 @@ reference's. Per row, in order:
    (:class:`~impls.reference.seeds.SeedManager`, profile ``trtllm``); the
    **engine**'s ``_SeedManager`` is driven alongside and its ``(seed,
    offset)`` per row is kept in ``extra["engine_seed_offset"]``;
-6. RAW / PROCESSED logprobs, rank, top logprobs, finish reason —
-   **reference**, from the engine's rewritten logits and distribution
-   (``logprobs.py`` needs Triton kernels; ``finish_reasons.py`` allocates
-   CUDA buffers and is not loaded).
+6. RAW / PROCESSED logprobs, rank, top logprobs — **reference**, from the
+   engine's rewritten logits and distribution (``logprobs.py`` needs Triton
+   kernels);
+7. finish reason — **engine**: ``finish_reasons.py``'s
+   ``FinishReasonsHandler`` over the step's tokens (:mod:`.finish`), where
+   the checkout has the file; else the **reference**'s
+   (:func:`impls.reference.finish.finish_reason`, and
+   :attr:`TrtllmSession.stages_used` says so).
 
 Beam search on the candidate-beams-array path (a checkout whose
 ``sampler_strategy.py`` sends every ``early_stopping`` mode there,
@@ -71,6 +75,7 @@ from ..profiles import Profile
 from ..reference import rewrites as ref_rewrites
 from ..reference.modes import GREEDY, SAMPLING, TOP_P_MIN_DEFAULT, Resolved, _decay_active, effective_seed, resolve
 from ..reference.sampler import ReferenceSession
+from .finish import EngineFinish
 from .loader import Engine, FinishReason, eager
 
 __all__ = ["TrtllmSession", "FakeRequest"]
@@ -139,6 +144,9 @@ class TrtllmSession(ReferenceSession):
         self._engine_seeds = engine.seed_manager._SeedManager(max_num_sequences=1, global_seed=profile.global_seed)
         self._probs: dict = {}
         self._gen = torch.Generator().manual_seed(0)
+        self._finish = EngineFinish(engine.finish_reasons) if engine.finish_reasons is not None else None
+        #: Stages some results took from other code than :attr:`impls.trtllm.TrtllmImpl.stages` declares.
+        self.stages_used: dict = {} if self._finish is not None else {"finish": "reference"}
         if engine.beam_path == "regular":
             # the scenario runner's hook (impls.reference.beam); on the candidate-beams path the whole step is
             # the engine's (impls.trtllm.cba)
@@ -362,9 +370,20 @@ class TrtllmSession(ReferenceSession):
         """One step (see the module docstring for which stage is whose)."""
         self._probs = {}
         try:
-            return super().step(rows)
+            out = super().step(rows)
         finally:
             self._probs = {}
+        if self._finish is not None:
+            tokens = [r.token if r.error is None else None for r in out]
+            try:
+                reasons = self._finish.reasons(rows, tokens)
+            except Exception as e:  # the engine's handler failed: the step's rows fail with its message
+                err = RowError("engine_error", f"finish_reasons.py FinishReasonsHandler: {type(e).__name__}: {e}")
+                return [r if r.error is not None else RowResult.failed(err, r.mode) for r in out]
+            for r, reason in zip(out, reasons):
+                if reason is not None:
+                    r.finish_reason = reason
+        return out
 
     def sample_many(self, row: Row, seeds: Sequence[int], chunk: Optional[int] = None) -> torch.Tensor:
         """Counts of canonical draws from the engine-computed kept set (see :meth:`ReferenceSession.sample_many`)."""
