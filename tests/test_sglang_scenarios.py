@@ -155,8 +155,25 @@ def test_validation_is_sglangs_at_the_first_scheduled_step(impl):
     assert _out(res["ok"])[:4] == (None, [2], "length", 0)
 
 
+def test_n_copies_the_request_with_its_own_parameters(impl):
+    # n = 3 (GenerateReqInput: parallel_sample_num 3): children "a#0".."a#2", each a Req with the request's
+    # parameters. Greedy over HELLO with max_new_tokens 2: each copy [2, 3], length at step 1; the copies keep
+    # the request's seed (no seed + i), which the default server does not read anyway
+    res = _run(impl, RequestSpec("a", 0, _req("a", 0, max_new_tokens=2, seed=7).fields, n=3), tokenizer=None)
+    assert sorted(res) == ["a#0", "a#1", "a#2"]
+    assert {k: _out(r)[:4] for k, r in res.items()} == {k: (None, [2, 3], "length", 1) for k in res}
+    from impls.sglang import engine
+    assert engine.parallel_sample_num([1], {"n": 3}) == 3
+    assert engine.parallel_sample_num([1], {"n": 3, "beam_width": 2}) == 1   # a beam request is not fanned out
+
+
+def test_each_copy_of_n_is_validated_as_the_request(impl):
+    # top_k 0 fails SamplingParams.verify: every copy fails at its first step, as the one request would
+    res = _run(impl, RequestSpec("a", 0, _req("a", 0, top_k=0, temperature=1.0).fields, n=2), tokenizer=None)
+    assert {k: r.error for k, r in res.items()} == {"a#0": "invalid_top_k", "a#1": "invalid_top_k"}
+
+
 @pytest.mark.parametrize("extra,change,missing", [
-    ({}, dict(n=2), "TokenizerManager._handle_batch_request"),
     ({"use_beam_search": True}, dict(beam_width=2), "beam search"),
     ({}, dict(draft_len=1, drafts=[[2]]), "draft tokens"),
 ])

@@ -30,7 +30,8 @@ Multi-step scenarios (:meth:`SglangImpl.run_scenario`, :mod:`.scenario`) keep a 
 request across steps: SGLang validates it, samples it through the same batch path, and its
 ``Req.update_finish_state`` decides the finish (stop strings on the case's toy tokenizer, stop
 token ids, EOS, ``max_new_tokens``); SGLang's output streamer and detokenizer make the text. The
-adapter schedules (stage ``decode``: ``adapter``); beam search, drafts and ``n > 1`` are ``n/a``.
+adapter schedules (stage ``decode``: ``adapter``); ``n > 1`` is fanned out into copies of the
+request as SGLang's tokenizer manager sends them; beam search and drafts are ``n/a``.
 
 Install: ``pip install torch==2.14.1 torchvision==0.29.1 sglang==0.5.23`` (a CUDA build of
 torch, about 10 GB with SGLang's dependencies, that imports on a CPU), or ``tox -e sglang``.
@@ -52,9 +53,9 @@ __all__ = ["SglangImpl", "IMPLEMENTATIONS", "SCENARIO_FEATURES"]
 #: scenario does not report (logprobs, processed and low-precision logits, ``logprob_token_ids``) and
 #: less a given grammar bitmask (a grammar's matcher advances with the request's tokens; the case's
 #: words stand in for one step only), plus stop strings (``Req._check_str_based_finish`` on the case's
-#: toy tokenizer). Not ``n``: the fan-out is the tokenizer manager's (:func:`.scenario.unsupported_reason`).
+#: toy tokenizer) and ``n`` (the copies ``GenerateReqInput`` and the tokenizer manager make, :mod:`.scenario`).
 SCENARIO_FEATURES = ((SUPPORTED_FEATURES - {"logprobs", "processed_logits", "low_precision_logits",
-                                            "logprob_token_ids", "token_bitmask"}) | {"stop_strings"})
+                                            "logprob_token_ids", "token_bitmask"}) | {"stop_strings", "n"})
 
 
 class SglangImpl:
@@ -141,7 +142,7 @@ class SglangImpl:
         Raises
         ------
         ScenarioUnsupported
-            Beam search, draft tokens, ``n > 1``, an engine ``max_seq_len``, a request field the adapter
+            Beam search, draft tokens, an engine ``max_seq_len``, a request field the adapter
             cannot express, two requests in one slot at once (:func:`.scenario.unsupported_reason`).
         """
         from .scenario import run_scenario

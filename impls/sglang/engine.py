@@ -53,7 +53,7 @@ import torch
 from ..base import Row, RowError
 from .translate import classify_validation_error, eos_ids, sampling_kwargs
 
-__all__ = ["runtime", "make_request", "batch_info", "run_batch", "Draws", "finish_reason", "reason_name", "BatchOutput",
+__all__ = ["runtime", "parallel_sample_num", "make_request", "batch_info", "run_batch", "Draws", "finish_reason", "reason_name", "BatchOutput",
            "path_description", "RANDOM_SEED"]
 
 #: The server's ``random_seed`` (``ServerArgs.random_seed``; left unset, SGLang draws one at launch).
@@ -109,6 +109,36 @@ def runtime() -> dict:
     from . import processors
     _RUNTIME["processor_str"] = processors.CaseLogitProcessor.to_str()
     return _RUNTIME
+
+
+def parallel_sample_num(prompt: Sequence[int], params: dict) -> int:
+    """How many copies SGLang makes of one request: ``GenerateReqInput.normalize_batch_and_arguments``.
+
+    Parameters
+    ----------
+    prompt : sequence of int
+        The request's prompt ids (``input_ids``).
+    params : dict
+        Its ``sampling_params`` as a client sends them (``n``, ``beam_width``).
+
+    Returns
+    -------
+    int
+        ``parallel_sample_num``: ``n``, or 1 for a beam request (io_struct.py@v0.5.23
+        ``_handle_beam_search_parallel_sampling``). ``TokenizerManager._handle_batch_request`` then
+        sends that many copies of the tokenized request, each with a new rid and the same
+        ``sampling_params`` (seed included), after a ``max_new_tokens = 0`` request that only
+        caches the prompt.
+
+    Raises
+    ------
+    ValueError
+        What SGLang's normalisation raises for these inputs.
+    """
+    from sglang.srt.managers.io_struct import GenerateReqInput
+    obj = GenerateReqInput(input_ids=[int(t) for t in prompt], sampling_params=dict(params))
+    obj.normalize_batch_and_arguments()
+    return int(obj.parallel_sample_num)
 
 
 def path_description() -> dict:

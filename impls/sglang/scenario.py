@@ -45,9 +45,16 @@ What is the adapter's (stage ``decode``: :attr:`impls.sglang.SglangImpl.scenario
   whose ``encode`` (read only by ``SamplingParams.normalize`` for ``stop_str_max_len``) is a longest-
   match over the vocabulary, a character outside every entry one token.
 
-Refused (``n/a``, :func:`unsupported_reason`): beam search, draft tokens, ``n > 1`` (SGLang fans a
-request out in ``TokenizerManager._handle_batch_request``, the tokenizer manager process, which is
-not driven), an engine ``max_seq_len`` (the model's context length, a server setting), a request
+A request with ``n > 1`` is fanned out as SGLang's tokenizer manager does: how many copies is
+SGLang's ``GenerateReqInput.normalize_batch_and_arguments`` (:func:`.engine.parallel_sample_num`),
+and ``TokenizerManager._handle_batch_request`` sends each copy as the same tokenized request with a
+new rid, so every child is a ``Req`` with the request's own sampling parameters, seed included (the
+children are :meth:`~impls.reference.scenario_types.RequestSpec.children`, ``"<id>#<i>"``, which
+keep the request's fields). The prompt-caching request it sends first (``max_new_tokens = 0``)
+is not run: no client sees its token, and what it does to the shared generator is chance here
+anyway (SGLang's draws are not canonical).
+
+Refused (``n/a``, :func:`unsupported_reason`): beam search, draft tokens, an engine ``max_seq_len`` (the model's context length, a server setting), a request
 field the single-step adapter cannot express (:func:`.translate.unsupported_reason`), two requests in
 one slot at once (SGLang has no slots: ``duplicate_slot`` cannot arise).
 """
@@ -92,10 +99,6 @@ def unsupported_reason(spec: ScenarioSpec) -> Optional[str]:
         if req.draft_len or req.drafts is not None or req.d2t is not None:
             return (f"request {req.id!r}: draft tokens (SGLang's speculative workers propose their own drafts; "
                     "literal drafts or a draft model's q cannot be given)")
-        if req.n != 1:
-            return (f"request {req.id!r}: n={req.n} (SGLang fans a request out into parallel_sample_num copies "
-                    "in managers/tokenizer_manager.py TokenizerManager._handle_batch_request, the tokenizer "
-                    "manager process, which is not driven)")
         model = req.model or spec.model
         why = row_unsupported_reason(req.row(torch.zeros(model.vocab), []))
         if why is not None:
@@ -184,8 +187,9 @@ def _accumulator():
 class _Run:
     def __init__(self, spec: ScenarioSpec):
         self.spec = spec
-        self.seqs = [_Seq(r, result=RequestResult(r.id)) for r in spec.requests]
-        self.by_id = {q.spec.id: q for q in self.seqs}
+        #: request id -> its sequences (the request itself, or its n children as SGLang copies it)
+        self.members = {r.id: [_Seq(c, result=RequestResult(c.id)) for c in _fan_out(r)] for r in spec.requests}
+        self.seqs = [q for r in spec.requests for q in self.members[r.id]]
         self.owner: dict = {}
         tok = spec.tokenizer
         self.fast = fast_tokenizer(tok) if tok is not None else None
@@ -200,7 +204,7 @@ class _Run:
         live = ("waiting", "running")
         ids = self.spec.schedule_at(step)
         if ids is not None:
-            return [self.by_id[i] for i in ids if self.by_id[i].status in live]
+            return [q for i in ids for q in self.members[i] if q.status in live]
         return [q for q in self.seqs if q.status in live and q.spec.wants_step(step)]
 
     def done(self, step: int) -> bool:
@@ -330,6 +334,27 @@ class _Run:
             if self.spec.tokenizer is not None:
                 r.text = "".join(q.text)
         return ScenarioResult({q.spec.id: q.result for q in self.seqs}, step, keys=REPORTED, path=PATH)
+
+
+def _fan_out(req) -> list:
+    """The sequences SGLang decodes for ``req``: itself, or the ``parallel_sample_num`` copies of it.
+
+    Raises
+    ------
+    ScenarioUnsupported
+        SGLang makes another number of copies than the case's ``n`` (the message says how many).
+    """
+    if req.n == 1:
+        return [req]
+    try:
+        k = engine.parallel_sample_num(req.fields.get("prompt", []), {"n": req.n})
+    except ValueError as e:
+        raise ScenarioUnsupported(f"request {req.id!r}: SGLang's GenerateReqInput refuses n={req.n}: {e}") from e
+    kids = req.children()
+    if k != len(kids):
+        raise ScenarioUnsupported(f"request {req.id!r}: n={req.n}, but SGLang's GenerateReqInput makes {k} "
+                                  "copies")
+    return kids
 
 
 def run_scenario(spec: ScenarioSpec) -> ScenarioResult:
