@@ -30,7 +30,7 @@ Commands:
   — a commented template at ``cases/CATEGORY/NAME.toml`` (refused by the loader
   until its ``TODO`` values are replaced), then the existing cases that share
   the most of the features.
-* ``sampcheck record --impl NAME [--out FILE]`` — a run record
+* ``sampcheck record --impl NAME [--out FILE] [--no-progress]`` — a run record
   (:mod:`harness.records.records`).
 * ``sampcheck diff A B [--html FILE] [--text FILE]`` — compare two run
   records (:mod:`harness.report.diff`); exit 0 when nothing changed, 1 when
@@ -187,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--cases", action="append", metavar="PATTERN", help="restrict to these cases")
     rec.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     rec.add_argument("--no-isolation", action="store_true", help="run in this process")
+    rec.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_impl_options(rec)
     d = sub.add_parser("diff", help="compare two run records: per case unchanged / newly passing / newly failing / "
                                     "changed output / added / removed; exit 1 when anything changed")
@@ -696,7 +697,8 @@ def _cmd_record(args) -> int:
             print(f"sampcheck record: --out {args.out}: {why}", file=sys.stderr)
             return 2
     try:
-        rec = records.record(args.impl, args.cases, args.device, isolate=not args.no_isolation)
+        rec = records.record(args.impl, args.cases, args.device, isolate=not args.no_isolation,
+                             progress=not args.no_progress)
     except (KeyError, ValueError) as e:
         print(f"sampcheck record: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2

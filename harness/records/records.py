@@ -236,7 +236,8 @@ def from_results(doc: dict, impl: str, created: Optional[str] = None) -> dict:
     }
 
 
-def record(impl: str, patterns: Optional[list] = None, device: str = "cpu", isolate: bool = True) -> dict:
+def record(impl: str, patterns: Optional[list] = None, device: str = "cpu", isolate: bool = True,
+           progress: bool = False) -> dict:
     """Run the corpus on ``impl`` and return its run record.
 
     Parameters
@@ -249,6 +250,8 @@ def record(impl: str, patterns: Optional[list] = None, device: str = "cpu", isol
         ``"cpu"`` or ``"cuda"``.
     isolate : bool
         Run the implementation in its own worker process.
+    progress : bool
+        Show the run's progress bar (stderr), as ``sampcheck run`` does.
 
     Returns
     -------
@@ -262,7 +265,7 @@ def record(impl: str, patterns: Optional[list] = None, device: str = "cpu", isol
     """
     from harness.run.runner import run
     with tempfile.TemporaryDirectory(prefix="sampcheck-record-") as tmp:
-        outcome = run([impl], patterns, Path(tmp), device, progress=False, isolate=isolate)
+        outcome = run([impl], patterns, Path(tmp), device, progress=progress, isolate=isolate)
         return from_results(outcome.doc, impl,
                             created=datetime.now(timezone.utc).replace(microsecond=0).isoformat())
 
