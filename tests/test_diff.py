@@ -315,3 +315,29 @@ def test_provenance_is_counted_and_compared_between_schema_2_records():
     r1 = D.diff(_rec(copy.deepcopy(A)), _rec({**copy.deepcopy(A), "a/same": {**A["a/same"], "own_code": False,
                                                                              "borrowed": ["draw"]}}, schema=2))
     assert [c["kind"] for c in r1["cases"] if c["case"] == "a/same"] == ["unchanged"]
+
+
+def test_different_sampcheck_builds_are_named():
+    # the same outputs made by two builds: no change, but the text and the page say whose build made each
+    a, b = _rec(A), _rec(copy.deepcopy(A))
+    a["environment"]["sampcheck"], b["environment"]["sampcheck"] = "0.1.0+git.aaaaaaaaaaaa", "0.1.0+git.bbbbbbbbbbbb"
+    r = D.diff(a, b, "a.json", "b.json")
+    note = ("NOTE: made by different sampcheck builds (0.1.0+git.aaaaaaaaaaaa vs 0.1.0+git.bbbbbbbbbbbb): a changed "
+            "case may be sampcheck's change (an adapter, the reference, the judge), not the engine's\n")
+    assert r["changed"] is False and note in D.render_text(r)
+    assert "Made by different sampcheck builds" in D.render_html(r)
+    b["environment"]["sampcheck"] = a["environment"]["sampcheck"]      # one build, or a record without the field
+    assert "sampcheck builds" not in D.render_text(D.diff(a, b))
+    del b["environment"]["sampcheck"]
+    assert "sampcheck builds" not in D.render_text(D.diff(a, b))
+
+
+def test_a_record_names_the_build_that_made_it():
+    import re
+    from harness import __version__
+    build = records.sampcheck_build()
+    # this checkout is a git clone (tests run from one), so the commit is there; ".modified" while edited
+    assert re.fullmatch(re.escape(__version__) + r"(\+git\.[0-9a-f]{12}(\.modified)?)?", build), build
+    rec = records.from_results({"run": {"impls": {"x": {"version": "1", "profile": "hf", "rng": "canonical"}},
+                                        "finished": "t"}, "results": []}, "x")
+    assert rec["environment"]["sampcheck"] == build

@@ -92,7 +92,8 @@ TOP_SCHEMA = {"type": "object", "properties": {
     "environment": {"type": "object", "properties": {
         "packages": {"type": "object", "additionalProperties": {"type": ["string", "null"]}},
         "reference_version": {"type": ["string", "null"]}, "created": {"type": ["string", "null"]},
-        "python": {"type": ["string", "null"]}, "platform": {"type": ["string", "null"]}}},
+        "python": {"type": ["string", "null"]}, "platform": {"type": ["string", "null"]},
+        "sampcheck": {"type": ["string", "null"]}}},
     "run": {"type": "object", "properties": {
         "cases_selected": {"type": ["integer", "null"]}, "cases_declared": {"type": ["integer", "null"]},
         "alpha_per_check": _FLOAT_OR_NULL, "statistical_checks_in_corpus": {"type": ["integer", "null"]}}}}}

@@ -14,7 +14,8 @@ the strings ``"inf"``, ``"-inf"``, ``"nan"``)::
      "format": "sampcheck-record", "schema": 2,
      "engine": {"impl": "transformers", "version": "5.24.0", "profile": "hf", "facts": {...}},
      "environment": {"python": ..., "platform": ..., "packages": {"torch": ..., ...},
-                     "reference_version": ..., "created": ...},
+                     "reference_version": ..., "created": ...,
+                     "sampcheck": "0.1.0+git.<commit>[.modified]"},
      "run": {"cases_selected": 170, "cases_declared": 170, "alpha_per_check": ...,
              "statistical_checks_in_corpus": ...},
      "cases": {"<case id>": {"status": "pass", "check": "exact", "message": "...",
@@ -68,7 +69,7 @@ from harness.corpus.paths import project_dir
 from .record_schema import STATUSES, check_record
 
 __all__ = ["RECORD_FORMAT", "RECORD_SCHEMA", "READABLE_SCHEMAS", "ENGINES_DIR", "RecordError", "from_results", "record",
-           "dumps", "write", "load", "default_path"]
+           "dumps", "write", "load", "default_path", "sampcheck_build"]
 
 RECORD_FORMAT = "sampcheck-record"
 RECORD_SCHEMA = 2
@@ -187,6 +188,30 @@ def _packages() -> dict:
     return out
 
 
+def sampcheck_build() -> str:
+    """Which sampcheck made a record: ``"<version>+git.<12-hex commit>"`` from a git checkout
+    (``".modified"`` appended when its tracked files differ from that commit), else ``"<version>"``.
+
+    Two records made by different builds may differ because sampcheck's adapters or reference
+    changed, not the engine: :mod:`harness.report.diff` says so. Never raises (no git: the
+    version alone).
+    """
+    import subprocess
+    from harness import __version__
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0 or not (root / "harness").is_dir():
+            return __version__
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return __version__
+    mod = ".modified" if dirty.returncode == 0 and dirty.stdout.strip() else ""
+    return f"{__version__}+git.{head.stdout.strip()[:12]}{mod}"
+
+
 def from_results(doc: dict, impl: str, created: Optional[str] = None) -> dict:
     """Condense a ``results.json`` document to the run record of one implementation.
 
@@ -228,7 +253,7 @@ def from_results(doc: dict, impl: str, created: Optional[str] = None) -> dict:
                           "skip_reason": info.get("skip_reason")}),
         "environment": {"python": platform.python_version(), "platform": run.get("platform", platform.platform()),
                         "packages": _packages(), "reference_version": REFERENCE_VERSION,
-                        "created": created or run.get("finished")},
+                        "created": created or run.get("finished"), "sampcheck": sampcheck_build()},
         "run": _round({k: run.get(k) for k in ("cases_selected", "cases_declared", "alpha_per_check",
                                                "statistical_checks_in_corpus")}),
         "cases": {r["case"]: _case_entry(r, canonical) for r in sorted(doc["results"], key=lambda r: r["case"])

@@ -366,7 +366,8 @@ def _side(rec: dict, name: str) -> dict:
                                     for st in ("pass", "known-diff", "known-bug", "fail")} if own is not None else None),
             "cases": len(rec["cases"]), "cases_declared": rec["run"].get("cases_declared"),
             "packages": rec["environment"].get("packages", {}),
-            "reference_version": rec["environment"].get("reference_version")}
+            "reference_version": rec["environment"].get("reference_version"),
+            "sampcheck": rec["environment"].get("sampcheck")}
 
 
 def diff(a: dict, b: dict, name_a: str = "A", name_b: str = "B", false_alarm: float = FALSE_ALARM) -> dict:
@@ -451,6 +452,10 @@ def render_text(result: dict) -> str:
              f"{b['cases']} cases)"]
     for name, va, vb in result["environment"]:
         lines.append(f"  package {name}: {va or '-'} -> {vb or '-'}")
+    sa, sb = a.get("sampcheck"), b.get("sampcheck")
+    if sa and sb and sa != sb:
+        lines.append(f"NOTE: made by different sampcheck builds ({sa} vs {sb}): a changed case may be sampcheck's "
+                     "change (an adapter, the reference, the judge), not the engine's")
     lines.append(f"two-sample tests: {result['tests']}, family-wise false-alarm rate {result['false_alarm']:g} "
                  f"(each at {result['alpha_per_test']:.3g}, Bonferroni)")
     if result["setup_regression"]:
