@@ -93,6 +93,24 @@ def _fake_checkout(root: Path, beam_search: str = None) -> Path:
                      "class SynchronousTokenBanHandler: pass\n", "class _SeedManager: pass\n", beam_search)
 
 
+def test_finish_falls_back_to_the_reference_and_a_broken_file_says_so(tmp_path):
+    # no finish_reasons.py: finish is the reference's, quietly (an older checkout)
+    root = _fake_checkout(tmp_path / "a")
+    impl = TrtllmImpl(str(root))
+    assert impl.stages["finish"] == "reference" and TrtllmImpl.STAGES["finish"] == "own"
+    facts = impl.describe()
+    assert [p["from"] for p in facts["pipeline"] if p["stage"] == "finish reasons"] == ["reference"]
+    assert "warnings" not in facts and any(u.startswith("finish_reasons.py (") for u in facts["unverified"])
+    # a finish_reasons.py that does not load: the same fallback, and a warning naming the file and line
+    root = _fake_checkout(tmp_path / "b")
+    (root / loader.SAMPLER_DIR / "finish_reasons.py").write_text("class FinishReasonsHandler:\n    x = (\n")
+    impl = TrtllmImpl(str(root))
+    assert impl.stages["finish"] == "reference"
+    (warning,) = impl.describe()["warnings"]
+    assert warning.startswith(f"loading {loader.SAMPLER_DIR}/finish_reasons.py failed: SyntaxError: ")
+    assert "line 2" in warning and warning.endswith("finish reasons: the reference's)")
+
+
 def test_beam_search_file_is_optional(tmp_path):
     eng = loader.load(_fake_checkout(tmp_path / "a"))
     assert eng.beam_search is None and eng.sampler_strategy is None and eng.beam_path is None

@@ -468,6 +468,9 @@ def _run_locked(impl_names, chosen, paths, all_paths, budget, out_dir, journal, 
                 list(pool.map(_Lane.start, lanes))
         infos = lanes[0].infos
         meta = _impl_meta(impl_names, lanes[0], device)
+        for name, m in meta.items():   # what an implementation says is wrong with its setup (facts.warnings)
+            for w in (m.get("facts") or {}).get("warnings") or ():
+                _note(f"{name}: {w}")
         header = {"journal": 1, "impls": labels, "cases": selected, "started": started,
                   **({"shard": list(shard)} if shard else {})}
         writing[0] = journal.path

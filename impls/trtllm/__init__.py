@@ -191,13 +191,30 @@ class TrtllmImpl:
     })
     devices = frozenset({"cpu"})
     slow = False
-    #: As :data:`PIPELINE` says, stage by stage.
-    stages = {"validation": "reference", "logit_bias": "adapter", "penalties": "own", "bans": "own",
+    #: As :data:`PIPELINE` says, stage by stage, for a checkout whose ``finish_reasons.py`` loads
+    #: (:attr:`stages` gives the loaded checkout's).
+    STAGES = {"validation": "reference", "logit_bias": "adapter", "penalties": "own", "bans": "own",
               "filters": "own", "draw": "reference", "seeds": "reference", "logprobs": "reference",
               "finish": "own", "decode": "reference", "beam": "adapter"}
     cli_options = (CliOption("--trtllm-src", loader.ENV_VAR, "PATH",
                              f"a TensorRT-LLM source checkout for --impl trtllm (default: ${loader.ENV_VAR}); its "
                              "pure-PyTorch sampler functions are loaded from it by file path", path=True),)
+
+    @property
+    def stages(self) -> dict:
+        """:data:`STAGES`, with ``finish`` the reference's when the loaded checkout's
+        ``finish_reasons.py`` is absent or did not load (no checkout: :data:`STAGES` as declared)."""
+        try:
+            eng = self.engine()
+        except loader.CheckoutError:
+            return dict(self.STAGES)
+        return {**self.STAGES, **({} if eng.finish_reasons is not None else {"finish": "reference"})}
+
+    def _finish_problem(self, eng) -> Optional[str]:
+        """Why ``finish_reasons.py`` is not driven (the loader's message), or None."""
+        if eng.finish_reasons is not None:
+            return None
+        return eng.optional_missing.get("finish_reasons.py", f"{loader.SAMPLER_DIR}/finish_reasons.py is not loaded")
 
     def engine(self) -> loader.Engine:
         """The loaded checkout.
@@ -254,6 +271,10 @@ class TrtllmImpl:
                "bs": c.get("beam_search.py", "?"), "ss": c.get("sampler_strategy.py", "?"),
                "fr": c.get("finish_reasons.py", "?")}
         path = eng.beam_path
+        finish_problem = self._finish_problem(eng)
+        # a file the checkout has but that did not load is the user's to fix: said at the run's start
+        broken = [why for rel, why in eng.optional_missing.items()
+                  if (eng.root / loader.SAMPLER_DIR / rel).is_file()]
         files = {rel: {"commit": f.get("commit"), "sha256": f["sha256"],
                        **({"modified_since_recorded": True}
                           if f.get("recorded_sha256") and f["recorded_sha256"] != f["sha256"] else {})}
@@ -262,14 +283,18 @@ class TrtllmImpl:
             "source": "NVIDIA/TensorRT-LLM source checkout, loaded by file path (impls/trtllm/loader.py)",
             "tensorrt_llm_version": eng.version or "unknown (no tensorrt_llm/version.py in the checkout)",
             "files": files,
-            "pipeline": [{"stage": s, "from": "reference" if s == "finish reasons" and eng.finish_reasons is None
-                          else who, "what": what.format(**fmt)}
+            "pipeline": [{"stage": s, "from": who, "what": what.format(**fmt)} if not (s == "finish reasons" and
+                                                                                        finish_problem) else
+                         {"stage": s, "from": "reference",
+                          "what": f"impls/reference/finish.py: finish_reasons.py is not driven ({finish_problem})"}
                          for s, who, what in PIPELINE + BEAM_PIPELINE.get(path, ())]
                         + ([{"stage": "beam search", "from": "n/a",
                              "what": eng.beam_unavailable() + ": cases with beam search are n/a"}]
                            if path is None else []),
             "beam_path": path,
-            "unverified": list(UNVERIFIED),
+            "unverified": list(UNVERIFIED) + ([f"finish_reasons.py ({finish_problem})"] if finish_problem else []),
+            **({"warnings": [f"{why}; the stages that file carries fall back (finish reasons: the reference's)"
+                             if "finish_reasons.py" in why else why for why in broken]} if broken else {}),
             "stand_ins": ["tensorrt_llm._utils.prefer_pinned -> False", "tensorrt_llm.logger (records warnings)",
                           "llm_request.LlmRequest (empty class)",
                           "sampler_common.RequestSeeds / request_random_seed",
