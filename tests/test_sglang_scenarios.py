@@ -162,6 +162,9 @@ def test_n_copies_the_request_with_its_own_parameters(impl):
     res = _run(impl, RequestSpec("a", 0, _req("a", 0, max_new_tokens=2, seed=7).fields, n=3), tokenizer=None)
     assert sorted(res) == ["a#0", "a#1", "a#2"]
     assert {k: _out(r)[:4] for k, r in res.items()} == {k: (None, [2, 3], "length", 1) for k in res}
+    # an empty prompt is fanned out the same way (the count does not read it)
+    empty = RequestSpec("e", 0, {**_req("e", 0, max_new_tokens=1).fields, "prompt": []}, n=2)
+    assert sorted(_run(impl, empty, tokenizer=None)) == ["e#0", "e#1"]
     from impls.sglang import engine
     assert engine.parallel_sample_num([1], {"n": 3}) == 3
     assert engine.parallel_sample_num([1], {"n": 3, "beam_width": 2}) == 1   # a beam request is not fanned out

@@ -346,8 +346,11 @@ def _fan_out(req) -> list:
     """
     if req.n == 1:
         return [req]
+    # The count does not depend on the prompt; GenerateReqInput refuses an empty input_ids for any n, which
+    # the adapter does not model for n = 1 either (a scenario's Req takes an empty prompt): one placeholder id.
+    prompt = list(req.fields.get("prompt") or []) or [0]
     try:
-        k = engine.parallel_sample_num(req.fields.get("prompt", []), {"n": req.n})
+        k = engine.parallel_sample_num(prompt, {"n": req.n})
     except ValueError as e:
         raise ScenarioUnsupported(f"request {req.id!r}: SGLang's GenerateReqInput refuses n={req.n}: {e}") from e
     kids = req.children()
