@@ -241,11 +241,11 @@ def test_the_ten_n_cases_need_feature_n():
 
 
 def test_engines_without_a_request_layer_report_the_n_cases_na_naming_the_feature():
-    # Only the reference (every profile), vLLM's engine loop (LLMEngine.add_request fans n out) and transformers
-    # (generate(num_return_sequences=n)) declare n. TensorRT-LLM's children are made by the C++ batch manager
-    # (LlmRequest::createChildRequest), outside the checkout's PyTorch sampler functions; SGLang's adapter runs single
-    # steps; llama.cpp's chain, FlashInfer's kernels and vLLM's GPU sampling paths have no requests; a beam request
-    # has no children (transformers-beam).
+    # Only the reference (every profile), vLLM's engine loop (LLMEngine.add_request fans n out), transformers
+    # (generate(num_return_sequences=n)) and SGLang's scenarios (GenerateReqInput's parallel_sample_num copies)
+    # declare n. TensorRT-LLM's children are made by the C++ batch manager (LlmRequest::createChildRequest), outside
+    # the checkout's PyTorch sampler functions; llama.cpp's chain, FlashInfer's kernels and vLLM's GPU sampling paths
+    # have no requests; a beam request has no children (transformers-beam).
     from harness.judge.judge import Judge
     from impls import registry
 
@@ -266,4 +266,5 @@ def test_engines_without_a_request_layer_report_the_n_cases_na_naming_the_featur
             if getattr(impl, "run_scenario", None) is not None and "finish_reason" in case.kind.feature_set(impl):
                 assert why == head + "n", why   # a scenario engine: n is all it lacks here
     assert can == {"reference", "reference-hf", "reference-vllm", "reference-flashinfer", "reference-flashinfer-joint",
-                   "reference-llamacpp", "reference-sglang", "reference-sglang-flashinfer", "transformers", "vllm"}
+                   "reference-llamacpp", "reference-sglang", "reference-sglang-flashinfer", "transformers", "vllm",
+                   "sglang"}
