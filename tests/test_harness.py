@@ -166,6 +166,41 @@ def test_known_bug_needs_a_matching_finding(tmp_path):
     assert out.exit_code == 0
 
 
+@pytest.mark.parametrize("rows,status", [('["main:0"]', "known-bug"), ('["main:1"]', "fail"), ("[]", "known-bug")])
+def test_a_finding_with_rows_explains_only_those_rows(tmp_path, rows, status):
+    # WrongArgmax picks the minimum: row main:0 ([1, 3, 2]) differs (0, want 1); row main:1 ([2, 2]: both ends
+    # are id 0) does not. A finding naming main:0 (or no rows: the whole case) explains the case; one naming
+    # only main:1 does not, and the case fails naming the row it leaves unexplained.
+    root = tmp_path / "cases"
+    write_case(root, "greedy/two", GREEDY_OK + "[[rows]]\nlogits = [2.0, 2.0]\ntemperature = 0.0\n"
+                                              "[rows.expect]\ntoken = 0\nmode = \"greedy\"\n")
+    (root / "findings.toml").write_text(textwrap.dedent(f"""
+        [[finding]]
+        id = "wrong-argmin"
+        impl = "wrong"
+        versions = ">=1.0,<2"
+        cases = ["greedy/*"]
+        rows = {rows}
+        title = "greedy picks the minimum"
+        link = "https://github.com/NVIDIA/TensorRT-LLM/issues/1"
+        """))
+    r = run([WrongArgmax()], None, tmp_path / "r", progress=False, root=root).doc["results"][0]
+    assert r["status"] == status
+    if status == "fail":
+        assert r["details"]["message"] == ("1 row(s) differ from the trtllm prediction: main:0 (finding wrong-argmin "
+                                           "explains row(s) main:1 only; also differ: main:0)")
+        assert r["details"]["finding_rows_unexplained"] == ["main:0"]
+
+
+def test_finding_rows_must_be_row_labels(tmp_path):
+    from harness.corpus.findings import load_findings
+    p = tmp_path / "findings.toml"
+    p.write_text('[[finding]]\nid = "x"\nimpl = "a"\nversions = ">=1"\ncases = ["c/*"]\nrows = ["3"]\n'
+                 'title = "t"\nlink = "l"\n')
+    with pytest.raises(ValueError, match=r'finding\[0\]\.rows: a list of row labels such as "main:3"'):
+        load_findings(p)
+
+
 def test_known_diff_names_the_profile_field(tmp_path):
     # HF rejects temperature = 0 when sampling; trtllm treats it as greedy.
     root = tmp_path / "cases"

@@ -3,7 +3,9 @@
 Findings live in ``cases/findings.toml`` (format in cases/README.md): each
 names an implementation (or a list of them: one engine behind two adapters,
 e.g. ``["flashinfer", "flashinfer-joint"]``), a PEP 440 version range, the case ids (or globs) it
-covers, a title, a public link and a minimal reproducer.
+covers, a title, a public link and a minimal reproducer; optionally the rows it explains
+(``rows``, labels such as ``"main:3"``: the case is ``known-bug`` only when no other row
+differs from the profile's prediction; exact cases).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class Finding:
     title: str
     link: str
     reproducer: str = ""
+    #: Row labels (``"<batch>:<index>"``) this finding explains; empty: the whole case.
+    rows: tuple = ()
 
     @property
     def impls(self) -> tuple:
@@ -73,8 +77,11 @@ def load_findings(path: Path) -> list:
             impl = ", ".join(impl)
         elif not isinstance(impl, str) or not impl:
             raise ValueError(f"{path}: finding[{i}].impl: an implementation name or a list of names, got {impl!r}")
+        rows = f.get("rows", [])
+        if not isinstance(rows, list) or not all(isinstance(r, str) and ":" in r for r in rows):
+            raise ValueError(f"{path}: finding[{i}].rows: a list of row labels such as \"main:3\", got {rows!r}")
         out.append(Finding(f["id"], impl, f["versions"], tuple(f["cases"]), f["title"], f["link"],
-                           f.get("reproducer", "")))
+                           f.get("reproducer", ""), tuple(rows)))
     return out
 
 

@@ -60,6 +60,9 @@ class Evidence:
     own : str or None
         Step 3: the message when the implementation's outputs differ from its profile's
         prediction.
+    own_rows : list of str or None
+        Step 3: the labels of the rows that differ (exact cases); a finding with ``rows``
+        explains the case only when every one of them is among its rows.
     undecided : str or None
         Step 4: the message when the check cannot be judged.
     differs : bool
@@ -77,6 +80,7 @@ class Evidence:
     profile_truth: Optional[str] = None
     suspects: Optional[Callable[[], list]] = None
     own: Optional[str] = None
+    own_rows: Optional[list] = None
     undecided: Optional[str] = None
     differs: bool = False
     explain: Optional[Callable[[], list]] = None
@@ -126,6 +130,12 @@ def verdict(judge, case, impl, version: str, ev: Evidence) -> Result:
         return out("error", f"cannot be judged: {what}")
     if ev.own:
         finding = judge.finding(impl.name, version, case.id)
+        unexplained = ([r for r in ev.own_rows if r not in finding.rows]
+                       if finding and finding.rows and ev.own_rows is not None else [])
+        if unexplained:
+            details["finding_rows_unexplained"] = unexplained
+            return out("fail", f"{ev.own} (finding {finding.id} explains row(s) {', '.join(finding.rows)} only; "
+                               f"also differ: {', '.join(unexplained)})")
         if finding:
             details["finding"] = dataclasses.asdict(finding)
             return out("known-bug", f"{ev.own} — known bug {finding.id}: {finding.title}")

@@ -207,6 +207,7 @@ class ExactKind(RowsKind):
                 ev.suspects = lambda: self.suspects(judge, case, impl.profile)
         if own:
             ev.own = f"{len(own)} row(s) differ from the {name} prediction: {', '.join(own)}"
+            ev.own_rows = list(own)
         ev.differs = bool(vs_default)
         ev.explain = lambda: self.explain(judge, case, impl.profile, keys)
         ev.diff_message = lambda fields: (f"matches its profile {name!r}, which differs from the default on "
