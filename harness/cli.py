@@ -71,6 +71,16 @@ def _impl_options():
     return registry.cli_options()
 
 
+class _Once(argparse.Action):
+    """An option that may be given once: a second one is a usage error naming both values."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice ({getattr(namespace, self.dest)} and {values}): "
+                         f"give it once")
+        setattr(namespace, self.dest, values)
+
+
 def _add_impl_options(p: argparse.ArgumentParser) -> None:
     for opt in _impl_options():
         p.add_argument(opt.flag, metavar=opt.metavar, dest=_dest(opt), help=opt.help)
@@ -182,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     dc.add_argument("--jobs", type=int, default=1, metavar="N", help="with --refresh: N worker processes (default 1)")
     rec = sub.add_parser("record", help="run the corpus on one implementation and write its run record "
                                         "(golden/engines/<impl>-<version>.json)")
-    rec.add_argument("--impl", required=True, metavar="NAME", help="the implementation (see 'sampcheck list impls')")
+    rec.add_argument("--impl", required=True, metavar="NAME", action=_Once,
+                     help="the implementation (see 'sampcheck list impls'); one: a record is of one implementation")
     rec.add_argument("--out", metavar="FILE", help="where to write (default: golden/engines/<impl>-<version>.json)")
     rec.add_argument("--cases", action="append", metavar="PATTERN", help="restrict to these cases")
     rec.add_argument("--device", default="cpu", choices=["cpu", "cuda"])

@@ -568,6 +568,15 @@ def test_a_latency_only_peer_is_a_usage_error_for_run_and_record(verb, tmp_path,
     assert not (tmp_path / "r" / ".sampcheck.lock").exists()
 
 
+def test_record_takes_one_impl(tmp_path, capsys):
+    # a fresh-user pass: 'record --impl reference --impl reference-hf' silently recorded the last one
+    with pytest.raises(SystemExit) as ei:
+        main(["record", "--impl", "reference", "--impl", "reference-hf", "--out", str(tmp_path / "r.json")])
+    assert ei.value.code == 2
+    assert "--impl given twice (reference and reference-hf): give it once" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
+
+
 def test_list_impls_verbose_shows_scenario_features_where_an_impl_has_them(capsys):
     # a fresh-user pass: transformers-beam showed "features: -" though its run_scenario judges beam cases
     assert main(["list", "impls", "-v"]) == 0
