@@ -53,8 +53,8 @@ import torch
 from ..base import Row, RowError
 from .translate import classify_validation_error, eos_ids, sampling_kwargs
 
-__all__ = ["runtime", "parallel_sample_num", "make_request", "batch_info", "run_batch", "Draws", "finish_reason", "reason_name", "BatchOutput",
-           "path_description", "RANDOM_SEED"]
+__all__ = ["runtime", "parallel_sample_num", "make_request", "batch_info", "run_batch", "Draws", "finish_reason",
+           "reason_name", "BatchOutput", "path_description", "RANDOM_SEED"]
 
 #: The server's ``random_seed`` (``ServerArgs.random_seed``; left unset, SGLang draws one at launch).
 RANDOM_SEED = 42

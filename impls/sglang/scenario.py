@@ -54,8 +54,8 @@ keep the request's fields). The prompt-caching request it sends first (``max_new
 is not run: no client sees its token, and what it does to the shared generator is chance here
 anyway (SGLang's draws are not canonical).
 
-Refused (``n/a``, :func:`unsupported_reason`): beam search, draft tokens, an engine ``max_seq_len`` (the model's context length, a server setting), a request
-field the single-step adapter cannot express (:func:`.translate.unsupported_reason`), two requests in
+Refused (``n/a``, :func:`unsupported_reason`): beam search, draft tokens, an engine ``max_seq_len``
+(the model's context length, a server setting), a request field the single-step adapter cannot express (:func:`.translate.unsupported_reason`), two requests in
 one slot at once (SGLang has no slots: ``duplicate_slot`` cannot arise).
 """
 

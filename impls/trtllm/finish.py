@@ -136,10 +136,9 @@ class EngineFinish:
 
     A row continues the request its slot holds when its ``request_id`` and
     finish settings are the same and its prompt + generated ids are what the
-    handler has seen
-    (the earlier tokens plus the one it sampled); otherwise it is admitted
-    anew, as ``setup_sampler_step`` admits a context request (its past-token
-    window filled from ``get_tokens()``).
+    handler has seen (the earlier tokens plus the one it sampled); otherwise
+    it is admitted anew, as ``setup_sampler_step`` admits a context request
+    (its past-token window filled from ``get_tokens()``).
     """
 
     def __init__(self, module):
