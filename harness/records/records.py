@@ -200,9 +200,15 @@ def sampcheck_build() -> str:
     from harness import __version__
     root = Path(__file__).resolve().parents[2]
     try:
+        # only the checkout the package runs from: an installed copy inside some other repository (a venv in
+        # a clone) must not report that repository's commit
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True, timeout=10)
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root:
+            return __version__
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10)
-        if head.returncode != 0 or not (root / "harness").is_dir():
+        if head.returncode != 0:
             return __version__
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10)
