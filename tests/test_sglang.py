@@ -16,16 +16,10 @@ from impls.processors import parse
 
 sglang = pytest.importorskip("sglang", reason="SGLang is not installed (tox -e sglang)")
 
-from impls.sglang import SglangImpl  # noqa: E402
-
 
 @pytest.fixture(scope="module")
-def impl():
-    im = SglangImpl()
-    why = im.available("cpu")
-    if why:
-        pytest.skip(why)
-    return im
+def impl(sglang_impl):
+    return sglang_impl
 
 
 def _row(logits, slot=0, **kw):

@@ -667,6 +667,7 @@ def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl
     na_v = tl.zeros([BLOCK], dtype=tl.int32)
     e_v = tl.zeros([BLOCK], dtype=tl.int64)
     h = tl.zeros([NB1], dtype=tl.int32)
+    # Two copies of the loop on purpose (the hot pass): only a top-p row pays the exp of its mass.
     if p_on:
         for st in range(lo, hi, BLOCK):
             offs, x, fin = _tile1(base, st, V, BLOCK)
