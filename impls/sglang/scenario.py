@@ -185,6 +185,12 @@ def _accumulator():
 
 
 class _Run:
+    """One scenario's decode on SGLang's ``Req`` objects, scheduled by the adapter (module docstring).
+
+    ``seqs``: every sequence in spec order (a request, or its ``n`` copies); ``owner``: slot -> the
+    sequence holding it (SGLang has no slots: two requests in one slot at once are ``n/a``).
+    """
+
     def __init__(self, spec: ScenarioSpec):
         self.spec = spec
         #: request id -> its sequences (the request itself, or its n children as SGLang copies it)
@@ -197,10 +203,12 @@ class _Run:
         self._rid = 0
 
     def model_of(self, req):
+        """The scripted model serving ``req``: its own, else the scenario's."""
         return req.model or self.spec.model
 
     # -- scheduling (the adapter's) ------------------------------------------------
     def scheduled(self, step: int) -> list:
+        """The live sequences that run at ``step`` (the explicit schedule's, else those that want it)."""
         live = ("waiting", "running")
         ids = self.spec.schedule_at(step)
         if ids is not None:
@@ -208,21 +216,31 @@ class _Run:
         return [q for q in self.seqs if q.status in live and q.spec.wants_step(step)]
 
     def done(self, step: int) -> bool:
+        """Whether the decode ends before ``step``: past the schedule, or nothing waiting or running."""
         if self.spec.schedule_over(step):
             return True
         return all(q.status not in ("waiting", "running") for q in self.seqs)
 
     def fail(self, q: _Seq, err: RowError, step: int) -> None:
+        """Record ``err`` at ``step`` as ``q``'s error and free its slot."""
         q.status = "failed"
         q.result.error, q.result.message, q.result.error_step = err.kind, err.message, step
         self.release(q)
 
     def release(self, q: _Seq) -> None:
+        """Free ``q``'s slot if it holds it."""
         if self.owner.get(q.spec.slot) is q:
             del self.owner[q.spec.slot]
 
     # -- admission: SGLang's SamplingParams and Req ----------------------------------
     def admit(self, q: _Seq, step: int) -> None:
+        """Build ``q``'s SGLang ``Req`` (SGLang validates it here: a refusal is ``q``'s error at ``step``).
+
+        Raises
+        ------
+        ScenarioUnsupported
+            Another sequence holds ``q``'s slot.
+        """
         req = q.spec
         holder = self.owner.get(req.slot)
         if holder is not None:
@@ -250,6 +268,8 @@ class _Run:
 
     # -- one step --------------------------------------------------------------------
     def step(self, run: list, step: int) -> None:
+        """One decode step of the running sequences ``run``: SGLang samples each vocabulary's batch, appends the
+        tokens and decides the finish (``Req.update_finish_state``); a batch SGLang raises for fails its rows."""
         rows, live = [], []
         for q in run:
             hist = [int(t) for t in q.req.output_ids]
@@ -303,6 +323,7 @@ class _Run:
 
     # -- the run ---------------------------------------------------------------------
     def run(self) -> ScenarioResult:
+        """Decode to the end (``spec.max_steps`` at most; unfinished requests are aborted, reason ``"none"``)."""
         rt = engine.runtime()
         rt["modules"].set_random_seed(engine.RANDOM_SEED)   # as a new server's Scheduler.__init__
         sb = rt["modules"].schedule_batch
