@@ -230,10 +230,11 @@ def test_launcher_mode_is_checked_and_constexpr_tail_follows_the_signature():
     x = torch.zeros(2, 300, device=DEV)
     with pytest.raises(ValueError, match="unknown launcher mode 'fast'"):
         fused_sample(x.cpu(), *random_batch(1, 2, [300])[1:], launcher="fast")
-    # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY: its default)
+    # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY and NSTG:
+    # their defaults)
     tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
                                           "KBIG": 256})
-    assert tail == (128, 64, 64, 128, 256, 40.0, False)
+    assert tail == (128, 64, 64, 128, 256, 40.0, False, 1)
     with pytest.raises(TypeError, match="no value for parameter RMAX"):
         launch._tail(_hist_kernel, 14, {"BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
     from impls.fused.ops import INTERPRETER
@@ -433,6 +434,8 @@ def test_bad_arguments_get_located_errors_before_any_launch(monkeypatch):
         (dict(block=100), ValueError, "block=100: must be a power of two >= 16"),
         (dict(kmax=8), ValueError, "kmax=8: must be a power of two >= 16"),
         (dict(warps=4), TypeError, "unknown fused_sample option 'warps'"),
+        (dict(stages=0), ValueError, "stages=0: an int from 1 to 8"),
+        (dict(stages=True), ValueError, "stages=True: an int from 1 to 8"),
         (dict(logits=x.to("meta")), ValueError, "logits on a meta device"),
         (dict(logits=x[:0], launcher="fast"), ValueError, "unknown launcher mode 'fast'"),
         (dict(logits=x.to(torch.int32)), ValueError, "logits dtype torch.int32 not supported"),

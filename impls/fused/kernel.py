@@ -311,7 +311,8 @@ def _tile_uniform(seed, st, o_lo, o_hi, R4: tl.constexpr):
 
 
 @triton.jit
-def _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, e_thr, seed, offset, BLOCK: tl.constexpr, NBF: tl.constexpr):
+def _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, e_thr, seed, offset, BLOCK: tl.constexpr, NBF: tl.constexpr,
+                 NSTG: tl.constexpr):
     """Gumbel-max and fixed-point mass over ``A & (f < f_lo) & (e >= e_thr)`` in ``[lo, hi)``.
 
     Philox is evaluated once per counter (4 tokens) on ``[BLOCK // 4, 4]`` tiles.
@@ -322,7 +323,7 @@ def _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, e_thr, seed, offset, BLOCK:
     e_v = tl.zeros([R4, 4], dtype=tl.int64)
     o_lo = (offset & 0xFFFFFFFF).to(tl.uint32)
     o_hi = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
-    for st in range(lo, hi, BLOCK):
+    for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
         offs, x, fin = _tile(base, st, V, R4)
         s = tl.div_rn(x - m, T)
         kept = fin & (x >= xA) & (_fine(x, m, C, NBF) < f_lo) & (tl.exp(s) >= e_thr)
@@ -401,7 +402,8 @@ def _edge_keys(base, V, m, C, xA, f_lo, f_hi, BLOCK: tl.constexpr, NBF: tl.const
 
 @triton.jit(do_not_specialize=["V", "S", "CH"])
 def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
-                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr):
+                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
+                  NSTG: tl.constexpr = 1):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -420,7 +422,7 @@ def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min
     gidx_v = tl.zeros([BLOCK], dtype=tl.int32)
     if greedy:
         # argmax only (first index on ties, +inf included, NaN flagged)
-        for st in range(lo, hi, BLOCK):
+        for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
             offs = st + ar
             inb = offs < V
             x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
@@ -431,7 +433,7 @@ def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min
             gidx_v = tl.where(take, offs, gidx_v)
             m_v = tl.where(take, xg, m_v)
     else:
-        for st in range(lo, hi, BLOCK):
+        for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
             offs = st + ar
             inb = offs < V
             x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
@@ -631,7 +633,7 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
 
 @triton.jit
 def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, NB1: tl.constexpr,
-               NBF: tl.constexpr):
+               NBF: tl.constexpr, NSTG: tl.constexpr):
     """One part of a top-p row (early accept), read once: the level-1 histogram of its survivors, their count,
     their fixed-point mass, and their Gumbel-max (key, lowest id on ties), as in :func:`_gumbel_scan`."""
     R4: tl.constexpr = BLOCK // 4
@@ -642,7 +644,7 @@ def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, 
     t_v = tl.zeros([R4, 4], dtype=tl.int32)
     o_lo = (offset & 0xFFFFFFFF).to(tl.uint32)
     o_hi = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
-    for st in range(lo, hi, BLOCK):
+    for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
         offs, x, fin = _tile(base, st, V, R4)
         A = fin & (x >= xA)
         b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
@@ -661,7 +663,8 @@ def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, 
 
 
 @triton.jit
-def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl.constexpr, NBF: tl.constexpr):
+def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl.constexpr, NBF: tl.constexpr,
+                NSTG: tl.constexpr):
     """One part of a top-k/top-p row, read once: the level-1 histogram of its survivors, their count and, for a
     top-p row (``p_on``), their fixed-point mass (else 0)."""
     na_v = tl.zeros([BLOCK], dtype=tl.int32)
@@ -669,7 +672,7 @@ def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl
     h = tl.zeros([NB1], dtype=tl.int32)
     # Two copies of the loop on purpose (the hot pass): only a top-p row pays the exp of its mass.
     if p_on:
-        for st in range(lo, hi, BLOCK):
+        for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
             offs, x, fin = _tile1(base, st, V, BLOCK)
             A = fin & (x >= xA)
             b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
@@ -677,7 +680,7 @@ def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl
             na_v += A.to(tl.int32)
             e_v += tl.where(A, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
     else:
-        for st in range(lo, hi, BLOCK):
+        for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
             offs, x, fin = _tile1(base, st, V, BLOCK)
             A = fin & (x >= xA)
             b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
@@ -690,7 +693,7 @@ def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl
 def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
                  wsi, wsf, ws64, S, CH,
                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
-                 RMAX: tl.constexpr, EARLY: tl.constexpr = False):
+                 RMAX: tl.constexpr, EARLY: tl.constexpr = False, NSTG: tl.constexpr = 1):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -715,13 +718,13 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
         # no filter: the draw over every finite logit, here
         seed = tl.load(seed_ptr + row)
         offset = tl.load(offset_ptr + row)
-        best, tok, mass = _gumbel_scan(base, lo, hi, V, m, T, xA, C, NBF, 0.0, seed, offset, BLOCK, NBF)
+        best, tok, mass = _gumbel_scan(base, lo, hi, V, m, T, xA, C, NBF, 0.0, seed, offset, BLOCK, NBF, NSTG)
         tl.store(bf + part * _PF + 2, best)
         tl.store(bi + part * _PI + 3, tok)
         tl.store(b64 + part * _P64 + 1, mass)
     if kind == 2:
         # min-p only: pack the survivors into the workspace (the decide launch draws among them)
-        for st in range(lo, hi, BLOCK):
+        for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
             offs, x, fin = _tile(base, st, V, R4)
             A = fin & (x >= xA)
             _compact(cand, cnt + 2, KMAX, A, _pack(x, offs))
@@ -733,15 +736,15 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
             if p_on & (k_on == 0):
                 seed = tl.load(seed_ptr + row)
                 offset = tl.load(offset_ptr + row)
-                h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1, NBF)
+                h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1, NBF, NSTG)
             else:
-                h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF)
+                h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF, NSTG)
                 best = tl.max(tl.full([1], float("-inf"), tl.float32), 0)   # no winner: the row is not accepted
                 tok = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
             tl.store(bf + part * _PF + 4, best)
             tl.store(bi + part * _PI + 6, tok)
         else:
-            h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF)
+            h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF, NSTG)
         tl.store(hist1 + part * NB1 + tl.arange(0, NB1), h)
         tl.store(bi + part * _PI + 4, n_p)
         tl.store(b64 + part * _P64 + 0, e_p)
@@ -777,7 +780,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
 @triton.jit(do_not_specialize=["V", "S", "CH"])
 def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr):
+                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -801,7 +804,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
         hi = tl.minimum(lo + CH, V)
         h = tl.zeros([NBS], dtype=tl.int32)
         e_v = tl.zeros([BLOCK], dtype=tl.int64)
-        for st in range(lo, hi, BLOCK):
+        for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
             offs, x, fin = _tile1(base, st, V, BLOCK)
             A = fin & (x >= xA)
             d = _fine(x, m, C, NBF) - f0
@@ -857,7 +860,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
 @triton.jit(do_not_specialize=["V", "S", "CH"])
 def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr):
+                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -880,7 +883,7 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
         f_lo = tl.where(kind == 2, NBF, tl.load(ri + _I_FLO))
         seed = tl.load(seed_ptr + row)
         offset = tl.load(offset_ptr + row)
-        best, tok, mass = _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, 0.0, seed, offset, BLOCK, NBF)
+        best, tok, mass = _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, 0.0, seed, offset, BLOCK, NBF, NSTG)
         tl.store(bf + part * _PF + 3, best)
         tl.store(bi + part * _PI + 5, tok)
         tl.store(b64 + part * _P64 + 3, mass)
@@ -888,7 +891,7 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
         f_lo = tl.load(ri + _I_FLO)
         f_hi = tl.load(ri + _I_FHI)
         if above == 1:
-            for st in range(lo, hi, BLOCK):
+            for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
                 offs, x, fin = _tile(base, st, V, R4)
                 A = fin & (x >= xA)
                 f = _fine(x, m, C, NBF)
@@ -896,7 +899,7 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
                 _compact(cand, cnt + 2, KMAX, A & (f >= f_lo) & (f <= f_hi), packed)
                 _compact(abv, cnt + 3, KBIG, A & (f < f_lo), packed)
         else:
-            for st in range(lo, hi, BLOCK):
+            for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
                 offs, x, fin = _tile(base, st, V, R4)
                 A = fin & (x >= xA)
                 f = _fine(x, m, C, NBF)
@@ -984,7 +987,7 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
 def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
                    token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr):
+                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1):
     row = tl.program_id(0).to(tl.int64)
     base = logits_ptr + row * stride_row
     NBF: tl.constexpr = (NB1 - 1) * _NB2
@@ -1130,7 +1133,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             lo = tl.where(ok, lo, mid)
         e_p = tl.where(p_on, hi.to(tl.int32).to(tl.float32, bitcast=True), 0.0)
         e_thr = tl.maximum(e_k, e_p)
-        best, token, keep_q = _gumbel_scan(base, 0, V, V, m, T, xA, C, NBF, e_thr, seed, offset, BLOCK, NBF)
+        best, token, keep_q = _gumbel_scan(base, 0, V, V, m, T, xA, C, NBF, e_thr, seed, offset, BLOCK, NBF, NSTG)
         path = zero + 4
     token = tl.where(status != 0, -1, token)
     tl.store(token_ptr + row, token.to(tl.int64))
@@ -1145,7 +1148,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
 @triton.jit(do_not_specialize=["V", "S", "CH"])
 def _probs_kernel(logits_ptr, stride_row, V, probs_ptr, wsi, wsf, ws64, S, CH,
                   BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                  KBIG: tl.constexpr):
+                  KBIG: tl.constexpr, NSTG: tl.constexpr = 1):
     # the distribution sampled from (same filtering as the draw)
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
@@ -1163,7 +1166,7 @@ def _probs_kernel(logits_ptr, stride_row, V, probs_ptr, wsi, wsf, ws64, S, CH,
     ar = tl.arange(0, BLOCK)
     lo = part * CH
     hi = tl.minimum(lo + CH, V)
-    for st in range(lo, hi, BLOCK):
+    for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
         offs = st + ar
         inb = offs < V
         x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
@@ -1204,7 +1207,8 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     list of (name, kernel, grid, args, constexprs, options)
         ``args`` holds a :data:`SLOTS` name for each tensor and the value of each scalar.
     """
-    c = dict(BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"])
+    c = dict(BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"],
+             NSTG=cfg.get("stages", 1))
     # early accept leaves no kept set (threshold, mass) for the probabilities launch
     e = cfg.get("early", False)
     early = (e if isinstance(e, bool) else B <= int(e)) and not want_probs
