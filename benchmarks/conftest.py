@@ -16,6 +16,11 @@ Options (``pytest benchmarks/test_latency.py ...``):
     Timed calls per point (default 30).
 ``--latency-batches 1,64`` / ``--latency-vocabs 128256``
     Other batch sizes / vocabularies (override the grid and ``--latency-quick``).
+``--latency-dtype fp32|bf16``
+    The logits' dtype (default fp32; issue #18 asks for bf16 as well, which
+    most engines hand their samplers). Every implementation gets the same
+    tensors; the HBM floor is one read of them in this dtype. Recorded as the
+    file's ``dtype``.
 
 pytest-benchmark's own JSON comes from its option ``--benchmark-json PATH``.
 """
@@ -33,6 +38,9 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+#: Bytes per logit of each ``--latency-dtype``.
+DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+
 
 def pytest_addoption(parser):
     """The suite's options (module docstring)."""
@@ -43,6 +51,7 @@ def pytest_addoption(parser):
     g.addoption("--latency-reps", type=int, default=30, help="timed calls per point")
     g.addoption("--latency-batches", default="", help="comma-separated batch sizes (default: the grid's)")
     g.addoption("--latency-vocabs", default="", help="comma-separated vocabulary sizes (default: the grid's)")
+    g.addoption("--latency-dtype", default="fp32", choices=("fp32", "bf16"), help="the logits' dtype")
 
 
 def _loadavg():
@@ -74,12 +83,13 @@ class Recorder:
         self.bandwidth = round(hbm_bandwidth(torch.device("cuda")), 1) if self.on_gpu else None
         self.load_start = _loadavg()
         self.started = time.time()
+        self.dtype = config.getoption("--latency-dtype")
 
     def floor_us(self, batch: int, vocab: int):
-        """Reading ``batch * vocab`` fp32 logits once at the measured bandwidth, in µs (None on a CPU)."""
+        """Reading ``batch * vocab`` logits of the session's dtype once at the measured bandwidth, in µs (None on a CPU)."""
         if self.bandwidth is None:
             return None
-        return round(batch * vocab * 4 / (self.bandwidth * 1e9) * 1e6, 3)
+        return round(batch * vocab * DTYPE_BYTES[self.dtype] / (self.bandwidth * 1e9) * 1e6, 3)
 
     def write(self) -> Path:
         """Write the results file (schema 1 of :mod:`benchmarks.latency`) and return its path.
@@ -91,7 +101,7 @@ class Recorder:
         """
         path = Path(self.config.getoption("--latency-out"))
         path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"schema": 1, **self.env, "hbm_bandwidth_gbps": self.bandwidth,
+        doc = {"schema": 1, **self.env, "dtype": self.dtype, "hbm_bandwidth_gbps": self.bandwidth,
                "timer": ("CUDA events around single calls (graph replays where 'graph' is true), median "
                          "(points with device 'cpu': time.perf_counter); pytest-benchmark wall-clock statistics "
                          "in its own JSON") if self.on_gpu else

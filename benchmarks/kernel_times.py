@@ -6,7 +6,10 @@ For each ``(batch, vocab, mix)`` point, on the latency suite's inputs (``randn *
 mean device time per call in µs, with the rows' path counts (:data:`impls.fused.kernel.PATHS`) and the
 HBM floor of the point (one read of the logits at the copy bandwidth measured here).
 
-Usage: ``python -m benchmarks.kernel_times --out FILE.json [--points B:V ...] [--calls N]``. Needs CUDA.
+Usage: ``python -m benchmarks.kernel_times --out FILE.json [--points B:V ...] [--calls N] [--mixes m ...]
+[--dtype bf16] [--configs stages=3,block=1024 ...]``. Each ``--configs`` entry is a set of tuning options of
+``fused_sample`` (:data:`impls.fused.ops.DEFAULTS`; ``default`` for none), timed at every point and mix: the
+tuning sweeps of issue #18 (each result row names its options). Needs CUDA.
 """
 
 from __future__ import annotations
@@ -20,6 +23,28 @@ import torch
 
 DEFAULT_POINTS = ("256:128256", "1024:128256", "1024:262144")
 MIXES = ("greedy", "k50_p09", "p09", "minp005", "mixed")
+DTYPES = {"fp32": ("float32", 4), "bf16": ("bfloat16", 2)}
+
+
+def parse_options(text: str) -> dict:
+    """``"stages=3,block=1024"`` -> ``{"stages": 3, "block": 1024}`` (ints, floats, True/False); ``"default"`` -> {}.
+
+    Raises
+    ------
+    ValueError
+        An entry without ``=``.
+    """
+    if text in ("", "default"):
+        return {}
+    out = {}
+    for item in text.split(","):
+        name, eq, val = item.partition("=")
+        if not eq:
+            raise ValueError(f"--configs entry {item!r}: expected name=value")
+        low = val.lower()
+        out[name.strip()] = (True if low == "true" else False if low == "false"
+                             else int(val) if val.lstrip("-").isdigit() else float(val))
+    return out
 
 
 def main(argv=None) -> int:
@@ -28,7 +53,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="benchmarks/results/kernel-times.json")
     ap.add_argument("--points", nargs="*", default=list(DEFAULT_POINTS), help="batch:vocab")
     ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--mixes", nargs="*", default=list(MIXES), choices=MIXES)
+    ap.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="logits dtype (the floor is in it)")
+    ap.add_argument("--configs", nargs="*", default=["default"],
+                    help="tuning option sets, e.g. stages=3,block=1024 ('default': none)")
     args = ap.parse_args(argv)
+    configs = [parse_options(c) for c in args.configs]
     if not torch.cuda.is_available():
         print("kernel_times: needs a CUDA device")
         return 2
@@ -41,32 +71,34 @@ def main(argv=None) -> int:
 
     dev = torch.device("cuda")
     gbps = hbm_bandwidth(dev)
+    dt, width = getattr(torch, DTYPES[args.dtype][0]), DTYPES[args.dtype][1]
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
            "python": platform.python_version(), "hbm_bandwidth_gbps": round(gbps, 1), "calls": args.calls,
-           "unit": "µs of GPU time per call (mean over calls)", "points": []}
-    for spec in args.points:
+           "dtype": args.dtype, "unit": "µs of GPU time per call (mean over calls)", "points": []}
+    for spec, opts in ((p, o) for o in configs for p in args.points):
         B, V = (int(v) for v in spec.split(":"))
-        x = make_inputs(B, V, dev)[0]
-        for mix in MIXES:
+        x = make_inputs(B, V, dev)[0].to(dt)
+        for mix in args.mixes:
             T, K, P, M = mix_tensors(mix, B, dev)
             seed = torch.arange(B, device=dev)
             off = torch.zeros(B, dtype=torch.int64, device=dev)
-            out = fused_sample(x, T, K, P, M, seed, off)  # compile and build the plan outside the profile
+            out = fused_sample(x, T, K, P, M, seed, off, **opts)  # compile and build the plan outside the profile
             torch.cuda.synchronize()
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for _ in range(args.calls):
-                    fused_sample(x, T, K, P, M, seed, off)
+                    fused_sample(x, T, K, P, M, seed, off, **opts)
                 torch.cuda.synchronize()
             per = collections.defaultdict(float)
             for ev in prof.events():
                 if ev.device_type == torch.autograd.DeviceType.CUDA:
                     per[ev.name] += ev.time_range.elapsed_us() / args.calls
             paths = collections.Counter(PATHS[int(c)] for c in out[2].tolist())
-            row = {"batch": B, "vocab": V, "mix": mix, "floor_us": round(B * V * 4 / (gbps * 1e3), 2),
+            row = {"options": opts, "batch": B, "vocab": V, "mix": mix,
+                   "floor_us": round(B * V * width / (gbps * 1e3), 2),
                    "kernels_us": {k: round(v, 2) for k, v in sorted(per.items(), key=lambda kv: -kv[1])},
                    "total_us": round(sum(per.values()), 2), "paths": dict(paths)}
             res["points"].append(row)
-            print(f"B={B:<5} V={V:<7} {mix:<8} total {row['total_us']:9.1f} us  floor {row['floor_us']:7.1f}  "
+            print(f"{opts or 'default'} B={B:<5} V={V:<7} {mix:<8} total {row['total_us']:9.1f} us  floor {row['floor_us']:7.1f}  "
                   f"paths {dict(paths)}  " + "  ".join(f"{k.split('_kernel')[0].lstrip('_')} {v:.1f}"
                                                         for k, v in row["kernels_us"].items()))
     with open(args.out, "w") as f:

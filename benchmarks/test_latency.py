@@ -60,15 +60,18 @@ def pytest_generate_tests(metafunc):
 _INPUTS: dict = {}
 
 
-def _inputs(batch: int, vocab: int, dev):
+def _inputs(batch: int, vocab: int, dev, dtype: str = "fp32"):
     # One shape at a time per device (the grid is ordered by shape): CPU points between CUDA
-    # points of the same shape do not throw the CUDA inputs away.
+    # points of the same shape do not throw the CUDA inputs away. bf16: the same values, rounded.
     held = _INPUTS.get(str(dev))
-    if held is None or held[0] != (batch, vocab):
+    if held is None or held[0] != (batch, vocab, dtype):
         _INPUTS.pop(str(dev), None)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-        held = _INPUTS[str(dev)] = ((batch, vocab), make_inputs(batch, vocab, dev))
+        xs = make_inputs(batch, vocab, dev)
+        if dtype == "bf16":
+            xs = [x.to(torch.bfloat16) for x in xs]
+        held = _INPUTS[str(dev)] = ((batch, vocab, dtype), xs)
     return held[1]
 
 
@@ -85,7 +88,8 @@ def test_latency(point, benchmark, latency_recorder, request):
     fn, graphable, reason = build(point, dev)
     if fn is None:
         pytest.skip(reason)
-    inputs = _inputs(point.batch, point.vocab, dev)
+    dtype = request.config.getoption("--latency-dtype")
+    inputs = _inputs(point.batch, point.vocab, dev, dtype)
     reps, warmup = request.config.getoption("--latency-reps"), 3
     if point.impl in SLOW:
         reps, warmup = min(reps, 5), 1  # a per-row Python pipeline: seconds per call at batch 16
@@ -93,7 +97,7 @@ def test_latency(point, benchmark, latency_recorder, request):
                      bench=benchmark.pedantic, warmup=warmup)
     floor = latency_recorder.floor_us(point.batch, point.vocab) if dev.type == "cuda" else None
     row = {"impl": point.impl, "batch": point.batch, "vocab": point.vocab, "mix": point.mix, **res,
-           "floor_us": floor, "device": dev.type}
+           "floor_us": floor, "device": dev.type, "dtype": dtype}
     benchmark.extra_info.update(row)
     latency_recorder.rows.append(row)
     assert res["median_us"] > 0

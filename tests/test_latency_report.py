@@ -91,6 +91,8 @@ def test_page_is_self_contained_with_one_chart_per_vocabulary():
      "rows[0].batch: expected a positive integer"),
     ('{"schema": 1, "rows": [{"impl": "a", "mix": "m", "batch": 1, "vocab": 5, "median_us": -1}]}',
      "rows[0].median_us: expected a positive number"),
+    ('{"schema": 1, "dtype": "fp16", "rows": [{"impl": "a", "mix": "m", "batch": 1, "vocab": 5, "median_us": 1}]}',
+     "'dtype' must be 'fp32' or 'bf16' (the logits' dtype), got 'fp16'"),
 ])
 def test_bad_results_files_name_file_and_problem(tmp_path, text, problem):
     p = tmp_path / "lat.json"
@@ -110,6 +112,25 @@ def test_cli_report_writes_the_page_and_exits_2_on_a_bad_file(tmp_path, capsys):
     # as run's: an empty --out would write into the current folder
     assert main(["report", "--bench", str(good), "--out", ""]) == 2
     assert "--out '': an empty folder name" in capsys.readouterr().err
+
+
+def test_the_page_names_the_logits_dtype():
+    """A bf16 file says so in the title, the reading guide and the environment; older files (no dtype) read fp32."""
+    html = render_html(dict(_doc(ROWS), dtype="bf16"), "bf16.json")
+    assert "<title>sampcheck latency report — TestGPU, bf16 logits</title>" in html
+    assert "one batch of bf16 logits <code>randn × 3</code> (rounded to bfloat16)" in html
+    assert re.search(r'<th class="l">logits dtype</th><td class="l">bf16 \(the HBM floor', html)
+    html = render_html(_doc(ROWS), "fp32.json")
+    assert "one batch of fp32 logits <code>randn × 3</code>" in html and "bf16" not in html
+
+
+def test_kernel_times_options():
+    from benchmarks.kernel_times import parse_options
+    assert parse_options("default") == {}
+    assert parse_options("stages=3,block=1024,early=False,r=40.5") == {"stages": 3, "block": 1024, "early": False,
+                                                                       "r": 40.5}
+    with pytest.raises(ValueError, match="--configs entry 'stages': expected name=value"):
+        parse_options("stages")
 
 
 def test_committed_h200_results_load():

@@ -177,6 +177,8 @@ def load_bench(path) -> dict:
     if not isinstance(rows, list) or not rows:
         raise LatencyError(f"{p}: 'rows' must be a non-empty list of timed points (a latency-suite results file; "
                            "the sweep and diagnostic files in benchmarks/results/ are not)")
+    if doc.get("dtype", "fp32") not in ("fp32", "bf16"):
+        raise LatencyError(f"{p}: 'dtype' must be 'fp32' or 'bf16' (the logits' dtype), got {doc.get('dtype')!r}")
     if "versions" in doc and not isinstance(doc["versions"], dict):
         raise LatencyError(f"{p}: 'versions' must be an object (name -> version), got {type(doc['versions']).__name__}")
     for i, r in enumerate(rows):
