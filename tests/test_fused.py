@@ -149,6 +149,35 @@ def test_every_path_is_exercised():
                                            "accepted"}
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_one_program_per_row_fills_its_lists_without_atomics(seed):
+    """``programs=1`` makes each row one program (``S = 1``), which owns its window and above-window lists and
+    reserves slots from a running count (``local``); ``local=False`` reserves them with one atomic per tile, as
+    rows split over several programs do. Same tokens and distributions both ways, equal to the reference; small
+    blocks and workspaces send rows down the gather, overflow and min-p packing paths."""
+    logits, T, K, P, M, S, O = random_batch(40 + seed, 12, [257, 600, 3000])
+    args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
+    small = dict(block=128, nb=64, kmax=128, kbig=256, early=False, want_probs=True, programs=1)
+    own = fused_sample(*args, **small)
+    atom = fused_sample(*args, **dict(small, local=False))
+    want, dists = reference_rows(logits, T, K, P, M, S, O)
+    assert own[0].tolist() == atom[0].tolist() == want
+    assert torch.equal(own[3], atom[3])
+    for i in range(12):
+        assert torch.allclose(own[3][i].cpu(), dists[i], rtol=1e-5, atol=1e-7)
+    assert "fast" in {PATHS[p] for p in own[2].tolist()}
+    # flat rows whose 0.9 nucleus exceeds the window: the boundary path and its above-window list
+    g = torch.Generator().manual_seed(seed)
+    flat = (torch.randn(4, 3000, generator=g), torch.tensor([1.0, 0.8, 1.2, 1.0]), torch.zeros(4, dtype=torch.int64),
+            torch.tensor([0.9, 0.8, 0.95, 0.5]), torch.tensor([0.0, 0.0, 0.01, 0.0]), torch.tensor([3, 4, 5, 6]),
+            torch.tensor([0, 1, 2, 3]))
+    big = dict(block=512, nb=1024, kmax=256, early=False, programs=1)
+    own = fused_sample(*(a.to(DEV) for a in flat), **big)
+    atom = fused_sample(*(a.to(DEV) for a in flat), **dict(big, local=False))
+    assert [PATHS[p] for p in own[2].tolist()] == ["boundary"] * 4
+    assert own[0].tolist() == atom[0].tolist() == reference_rows(*flat)[0]
+
+
 def test_boundary_path_large_nucleus():
     # A flat row (sigma 1, V 3000): the 0.9 nucleus holds ~2000 tokens, more than the
     # workspace (256), so only the boundary bins are gathered and the draw makes one
@@ -230,11 +259,11 @@ def test_launcher_mode_is_checked_and_constexpr_tail_follows_the_signature():
     x = torch.zeros(2, 300, device=DEV)
     with pytest.raises(ValueError, match="unknown launcher mode 'fast'"):
         fused_sample(x.cpu(), *random_batch(1, 2, [300])[1:], launcher="fast")
-    # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY and NSTG:
-    # their defaults)
+    # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY, NSTG and
+    # LOCAL: their defaults)
     tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
                                           "KBIG": 256})
-    assert tail == (128, 64, 64, 128, 256, 40.0, False, 1)
+    assert tail == (128, 64, 64, 128, 256, 40.0, False, 1, True)
     with pytest.raises(TypeError, match="no value for parameter RMAX"):
         launch._tail(_hist_kernel, 14, {"BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
     from impls.fused.ops import INTERPRETER
@@ -436,6 +465,7 @@ def test_bad_arguments_get_located_errors_before_any_launch(monkeypatch):
         (dict(warps=4), TypeError, "unknown fused_sample option 'warps'"),
         (dict(stages=0), ValueError, "stages=0: an int from 1 to 8"),
         (dict(stages=True), ValueError, "stages=True: an int from 1 to 8"),
+        (dict(local=1), ValueError, "local=1: True or False"),
         (dict(logits=x.to("meta")), ValueError, "logits on a meta device"),
         (dict(logits=x[:0], launcher="fast"), ValueError, "unknown launcher mode 'fast'"),
         (dict(logits=x.to(torch.int32)), ValueError, "logits dtype torch.int32 not supported"),

@@ -281,15 +281,37 @@ def _fine(x, m, C, NBF: tl.constexpr):
 
 
 @triton.jit
-def _compact(dst, cnt_ptr, cap, sel, packed):
-    # append the selected entries of a tile to a per-row list (slots reserved with one atomic)
+def _compact(dst, cnt_ptr, cap, sel, packed, used, own):
+    # append the selected entries of a tile to a per-row list; returns `used` + their number. A program
+    # that owns the row's list in this launch (`own`: it is the row's only program) takes its slots from
+    # `used` (the list's length before the tile); otherwise one atomic reserves them, whose round trip
+    # each tile would wait for. The owner stores the final length (_compact_end).
     si = sel.to(tl.int32)
     rs = tl.sum(si, 1)
     n = tl.sum(rs, 0)
     if n > 0:
-        base = tl.atomic_add(cnt_ptr, n)
+        if own:
+            base = used
+        else:
+            base = tl.atomic_add(cnt_ptr, n)
         pos = base + (tl.cumsum(rs, 0) - rs)[:, None] + tl.cumsum(si, 1) - 1
         tl.store(dst + pos, packed, mask=sel & (pos < cap))
+    return used + n
+
+
+@triton.jit
+def _compact_start(cnt_ptr, own):
+    # the list's length before a launch's first tile (read only by an owner, see _compact)
+    used = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
+    if own:
+        used = tl.load(cnt_ptr)
+    return used
+
+
+@triton.jit
+def _compact_end(cnt_ptr, used, own):
+    if own:
+        tl.store(cnt_ptr, used)
 
 
 @triton.jit
@@ -693,7 +715,8 @@ def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl
 def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
                  wsi, wsf, ws64, S, CH,
                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
-                 RMAX: tl.constexpr, EARLY: tl.constexpr = False, NSTG: tl.constexpr = 1):
+                 RMAX: tl.constexpr, EARLY: tl.constexpr = False, NSTG: tl.constexpr = 1,
+                 LOCAL: tl.constexpr = True):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -724,10 +747,13 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
         tl.store(b64 + part * _P64 + 1, mass)
     if kind == 2:
         # min-p only: pack the survivors into the workspace (the decide launch draws among them)
+        own = (S == 1) & LOCAL
+        used = _compact_start(cnt + 2, own)
         for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
             offs, x, fin = _tile(base, st, V, R4)
             A = fin & (x >= xA)
-            _compact(cand, cnt + 2, KMAX, A, _pack(x, offs))
+            used = _compact(cand, cnt + 2, KMAX, A, _pack(x, offs), used, own)
+        _compact_end(cnt + 2, used, own)
     if kind == 3:
         if EARLY:
             # top-p rows without top-k: the histogram, and the Gumbel-max over the part's survivors in the same
@@ -860,7 +886,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
 @triton.jit(do_not_specialize=["V", "S", "CH"])
 def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1):
+                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, LOCAL: tl.constexpr = True):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -890,20 +916,25 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
     if (kind == 3) & (mode == 0):
         f_lo = tl.load(ri + _I_FLO)
         f_hi = tl.load(ri + _I_FHI)
+        own = (S == 1) & LOCAL
+        used = _compact_start(cnt + 2, own)
         if above == 1:
+            used_a = _compact_start(cnt + 3, own)
             for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
                 offs, x, fin = _tile(base, st, V, R4)
                 A = fin & (x >= xA)
                 f = _fine(x, m, C, NBF)
                 packed = _pack(x, offs)
-                _compact(cand, cnt + 2, KMAX, A & (f >= f_lo) & (f <= f_hi), packed)
-                _compact(abv, cnt + 3, KBIG, A & (f < f_lo), packed)
+                used = _compact(cand, cnt + 2, KMAX, A & (f >= f_lo) & (f <= f_hi), packed, used, own)
+                used_a = _compact(abv, cnt + 3, KBIG, A & (f < f_lo), packed, used_a, own)
+            _compact_end(cnt + 3, used_a, own)
         else:
             for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
                 offs, x, fin = _tile(base, st, V, R4)
                 A = fin & (x >= xA)
                 f = _fine(x, m, C, NBF)
-                _compact(cand, cnt + 2, KMAX, A & (f >= f_lo) & (f <= f_hi), _pack(x, offs))
+                used = _compact(cand, cnt + 2, KMAX, A & (f >= f_lo) & (f <= f_hi), _pack(x, offs), used, own)
+        _compact_end(cnt + 2, used, own)
 
 
 # ----------------------------------------------------------------------------- 5: decide
@@ -1219,9 +1250,10 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     out = [
         ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c, kw),
         ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH),
-         dict(c, RMAX=cfg["r"], EARLY=early), kw),
+         dict(c, RMAX=cfg["r"], EARLY=early, LOCAL=cfg.get("local", True)), kw),
         ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c, kw),
-        ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH), c, kw),
+        ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH),
+         dict(c, LOCAL=cfg.get("local", True)), kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,
                                           S), c,
          dict(num_warps=cfg["decide_warps"], enable_fp_fusion=False)),
