@@ -27,24 +27,9 @@ DTYPES = {"fp32": ("float32", 4), "bf16": ("bfloat16", 2)}
 
 
 def parse_options(text: str) -> dict:
-    """``"stages=3,block=1024"`` -> ``{"stages": 3, "block": 1024}`` (ints, floats, True/False); ``"default"`` -> {}.
-
-    Raises
-    ------
-    ValueError
-        An entry without ``=``.
-    """
-    if text in ("", "default"):
-        return {}
-    out = {}
-    for item in text.split(","):
-        name, eq, val = item.partition("=")
-        if not eq:
-            raise ValueError(f"--configs entry {item!r}: expected name=value")
-        low = val.lower()
-        out[name.strip()] = (True if low == "true" else False if low == "false"
-                             else int(val) if val.lstrip("-").isdigit() else float(val))
-    return out
+    """One ``--configs`` entry as tuning options (:func:`impls.fused.ops.parse_tuning`)."""
+    from impls.fused.ops import parse_tuning
+    return parse_tuning(text)
 
 
 def main(argv=None) -> int:

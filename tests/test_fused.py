@@ -624,3 +624,20 @@ def test_random_batches_with_early_accept_match_the_reference(seed):
         assert 5 not in path_off.tolist()
         seen |= {PATHS[p] for p in path.tolist()}
     assert "accepted" in seen
+
+
+def test_tuning_from_the_environment_replaces_the_defaults():
+    """``SAMPCHECK_FUSED_TUNING`` (a tuning run on a new GPU) replaces DEFAULTS for the process; a bad value
+    stops the import with the variable named."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = "from impls.fused.ops import DEFAULTS as D; print(D['stages'], D['kmax'], D['local'])"
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, SAMPCHECK_FUSED_TUNING="stages=3, kmax=4096,local=False", PYTHONPATH=str(root))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    assert r.stdout.split() == ["3", "4096", "False"], r.stderr
+    env["SAMPCHECK_FUSED_TUNING"] = "stages=9"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    assert "ValueError: SAMPCHECK_FUSED_TUNING='stages=9': fused_sample option stages=9: an int from 1 to 8" in r.stderr

@@ -129,7 +129,7 @@ def test_kernel_times_options():
     assert parse_options("default") == {}
     assert parse_options("stages=3,block=1024,early=False,r=40.5") == {"stages": 3, "block": 1024, "early": False,
                                                                        "r": 40.5}
-    with pytest.raises(ValueError, match="--configs entry 'stages': expected name=value"):
+    with pytest.raises(ValueError, match="tuning entry 'stages': expected name=value"):
         parse_options("stages")
 
 

@@ -11,6 +11,8 @@ one per row for a large batch.
 
 from __future__ import annotations
 
+import os
+
 from typing import Optional
 
 import torch
@@ -23,7 +25,8 @@ from .workspace import allocate, splits
 #: the only way they run on CPU tensors.
 INTERPRETED = type(_stats_kernel).__name__ == "InterpretedFunction"
 
-__all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED", "POW2_OPTIONS", "splits"]
+__all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED", "POW2_OPTIONS", "splits",
+           "parse_tuning", "TUNING_ENV"]
 
 #: Tuning constants: block of logits per loop step, level-1 histogram bins, largest
 #: range of the bins in units of (x - max) / T, window and above-window workspace
@@ -82,6 +85,41 @@ def _tuning(cfg: dict, given: dict) -> dict:
             raise ValueError(f"fused_sample option early={v!r}: True, False, or the largest batch (an int >= 0)")
         cfg[name] = v
     return cfg
+
+
+def parse_tuning(text: str) -> dict:
+    """Tuning options from text: ``"stages=3,kmax=4096"`` -> ``{"stages": 3, "kmax": 4096}``.
+
+    Values are ints, floats or ``True``/``False``; ``""`` and ``"default"`` give ``{}``. Names and
+    values are checked where the options are applied (:func:`fused_sample`).
+
+    Raises
+    ------
+    ValueError
+        An entry without ``=``.
+    """
+    if text.strip() in ("", "default"):
+        return {}
+    out = {}
+    for item in text.split(","):
+        name, eq, val = item.partition("=")
+        if not eq:
+            raise ValueError(f"tuning entry {item!r}: expected name=value")
+        val = val.strip()
+        low = val.lower()
+        out[name.strip()] = (True if low == "true" else False if low == "false"
+                             else int(val) if val.lstrip("-").isdigit() else float(val))
+    return out
+
+
+#: Environment variable whose tuning options replace :data:`DEFAULTS`' for the whole process (tuning runs on
+#: a new GPU: every call, the latency suite's included, then uses them, and the suite records them).
+TUNING_ENV = "SAMPCHECK_FUSED_TUNING"
+if os.environ.get(TUNING_ENV):
+    try:
+        DEFAULTS = _tuning(DEFAULTS, parse_tuning(os.environ[TUNING_ENV]))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{TUNING_ENV}={os.environ[TUNING_ENV]!r}: {e}") from None
 
 
 def check_call(logits, temperature, top_k, top_p, min_p, seed, offset) -> tuple:
