@@ -39,10 +39,12 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: kernel v5") top-p 0.9 alone took 0.35-0.39x kernel v4's time at batch 1 and 1.13-1.23x at batch 256,
 #: where the draw's arithmetic in the histogram pass costs more than the launches it saves. ``stages``:
 #: loads in flight per streaming loop (Triton's software pipelining; 1 = none). ``local``: a row that is
-#: one program fills its workspace lists from a running count instead of an atomic per block. Results do
-#: not depend on them (only the path a row takes does).
-DEFAULTS = {"block": 2048, "nb": 128, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 256, "num_warps": 8,
-            "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 1, "local": True}
+#: one program fills its workspace lists from a running count instead of an atomic per block. ``block``
+#: 1024 with ``stages`` 4: the least GPU time summed over 256 and 1024 x 128256 and four mixes of 12 sets
+#: tried on an H100 (2026-12-06, benchmarks/README.md "Tuning the streaming passes"). Results do not depend on them
+#: (only the path a row takes does).
+DEFAULTS = {"block": 1024, "nb": 128, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 256, "num_warps": 8,
+            "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "local": True}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
