@@ -86,7 +86,9 @@ class Recorder:
         self.dtype = config.getoption("--latency-dtype")
 
     def floor_us(self, batch: int, vocab: int):
-        """Reading ``batch * vocab`` logits of the session's dtype once at the measured bandwidth, in µs (None on a CPU)."""
+        """Reading ``batch * vocab`` logits of the session's dtype once at the measured bandwidth, in µs.
+
+        None on a CPU (no bandwidth measured)."""
         if self.bandwidth is None:
             return None
         return round(batch * vocab * DTYPE_BYTES[self.dtype] / (self.bandwidth * 1e9) * 1e6, 3)

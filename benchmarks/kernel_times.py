@@ -83,7 +83,8 @@ def main(argv=None) -> int:
                    "kernels_us": {k: round(v, 2) for k, v in sorted(per.items(), key=lambda kv: -kv[1])},
                    "total_us": round(sum(per.values()), 2), "paths": dict(paths)}
             res["points"].append(row)
-            print(f"{opts or 'default'} B={B:<5} V={V:<7} {mix:<8} total {row['total_us']:9.1f} us  floor {row['floor_us']:7.1f}  "
+            print(f"{opts or 'default'} B={B:<5} V={V:<7} {mix:<8} total {row['total_us']:9.1f} us  "
+                  f"floor {row['floor_us']:7.1f}  "
                   f"paths {dict(paths)}  " + "  ".join(f"{k.split('_kernel')[0].lstrip('_')} {v:.1f}"
                                                         for k, v in row["kernels_us"].items()))
     with open(args.out, "w") as f:
