@@ -279,6 +279,7 @@ def main(argv=None) -> int:
         "draws": total, "mismatches": mism, "mismatch_rate": mism / max(total, 1),
         "largest_gap_at_mismatch": max(gaps) if gaps else None, "per_mix": per_mix, "mismatch_configs": worst[:50],
         "seconds": time.time() - t0,
+        "fused_config": dict(__import__("impls.fused.ops", fromlist=["DEFAULTS"]).DEFAULTS),
     }
     if args.step:
         doc["step"] = step   # mismatches above count tokens, rewrites, logprobs, ranks and top lists
