@@ -32,18 +32,36 @@ def parse_options(text: str) -> dict:
     return parse_tuning(text)
 
 
+def _point(spec: str) -> tuple:
+    """``"256:128256"`` -> ``(256, 128256)``; ValueError naming the entry otherwise."""
+    try:
+        B, V = (int(v) for v in spec.split(":"))
+    except ValueError:
+        B = V = 0
+    if B < 1 or V < 1:
+        raise ValueError(f"--points entry {spec!r}: expected batch:vocab, two positive integers")
+    return B, V
+
+
 def main(argv=None) -> int:
     """Measure and write the JSON; returns the exit status (2 without CUDA)."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="benchmarks/results/kernel-times.json")
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.kernel_times", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="benchmarks/results/kernel-times.json", help="results file (JSON)")
     ap.add_argument("--points", nargs="*", default=list(DEFAULT_POINTS), help="batch:vocab")
-    ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=5, help="profiled calls per point (mean)")
     ap.add_argument("--mixes", nargs="*", default=list(MIXES), choices=MIXES)
     ap.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="logits dtype (the floor is in it)")
     ap.add_argument("--configs", nargs="*", default=["default"],
                     help="tuning option sets, e.g. stages=3,block=1024 ('default': none)")
     args = ap.parse_args(argv)
-    configs = [parse_options(c) for c in args.configs]
+    from impls.fused.ops import DEFAULTS, _tuning
+    try:
+        configs = [parse_options(c) for c in args.configs]
+        for c in configs:
+            _tuning(DEFAULTS, c)   # every set checked before the first is timed
+        points = [_point(spec) for spec in args.points]
+    except (TypeError, ValueError) as e:
+        ap.error(str(e))
     if not torch.cuda.is_available():
         print("kernel_times: needs a CUDA device")
         return 2
@@ -59,9 +77,10 @@ def main(argv=None) -> int:
     dt, width = getattr(torch, DTYPES[args.dtype][0]), DTYPES[args.dtype][1]
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
            "python": platform.python_version(), "hbm_bandwidth_gbps": round(gbps, 1), "calls": args.calls,
-           "dtype": args.dtype, "unit": "µs of GPU time per call (mean over calls)", "points": []}
-    for spec, opts in ((p, o) for o in configs for p in args.points):
-        B, V = (int(v) for v in spec.split(":"))
+           "dtype": args.dtype, "fused_config": dict(DEFAULTS),
+           "unit": "µs of GPU time per call (mean over calls); each point's options replace fused_config's",
+           "points": []}
+    for (B, V), opts in ((p, o) for o in configs for p in points):
         x = make_inputs(B, V, dev)[0].to(dt)
         for mix in args.mixes:
             T, K, P, M = mix_tensors(mix, B, dev)

@@ -91,6 +91,8 @@ def test_page_is_self_contained_with_one_chart_per_vocabulary():
      "rows[0].batch: expected a positive integer"),
     ('{"schema": 1, "rows": [{"impl": "a", "mix": "m", "batch": 1, "vocab": 5, "median_us": -1}]}',
      "rows[0].median_us: expected a positive number"),
+    ('{"schema": 1, "dtype": "bf16", "rows": [{"impl": "a", "mix": "m", "batch": 1, "vocab": 5, "median_us": 1, '
+     '"dtype": "fp32"}]}', "rows[0].dtype: 'fp32', but the file's dtype is 'bf16' (one file holds one dtype)"),
     ('{"schema": 1, "dtype": "fp16", "rows": [{"impl": "a", "mix": "m", "batch": 1, "vocab": 5, "median_us": 1}]}',
      "'dtype' must be 'fp32' or 'bf16' (the logits' dtype), got 'fp16'"),
 ])
@@ -118,10 +120,12 @@ def test_the_page_names_the_logits_dtype():
     """A bf16 file says so in the title, the reading guide and the environment; older files (no dtype) read fp32."""
     html = render_html(dict(_doc(ROWS), dtype="bf16"), "bf16.json")
     assert "<title>sampcheck latency report — TestGPU, bf16 logits</title>" in html
-    assert "one batch of bf16 logits <code>randn × 3</code> (rounded to bfloat16)" in html
+    assert "one batch of bf16 logits <code>randn × 3</code> (rounded to bfloat16)\n(<code>t</code>)" in html
+    assert '<h1 id="top">sampcheck latency report — bf16 logits</h1>' in html
     assert re.search(r'<th class="l">logits dtype</th><td class="l">bf16 \(the HBM floor', html)
     html = render_html(_doc(ROWS), "fp32.json")
-    assert "one batch of fp32 logits <code>randn × 3</code>" in html and "bf16" not in html
+    assert "one batch of fp32 logits <code>randn × 3</code>\n(<code>t</code>)" in html
+    assert "bf16 logits" not in html and "rounded to bfloat16" not in html
 
 
 def test_kernel_times_options():
@@ -131,6 +135,21 @@ def test_kernel_times_options():
                                                                        "r": 40.5}
     with pytest.raises(ValueError, match="tuning entry 'stages': expected name=value"):
         parse_options("stages")
+    with pytest.raises(ValueError, match="tuning entry 'stages=2': stages is given twice"):
+        parse_options("stages=3,stages=2")
+    with pytest.raises(ValueError, match="tuning entry 'local=yes': the value is not a number or True/False"):
+        parse_options("local=yes")
+
+
+def test_kernel_times_refuses_bad_sets_and_points_before_timing(capsys):
+    """A bad set or point is a usage error (exit 2) before the CUDA check: a typo never loses a sweep."""
+    from benchmarks.kernel_times import main as kt
+    for argv, msg in ((["--configs", "default", "blok=1024"], "unknown fused_sample option 'blok'"),
+                      (["--configs", "stages=0"], "stages=0: an int from 1 to 8"),
+                      (["--points", "abc"], "--points entry 'abc': expected batch:vocab, two positive integers")):
+        with pytest.raises(SystemExit) as e:
+            kt(argv)
+        assert e.value.code == 2 and msg in capsys.readouterr().err
 
 
 def test_committed_h200_results_load():

@@ -193,6 +193,9 @@ def load_bench(path) -> dict:
                 raise LatencyError(f"{where}.{k}: expected a positive integer, got {r.get(k)!r}")
         if not _num(r.get("median_us")) or r["median_us"] <= 0:
             raise LatencyError(f"{where}.median_us: expected a positive number, got {r.get('median_us')!r}")
+        if "dtype" in r and r["dtype"] != doc.get("dtype", "fp32"):
+            raise LatencyError(f"{where}.dtype: {r['dtype']!r}, but the file's dtype is {doc.get('dtype', 'fp32')!r} "
+                               "(one file holds one dtype)")
         if r.get("floor_us") is not None and not _num(r["floor_us"]):
             raise LatencyError(f"{where}.floor_us: expected a number or null, got {r.get('floor_us')!r}")
     return doc

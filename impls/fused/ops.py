@@ -85,6 +85,13 @@ def _tuning(cfg: dict, given: dict) -> dict:
             raise ValueError(f"fused_sample option stages={v!r}: an int from 1 to 8")
         if name == "early" and not (isinstance(v, int) and v >= 0):
             raise ValueError(f"fused_sample option early={v!r}: True, False, or the largest batch (an int >= 0)")
+        if name in ("num_warps", "decide_warps") and not (
+                isinstance(v, int) and not isinstance(v, bool) and v in (1, 2, 4, 8, 16, 32)):
+            raise ValueError(f"fused_sample option {name}={v!r}: a power of two from 1 to 32")
+        if name in ("programs", "max_splits") and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            raise ValueError(f"fused_sample option {name}={v!r}: an int >= 1")
+        if name == "r" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")):
+            raise ValueError(f"fused_sample option r={v!r}: a finite number > 0")
         cfg[name] = v
     return cfg
 
@@ -93,29 +100,37 @@ def parse_tuning(text: str) -> dict:
     """Tuning options from text: ``"stages=3,kmax=4096"`` -> ``{"stages": 3, "kmax": 4096}``.
 
     Values are ints, floats or ``True``/``False``; ``""`` and ``"default"`` give ``{}``. Names and
-    values are checked where the options are applied (:func:`fused_sample`).
+    value ranges are checked where the options are applied (:func:`fused_sample`, ``_tuning``).
 
     Raises
     ------
     ValueError
-        An entry without ``=``.
+        An entry without ``=``, a value that is not a number or True/False, a name given twice.
     """
     if text.strip() in ("", "default"):
         return {}
     out = {}
     for item in text.split(","):
         name, eq, val = item.partition("=")
-        if not eq:
+        name, val = name.strip(), val.strip()
+        if not eq or not name:
             raise ValueError(f"tuning entry {item!r}: expected name=value")
-        val = val.strip()
+        if name in out:
+            raise ValueError(f"tuning entry {item!r}: {name} is given twice")
         low = val.lower()
-        out[name.strip()] = (True if low == "true" else False if low == "false"
-                             else int(val) if val.lstrip("-").isdigit() else float(val))
+        if low in ("true", "false"):
+            out[name] = low == "true"
+            continue
+        try:
+            out[name] = int(val) if val.lstrip("-").isdigit() else float(val)
+        except ValueError:
+            raise ValueError(f"tuning entry {item!r}: the value is not a number or True/False") from None
     return out
 
 
-#: Environment variable whose tuning options replace :data:`DEFAULTS`' for the whole process (tuning runs on
-#: a new GPU: every call, the latency suite's included, then uses them, and the suite records them).
+#: Environment variable whose tuning options replace :data:`DEFAULTS`' (the GPU's constants) for the whole
+#: process: in a tuning run on a new GPU every call on that GPU, the latency suite's included, then uses them,
+#: and the suite records them. Calls under Triton's interpreter keep :data:`INTERPRETER`.
 TUNING_ENV = "SAMPCHECK_FUSED_TUNING"
 if os.environ.get(TUNING_ENV):
     try:
