@@ -20,7 +20,7 @@ import impls.fused.step_kernel as SK
 from impls.fused.ops import DEFAULTS
 
 CONSTS = dict(BLOCK=DEFAULTS["block"], NB1=DEFAULTS["nb"], NBS=DEFAULTS["nbs"], KMAX=DEFAULTS["kmax"],
-              KBIG=DEFAULTS["kbig"], RMAX=DEFAULTS["r"], NSTG=DEFAULTS["stages"], LOCAL=DEFAULTS["local"], NU=256, WANT_LP=True, KL=32, WANT_VEC=True)
+              KBIG=DEFAULTS["kbig"], RMAX=DEFAULTS["r"], NSTG=DEFAULTS["stages"], LOCAL=DEFAULTS["local"], UNIT_T=DEFAULTS["unit_t"], NU=256, WANT_LP=True, KL=32, WANT_VEC=True)
 POINTERS = {"temp_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32", "seed_ptr": "*i64",
             "offset_ptr": "*i64", "wsi": "*i32", "wsf": "*fp32", "ws64": "*i64", "token_ptr": "*i64",
             "status_ptr": "*i32", "path_ptr": "*i32", "probs_ptr": "*fp32",

@@ -178,6 +178,28 @@ def test_one_program_per_row_fills_its_lists_without_atomics(seed):
     assert own[0].tolist() == atom[0].tolist() == reference_rows(*flat)[0]
 
 
+def test_unit_temperature_rows_skip_the_division_with_the_same_draws():
+    """Rows at ``T == 1`` take the histogram and refine passes' masses from ``x - m`` (``unit_t``, on): the same
+    values as the IEEE quotient by 1, so the same tokens, paths and distributions as with ``unit_t=False``, and the
+    reference's. Small bins send rows through the refine pass; the rows at ``T = 0.7`` keep the division."""
+    g = torch.Generator().manual_seed(5)
+    B = 8
+    logits = torch.randn(B, 3000, generator=g) * torch.tensor([0.5, 1, 2, 3, 1, 2, 3, 8])[:, None]
+    T = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.7, 1.0])
+    K = torch.tensor([0, 0, 0, 50, 0, 300, 0, 0])
+    P = torch.tensor([0.9, 0.5, 0.95, 0.9, 0.99, 0.8, 0.9, 0.9])
+    M = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.01, 0.0, 0.0, 0.0])
+    S, O = torch.arange(B) + 11, torch.arange(B) * 3
+    args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
+    small = dict(block=128, nb=64, kmax=128, early=False, want_probs=True)
+    on = fused_sample(*args, **small)
+    off = fused_sample(*args, **dict(small, unit_t=False))
+    want, dists = reference_rows(logits, T, K, P, M, S, O)
+    assert on[0].tolist() == off[0].tolist() == want
+    assert on[2].tolist() == off[2].tolist() and torch.equal(on[3], off[3])
+    assert "boundary" in {PATHS[p] for p in on[2].tolist()}
+
+
 def test_boundary_path_large_nucleus():
     # A flat row (sigma 1, V 3000): the 0.9 nucleus holds ~2000 tokens, more than the
     # workspace (256), so only the boundary bins are gathered and the draw makes one
@@ -259,11 +281,11 @@ def test_launcher_mode_is_checked_and_constexpr_tail_follows_the_signature():
     x = torch.zeros(2, 300, device=DEV)
     with pytest.raises(ValueError, match="unknown launcher mode 'fast'"):
         fused_sample(x.cpu(), *random_batch(1, 2, [300])[1:], launcher="fast")
-    # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY, NSTG and
-    # LOCAL: their defaults)
+    # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY, NSTG, LOCAL
+    # and UNIT_T: their defaults)
     tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
                                           "KBIG": 256})
-    assert tail == (128, 64, 64, 128, 256, 40.0, False, 1, True)
+    assert tail == (128, 64, 64, 128, 256, 40.0, False, 1, True, True)
     with pytest.raises(TypeError, match="no value for parameter RMAX"):
         launch._tail(_hist_kernel, 14, {"BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
     from impls.fused.ops import INTERPRETER
@@ -466,6 +488,7 @@ def test_bad_arguments_get_located_errors_before_any_launch(monkeypatch):
         (dict(stages=0), ValueError, "stages=0: an int from 1 to 8"),
         (dict(stages=True), ValueError, "stages=True: an int from 1 to 8"),
         (dict(local=1), ValueError, "local=1: True or False"),
+        (dict(unit_t=0), ValueError, "unit_t=0: True or False"),
         (dict(num_warps=3), ValueError, "num_warps=3: a power of two from 1 to 32"),
         (dict(programs=0), ValueError, "programs=0: an int >= 1"),
         (dict(r=float("nan")), ValueError, "r=nan: a finite number > 0"),

@@ -685,29 +685,50 @@ def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, 
 
 
 @triton.jit
+def _scaled(x, m, T, UNIT: tl.constexpr):
+    # s = (x - m) / T with IEEE division, as the reference; UNIT (a row with T == 1): x - m, the same value
+    # (x / 1 is exact), without the division's instructions
+    if UNIT:
+        return x - m
+    else:
+        return tl.div_rn(x - m, T)
+
+
+@triton.jit
+def _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK: tl.constexpr, NB1: tl.constexpr,
+               NBF: tl.constexpr, NSTG: tl.constexpr, MASS: tl.constexpr, UNIT: tl.constexpr):
+    for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
+        offs, x, fin = _tile1(base, st, V, BLOCK)
+        A = fin & (x >= xA)
+        b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
+        h += tl.histogram(b1, NB1)
+        na_v += A.to(tl.int32)
+        if MASS:
+            e_v += tl.where(A, _fix(tl.exp(_scaled(x, m, T, UNIT))), 0)
+    return h, na_v, e_v
+
+
+@triton.jit
 def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl.constexpr, NBF: tl.constexpr,
-                NSTG: tl.constexpr):
+                NSTG: tl.constexpr, UNIT_T: tl.constexpr):
     """One part of a top-k/top-p row, read once: the level-1 histogram of its survivors, their count and, for a
-    top-p row (``p_on``), their fixed-point mass (else 0)."""
+    top-p row (``p_on``), their fixed-point mass (else 0). Copies of the loop on purpose (the hot pass): only a
+    top-p row pays the exp of its mass, and with ``UNIT_T`` a row at ``T == 1`` skips the division."""
     na_v = tl.zeros([BLOCK], dtype=tl.int32)
     e_v = tl.zeros([BLOCK], dtype=tl.int64)
     h = tl.zeros([NB1], dtype=tl.int32)
-    # Two copies of the loop on purpose (the hot pass): only a top-p row pays the exp of its mass.
     if p_on:
-        for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-            offs, x, fin = _tile1(base, st, V, BLOCK)
-            A = fin & (x >= xA)
-            b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
-            h += tl.histogram(b1, NB1)
-            na_v += A.to(tl.int32)
-            e_v += tl.where(A, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+        if UNIT_T:
+            if T == 1.0:
+                h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, True,
+                                          True)
+            else:
+                h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, True,
+                                          False)
+        else:
+            h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, True, False)
     else:
-        for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-            offs, x, fin = _tile1(base, st, V, BLOCK)
-            A = fin & (x >= xA)
-            b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
-            h += tl.histogram(b1, NB1)
-            na_v += A.to(tl.int32)
+        h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, False, False)
     return h, tl.sum(na_v, 0), tl.sum(e_v, 0)
 
 
@@ -716,7 +737,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                  wsi, wsf, ws64, S, CH,
                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
                  RMAX: tl.constexpr, EARLY: tl.constexpr = False, NSTG: tl.constexpr = 1,
-                 LOCAL: tl.constexpr = True):
+                 LOCAL: tl.constexpr = True, UNIT_T: tl.constexpr = True):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -764,13 +785,13 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                 offset = tl.load(offset_ptr + row)
                 h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1, NBF, NSTG)
             else:
-                h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF, NSTG)
+                h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF, NSTG, UNIT_T)
                 best = tl.max(tl.full([1], float("-inf"), tl.float32), 0)   # no winner: the row is not accepted
                 tok = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
             tl.store(bf + part * _PF + 4, best)
             tl.store(bi + part * _PI + 6, tok)
         else:
-            h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF, NSTG)
+            h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF, NSTG, UNIT_T)
         tl.store(hist1 + part * NB1 + tl.arange(0, NB1), h)
         tl.store(bi + part * _PI + 4, n_p)
         tl.store(b64 + part * _P64 + 0, e_p)
@@ -803,10 +824,25 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
 
 # ----------------------------------------------------------------------------- 3: refine
 
+@triton.jit
+def _refine_loop(base, lo, hi, V, m, T, xA, C, f0, rsh, W, p_on, h, e_v, BLOCK: tl.constexpr, NBS: tl.constexpr,
+                 NBF: tl.constexpr, NSTG: tl.constexpr, UNIT: tl.constexpr):
+    # one part of a refined row: the histogram of the refined bins and the exact mass above them (top-p)
+    for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
+        offs, x, fin = _tile1(base, st, V, BLOCK)
+        A = fin & (x >= xA)
+        d = _fine(x, m, C, NBF) - f0
+        b2 = tl.where(A & (d >= 0) & (d < W), d >> rsh, NBS - 1)
+        h += tl.histogram(b2, NBS)
+        if p_on:
+            e_v += tl.where(A & (d < 0), _fix(tl.exp(_scaled(x, m, T, UNIT))), 0)
+    return h, e_v
+
+
 @triton.jit(do_not_specialize=["V", "S", "CH"])
 def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1):
+                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, UNIT_T: tl.constexpr = True):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -830,14 +866,16 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
         hi = tl.minimum(lo + CH, V)
         h = tl.zeros([NBS], dtype=tl.int32)
         e_v = tl.zeros([BLOCK], dtype=tl.int64)
-        for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-            offs, x, fin = _tile1(base, st, V, BLOCK)
-            A = fin & (x >= xA)
-            d = _fine(x, m, C, NBF) - f0
-            b2 = tl.where(A & (d >= 0) & (d < W), d >> rsh, NBS - 1)
-            h += tl.histogram(b2, NBS)
-            if p_on:
-                e_v += tl.where(A & (d < 0), _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+        if UNIT_T:
+            if T == 1.0:
+                h, e_v = _refine_loop(base, lo, hi, V, m, T, xA, C, f0, rsh, W, p_on, h, e_v, BLOCK, NBS, NBF,
+                                      NSTG, True)
+            else:
+                h, e_v = _refine_loop(base, lo, hi, V, m, T, xA, C, f0, rsh, W, p_on, h, e_v, BLOCK, NBS, NBF,
+                                      NSTG, False)
+        else:
+            h, e_v = _refine_loop(base, lo, hi, V, m, T, xA, C, f0, rsh, W, p_on, h, e_v, BLOCK, NBS, NBF, NSTG,
+                                  False)
         tl.store(hist2 + part * NBS + tl.arange(0, NBS), h)
         tl.store(b64 + part * _P64 + 2, tl.sum(e_v, 0))
         tl.debug_barrier()
@@ -1250,8 +1288,9 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     out = [
         ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c, kw),
         ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH),
-         dict(c, RMAX=cfg["r"], EARLY=early, LOCAL=cfg.get("local", True)), kw),
-        ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c, kw),
+         dict(c, RMAX=cfg["r"], EARLY=early, LOCAL=cfg.get("local", True), UNIT_T=cfg.get("unit_t", True)), kw),
+        ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH),
+         dict(c, UNIT_T=cfg.get("unit_t", True)), kw),
         ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH),
          dict(c, LOCAL=cfg.get("local", True)), kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,

@@ -39,17 +39,20 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: kernel v5") top-p 0.9 alone took 0.35-0.39x kernel v4's time at batch 1 and 1.13-1.23x at batch 256,
 #: where the draw's arithmetic in the histogram pass costs more than the launches it saves. ``stages``:
 #: loads in flight per streaming loop (Triton's software pipelining; 1 = none). ``local``: a row that is
-#: one program fills its workspace lists from a running count instead of an atomic per block. ``block``
+#: one program fills its workspace lists from a running count instead of an atomic per block. ``unit_t``: rows
+#: at ``T == 1`` skip the division in the histogram and refine passes' masses (the same values). ``block``
 #: 1024 with ``stages`` 4: the least GPU time summed over 256 and 1024 x 128256 and four mixes of 12 sets
 #: tried on an H100 (2026-12-06, benchmarks/README.md "Tuning the streaming passes"). Results do not depend on them
 #: (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 128, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 256, "num_warps": 8,
-            "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "local": True}
+            "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "local": True,
+            "unit_t": True}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
 INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
-               "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "local": True}
+               "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "local": True,
+               "unit_t": True}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -79,8 +82,8 @@ def _tuning(cfg: dict, given: dict) -> dict:
             raise TypeError(f"unknown fused_sample option {name!r}; known: {', '.join(cfg)}")
         if name in POW2_OPTIONS and not (isinstance(v, int) and v >= 16 and v & (v - 1) == 0):
             raise ValueError(f"fused_sample option {name}={v!r}: must be a power of two >= 16")
-        if name == "local" and not isinstance(v, bool):
-            raise ValueError(f"fused_sample option local={v!r}: True or False")
+        if name in ("local", "unit_t") and not isinstance(v, bool):
+            raise ValueError(f"fused_sample option {name}={v!r}: True or False")
         if name == "stages" and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8):
             raise ValueError(f"fused_sample option stages={v!r}: an int from 1 to 8")
         if name == "early" and not (isinstance(v, int) and v >= 0):
