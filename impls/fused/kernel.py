@@ -79,6 +79,12 @@ programs is what lets a small batch use the whole GPU; the decide step's
 large arrays live only in the small decide launch, so the streaming launches
 stay light (measured in ``benchmarks/README.md``).
 
+Each streaming loop carries ``num_stages`` (``NSTG``: Triton pipelines a loop without ``tl.dot`` only
+then); a row that is its launch's only program fills its workspace lists from a running count (``LOCAL``),
+others reserve slots with one atomic per block; rows at ``T == 1`` take the histogram and refine passes'
+masses from ``x - m`` (``UNIT_T``: the IEEE quotient by 1 is the same value). Tuning only: the tokens do not
+depend on them (benchmarks/README.md, "Tuning the streaming passes").
+
 Masses are summed in 40-bit fixed point (int64), so every sum is exact in
 any order: results do not depend on how a row was split, nor on the batch it
 is in. Outcome codes per row (``status``): 0 ok, 1 ``nan_logits``, 2
