@@ -4,7 +4,8 @@ Run by ``tests/test_fused.py::test_kernels_compile_for_sm90_offline`` in a subpr
 ``TRITON_INTERPRET`` (under the interpreter the kernels are not compiled at all). Each kernel is
 compiled with fp32 and bf16 logits and the constants of :data:`impls.fused.ops.DEFAULTS`, as
 :func:`impls.fused.kernel.launch_args` passes them, the histogram kernel with and without early
-accept (``EARLY``). Prints ``<kernel> <logits type> ok`` per compile; exits 1 when one fails (with
+accept (``EARLY``); ``UNIT_T`` on, which compiles both of its loops (the row's temperature picks one on the
+device). Prints ``<kernel> <logits type> ok`` per compile; exits 1 when one fails (with
 the compiler's message).
 """
 
@@ -20,7 +21,8 @@ import impls.fused.step_kernel as SK
 from impls.fused.ops import DEFAULTS
 
 CONSTS = dict(BLOCK=DEFAULTS["block"], NB1=DEFAULTS["nb"], NBS=DEFAULTS["nbs"], KMAX=DEFAULTS["kmax"],
-              KBIG=DEFAULTS["kbig"], RMAX=DEFAULTS["r"], NSTG=DEFAULTS["stages"], LOCAL=DEFAULTS["local"], UNIT_T=DEFAULTS["unit_t"], NU=256, WANT_LP=True, KL=32, WANT_VEC=True)
+              KBIG=DEFAULTS["kbig"], RMAX=DEFAULTS["r"], NSTG=DEFAULTS["stages"], LOCAL=DEFAULTS["local"],
+              UNIT_T=True, NU=256, WANT_LP=True, KL=32, WANT_VEC=True)
 POINTERS = {"temp_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32", "seed_ptr": "*i64",
             "offset_ptr": "*i64", "wsi": "*i32", "wsf": "*fp32", "ws64": "*i64", "token_ptr": "*i64",
             "status_ptr": "*i32", "path_ptr": "*i32", "probs_ptr": "*fp32",
