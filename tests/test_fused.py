@@ -149,7 +149,7 @@ def test_every_path_is_exercised():
                                            "accepted"}
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 def test_one_program_per_row_fills_its_lists_without_atomics(seed):
     """``programs=1`` makes each row one program (``S = 1``), which owns its window and above-window lists and
     reserves slots from a running count (``local``); ``local=False`` reserves them with one atomic per tile, as
