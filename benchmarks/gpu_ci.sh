@@ -10,6 +10,11 @@
 #   STAGES="sweep"          the fused kernel's token-for-token sweep (SWEEP_DRAWS) and compute-sanitizer
 #   STAGES="host"           the fused kernel's GPU tests and the host cost of one call (benchmarks/host_cost.py)
 #   STAGES="kernels"        GPU time of each fused launch at large batches (benchmarks/kernel_times.py)
+#   STAGES="tune"           the fused sampler's tuning sets (TUNE_SETS) compiled in parallel, timed per launch
+#                           (kernel_times), the fastest picked (benchmarks/tuning.py pick) and exported as
+#                           SAMPCHECK_FUSED_TUNING for the stages after it (put "tune" first: "tune sweep latency")
+#   STAGES="profile"        Nsight Compute on the fused p0.9 call at 1024 x 128256 (speed of light, occupancy,
+#                           warp states, instruction mix, stall reasons), summarised in $OUT/ncu-fused-p09.json
 # Results go to $OUT (default ./out); several stages: STAGES="tox records".
 # The source bundles are built on a machine with network and carried in .whl/ (folders, not
 # installed): python -m impls.vllm_gpu.bundle --out .whl/vllm-src ..., python -m
@@ -104,6 +109,31 @@ s.top_p_renorm_probs(p, 0.5); torch.cuda.synchronize()" 2>&1 | tail -2
         --out "$OUT/sanitized_sweep.json" 2>&1 | tail -4 | tee "$OUT/sanitizer.txt"
       rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
     fi
+    ;;
+  tune)
+    echo "== fused tuning sets"
+    SETS=${TUNE_SETS:-"default stages=1,block=2048 stages=2 block=2048,stages=4 unit_t=True kmax=4096"}
+    for c in $SETS; do python3 -m benchmarks.tuning warm "$c" > "$OUT/warm-$c.txt" 2>&1 & done
+    wait
+    python3 -m benchmarks.kernel_times --out "$OUT/kernel-times-tuning-sets.json" --points 256:128256 1024:128256 \
+      --mixes greedy k50_p09 p09 minp005 --configs $SETS 2>&1 | tail -3
+    rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
+    best=$(python3 -m benchmarks.tuning pick "$OUT/kernel-times-tuning-sets.json")
+    rc=$?; status=$(( status > rc ? status : rc ))
+    [ "$best" = default ] && best=""
+    export SAMPCHECK_FUSED_TUNING="$best"
+    echo "picked: '${best:-default}' (SAMPCHECK_FUSED_TUNING for the later stages)" | tee "$OUT/tuning-picked.txt"
+    ;;
+  profile)
+    echo "== Nsight Compute, fused p0.9 at 1024 x 128256"
+    ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
+      --section InstructionStats --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
+      --csv --page details -s 5 -c 5 python3 -m benchmarks.tuning call p09 default > "$OUT/ncu-fused-p09.csv" \
+      2> "$OUT/ncu-fused-p09.err"
+    rc=$?; status=$(( status > rc ? status : rc ))
+    python3 -m benchmarks.ncu_summary "$OUT/ncu-fused-p09.json" "${SAMPCHECK_FUSED_TUNING:-default}=$OUT/ncu-fused-p09.csv"
+    rc=$?; status=$(( status > rc ? status : rc ))
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
   esac

@@ -1,0 +1,124 @@
+"""The fused sampler's tuning runs on a GPU: compile a set, pick the fastest, call once for a profiler.
+
+Subcommands (``python -m benchmarks.tuning ...``; ``gpu_ci.sh`` stages ``tune`` and ``profile`` run them):
+
+``warm SET [--dtype bf16]``
+    Compile every launch of the fused sampler for one tuning set (Triton's disk cache), on a
+    128 x 128256 batch: more rows than early accept's 64, so the same binaries as batches 256 and
+    1024. Sets compile in parallel processes before :mod:`benchmarks.kernel_times` times them.
+``pick FILE``
+    Of the sets in a :mod:`benchmarks.kernel_times` file, the one with the least GPU time summed over
+    its points and mixes (sets without every point are left out); prints the set (``name=value,...``
+    or ``default``) on stdout and the ranking on stderr (:func:`pick`).
+``call MIX SET [--point B:V] [--dtype bf16]``
+    Two ``fused_sample`` calls on the latency suite's inputs: for Nsight Compute, which then profiles
+    the second (``-s 5 -c 5``: the first call's five launches skipped).
+
+Sets are ``name=value`` lists (:func:`impls.fused.ops.parse_tuning`). ``warm`` and ``call`` need CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+
+__all__ = ["pick", "main"]
+
+
+def pick(doc: dict) -> tuple:
+    """The fastest tuning set of a :mod:`benchmarks.kernel_times` document.
+
+    Parameters
+    ----------
+    doc : dict
+        ``points``: rows with ``options`` (dict), ``batch``, ``vocab``, ``mix`` and ``total_us`` (µs of GPU time).
+
+    Returns
+    -------
+    (str, list of (str, float, int))
+        The set with the least summed ``total_us`` (``"default"`` for ``{}``), and every set as
+        ``(set, sum_us, points)`` sorted by sum; only sets with as many points as the most complete
+        one are ranked.
+
+    Raises
+    ------
+    ValueError
+        A document without points.
+    """
+    sums, counts = collections.defaultdict(float), collections.Counter()
+    for r in doc.get("points") or ():
+        key = ",".join(f"{k}={v}" for k, v in (r.get("options") or {}).items()) or "default"
+        sums[key] += r["total_us"]
+        counts[key] += 1
+    if not sums:
+        raise ValueError("no points: not a kernel_times results file with timed sets")
+    full = max(counts.values())
+    ranked = sorted(((k, round(v, 1), counts[k]) for k, v in sums.items() if counts[k] == full), key=lambda t: t[1])
+    return ranked[0][0], ranked
+
+
+def _batch(B: int, V: int, mix: str, dtype: str):
+    import torch
+
+    from benchmarks.latency import make_inputs, mix_tensors
+    dev = torch.device("cuda")
+    x = make_inputs(B, V, dev)[0]
+    if dtype == "bf16":
+        x = x.to(torch.bfloat16)
+    T, K, P, M = mix_tensors(mix, B, dev)
+    return x, T, K, P, M, torch.arange(B, device=dev), torch.zeros(B, dtype=torch.int64, device=dev)
+
+
+def main(argv=None) -> int:
+    """Run a subcommand (module docstring); returns the exit status (2: usage, or no CUDA for warm/call)."""
+    from impls.fused.ops import DEFAULTS, _tuning, parse_tuning
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.tuning", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("warm", help="compile one tuning set")
+    w.add_argument("set")
+    w.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
+    p = sub.add_parser("pick", help="the fastest set of a kernel_times file")
+    p.add_argument("file")
+    c = sub.add_parser("call", help="two fused calls for a profiler")
+    c.add_argument("mix")
+    c.add_argument("set")
+    c.add_argument("--point", default="1024:128256", help="batch:vocab")
+    c.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
+    args = ap.parse_args(argv)
+    if args.cmd == "pick":
+        try:
+            with open(args.file, encoding="utf-8") as f:
+                best, ranked = pick(json.load(f))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"{args.file}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        for k, v, n in ranked:
+            print(f"{k:<36} {v:10.1f} us over {n} points", file=sys.stderr)
+        print(best)
+        return 0
+    try:
+        opts = parse_tuning(args.set)
+        _tuning(DEFAULTS, opts)
+    except (TypeError, ValueError) as e:
+        ap.error(f"set {args.set!r}: {e}")
+    import torch
+    if not torch.cuda.is_available():
+        print(f"benchmarks.tuning {args.cmd}: needs a CUDA device", file=sys.stderr)
+        return 2
+    from impls.fused.ops import fused_sample
+    if args.cmd == "warm":
+        fused_sample(*_batch(128, 128256, "k50_p09", args.dtype), **opts)
+    else:
+        B, V = (int(v) for v in args.point.split(":"))
+        inputs = _batch(B, V, args.mix, args.dtype)
+        for _ in range(2):
+            fused_sample(*inputs, **opts)
+    torch.cuda.synchronize()
+    print(f"{args.cmd} {args.set} ok")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
