@@ -667,3 +667,16 @@ def test_tuning_from_the_environment_replaces_the_defaults():
     env["SAMPCHECK_FUSED_TUNING"] = "stages=9"
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
     assert "ValueError: SAMPCHECK_FUSED_TUNING='stages=9': fused_sample option stages=9: an int from 1 to 8" in r.stderr
+
+
+def test_workspace_bytes_per_row_at_the_gpu_defaults():
+    """Hand-checked from the layout: one part per row at batch >= 512 gives 412 int32 + 16 float32 + 18,440
+    int64 per row (the lists: kmax 2048 + kbig 16384), 149,232 bytes; batch 1 splits its row into 126 parts
+    of 1024 logits, 353,232 bytes. The allocation is exactly that size."""
+    from impls.fused.ops import DEFAULTS
+    from impls.fused.workspace import allocate, workspace_bytes
+    assert workspace_bytes(1024, 128256, DEFAULTS) == 1024 * 149232 == 152813568
+    assert workspace_bytes(1, 128256, DEFAULTS) == 353232
+    a = allocate(3, 128256, torch.device("cpu"), DEFAULTS)
+    whole = a["ws64"]._base if a["ws64"]._base is not None else a["ws64"]
+    assert whole.numel() * 8 == workspace_bytes(3, 128256, DEFAULTS)

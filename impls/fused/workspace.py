@@ -6,7 +6,7 @@ import torch
 
 from .kernel import LAYOUT
 
-__all__ = ["splits", "allocate"]
+__all__ = ["splits", "allocate", "workspace_bytes"]
 
 
 def splits(B: int, V: int, cfg: dict):
@@ -17,6 +17,29 @@ def splits(B: int, V: int, cfg: dict):
     CH = ch_blocks * cfg["block"]
     S = max(1, -(-V // CH))
     return S, CH
+
+
+def workspace_bytes(B: int, V: int, cfg: dict) -> int:
+    """Bytes of the one workspace allocation of a call (:func:`allocate`; outputs and probabilities not counted).
+
+    Per row: the records (``LAYOUT``), per part the partials and the two histograms (``nb`` and ``nbs``
+    int32), and the window and above-window lists (``kmax + kbig`` int64, 147,456 bytes at the GPU
+    defaults: most of it). A batch of ``B >= 512`` rows has one part per row; smaller batches split
+    rows into more parts (:func:`splits`), each adding its partials and histograms.
+    """
+    q_64, q_i, q_f, _ = _sizes(B, V, cfg)
+    return 8 * (q_64 + q_i + q_f)
+
+
+def _sizes(B: int, V: int, cfg: dict) -> tuple:
+    S, CH = splits(B, V, cfg)
+    L = LAYOUT
+    n_i = B * (S * (L["PI"] + cfg["nb"] + cfg["nbs"]) + L["RI"] + L["CNT"])
+    n_f = B * (S * L["PF"] + L["RF"])
+    n_64 = B * (S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"])
+    # in int64 units, each region rounded up to 16 bytes
+    q_64, q_i, q_f = -(-n_64 // 2) * 2, -(-n_i // 4) * 2, -(-n_f // 4) * 2
+    return q_64, q_i, q_f, (S, CH, n_i, n_f, n_64)
 
 
 def allocate(B: int, V: int, device, cfg: dict, want_probs: bool = False, empty=torch.empty) -> dict:
@@ -47,13 +70,7 @@ def allocate(B: int, V: int, device, cfg: dict, want_probs: bool = False, empty=
         int64 (flat, ``B * n`` entries each, with ``n`` independent of ``V`` but for
         the number of parts ``S``), and ``S``, ``CH`` (:func:`splits`).
     """
-    S, CH = splits(B, V, cfg)
-    L = LAYOUT
-    n_i = B * (S * (L["PI"] + cfg["nb"] + cfg["nbs"]) + L["RI"] + L["CNT"])
-    n_f = B * (S * L["PF"] + L["RF"])
-    n_64 = B * (S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"])
-    # in int64 units, each region rounded up to 16 bytes
-    q_64, q_i, q_f = -(-n_64 // 2) * 2, -(-n_i // 4) * 2, -(-n_f // 4) * 2
+    q_64, q_i, q_f, (S, CH, n_i, n_f, n_64) = _sizes(B, V, cfg)
     ws = empty((q_64 + q_i + q_f,), dtype=torch.int64, device=device)
     wsf = ws[q_64 + q_i:].view(torch.float32)[:n_f]
     return {
