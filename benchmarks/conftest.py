@@ -38,9 +38,6 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-#: Bytes per logit of each ``--latency-dtype``.
-DTYPE_BYTES = {"fp32": 4, "bf16": 2}
-
 
 def pytest_addoption(parser):
     """The suite's options (module docstring)."""
@@ -51,7 +48,8 @@ def pytest_addoption(parser):
     g.addoption("--latency-reps", type=int, default=30, help="timed calls per point")
     g.addoption("--latency-batches", default="", help="comma-separated batch sizes (default: the grid's)")
     g.addoption("--latency-vocabs", default="", help="comma-separated vocabulary sizes (default: the grid's)")
-    g.addoption("--latency-dtype", default="fp32", choices=("fp32", "bf16"), help="the logits' dtype")
+    from benchmarks.latency import LOGITS_DTYPES
+    g.addoption("--latency-dtype", default="fp32", choices=tuple(LOGITS_DTYPES), help="the logits' dtype")
 
 
 def _loadavg():
@@ -91,7 +89,8 @@ class Recorder:
         None on a CPU (no bandwidth measured)."""
         if self.bandwidth is None:
             return None
-        return round(batch * vocab * DTYPE_BYTES[self.dtype] / (self.bandwidth * 1e9) * 1e6, 3)
+        from benchmarks.latency import LOGITS_DTYPES
+        return round(batch * vocab * LOGITS_DTYPES[self.dtype][1] / (self.bandwidth * 1e9) * 1e6, 3)
 
     def write(self) -> Path:
         """Write the results file (schema 1 of :mod:`benchmarks.latency`) and return its path.

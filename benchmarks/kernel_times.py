@@ -21,15 +21,10 @@ import platform
 
 import torch
 
+from benchmarks.latency import LOGITS_DTYPES
+
 DEFAULT_POINTS = ("256:128256", "1024:128256", "1024:262144")
 MIXES = ("greedy", "k50_p09", "p09", "minp005", "mixed")
-DTYPES = {"fp32": ("float32", 4), "bf16": ("bfloat16", 2)}
-
-
-def parse_options(text: str) -> dict:
-    """One ``--configs`` entry as tuning options (:func:`impls.fused.ops.parse_tuning`)."""
-    from impls.fused.ops import parse_tuning
-    return parse_tuning(text)
 
 
 def _point(spec: str) -> tuple:
@@ -50,15 +45,15 @@ def main(argv=None) -> int:
     ap.add_argument("--points", nargs="*", default=list(DEFAULT_POINTS), help="batch:vocab")
     ap.add_argument("--calls", type=int, default=5, help="profiled calls per point (mean)")
     ap.add_argument("--mixes", nargs="*", default=list(MIXES), choices=MIXES)
-    ap.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="logits dtype (the floor is in it)")
+    ap.add_argument("--dtype", default="fp32", choices=tuple(LOGITS_DTYPES), help="logits dtype (the floor is in it)")
     ap.add_argument("--configs", nargs="*", default=["default"],
                     help="tuning option sets, e.g. stages=3,block=1024 ('default': none)")
     args = ap.parse_args(argv)
-    from impls.fused.ops import DEFAULTS, _tuning
+    from impls.fused.ops import DEFAULTS, apply_tuning, parse_tuning
     try:
-        configs = [parse_options(c) for c in args.configs]
+        configs = [parse_tuning(c) for c in args.configs]
         for c in configs:
-            _tuning(DEFAULTS, c)   # every set checked before the first is timed
+            apply_tuning(DEFAULTS, c)   # every set checked before the first is timed
         points = [_point(spec) for spec in args.points]
     except (TypeError, ValueError) as e:
         ap.error(str(e))
@@ -74,14 +69,14 @@ def main(argv=None) -> int:
 
     dev = torch.device("cuda")
     gbps = hbm_bandwidth(dev)
-    dt, width = getattr(torch, DTYPES[args.dtype][0]), DTYPES[args.dtype][1]
+    width = LOGITS_DTYPES[args.dtype][1]
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
            "python": platform.python_version(), "hbm_bandwidth_gbps": round(gbps, 1), "calls": args.calls,
            "dtype": args.dtype, "fused_config": dict(DEFAULTS),
            "unit": "µs of GPU time per call (mean over calls); each point's options replace fused_config's",
            "points": []}
     for (B, V), opts in ((p, o) for o in configs for p in points):
-        x = make_inputs(B, V, dev)[0].to(dt)
+        x = make_inputs(B, V, dev, dtype=args.dtype)[0]
         for mix in args.mixes:
             T, K, P, M = mix_tensors(mix, B, dev)
             seed = torch.arange(B, device=dev)

@@ -45,7 +45,7 @@ from impls import registry
 from impls.base import LatencyBatch, LatencyUnsupported
 
 __all__ = ["MIXES", "BATCHES", "VOCABS", "QUICK", "CPU_GRID", "CPU_MAX_ELEMENTS", "IMPLS", "DEVICE", "SLOW",
-           "GRAPH_MAX_BATCH", "Point", "mix_params", "mix_tensors", "latency_batch", "default_grid", "hbm_bandwidth",
+           "LOGITS_DTYPES", "GRAPH_MAX_BATCH", "Point", "mix_params", "mix_tensors", "latency_batch", "default_grid", "hbm_bandwidth",
            "make_inputs", "build", "time_point", "environment"]
 
 #: Parameter mixes: all greedy; top_k=50 with top_p=0.9; top_p=0.9 alone;
@@ -230,7 +230,11 @@ def hbm_bandwidth(dev) -> float:
     return 2 * n * 4 / times[len(times) // 2] / 1e9
 
 
-def make_inputs(batch: int, vocab: int, dev, seed: int = 0) -> list:
+#: The logits dtypes the suite and the fused tuning tools take: name -> (torch dtype, bytes per logit).
+LOGITS_DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
+
+
+def make_inputs(batch: int, vocab: int, dev, seed: int = 0, dtype: str = "fp32") -> list:
     """Copies of ``randn(batch, vocab) * 3``: enough to exceed 256 MB together, but at most 8.
 
     Below 32 MB per copy (``batch * vocab < 8388608``) the 8 copies hold
@@ -242,16 +246,20 @@ def make_inputs(batch: int, vocab: int, dev, seed: int = 0) -> list:
     dev : torch.device
     seed : int
         Seed of the generator on ``dev`` (inputs repeat from run to run).
+    dtype : str
+        A :data:`LOGITS_DTYPES` name: ``bf16`` rounds the same float32 values (the copies are
+        still counted for float32, so together they hold half the bytes).
 
     Returns
     -------
     list of torch.Tensor
-        Each ``(batch, vocab)`` float32 on ``dev``.
+        Each ``(batch, vocab)`` of ``dtype`` on ``dev``.
     """
     nbytes = batch * vocab * 4
     copies = max(1, min(8, (256 << 20) // nbytes + 1))
     g = torch.Generator(device=dev).manual_seed(seed)
-    return [torch.randn(batch, vocab, device=dev, generator=g) * 3 for _ in range(copies)]
+    dt = LOGITS_DTYPES[dtype][0]
+    return [(torch.randn(batch, vocab, device=dev, generator=g) * 3).to(dt) for _ in range(copies)]
 
 
 def build(point: Point, dev) -> tuple:

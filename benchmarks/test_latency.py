@@ -68,10 +68,7 @@ def _inputs(batch: int, vocab: int, dev, dtype: str = "fp32"):
         _INPUTS.pop(str(dev), None)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-        xs = make_inputs(batch, vocab, dev)
-        if dtype == "bf16":
-            xs = [x.to(torch.bfloat16) for x in xs]
-        held = _INPUTS[str(dev)] = ((batch, vocab, dtype), xs)
+        held = _INPUTS[str(dev)] = ((batch, vocab, dtype), make_inputs(batch, vocab, dev, dtype=dtype))
     return held[1]
 
 

@@ -64,16 +64,14 @@ def _batch(B: int, V: int, mix: str, dtype: str):
 
     from benchmarks.latency import make_inputs, mix_tensors
     dev = torch.device("cuda")
-    x = make_inputs(B, V, dev)[0]
-    if dtype == "bf16":
-        x = x.to(torch.bfloat16)
+    x = make_inputs(B, V, dev, dtype=dtype)[0]
     T, K, P, M = mix_tensors(mix, B, dev)
     return x, T, K, P, M, torch.arange(B, device=dev), torch.zeros(B, dtype=torch.int64, device=dev)
 
 
 def main(argv=None) -> int:
     """Run a subcommand (module docstring); returns the exit status (2: usage, or no CUDA for warm/call)."""
-    from impls.fused.ops import DEFAULTS, _tuning, parse_tuning
+    from impls.fused.ops import DEFAULTS, apply_tuning, parse_tuning
     ap = argparse.ArgumentParser(prog="python -m benchmarks.tuning", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("warm", help="compile one tuning set")
@@ -100,7 +98,7 @@ def main(argv=None) -> int:
         return 0
     try:
         opts = parse_tuning(args.set)
-        _tuning(DEFAULTS, opts)
+        apply_tuning(DEFAULTS, opts)
     except (TypeError, ValueError) as e:
         ap.error(f"set {args.set!r}: {e}")
     import torch

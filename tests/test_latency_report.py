@@ -129,7 +129,7 @@ def test_the_page_names_the_logits_dtype():
 
 
 def test_kernel_times_options():
-    from benchmarks.kernel_times import parse_options
+    from impls.fused.ops import parse_tuning as parse_options
     assert parse_options("default") == {}
     assert parse_options("stages=3,block=1024,early=False,r=40.5") == {"stages": 3, "block": 1024, "early": False,
                                                                        "r": 40.5}

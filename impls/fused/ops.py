@@ -26,7 +26,7 @@ from .workspace import allocate, splits
 INTERPRETED = type(_stats_kernel).__name__ == "InterpretedFunction"
 
 __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED", "POW2_OPTIONS", "splits",
-           "parse_tuning", "TUNING_ENV"]
+           "parse_tuning", "apply_tuning", "TUNING_ENV"]
 
 #: Tuning constants: block of logits per loop step, level-1 histogram bins, largest
 #: range of the bins in units of (x - max) / T, window and above-window workspace
@@ -76,8 +76,17 @@ def _check(t, name: str, dtype: torch.dtype, B: int, device) -> torch.Tensor:
     return t.to(dtype).contiguous()
 
 
-def _tuning(cfg: dict, given: dict) -> dict:
-    """``cfg`` with the caller's tuning options; TypeError for an unknown one, ValueError for a bad value."""
+def apply_tuning(cfg: dict, given: dict) -> dict:
+    """A copy of ``cfg`` (:data:`DEFAULTS` or :data:`INTERPRETER`) with the tuning options ``given`` put in.
+
+    Raises
+    ------
+    TypeError
+        An option ``cfg`` does not have.
+    ValueError
+        A value out of its option's range (powers of two for block sizes, 1-8 stages, booleans for
+        ``local`` and ``unit_t``, ...): the message names the option and what it takes.
+    """
     cfg = dict(cfg)
     for name, v in given.items():
         if name not in cfg:
@@ -105,7 +114,7 @@ def parse_tuning(text: str) -> dict:
     """Tuning options from text: ``"stages=3,kmax=4096"`` -> ``{"stages": 3, "kmax": 4096}``.
 
     Values are ints, floats or ``True``/``False``; ``""`` and ``"default"`` give ``{}``. Names and
-    value ranges are checked where the options are applied (:func:`fused_sample`, ``_tuning``).
+    value ranges are checked where the options are applied (:func:`fused_sample`, :func:`apply_tuning`).
 
     Raises
     ------
@@ -139,7 +148,7 @@ def parse_tuning(text: str) -> dict:
 TUNING_ENV = "SAMPCHECK_FUSED_TUNING"
 if os.environ.get(TUNING_ENV):
     try:
-        DEFAULTS = _tuning(DEFAULTS, parse_tuning(os.environ[TUNING_ENV]))
+        DEFAULTS = apply_tuning(DEFAULTS, parse_tuning(os.environ[TUNING_ENV]))
     except (TypeError, ValueError) as e:
         raise ValueError(f"{TUNING_ENV}={os.environ[TUNING_ENV]!r}: {e}") from None
 
@@ -256,7 +265,7 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     given = {k: v for k, v in dict(more, block=block, nb=nb, r=r, kmax=kmax, num_warps=num_warps).items()
              if v is not None}
     if given:
-        cfg = _tuning(cfg, given)
+        cfg = apply_tuning(cfg, given)
     if not B:
         tokens = torch.empty((0,), dtype=torch.int64, device=dev)
         status, path = (torch.empty((0,), dtype=torch.int32, device=dev) for _ in range(2))
