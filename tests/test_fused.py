@@ -255,6 +255,28 @@ def test_fused_implementation_runs_corpus_cases(tmp_path):
         "bad_input/nan-logit-row-rejected": "pass", "penalties/huge-values-clamped-to-finite": "pass"}
 
 
+def test_kept_buffers_are_written_in_place_and_checked():
+    """With ``buffers`` the call allocates nothing: it writes the same tensors, with the same tokens as a fresh call."""
+    from impls.fused.ops import DEFAULTS, INTERPRETER, allocate
+    cfg = INTERPRETER if DEV == "cpu" else DEFAULTS
+    B, V = 3, 300
+    x = torch.randn(B, V, generator=torch.Generator().manual_seed(2)).to(DEV)
+    args = (t([0.8] * 3, torch.float32), t([0, 5, 0], torch.int64), t([0.9, 1.0, 0.5], torch.float32),
+            t([0.0] * 3, torch.float32), t([1, 2, 3], torch.int64), t([0] * 3, torch.int64))
+    buf = allocate(B, V, torch.device(DEV), cfg)
+    fresh = fused_sample(x, *args)[0]
+    for _ in range(2):
+        tok, status, _, _ = fused_sample(x, *args, buffers=buf)
+        assert tok.data_ptr() == buf["tokens"].data_ptr() and status.data_ptr() == buf["status"].data_ptr()
+        assert torch.equal(tok, fresh) and status.tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match=r"buffers\['tokens'\] is \(3,\) torch.int64 .* needs \(2,\)"):
+        fused_sample(x[:2], *(a[:2] for a in args), buffers=buf)
+    with pytest.raises(ValueError, match=r"buffers\['probs'\]"):
+        fused_sample(x, *args, buffers=buf, want_probs=True)
+
+
+
+
 @pytest.mark.gpu
 def test_cuda_graph_capture_and_replay():
     from impls.fused.op import sample_tokens_and_probs

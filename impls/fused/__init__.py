@@ -248,11 +248,16 @@ class FusedImpl:
         return FusedSession(device)
 
     def latency_call(self, batch: LatencyBatch) -> tuple:
-        """``(fn, graphable=True)``: :func:`impls.fused.ops.fused_sample` on the mix's per-row tensors."""
-        from .ops import fused_sample
+        """``(fn, graphable=True)``: :func:`impls.fused.ops.fused_sample` on the mix's per-row tensors.
+
+        Its outputs and workspace are allocated once here and reused by every call (no allocation per call).
+        """
+        from .ops import DEFAULTS, INTERPRETER, allocate, fused_sample
         T, K, P, M = batch.tensors()
         seed, off = batch.seeds()
-        return (lambda x: fused_sample(x, T, K, P, M, seed, off)), True
+        dev = torch.device(batch.device)
+        buf = allocate(batch.batch, batch.vocab, dev, INTERPRETER if dev.type == "cpu" else DEFAULTS)
+        return (lambda x: fused_sample(x, T, K, P, M, seed, off, buffers=buf)), True
 
 
 IMPLEMENTATIONS = (Entry("fused", FusedImpl),)

@@ -200,7 +200,8 @@ def check_call(logits, temperature, top_k, top_p, min_p, seed, offset) -> tuple:
 def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                  min_p: torch.Tensor, seed: torch.Tensor, offset: torch.Tensor, want_probs: bool = False,
                  block: Optional[int] = None, nb: Optional[int] = None, r: Optional[float] = None,
-                 kmax: Optional[int] = None, num_warps: Optional[int] = None, launcher: str = "cached", **more):
+                 kmax: Optional[int] = None, num_warps: Optional[int] = None, launcher: str = "cached",
+                 buffers: Optional[dict] = None, **more):
     """Sample one token per row with min-p, top-k, top-p, temperature and the canonical draw.
 
     Parameters
@@ -228,6 +229,11 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         ``"cached"`` (after the first call of a shape, launch its compiled
         kernels directly from a plan, :mod:`impls.fused.launch`) or ``"jit"``
         (Triton's ``kernel[grid]`` at every launch). Same kernels, same results.
+    buffers : dict, optional
+        :func:`allocate` of this call's shape, tuning and ``want_probs``, kept by the caller:
+        the call then allocates nothing and writes its outputs into them (each call overwrites
+        the last one's; :func:`impls.fused.workspace.workspace_bytes` states the size). Default:
+        a fresh allocation per call.
 
     Returns
     -------
@@ -253,7 +259,7 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         (``TRITON_INTERPRET=1`` when Triton was imported) or on another device
         type, a vocabulary of ``2**23`` or more, a tuning option that is not a
         power of two where one is needed (:data:`POW2_OPTIONS`), an unknown
-        ``launcher``.
+        ``launcher``, ``buffers`` of another shape, device, tuning or ``want_probs``.
     """
     if launcher not in MODES:
         raise ValueError(f"unknown launcher mode {launcher!r}; known: {', '.join(MODES)}")
@@ -270,8 +276,25 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         tokens = torch.empty((0,), dtype=torch.int64, device=dev)
         status, path = (torch.empty((0,), dtype=torch.int32, device=dev) for _ in range(2))
         return tokens, status, path, (torch.empty((0, V), dtype=torch.float32, device=dev) if want_probs else None)
-    a = allocate(B, V, dev, cfg, want_probs)
+    a = allocate(B, V, dev, cfg, want_probs) if buffers is None else _checked_buffers(buffers, B, V, dev, cfg,
+                                                                                      want_probs)
     tokens, status, path, probs = a["tokens"], a["status"], a["path"], a["probs"]
     run_call((logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, a["wsi"], a["wsf"],
               a["ws64"]), a["S"], a["CH"], want_probs, cfg, launcher)
     return tokens, status, path, (probs if want_probs else None)
+
+
+def _checked_buffers(a: dict, B: int, V: int, dev, cfg: dict, want_probs: bool) -> dict:
+    want = allocate(B, V, "meta", cfg, want_probs)
+    for name in ("tokens", "status", "path", "probs", "wsi", "wsf", "ws64"):
+        t = a.get(name)
+        if not isinstance(t, torch.Tensor) or t.shape != want[name].shape or t.dtype != want[name].dtype \
+                or t.device != dev:
+            got = "missing" if t is None else f"{tuple(t.shape)} {t.dtype} on {t.device}"
+            raise ValueError(f"buffers[{name!r}] is {got}; this call ({B} x {V}, want_probs={want_probs}, its "
+                             f"tuning) needs {tuple(want[name].shape)} {want[name].dtype} on {dev}: allocate them "
+                             "with impls.fused.ops.allocate for this shape")
+    if (a.get("S"), a.get("CH")) != (want["S"], want["CH"]):
+        raise ValueError(f"buffers split rows as (S, CH) = {(a.get('S'), a.get('CH'))}, this call as "
+                         f"{(want['S'], want['CH'])}: allocate them with this call's tuning")
+    return a
