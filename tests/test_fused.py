@@ -253,6 +253,8 @@ def test_fused_implementation_runs_corpus_cases(tmp_path):
     assert {r["case"]: r["status"] for r in out.doc["results"]} == {
         "filters/min-p-before-top-p": "pass", "filters/top-p-dyadic-boundary": "pass",
         "bad_input/nan-logit-row-rejected": "pass", "penalties/huge-values-clamped-to-finite": "pass"}
+    # every stage these cases exercise (validation and modes included) is the fused package's own code
+    assert [r["provenance"]["own_code"] for r in out.doc["results"]] == [True] * 4
 
 
 def test_kept_buffers_are_written_in_place_and_checked():
@@ -273,8 +275,6 @@ def test_kept_buffers_are_written_in_place_and_checked():
         fused_sample(x[:2], *(a[:2] for a in args), buffers=buf)
     with pytest.raises(ValueError, match=r"buffers\['probs'\]"):
         fused_sample(x, *args, buffers=buf, want_probs=True)
-
-
 
 
 @pytest.mark.gpu

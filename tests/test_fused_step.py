@@ -246,11 +246,23 @@ def test_buffers_are_reused_and_the_step_has_fixed_shapes():
 
 def test_declared_stages_and_version():
     st = FusedImpl.stages
-    assert {s for s, p in st.items() if p == "own"} == {"logit_bias", "penalties", "bans", "filters", "draw",
-                                                       "logprobs"}
-    assert {s for s, p in st.items() if p == "reference"} == {"validation", "seeds", "finish"}
-    assert FUSED_VERSION == "5"
+    assert st == dict.fromkeys(("validation", "logit_bias", "penalties", "bans", "filters", "draw", "seeds",
+                                "logprobs", "finish", "decode", "beam"), "own")
+    assert FUSED_VERSION == "6"
     assert FusedImpl().unsupported(row([0.0], logprobs_mode="processed_logprobs")) is not None
+
+
+def test_one_beam_step_is_the_argmax_of_log_softmax_at_its_temperature():
+    """At T = 1e30 every log-softmax value rounds to -log(4) in float32: the tie goes to id 0 (SEMANTICS §3)."""
+    x = [1.0, 3.0, 2.0, 0.5]
+    rows = [row(x, use_beam_search=True, slot=0), row(x, use_beam_search=True, temperature=1e30, slot=1),
+            row(x, use_beam_search=True, temperature=1e30, logit_bias=[(1, float("-inf"))], slot=2,
+                end_id=0, logprobs=1)]
+    got = FusedSession(DEV).step(rows)
+    assert [g.token for g in got] == [1, 0, 0] and [g.mode for g in got] == ["beam"] * 3
+    # the logprobs launch reads the beam's token: its RAW logprob (after the bias, profile trtllm) is
+    # 1 - log(e + e**2 + e**0.5) = 1 - log(11.756056) = -1.464369
+    assert got[2].logprob == pytest.approx(-1.464369, abs=1e-6) and got[2].finish_reason == "end_id"
 
 
 @pytest.mark.gpu

@@ -3,23 +3,26 @@
 Pipeline of :meth:`FusedSession.step`, in order:
 
 1. per row on the host, as an engine does at admission: the slot check, the
-   reference's validation and mode resolution (:func:`impls.reference.modes.resolve`),
-   which turns unset parameters into the tensors' sentinels (a greedy row gets
+   fused sampler's own validation and mode resolution (:func:`impls.fused.admit.admit`),
+   which turns unset parameters into the kernel's sentinels (a greedy row gets
    ``temperature = 0``), and the row's sparse rewrite entries
    (:func:`impls.fused.step.row_entries`: bias pairs, validated; the history;
    single-token bans and the end ids under ``min_length``; the ids banned by
    multi-token bad words and no-repeat-ngram, matched on the host);
-2. ``(seed, offset)`` per sampling row from the same per-slot bookkeeping as
-   the reference (:class:`impls.reference.seeds.SeedManager`);
+2. ``(seed, offset)`` per sampling row from its per-slot counters on the device
+   (:class:`impls.fused.slots.SlotStreams`);
 3. one call of :func:`impls.fused.step.fused_step` per vocabulary size, all
    on the device and without a host synchronisation: logit bias,
    repetition/presence/frequency penalties and bans
    (:mod:`impls.fused.step_kernel`), then temperature, min-p, top-k, top-p,
    greedy and the canonical draw (:mod:`impls.fused.kernel`), with the
-   probabilities of the same filtering, then the drawn token's RAW and
+   probabilities of the same filtering, a beam row's one step of width 1,
+   then the drawn token's RAW and
    PROCESSED logprobs, its rank and the top logprobs;
-4. finish reasons from the reference's function at the token the kernel drew.
+4. finish reasons on the device at the token the kernel drew
+   (:func:`impls.fused.finish.finish_codes`).
 
+Every stage is the fused package's own code; the reference is never called.
 On a CPU the kernel runs under Triton's interpreter (``TRITON_INTERPRET=1``
 must be set before Triton is imported; :meth:`FusedImpl.available` says so).
 """
@@ -40,14 +43,14 @@ __all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS"]
 #: Bumped whenever the kernel's decisions change. 4: bias, penalties, bans and logprobs on the device.
 #: 5: early accept (the same tokens; a new path, 5 ``accepted``, for rows drawn in the histogram launch; since
 #: its H100 measurement only top-p rows without top-k, in batches of at most 64 rows by default).
-FUSED_VERSION = "5"
+#: 6: validation and modes (:mod:`.admit`), seeds (:mod:`.slots`) and finish reasons (:mod:`.finish`) are the
+#: package's own code instead of the reference's.
+FUSED_VERSION = "6"
 
 
-#: The per-row arguments of :func:`impls.fused.ops.fused_sample`, by name, with their dtypes.
-_PARAM_DTYPES = {"temperature": torch.float32, "top_k": torch.int64, "top_p": torch.float64, "min_p": torch.float32,
-                 "seed": torch.int64, "offset": torch.int64}
-#: A greedy row's arguments: temperature 0 (SEMANTICS §1.1), the filters off, no draw.
-_GREEDY_PARAMS = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 0, "offset": 0}
+#: The per-row filter arguments of :func:`impls.fused.ops.fused_sample` (:class:`impls.fused.admit.Admitted`
+#: fields), by name, with their dtypes.
+_PARAM_DTYPES = {"temperature": torch.float32, "top_k": torch.int64, "top_p": torch.float64, "min_p": torch.float32}
 
 
 #: Row fields the fused step does not apply (unset: ``None``).
@@ -70,12 +73,12 @@ def _triton_state(device: str) -> Optional[str]:
 
 
 class FusedSession:
-    """Per-slot state of the fused sampler (the reference's seed bookkeeping) and its batched step."""
+    """Per-slot state of the fused sampler (its seed counters, :class:`impls.fused.slots.SlotStreams`) and its step."""
 
     def __init__(self, device: str = "cpu"):
-        from ..reference.seeds import SeedManager
+        from .slots import SlotStreams
         self.device = torch.device(device)
-        self.seeds = SeedManager(TRTLLM)
+        self.streams = SlotStreams(self.device)
 
     def step(self, rows: Sequence[Row]) -> list:
         """Sample one step; see the module docstring for the pipeline.
@@ -84,8 +87,8 @@ class FusedSession:
         -------
         list of RowResult
         """
-        from ..reference.finish import finish_reason
-        from ..reference.modes import BEAM, GREEDY, effective_seed, resolve
+        from .admit import BEAM, GREEDY, SAMPLING, admit
+        from .finish import REASONS, finish_codes, pack_finish
         from .kernel import STATUS_KINDS, PATHS
         from .step import fused_step, pack_entries, row_entries
 
@@ -95,20 +98,17 @@ class FusedSession:
         for i, row in enumerate(rows):
             try:
                 claim_slot(row, used)
-                res = resolve(row, TRTLLM)
-                entries = row_entries(row, row.vocab, TRTLLM)
-                self.seeds.observe(row.slot, row.request_id, effective_seed(row))
-                if res.mode in (GREEDY, BEAM):
-                    params = dict(_GREEDY_PARAMS)
-                else:
-                    seed, off = self.seeds.take(row.slot)
-                    params = {"temperature": res.temperature, "top_k": res.top_k, "top_p": res.top_p,
-                              "min_p": res.min_p, "seed": seed, "offset": off}
-                staged[i] = (res, entries, params)
+                adm = admit(row)
+                staged[i] = (adm, row_entries(row, row.vocab, TRTLLM))
             except RowError as e:
                 out[i] = RowResult.failed(e)
+        order = list(staged)
+        seeds, offsets = self.streams.take([rows[i].slot for i in order], [rows[i].request_id for i in order],
+                                           [staged[i][0].seed for i in order],
+                                           [staged[i][0].mode == SAMPLING for i in order])
+        where = {i: j for j, i in enumerate(order)}
         by_vocab: dict = {}
-        for i in staged:
+        for i in order:
             by_vocab.setdefault(rows[i].vocab, []).append(i)
         for V, idx in by_vocab.items():
             logits = [rows[i].logits for i in idx]
@@ -117,25 +117,32 @@ class FusedSession:
             if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
                 x = x.to(torch.float32)
             # one (batch,) tensor per argument of fused_step, by name
-            args = {name: torch.tensor([staged[i][2][name] for i in idx], dtype=dt_, device=self.device)
+            args = {name: torch.tensor([getattr(staged[i][0], name) for i in idx], dtype=dt_, device=self.device)
                     for name, dt_ in _PARAM_DTYPES.items()}
+            pick = torch.tensor([where[i] for i in idx], dtype=torch.int64, device=self.device)
+            args.update(seed=seeds[pick], offset=offsets[pick])
             sub = [rows[i] for i in idx]
             inputs = pack_entries([staged[i][1] for i in idx], sub, self.device)
             want_vec = any(r.logprobs == -1 or r.logprob_token_ids is not None for r in sub)
-            o = fused_step(x, **args, inputs=inputs, want_probs=True, want_logprobs=True, want_vector=want_vec)
+            beam = [staged[i][0].beam_temperature for i in idx]
+            beam_t = torch.tensor(beam, dtype=torch.float32, device=self.device) if any(beam) else None
+            o = fused_step(x, **args, inputs=inputs, want_probs=True, want_logprobs=True, want_vector=want_vec,
+                           beam_temperature=beam_t)
+            o["finish"] = finish_codes(o["tokens"], pack_finish(sub, self.device))
+            o["seed"], o["offset"] = args["seed"], args["offset"]
             host = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in o.items()}
             for j, i in enumerate(idx):
-                res, _entries, params = staged[i]
+                adm = staged[i][0]
                 row = rows[i]
                 kind = STATUS_KINDS[int(host["status"][j])]
                 if kind is not None:
                     out[i] = RowResult(error=kind, message=f"rejected by the fused kernel ({kind})")
                     continue
                 t = int(host["tokens"][j])
-                r = RowResult(token=t, mode=res.mode, rewritten_logits=o["rewritten"][j], probs=o["probs"][j],
+                r = RowResult(token=t, mode=adm.mode, rewritten_logits=o["rewritten"][j], probs=o["probs"][j],
                               extra={"path": PATHS[int(host["path"][j])]})
-                if res.mode not in (GREEDY, BEAM):
-                    r.extra.update(seed=params["seed"], offset=params["offset"])
+                if adm.mode not in (GREEDY, BEAM):
+                    r.extra.update(seed=int(host["seed"][j]), offset=int(host["offset"][j]))
                 lp_t = float(host["logprob"][j])
                 r.logprob = lp_t
                 r.processed_logprob = float(host["processed_logprob"][j])
@@ -152,7 +159,7 @@ class FusedSession:
                 r.vocab_logprobs = vec if row.logprobs == -1 else None
                 if row.logprob_token_ids is not None:
                     r.token_logprobs = [(int(a), float(host["vector"][j][int(a)])) for a in row.logprob_token_ids]
-                r.finish_reason = finish_reason(row, t, TRTLLM)
+                r.finish_reason = REASONS[int(host["finish"][j])]
                 out[i] = r
         return out
 
@@ -165,28 +172,27 @@ class FusedSession:
         Raises
         ------
         RowError
-            If the row is rejected.
+            If the row is rejected (by admission, its bias entries or the kernel).
         """
-        from ..reference.modes import SAMPLING, effective_seed, resolve
+        from .admit import admit, signed_seed
         from .kernel import STATUS_KINDS
         from .ops import fused_sample
         from .step import fused_rewrite, pack_rows
 
-        res = resolve(row, TRTLLM)
+        adm = admit(row)
         inputs, errs = pack_rows([row], row.vocab, self.device)
         if errs[0] is not None:
             raise errs[0]
         x = fused_rewrite(row.logits.to(self.device)[None], inputs)[0]
         V = x.shape[-1]
         counts = torch.zeros(V, dtype=torch.int64)
-        T = res.temperature if res.mode == SAMPLING else 0.0
         for start in range(0, len(seeds), chunk):
-            part = [effective_seed(row.replace(seed=int(s))) for s in seeds[start:start + chunk]]
+            part = [signed_seed(int(s)) for s in seeds[start:start + chunk]]
             n = len(part)
             full = lambda v, dt: torch.full((n,), v, dtype=dt, device=self.device)
-            tok, status, _, _ = fused_sample(x.expand(n, V), temperature=full(T, torch.float32),
-                                             top_k=full(res.top_k, torch.int64), top_p=full(res.top_p, torch.float64),
-                                             min_p=full(res.min_p, torch.float32),
+            tok, status, _, _ = fused_sample(x.expand(n, V), temperature=full(adm.temperature, torch.float32),
+                                             top_k=full(adm.top_k, torch.int64), top_p=full(adm.top_p, torch.float64),
+                                             min_p=full(adm.min_p, torch.float32),
                                              seed=torch.tensor(part, dtype=torch.int64, device=self.device),
                                              offset=full(0, torch.int64))
             bad = status != 0
@@ -203,8 +209,8 @@ class FusedImpl:
     name = "fused"
     profile = TRTLLM
     roles = frozenset({"conformance", "latency"})
-    #: Every single-step feature: the fused package samples, rewrites and takes logprobs; the reference's
-    #: code validates, keeps the seeds and finds the finish reason (``stages``).
+    #: The single-step features its step expresses (no scenarios; :meth:`unsupported` names the row fields it
+    #: leaves out).
     features = frozenset({
         "temperature", "top_k", "top_p", "min_p", "top_p_decay", "beam_search", "repetition_penalty",
         "presence_penalty", "frequency_penalty", "prompt_ignore_length", "logit_bias", "min_length", "bad_words",
@@ -215,12 +221,15 @@ class FusedImpl:
     #: Timed on a GPU only (on a CPU it runs under Triton's interpreter, a correctness tool).
     latency_devices = frozenset({"cuda"})
     slow = False
-    #: The fused package performs the rewrites (bias, penalties, bans), the filters, the draw and the
-    #: logprobs (:mod:`impls.fused.step_kernel`, :mod:`impls.fused.kernel`); validation and mode
-    #: resolution, seed bookkeeping and finish reasons are the reference's code around it.
-    stages = {"validation": "reference", "logit_bias": "own", "penalties": "own", "bans": "own",
-              "filters": "own", "draw": "own", "seeds": "reference", "logprobs": "own",
-              "finish": "reference"}
+    #: Every stage of a single step is the fused package's: admission (:mod:`.admit`), the rewrites, filters,
+    #: draw and logprobs (:mod:`.step_kernel`, :mod:`.kernel`), the seed counters (:mod:`.slots`) and the
+    #: finish reasons (:mod:`.finish`).
+    #: ``decode``: a row's decayed top-p from its history (:func:`.admit.decayed_top_p`); ``beam``: one beam step
+    #: of width 1 (:func:`.step.fused_step`'s ``beam_temperature``). Scenarios (multi-step decoding, beams
+    #: wider than 1) are not run (:attr:`features`).
+    stages = {"validation": "own", "logit_bias": "own", "penalties": "own", "bans": "own",
+              "filters": "own", "draw": "own", "seeds": "own", "logprobs": "own", "finish": "own",
+              "decode": "own", "beam": "own"}
 
     def version(self) -> str:
         """Kernel rule version and the Triton version it runs on."""

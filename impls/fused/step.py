@@ -345,7 +345,8 @@ def allocate_step(B: int, V: int, device, cfg: dict, KL: int, want_probs: bool =
 def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                min_p: torch.Tensor, seed: torch.Tensor, offset: torch.Tensor, inputs: StepInputs,
                want_probs: bool = True, want_logprobs: bool = True, want_vector: bool = False,
-               buffers: Optional[dict] = None, launcher: str = "cached") -> dict:
+               buffers: Optional[dict] = None, launcher: str = "cached",
+               beam_temperature: Optional[torch.Tensor] = None) -> dict:
     """One sampling step on the device: bias, penalties, bans, filters, draw and logprobs.
 
     Parameters
@@ -370,6 +371,12 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
     launcher : str
         The filter launches' launcher (:data:`impls.fused.launch.MODES`); the rewrite and logprobs
         launches go through ``kernel[grid]``.
+    beam_temperature : torch.Tensor, optional
+        ``(B,)`` float32, ``> 0`` on the rows that take one beam-search step of width 1 (given as
+        greedy rows, ``temperature == 0``): their token is the first argmax of
+        ``log_softmax(x / T)`` over the rewritten logits (SEMANTICS §3: the beam's log-probabilities
+        at its temperature; in float32 a huge ``T`` ties every token at ``-log V`` and the lowest id
+        wins), taken before the logprobs launch reads the token. 0 elsewhere; None: no beam rows.
 
     Returns
     -------
@@ -414,6 +421,8 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
     y = a["y"]
     run_call((y, temperature, top_k, top_p, min_p, seed, offset, a["tokens"], a["status"], a["path"], a["probs"],
               a["wsi"], a["wsf"], a["ws64"]), S, CH, want_probs, cfg, launcher)
+    if beam_temperature is not None:
+        _beam_step(y, beam_temperature, a["tokens"], a["status"])
     out = {"tokens": a["tokens"], "status": a["status"], "path": a["path"], "rewritten": y,
            "probs": a["probs"] if want_probs else None}
     if want_logprobs:
@@ -424,6 +433,14 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
         out.update(logprob=a["lp"], rank=a["rank"], processed_logprob=a["plp"], top_ids=a["top_id"],
                    top_logprobs=a["top_lp"], vector=a["vec"] if want_vector else None)
     return out
+
+
+def _beam_step(y: torch.Tensor, beam_t: torch.Tensor, tokens: torch.Tensor, status: torch.Tensor) -> None:
+    # in place on the device: a tensor divisor, so CUDA divides as IEEE does (not by a reciprocal)
+    beam_t = beam_t.to(device=y.device, dtype=torch.float32)
+    on = (beam_t > 0) & (status == 0)
+    lsm = torch.log_softmax(y / torch.where(beam_t > 0, beam_t, torch.ones_like(beam_t))[:, None], dim=-1)
+    tokens.copy_(torch.where(on, torch.argmax(lsm, dim=-1), tokens))
 
 
 def launch_count(want_probs: bool, want_logprobs: bool) -> int:

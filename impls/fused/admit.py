@@ -1,0 +1,198 @@
+"""Admission of one row: the fused sampler's own validation and mode resolution (profile ``trtllm``).
+
+What a serving engine does on the host when a request arrives, written for the fused sampler
+alone so that its verdicts on validation and modes come from its code, never from the
+reference's (:mod:`impls.reference.modes` states the same rules for every profile; this module
+states them for ``trtllm`` only, for the features :class:`impls.fused.FusedImpl` declares).
+
+Validation (SEMANTICS §1.1 rule 5, §5), in this order; the first failure rejects the row:
+
+* ``temperature`` NaN or ``< 0``: ``invalid_temperature``; ``top_p`` outside ``[0, 1]`` or NaN:
+  ``invalid_top_p`` (0 is greedy, seed 000 § 采样参数); ``top_k`` not an integer or ``< 0``:
+  ``invalid_top_k``; ``min_p`` outside ``[0, 1]`` or NaN: ``invalid_min_p``;
+* a NaN repetition, presence or frequency penalty, or a repetition penalty ``<= 0``:
+  ``invalid_penalty``;
+* ``top_p_decay`` outside ``(0, 1]``, or below 1 on a beam row (SEMANTICS §2: rejected per
+  request with beam search): ``invalid_top_p_decay``; ``top_p_min`` outside ``(0, 1]``:
+  ``invalid_top_p_min``;
+* a seed that is not an integer in ``[-2**63, 2**64)``: ``invalid_seed``;
+* a negative ``min_length``, ``max_new_tokens``, ``max_seq_len`` or ``no_repeat_ngram_size``:
+  ``invalid_length``;
+* an end id (or an id of an EOS set) outside ``[-1, V)``: ``invalid_end_id``; an empty bad or
+  stop word, or one with an id outside ``[0, V)``: ``invalid_bad_words`` /
+  ``invalid_stop_words``; a ``logprob_token_ids`` id outside ``[0, V)``: ``invalid_logprobs``.
+
+Mode (SEMANTICS §1.1 rules 1-4, seed 000 § 采样参数): a beam row is BEAM (at its temperature,
+1 when unset or 0); ``top_k == 1``,
+``top_p == 0``, ``min_p == 1`` or ``temperature == 0`` is GREEDY, and so is a row with
+temperature, top-k and top-p all unset unless ``min_p > 0`` or an active top-p decay makes it
+sample; every other row samples with ``temperature`` (1 unset), ``top_k`` (0: off), ``top_p``
+(1: off; with an active decay the decayed value, SEMANTICS §2) and ``min_p`` (0: off).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..base import Row, RowError
+from ..params import end_id_set
+
+__all__ = ["Admitted", "admit", "signed_seed", "decayed_top_p", "GREEDY", "SAMPLING", "BEAM", "TOP_P_MIN"]
+
+#: The modes, as a row's ``mode`` output names them (``harness/corpus/outputs.py``).
+GREEDY, SAMPLING, BEAM = "greedy", "sampling", "beam"
+#: The floor of a decayed top-p when ``top_p_min`` is unset (SEMANTICS §2).
+TOP_P_MIN = 1e-6
+_SEED_LO, _SEED_HI = -(1 << 63), 1 << 64
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """An admitted row: its mode, the kernel's per-row arguments and its seed.
+
+    Attributes
+    ----------
+    mode : str
+        :data:`GREEDY`, :data:`SAMPLING` or :data:`BEAM`.
+    temperature, top_k, top_p, min_p : float, int, float, float
+        The filter arguments of :func:`impls.fused.ops.fused_sample` for a sampling row
+        (``temperature > 0``; ``top_k`` 0, ``top_p`` 1 and ``min_p`` 0 are off); a greedy or
+        beam row's are ``0, 0, 1, 0`` (the kernel's greedy spelling: ``temperature == 0``).
+    seed : int or None
+        The row's seed as the signed int64 view of its 64-bit pattern; None unseeded.
+    beam_temperature : float
+        A beam row's temperature (1 unset; the ``beam_temperature`` of
+        :func:`impls.fused.step.fused_step`); 0 on other rows.
+    """
+
+    mode: str
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: Optional[int] = None
+    beam_temperature: float = 0.0
+
+
+def _bad(kind: str, name: str, value, rule: str) -> RowError:
+    return RowError(kind, f"{name}={value!r}: must be {rule}")
+
+
+def _check_scalars(row: Row) -> None:
+    # (field, error kind, accepts, rule): NaN fails every comparison, so it is rejected with them
+    table = (("temperature", "invalid_temperature", lambda v: v >= 0, ">= 0"),
+             ("top_p", "invalid_top_p", lambda v: 0 <= v <= 1, "in [0, 1]"),
+             ("top_k", "invalid_top_k", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
+             ("min_p", "invalid_min_p", lambda v: 0 <= v <= 1, "in [0, 1]"),
+             ("repetition_penalty", "invalid_penalty", lambda v: v > 0, "> 0"),
+             ("presence_penalty", "invalid_penalty", lambda v: v == v, "a number"),
+             ("frequency_penalty", "invalid_penalty", lambda v: v == v, "a number"),
+             ("top_p_decay", "invalid_top_p_decay", lambda v: 0 < v <= 1, "in (0, 1]"),
+             ("top_p_min", "invalid_top_p_min", lambda v: 0 < v <= 1, "in (0, 1]"))
+    for name, kind, ok, rule in table:
+        v = getattr(row, name)
+        if v is not None and not ok(v):
+            raise _bad(kind, name, v, rule)
+    if row.use_beam_search and _decay_on(row):
+        raise _bad("invalid_top_p_decay", "top_p_decay", row.top_p_decay, "1 (off) with beam search")
+
+
+def signed_seed(seed) -> Optional[int]:
+    """A seed as the signed int64 view of its 64-bit pattern (SEMANTICS §1.6); None stays None.
+
+    Raises
+    ------
+    RowError
+        ``invalid_seed``: not an integer, or outside ``[-2**63, 2**64)``.
+    """
+    if seed is None:
+        return None
+    try:
+        s = operator.index(seed)
+    except TypeError:
+        raise _bad("invalid_seed", "seed", seed, "an integer") from None
+    if not _SEED_LO <= s < _SEED_HI:
+        raise _bad("invalid_seed", "seed", seed, "in [-2**63, 2**64)")
+    return s - _SEED_HI if s >= 1 << 63 else s
+
+
+def _check_ids(row: Row, V: int) -> None:
+    for name in ("min_length", "max_new_tokens", "max_seq_len", "no_repeat_ngram_size"):
+        v = getattr(row, name)
+        if v is not None and v < 0:
+            raise _bad("invalid_length", name, v, ">= 0")
+    for t in end_id_set(row.end_id) if row.end_id is not None else ():
+        if not -1 <= t < V:
+            raise _bad("invalid_end_id", "end_id", row.end_id, f"-1 (none) or ids in [0, {V})")
+    for name in ("bad_words", "stop_words"):
+        for w in getattr(row, name) or ():
+            if not len(w) or not all(0 <= t < V for t in w):
+                raise _bad(f"invalid_{name}", f"{name} entry", list(w), f"non-empty with ids in [0, {V})")
+    ids = row.logprob_token_ids
+    if ids is not None and not all(0 <= t < V for t in ids):
+        raise _bad("invalid_logprobs", "logprob_token_ids", list(ids)[:8], f"ids in [0, {V})")
+
+
+def _decay_on(row: Row) -> bool:
+    # a decay of exactly 1 changes nothing (SEMANTICS §1.1 rule 3)
+    return row.top_p_decay is not None and row.top_p_decay < 1
+
+
+def decayed_top_p(row: Row, p0: float) -> float:
+    """The top-p of a row whose decay is active, after its ``generated`` tokens (SEMANTICS §2).
+
+    From ``p0``, each generated token sets ``p = p0`` when it is one of ``top_p_reset_ids``, else
+    ``p = max(p * top_p_decay, top_p_min)`` (``top_p_min`` default :data:`TOP_P_MIN`), every value
+    a float32 as TensorRT-LLM keeps its per-slot runtime top-p (seed 000 § Top-P Decay).
+
+    Returns
+    -------
+    float
+        The float32 value as a Python float (``p0`` itself while nothing was generated).
+    """
+    f32 = np.float32
+    decay = f32(row.top_p_decay)
+    floor = f32(row.top_p_min if row.top_p_min is not None else TOP_P_MIN)
+    reset = set(row.top_p_reset_ids or ())
+    p = p0
+    for tok in row.generated:
+        p = p0 if tok in reset else float(max(f32(f32(p) * decay), floor))
+    return p
+
+
+def admit(row: Row) -> Admitted:
+    """Validate ``row`` and resolve its mode and kernel arguments (the module docstring's rules).
+
+    Parameters
+    ----------
+    row : Row
+        ``row.vocab`` bounds the id checks.
+
+    Returns
+    -------
+    Admitted
+
+    Raises
+    ------
+    RowError
+        The first failed check of the module docstring's list.
+    """
+    _check_scalars(row)
+    seed = signed_seed(row.seed)
+    _check_ids(row, row.vocab)
+    t, k, p, m = row.temperature, row.top_k, row.top_p, row.min_p
+    if row.use_beam_search:
+        return Admitted(BEAM, seed=seed, beam_temperature=float(t) if t else 1.0)
+    if k == 1 or p == 0 or m == 1 or t == 0:
+        return Admitted(GREEDY, seed=seed)
+    if t is None and k is None and p is None and not (m is not None and m > 0) and not _decay_on(row):
+        return Admitted(GREEDY, seed=seed)
+    top_p = 1.0 if p is None else float(p)
+    if _decay_on(row):
+        top_p = decayed_top_p(row, top_p)
+    return Admitted(SAMPLING, temperature=float(t) if t is not None else 1.0, top_k=int(k or 0), top_p=top_p,
+                    min_p=float(m) if m is not None and m > 0 else 0.0, seed=seed)
