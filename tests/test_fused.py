@@ -277,6 +277,28 @@ def test_kept_buffers_are_written_in_place_and_checked():
         fused_sample(x, *args, buffers=buf, want_probs=True)
 
 
+@pytest.mark.parametrize("B, V, dtype", [(5, 300, torch.float32), (40, 700, torch.float32), (6, 2000, torch.bfloat16)])
+def test_all_greedy_hint_takes_two_launches_and_the_greedy_rules(B, V, dtype):
+    """``greedy=True``: first argmax whatever the parameters; NaN and all--inf rows rejected as greedy rows are."""
+    from impls.fused.kernel import launch_specs
+    from impls.fused.ops import INTERPRETER
+    x = torch.randn(B, V, generator=torch.Generator().manual_seed(B))
+    x[0, 5] = float("nan")
+    x[1] = float("-inf")
+    x[2, 9] = x[2, 7] = float("inf")                      # +inf is the largest: the first of them
+    x[3, V - 2] = x[3, 3] = x[3].max() + 1                # a tie: the lowest id
+    x = x.to(dtype).to(DEV)
+    z = lambda v, dt: torch.full((B,), v, dtype=dt, device=DEV)
+    sampling = (z(0.7, torch.float32), z(5, torch.int64), z(0.9, torch.float32), z(0.1, torch.float32),
+                z(1, torch.int64), z(0, torch.int64))       # not read under the hint
+    tok, status, path, probs = fused_sample(x, *sampling, want_probs=True, greedy=True)
+    want = torch.argmax(x.float(), dim=-1).tolist()
+    assert tok.tolist() == [-1, -1, 7, 3] + want[4:]
+    assert status.tolist() == [1, 3, 0, 0] + [0] * (B - 4) and path.tolist() == [-1, -1] + [0] * (B - 2)
+    assert torch.equal(probs[2:], torch.nn.functional.one_hot(tok[2:], V).float()) and not probs[:2].any()
+    assert [s[0] for s in launch_specs(B, V, V, 1, V, False, INTERPRETER, greedy=True)] == ["stats", "greedy"]
+
+
 @pytest.mark.gpu
 def test_cuda_graph_capture_and_replay():
     from impls.fused.op import sample_tokens_and_probs

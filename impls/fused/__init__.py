@@ -260,13 +260,16 @@ class FusedImpl:
         """``(fn, graphable=True)``: :func:`impls.fused.ops.fused_sample` on the mix's per-row tensors.
 
         Its outputs and workspace are allocated once here and reused by every call (no allocation per call).
+        A batch whose every row is greedy (temperature 0, top-k 1, top-p 0 or min-p 1) passes the all-greedy
+        hint, as an engine knows it from its requests (vLLM: ``SamplingMetadata.all_greedy``).
         """
         from .ops import DEFAULTS, INTERPRETER, allocate, fused_sample
         T, K, P, M = batch.tensors()
         seed, off = batch.seeds()
         dev = torch.device(batch.device)
         buf = allocate(batch.batch, batch.vocab, dev, INTERPRETER if dev.type == "cpu" else DEFAULTS)
-        return (lambda x: fused_sample(x, T, K, P, M, seed, off, buffers=buf)), True
+        greedy = all(t == 0 or k == 1 or p == 0 or m == 1 for t, k, p, m in batch.params)
+        return (lambda x: fused_sample(x, T, K, P, M, seed, off, buffers=buf, greedy=greedy)), True
 
 
 IMPLEMENTATIONS = (Entry("fused", FusedImpl),)

@@ -431,11 +431,12 @@ def _edge_keys(base, V, m, C, xA, f_lo, f_hi, BLOCK: tl.constexpr, NBF: tl.const
 @triton.jit(do_not_specialize=["V", "S", "CH"])
 def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
                   BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
-                  NSTG: tl.constexpr = 1):
+                  NSTG: tl.constexpr = 1, ALL_GREEDY: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
     T, k, top_p, min_p, status, greedy, k_on, p_on, mp_on = _params(row, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V)
+    greedy = greedy | ALL_GREEDY
     bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
     NEG_INF = float("-inf")
     POS_INF = float("inf")
@@ -483,6 +484,41 @@ def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min
     if part == 0:
         # counters of the later launches (tickets and workspace slots) start at zero
         tl.store(cnt + tl.arange(0, 4), tl.zeros([4], dtype=tl.int32))
+
+
+@triton.jit(do_not_specialize=["S"])
+def _greedy_kernel(token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S, NB1: tl.constexpr, NBS: tl.constexpr,
+                   KMAX: tl.constexpr, KBIG: tl.constexpr):
+    """An all-greedy call's second and last launch (``B`` programs): the parts' first argmax combined.
+
+    Status 1 (``nan_logits``) for a row holding a NaN, else 3 (``no_valid_token``) when every logit is
+    ``-inf``, as the general path decides greedy rows; the row record gets the status, kind 0 and the token
+    for the probabilities launch.
+    """
+    row = tl.program_id(0).to(tl.int64)
+    bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
+    sr = tl.arange(0, _SB)
+    flags = tl.zeros([_SB], dtype=tl.int32)
+    mxs = tl.full([_SB], float("-inf"), tl.float32)
+    gis = tl.full([_SB], _INT32_MAX, tl.int32)
+    for s0 in range(0, S, _SB):
+        ss = s0 + sr
+        ok = ss < S
+        flags = flags | tl.load(bi + ss * _PI + 0, mask=ok, other=0)
+        g_s = tl.load(bi + ss * _PI + 2, mask=ok, other=_INT32_MAX)
+        m_s = tl.load(bf + ss * _PF + 0, mask=ok, other=float("-inf"))
+        take = (m_s > mxs) | ((m_s == mxs) & (g_s < gis))
+        gis = tl.where(take, g_s, gis)
+        mxs = tl.where(take, m_s, mxs)
+    m = tl.max(mxs, 0)
+    g_idx = tl.min(tl.where(mxs == m, gis, _INT32_MAX), 0)
+    status = tl.where((tl.max(flags, 0) & 1) != 0, 1, tl.where(m == float("-inf"), 3, 0))
+    tl.store(ri + _I_STATUS, status)
+    tl.store(ri + _I_KIND, tl.where(status != 0, -1, 0))
+    tl.store(ri + _I_GIDX, g_idx)
+    tl.store(token_ptr + row, tl.where(status != 0, -1, g_idx.to(tl.int64)))
+    tl.store(status_ptr + row, status)
+    tl.store(path_ptr + row, tl.where(status != 0, -1, 0))
 
 
 # ----------------------------------------------------------------------------- 2: row stats, histogram
@@ -1259,7 +1295,7 @@ SLOTS = ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "offset", "
          "wsi", "wsf", "ws64")
 
 
-def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg: dict) -> list:
+def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg: dict, greedy: bool = False) -> list:
     """The launches of one call shape, in order, with the tensors left as names.
 
     Parameters
@@ -1276,6 +1312,9 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
         Tuning constants (:data:`impls.fused.ops.DEFAULTS`); ``cfg["early"]`` turns on early accept in the
         histogram launch (path 5, ``accepted``): True, False (also when absent), or an int, for batches of at
         most that many rows.
+    greedy : bool
+        Every row is decoded greedily whatever its parameters (the caller's all-greedy hint): the statistics
+        launch, then ``_greedy_kernel`` (and the probabilities launch when asked), two launches instead of five.
 
     Returns
     -------
@@ -1291,6 +1330,13 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     grid = (B, S)
     params = ("temperature", "top_k", "top_p", "min_p")
     ws = ("wsi", "wsf", "ws64")
+    if greedy:
+        out = [("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), dict(c, ALL_GREEDY=True), kw),
+               ("greedy", _greedy_kernel, (B,), ("tokens", "status", "path", *ws, S),
+                dict(NB1=c["NB1"], NBS=c["NBS"], KMAX=c["KMAX"], KBIG=c["KBIG"]), kw)]
+        if want_probs:
+            out.append(("probs", _probs_kernel, grid, ("logits", sr, V, "probs", *ws, S, CH), c, kw))
+        return out
     out = [
         ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c, kw),
         ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH),
@@ -1309,7 +1355,7 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
 
 
 def launch_args(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64,
-                S, CH, want_probs, cfg):
+                S, CH, want_probs, cfg, greedy=False):
     """The launches of one call, in order: ``(name, kernel, grid, args, constexprs, options)`` each.
 
     :func:`launch_specs` with the tensors put in. All tensors are allocated by the caller
@@ -1320,4 +1366,4 @@ def launch_args(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, 
     B, V = logits.shape
     return [(name, kernel, grid, tuple(vals[a] if isinstance(a, str) else a for a in args), meta, options)
             for name, kernel, grid, args, meta, options in launch_specs(B, V, logits.stride(0), S, CH, want_probs,
-                                                                         cfg)]
+                                                                         cfg, greedy)]

@@ -160,7 +160,7 @@ class LaunchRefused(TypeError):
         self.step = step
 
 
-def plan_key(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict) -> tuple:
+def plan_key(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, greedy: bool = False) -> tuple:
     """The key of a call's :class:`Plan`: everything that chooses its binaries and arguments.
 
     Parameters
@@ -171,12 +171,12 @@ def plan_key(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict) -> tuple
     Returns
     -------
     tuple
-        Device index, logits dtype, shape and row stride, ``S``, ``CH``, ``want_probs``, the tuning
-        constants, the parameters' dtypes (``top_p`` may be float32 or float64), and whether each caller
+        Device index, logits dtype, shape and row stride, ``S``, ``CH``, ``want_probs``, ``greedy``, the
+        tuning constants, the parameters' dtypes (``top_p`` may be float32 or float64), and whether each caller
         tensor's address is a multiple of 16 (Triton specialises on it).
     """
     x = vals[0]
-    return (x.device.index, x.dtype, x.shape, x.stride(0), S, CH, want_probs, tuple(cfg.items()),
+    return (x.device.index, x.dtype, x.shape, x.stride(0), S, CH, want_probs, greedy, tuple(cfg.items()),
             tuple(t.dtype for t in vals[1:7]), tuple(t.data_ptr() & 15 == 0 for t in vals[:7]))
 
 
@@ -186,7 +186,8 @@ def _jit(specs: list, vals: tuple, first: int = 0) -> list:
             for _name, kernel, grid, args, meta, options in specs[first:]]
 
 
-def run_call(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, mode: str = "cached") -> None:
+def run_call(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, mode: str = "cached",
+             greedy: bool = False) -> None:
     """Launch one fused call: the plan of its shape where there is one, else through ``kernel[grid]``.
 
     Parameters
@@ -201,6 +202,8 @@ def run_call(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, mode: st
         Tuning constants.
     mode : str
         One of :data:`MODES`.
+    greedy : bool
+        The all-greedy launches (:func:`impls.fused.kernel.launch_specs`).
 
     Raises
     ------
@@ -213,12 +216,12 @@ def run_call(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, mode: st
     x = vals[0]
     B, V = x.shape
     if mode == "jit" or FALLBACK is not None or x.device.type != "cuda":
-        _jit(launch_specs(B, V, x.stride(0), S, CH, want_probs, cfg), vals)
+        _jit(launch_specs(B, V, x.stride(0), S, CH, want_probs, cfg, greedy), vals)
         return
-    key = plan_key(vals, S, CH, want_probs, cfg)
+    key = plan_key(vals, S, CH, want_probs, cfg, greedy)
     plan = _PLANS.get(key)
     if plan is None:
-        specs = launch_specs(B, V, x.stride(0), S, CH, want_probs, cfg)
+        specs = launch_specs(B, V, x.stride(0), S, CH, want_probs, cfg, greedy)
         compiled = _jit(specs, vals)
         if all(ck is not None and hasattr(ck, "run") for ck in compiled):
             _PLANS[key] = Plan(specs, compiled)

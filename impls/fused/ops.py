@@ -1,9 +1,9 @@
 """Host entry points of the fused sampler (tokens; probabilities; both from one filtering).
 
 The kernels are in :mod:`impls.fused.kernel` (five launches per call, six with
-probabilities; with early accept, a top-p row whose full-row winner is certainly kept
-is drawn in the second, and the later ones return at once for it). These wrappers allocate the outputs and the per-row
-workspaces (a window of ``KMAX`` and a list of ``KBIG`` int64 entries, small
+probabilities, two for a call its caller says is all greedy; with early accept, a top-p
+row whose full-row winner is certainly kept is drawn in the second, and the later ones
+return at once for it). These wrappers allocate the outputs and the per-row workspaces (a window of ``KMAX`` and a list of ``KBIG`` int64 entries, small
 records and per-part histograms: independent of the vocabulary) and choose how
 many programs share a row (``S``): enough that a small batch fills the GPU,
 one per row for a large batch.
@@ -201,7 +201,7 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
                  min_p: torch.Tensor, seed: torch.Tensor, offset: torch.Tensor, want_probs: bool = False,
                  block: Optional[int] = None, nb: Optional[int] = None, r: Optional[float] = None,
                  kmax: Optional[int] = None, num_warps: Optional[int] = None, launcher: str = "cached",
-                 buffers: Optional[dict] = None, **more):
+                 buffers: Optional[dict] = None, greedy: bool = False, **more):
     """Sample one token per row with min-p, top-k, top-p, temperature and the canonical draw.
 
     Parameters
@@ -234,6 +234,11 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         the call then allocates nothing and writes its outputs into them (each call overwrites
         the last one's; :func:`impls.fused.workspace.workspace_bytes` states the size). Default:
         a fresh allocation per call.
+    greedy : bool
+        The caller's all-greedy hint (as vLLM's ``SamplingMetadata.all_greedy``): every row is
+        decoded greedily, whatever its parameters (they are not read): first argmax, ``+inf``
+        included; ``nan_logits`` for a row holding a NaN, ``no_valid_token`` for a row of ``-inf``.
+        The same tokens as greedy rows of a general call, in two launches instead of five.
 
     Returns
     -------
@@ -280,7 +285,7 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
                                                                                       want_probs)
     tokens, status, path, probs = a["tokens"], a["status"], a["path"], a["probs"]
     run_call((logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, a["wsi"], a["wsf"],
-              a["ws64"]), a["S"], a["CH"], want_probs, cfg, launcher)
+              a["ws64"]), a["S"], a["CH"], want_probs, cfg, launcher, bool(greedy))
     return tokens, status, path, (probs if want_probs else None)
 
 
