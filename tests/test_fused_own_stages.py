@@ -112,7 +112,27 @@ def test_slot_streams_offsets_per_slot_and_the_shared_unseeded_counter():
     assert seed.tolist() == [0, 9, 42] and off.tolist() == [0, 1, base + 3]          # slot 0 did not draw
     seed, off = s.take([0], ["d"], [7], [True])
     assert off.tolist() == [1]
-    assert s.seeds.numel() == 6 and s.unseeded.tolist() == [base + 4]
+    assert s.seeds.numel() == 4 and s.unseeded.tolist() == [base + 4]   # one entry per slot seen (0, 1, 2, 5)
+
+
+def test_rows_that_cannot_draw_take_no_offset_and_nan_rows_not_their_slot():
+    s = SlotStreams("cpu")
+    base = 1 << 62
+    t = lambda *v: torch.tensor(v)
+    # row 0 (slot 0, seed 7) holds a NaN: it neither takes slot 0 nor draws; row 1 (+inf or no finite logit)
+    # takes slot 1 but draws nothing; row 2, unseeded, takes the counter's first value
+    seed, off = s.take([0, 1, 2], ["a", "b", "c"], [7, None, None], [True, True, True],
+                       observed=t(False, True, True), drawable=t(False, False, True))
+    assert seed.tolist() == [0, 0, 42] and off.tolist() == [0, 0, base]
+    assert s.holders.tolist() == [-1, 1, 2]
+    seed, off = s.take([0, 1], ["a", "b"], [7, None], [True, True])
+    assert seed.tolist() == [7, 42] and off.tolist() == [0, base + 1]
+
+
+def test_slot_numbers_are_entries_not_table_sizes():
+    s = SlotStreams("cpu")
+    seed, off = s.take([1 << 45, 3], ["a", "b"], [5, 6], [True, True])
+    assert off.tolist() == [0, 0] and s.seeds.tolist() == [5, 6] and s.offsets.tolist() == [1, 1]
 
 
 def test_slot_streams_reject_repeated_or_negative_slots():

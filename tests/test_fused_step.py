@@ -265,6 +265,29 @@ def test_one_beam_step_is_the_argmax_of_log_softmax_at_its_temperature():
     assert got[2].logprob == pytest.approx(-1.464369, abs=1e-6) and got[2].finish_reason == "end_id"
 
 
+def test_rows_the_step_rejects_take_no_offset():
+    """NaN, +inf and all--inf sampling rows draw nothing, so the next unseeded row gets the counter's first value."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(16, generator=gen)
+    bad = [x.clone(), x.clone(), torch.full((16,), NEG)]
+    bad[0][3], bad[1][4] = float("nan"), float("inf")
+    rows = [Row(logits=b, temperature=1.0, slot=i, request_id=str(i)) for i, b in enumerate(bad)]
+    rows.append(Row(logits=x, temperature=1.0, slot=3, request_id="3"))
+    got = FusedSession(DEV).step(rows)
+    want = ReferenceSession(TRTLLM, "cpu").step(rows)
+    assert [g.error for g in got] == ["nan_logits", "posinf_logits", "no_valid_token", None]
+    assert got[3].extra["offset"] == 1 << 62 and got[3].token == want[3].token
+
+
+def test_nan_logits_come_before_parameter_errors_and_huge_history_ids_are_ignored():
+    got = FusedSession(DEV).step([row([0.1, float("nan"), 0.3], temperature=-1.0),
+                                  row([0.1, 0.2, 0.3], temperature=0.0, repetition_penalty=2.0, prompt=[1 << 40, 2],
+                                      slot=1)])
+    assert got[0].error == "nan_logits"
+    # only id 2 is penalised: 0.3 / 2 = 0.15 (the id 2**40 is outside the vocabulary, so it counts for nothing)
+    assert got[1].rewritten_logits.tolist() == pytest.approx([0.1, 0.2, 0.15]) and got[1].token == 1
+
+
 @pytest.mark.gpu
 def test_cuda_graph_capture_and_replay_of_the_whole_step():
     gen = torch.Generator().manual_seed(11)

@@ -2,7 +2,8 @@
 
 Pipeline of :meth:`FusedSession.step`, in order:
 
-1. per row on the host, as an engine does at admission: the slot check, the
+1. per row on the host, as an engine does at admission: the slot check, NaN
+   logits (``nan_logits``, before the parameters as the profile orders them), the
    fused sampler's own validation and mode resolution (:func:`impls.fused.admit.admit`),
    which turns unset parameters into the kernel's sentinels (a greedy row gets
    ``temperature = 0``), and the row's sparse rewrite entries
@@ -10,7 +11,9 @@ Pipeline of :meth:`FusedSession.step`, in order:
    single-token bans and the end ids under ``min_length``; the ids banned by
    multi-token bad words and no-repeat-ngram, matched on the host);
 2. ``(seed, offset)`` per sampling row from its per-slot counters on the device
-   (:class:`impls.fused.slots.SlotStreams`);
+   (:class:`impls.fused.slots.SlotStreams`), after a rewrite launch per vocabulary
+   size has told, on the device, which rows the kernel will reject (they take no
+   offset: :func:`impls.fused.slots.row_flags`);
 3. one call of :func:`impls.fused.step.fused_step` per vocabulary size, all
    on the device and without a host synchronisation: logit bias,
    repetition/presence/frequency penalties and bans
@@ -90,7 +93,8 @@ class FusedSession:
         from .admit import BEAM, GREEDY, SAMPLING, admit
         from .finish import REASONS, finish_codes, pack_finish
         from .kernel import STATUS_KINDS, PATHS
-        from .step import fused_step, pack_entries, row_entries
+        from .slots import row_flags
+        from .step import fused_rewrite, fused_step, pack_entries, row_entries
 
         out: list = [None] * len(rows)
         staged = {}
@@ -98,34 +102,47 @@ class FusedSession:
         for i, row in enumerate(rows):
             try:
                 claim_slot(row, used)
+                if bool(torch.isnan(row.logits).any()):
+                    # before admission, as the profile orders it (a NaN row with a bad parameter is nan_logits)
+                    raise RowError("nan_logits", "NaN at token ids "
+                                   f"{torch.nonzero(torch.isnan(row.logits)).flatten()[:5].tolist()}")
                 adm = admit(row)
                 staged[i] = (adm, row_entries(row, row.vocab, TRTLLM))
             except RowError as e:
                 out[i] = RowResult.failed(e)
         order = list(staged)
-        seeds, offsets = self.streams.take([rows[i].slot for i in order], [rows[i].request_id for i in order],
-                                           [staged[i][0].seed for i in order],
-                                           [staged[i][0].mode == SAMPLING for i in order])
-        where = {i: j for j, i in enumerate(order)}
         by_vocab: dict = {}
         for i in order:
             by_vocab.setdefault(rows[i].vocab, []).append(i)
+        groups = {}
+        observed = torch.ones((len(order),), dtype=torch.bool, device=self.device)
+        drawable = observed.clone()
+        where = {i: j for j, i in enumerate(order)}
         for V, idx in by_vocab.items():
             logits = [rows[i].logits for i in idx]
             dt = logits[0].dtype if all(x.dtype == logits[0].dtype for x in logits) else torch.float32
             x = torch.stack([v.to(dt) for v in logits]).to(self.device)
             if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
                 x = x.to(torch.float32)
+            sub = [rows[i] for i in idx]
+            inputs = pack_entries([staged[i][1] for i in idx], sub, self.device)
+            # which rows take their slot and which can draw, from their rewritten logits (on the device), so that
+            # a row the kernel rejects takes no offset
+            pick = torch.tensor([where[i] for i in idx], dtype=torch.int64, device=self.device)
+            ob, dr = row_flags(fused_rewrite(x, inputs))
+            observed[pick], drawable[pick] = ob, dr
+            groups[V] = (idx, x, sub, inputs, pick)
+        seeds, offsets = self.streams.take([rows[i].slot for i in order], [rows[i].request_id for i in order],
+                                           [staged[i][0].seed for i in order],
+                                           [staged[i][0].mode == SAMPLING for i in order], observed, drawable)
+        for V, (idx, x, sub, inputs, pick) in groups.items():
             # one (batch,) tensor per argument of fused_step, by name
             args = {name: torch.tensor([getattr(staged[i][0], name) for i in idx], dtype=dt_, device=self.device)
                     for name, dt_ in _PARAM_DTYPES.items()}
-            pick = torch.tensor([where[i] for i in idx], dtype=torch.int64, device=self.device)
             args.update(seed=seeds[pick], offset=offsets[pick])
-            sub = [rows[i] for i in idx]
-            inputs = pack_entries([staged[i][1] for i in idx], sub, self.device)
             want_vec = any(r.logprobs == -1 or r.logprob_token_ids is not None for r in sub)
             beam = [staged[i][0].beam_temperature for i in idx]
-            beam_t = torch.tensor(beam, dtype=torch.float32, device=self.device) if any(beam) else None
+            beam_t = torch.tensor(beam, dtype=torch.float32, device=self.device) if max(beam) >= 0 else None
             o = fused_step(x, **args, inputs=inputs, want_probs=True, want_logprobs=True, want_vector=want_vec,
                            beam_temperature=beam_t)
             o["finish"] = finish_codes(o["tokens"], pack_finish(sub, self.device))

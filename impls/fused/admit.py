@@ -66,7 +66,7 @@ class Admitted:
         The row's seed as the signed int64 view of its 64-bit pattern; None unseeded.
     beam_temperature : float
         A beam row's temperature (1 unset; the ``beam_temperature`` of
-        :func:`impls.fused.step.fused_step`); 0 on other rows.
+        :func:`impls.fused.step.fused_step`); -1 on other rows.
     """
 
     mode: str
@@ -75,7 +75,7 @@ class Admitted:
     top_p: float = 1.0
     min_p: float = 0.0
     seed: Optional[int] = None
-    beam_temperature: float = 0.0
+    beam_temperature: float = -1.0
 
 
 def _bad(kind: str, name: str, value, rule: str) -> RowError:
@@ -103,6 +103,16 @@ def _check_scalars(row: Row) -> None:
 
 def signed_seed(seed) -> Optional[int]:
     """A seed as the signed int64 view of its 64-bit pattern (SEMANTICS §1.6); None stays None.
+
+    Parameters
+    ----------
+    seed : int or None
+        A row's seed, in ``[-2**63, 2**64)``.
+
+    Returns
+    -------
+    int or None
+        ``seed - 2**64`` for a seed ``>= 2**63``, else the seed.
 
     Raises
     ------
@@ -146,13 +156,20 @@ def decayed_top_p(row: Row, p0: float) -> float:
     """The top-p of a row whose decay is active, after its ``generated`` tokens (SEMANTICS §2).
 
     From ``p0``, each generated token sets ``p = p0`` when it is one of ``top_p_reset_ids``, else
-    ``p = max(p * top_p_decay, top_p_min)`` (``top_p_min`` default :data:`TOP_P_MIN`), every value
-    a float32 as TensorRT-LLM keeps its per-slot runtime top-p (seed 000 § Top-P Decay).
+    ``p = max(p * top_p_decay, top_p_min)`` (``top_p_min`` default :data:`TOP_P_MIN`), the product
+    and the floor taken in float32 as TensorRT-LLM keeps its per-slot runtime top-p (seed 000 §
+    Top-P Decay); ``p0`` itself (before the first decay, and after a reset) is kept as given.
+
+    Parameters
+    ----------
+    row : Row
+        Its ``top_p_decay`` (set), ``top_p_min``, ``top_p_reset_ids`` and ``generated``.
+    p0 : float
+        The request's top-p (1 when unset).
 
     Returns
     -------
     float
-        The float32 value as a Python float (``p0`` itself while nothing was generated).
     """
     f32 = np.float32
     decay = f32(row.top_p_decay)

@@ -64,8 +64,17 @@ class FinishInputs:
 def pack_finish(rows: Sequence[Row], device) -> FinishInputs:
     """The host's part: :class:`FinishInputs` of ``rows`` (validated by admission) on ``device``.
 
-    ``E``, ``W`` and ``L`` are the most end ids, stop words and the longest stop word of any row
-    (at least 1 each).
+    Parameters
+    ----------
+    rows : sequence of Row
+        Their end ids, ``ignore_eos``, stop words, lengths and histories.
+    device : torch.device or str
+
+    Returns
+    -------
+    FinishInputs
+        ``E``, ``W`` and ``L`` are the most end ids, stop words and the longest stop word of any
+        row (at least 1 each).
     """
     B = len(rows)
     eos = [() if r.ignore_eos else end_id_set(r.end_id) for r in rows]
@@ -102,6 +111,11 @@ def finish_codes(tokens: torch.Tensor, inp: FinishInputs) -> torch.Tensor:
         ``(B,)`` int64 drawn tokens (a rejected row's -1 matches nothing; its code is meaningless).
     inp : FinishInputs
         On the tokens' device.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B,)`` int64 on the tokens' device: 1 ``end_id``, 2 ``length``, 3 ``stop_words``, 0 ``none``.
     """
     tok = tokens.to(torch.int64)[:, None]
     end = (inp.end_ids == tok).any(-1)

@@ -236,7 +236,8 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         a fresh allocation per call.
     greedy : bool
         The caller's all-greedy hint (as vLLM's ``SamplingMetadata.all_greedy``): every row is
-        decoded greedily, whatever its parameters (they are not read): first argmax, ``+inf``
+        decoded greedily, whatever its parameters (still checked as ``(batch,)`` tensors, then
+        ignored): first argmax, ``+inf``
         included; ``nan_logits`` for a row holding a NaN, ``no_valid_token`` for a row of ``-inf``.
         The same tokens as greedy rows of a general call, in two launches instead of five.
 

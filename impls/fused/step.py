@@ -156,7 +156,9 @@ def _row_entries(row: Row, V: int, profile: Profile) -> tuple:
         tags.append(TAG_BIAS)
     n_bias = len(ids)
     hist = list(row.prompt) + list(row.generated) if penalty_active(row) else []
-    ids += [int(t) for t in hist]
+    # an id outside [0, V) counts for nothing (trtllm: history_out_of_range "ignore") but keeps its position
+    # (prompt_ignore_length counts positions); -1 is the kernel's "no token" and fits int32 where 2**40 would not
+    ids += [int(t) if 0 <= t < V else -1 for t in hist]
     vals += [0.0] * len(hist)
     tags += [TAG_HISTORY] * len(hist)
     bans = [int(w[0]) for w in row.bad_words or () if len(w) == 1] + host_bans(row, V, profile)
@@ -372,11 +374,12 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
         The filter launches' launcher (:data:`impls.fused.launch.MODES`); the rewrite and logprobs
         launches go through ``kernel[grid]``.
     beam_temperature : torch.Tensor, optional
-        ``(B,)`` float32, ``> 0`` on the rows that take one beam-search step of width 1 (given as
+        ``(B,)`` float32, ``>= 0`` on the rows that take one beam-search step of width 1 (given as
         greedy rows, ``temperature == 0``): their token is the first argmax of
         ``log_softmax(x / T)`` over the rewritten logits (SEMANTICS §3: the beam's log-probabilities
-        at its temperature; in float32 a huge ``T`` ties every token at ``-log V`` and the lowest id
-        wins), taken before the logprobs launch reads the token. 0 elsewhere; None: no beam rows.
+        at its temperature, as the reference computes them in float32: a huge ``T`` ties every
+        finite logit at ``-log V``, so the lowest id wins; a ``T`` that rounds to 0 divides by 0),
+        taken before the logprobs launch reads the token. Negative elsewhere; None: no beam rows.
 
     Returns
     -------
@@ -438,8 +441,8 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
 def _beam_step(y: torch.Tensor, beam_t: torch.Tensor, tokens: torch.Tensor, status: torch.Tensor) -> None:
     # in place on the device: a tensor divisor, so CUDA divides as IEEE does (not by a reciprocal)
     beam_t = beam_t.to(device=y.device, dtype=torch.float32)
-    on = (beam_t > 0) & (status == 0)
-    lsm = torch.log_softmax(y / torch.where(beam_t > 0, beam_t, torch.ones_like(beam_t))[:, None], dim=-1)
+    on = (beam_t >= 0) & (status == 0)
+    lsm = torch.log_softmax(y / torch.where(beam_t >= 0, beam_t, torch.ones_like(beam_t))[:, None], dim=-1)
     tokens.copy_(torch.where(on, torch.argmax(lsm, dim=-1), tokens))
 
 
