@@ -10,7 +10,10 @@ launch queue never fills):
   arguments, computes the specialisation key and looks the compiled kernel up at every call);
 * the same launches as steps of the call's launch plan (:mod:`impls.fused.launch`: the compiled
   kernels, grids and constant arguments resolved once per call shape);
-* the allocations of the outputs and workspaces (:func:`impls.fused.ops.allocate`);
+* the allocations of the outputs and workspaces (:func:`impls.fused.ops.allocate`), and the whole call
+  with kept buffers (``buffers=``, no allocation);
+* an all-greedy batch (temperature 0) without and with the caller's all-greedy hint (``greedy=True``:
+  two launches instead of five), both with kept buffers;
 * a ``cProfile`` listing of whole calls under each launcher (the 25 most expensive functions by own time;
   file names without their directories).
 
@@ -91,6 +94,14 @@ def main(argv=None) -> int:
         ops.allocate(B, V, dev, cfg)
 
     res["allocations"] = _per_call_us(alloc, n)
+    buf = ops.allocate(B, V, dev, cfg)
+    res["fused_sample_cached_buffers"] = _per_call_us(
+        lambda: ops.fused_sample(x, T, K, P, M, seed, off, buffers=buf), n)
+    T0 = torch.zeros(B, device=dev)
+    plain, hinted = (ops.fused_sample(x, T0, K, P, M, seed, off, greedy=g)[0] for g in (False, True))
+    res["greedy_hint_same_tokens"] = bool(torch.equal(plain, hinted))
+    for name, g in (("greedy_cached_buffers", False), ("greedy_hint_cached_buffers", True)):
+        res[name] = _per_call_us(lambda g=g: ops.fused_sample(x, T0, K, P, M, seed, off, buffers=buf, greedy=g), n)
     res["per_launch"] = {}
     for mode in ("jit", "cached"):
         for name, fn in launch.single_launches(x, T, K, P, M, seed, off, cfg, mode):
