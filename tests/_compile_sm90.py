@@ -4,7 +4,7 @@ Run by ``tests/test_fused.py::test_kernels_compile_for_sm90_offline`` in a subpr
 ``TRITON_INTERPRET`` (under the interpreter the kernels are not compiled at all). Each kernel is
 compiled with fp32 and bf16 logits and the constants of :data:`impls.fused.ops.DEFAULTS`, as
 :func:`impls.fused.kernel.launch_args` passes them, the histogram kernel with and without early
-accept (``EARLY``); ``UNIT_T`` on, which compiles both of its loops (the row's temperature picks one on the
+accept (``EARLY``), the statistics kernel with and without the all-greedy hint (``ALL_GREEDY``); ``UNIT_T`` on, which compiles both of its loops (the row's temperature picks one on the
 device). Prints ``<kernel> <logits type> ok`` per compile; exits 1 when one fails (with
 the compiler's message).
 """
@@ -32,9 +32,10 @@ POINTERS = {"temp_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min
             "lp_tok_ptr": "*fp32", "rank_ptr": "*i32", "plp_ptr": "*fp64", "top_id_ptr": "*i32",
             "top_lp_ptr": "*fp32", "vec_ptr": "*fp32"}
 KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_decide_kernel", "_probs_kernel",
-           "_rewrite_kernel", "_logprobs_kernel")
-#: Kernels compiled once per value of a constexpr flag (the histogram launch with and without early accept).
-VARIANTS = {"_hist_kernel": ("EARLY", (True, False))}
+           "_greedy_kernel", "_rewrite_kernel", "_logprobs_kernel")
+#: Kernels compiled once per value of a constexpr flag (the histogram launch with and without early accept; the
+#: statistics launch of a general and of an all-greedy call).
+VARIANTS = {"_hist_kernel": ("EARLY", (True, False)), "_stats_kernel": ("ALL_GREEDY", (False, True))}
 
 
 def main() -> int:

@@ -488,33 +488,21 @@ def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min
 
 @triton.jit(do_not_specialize=["S"])
 def _greedy_kernel(token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S, NB1: tl.constexpr, NBS: tl.constexpr,
-                   KMAX: tl.constexpr, KBIG: tl.constexpr):
+                   KMAX: tl.constexpr, KBIG: tl.constexpr, RMAX: tl.constexpr):
     """An all-greedy call's second and last launch (``B`` programs): the parts' first argmax combined.
 
-    Status 1 (``nan_logits``) for a row holding a NaN, else 3 (``no_valid_token``) when every logit is
-    ``-inf``, as the general path decides greedy rows; the row record gets the status, kind 0 and the token
-    for the probabilities launch.
+    The statistics of the parts are combined as for any greedy row (:func:`_row_stats`): status 1
+    (``nan_logits``) for a row holding a NaN, else 3 (``no_valid_token``) when every logit is
+    ``-inf``; the row record gets the status, the kind and the token for the probabilities launch.
     """
     row = tl.program_id(0).to(tl.int64)
+    NBF: tl.constexpr = (NB1 - 1) * _NB2
     bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
-    sr = tl.arange(0, _SB)
-    flags = tl.zeros([_SB], dtype=tl.int32)
-    mxs = tl.full([_SB], float("-inf"), tl.float32)
-    gis = tl.full([_SB], _INT32_MAX, tl.int32)
-    for s0 in range(0, S, _SB):
-        ss = s0 + sr
-        ok = ss < S
-        flags = flags | tl.load(bi + ss * _PI + 0, mask=ok, other=0)
-        g_s = tl.load(bi + ss * _PI + 2, mask=ok, other=_INT32_MAX)
-        m_s = tl.load(bf + ss * _PF + 0, mask=ok, other=float("-inf"))
-        take = (m_s > mxs) | ((m_s == mxs) & (g_s < gis))
-        gis = tl.where(take, g_s, gis)
-        mxs = tl.where(take, m_s, mxs)
-    m = tl.max(mxs, 0)
-    g_idx = tl.min(tl.where(mxs == m, gis, _INT32_MAX), 0)
-    status = tl.where((tl.max(flags, 0) & 1) != 0, 1, tl.where(m == float("-inf"), 3, 0))
+    no = row < 0   # every row is greedy and no filter is on (device values, as _row_stats takes them)
+    status, kind, g_idx, m, xA, C = _row_stats(bi, bf, S, 1, tl.full([], 1.0, tl.float32), tl.full([], 0.0, tl.float32),
+                                               tl.full([], 0, tl.int32), no == 0, no, no, no, RMAX, NBF)
     tl.store(ri + _I_STATUS, status)
-    tl.store(ri + _I_KIND, tl.where(status != 0, -1, 0))
+    tl.store(ri + _I_KIND, kind)
     tl.store(ri + _I_GIDX, g_idx)
     tl.store(token_ptr + row, tl.where(status != 0, -1, g_idx.to(tl.int64)))
     tl.store(status_ptr + row, status)
@@ -1333,7 +1321,7 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     if greedy:
         out = [("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), dict(c, ALL_GREEDY=True), kw),
                ("greedy", _greedy_kernel, (B,), ("tokens", "status", "path", *ws, S),
-                dict(NB1=c["NB1"], NBS=c["NBS"], KMAX=c["KMAX"], KBIG=c["KBIG"]), kw)]
+                dict(NB1=c["NB1"], NBS=c["NBS"], KMAX=c["KMAX"], KBIG=c["KBIG"], RMAX=cfg["r"]), kw)]
         if want_probs:
             out.append(("probs", _probs_kernel, grid, ("logits", sr, V, "probs", *ws, S, CH), c, kw))
         return out
