@@ -21,20 +21,27 @@ import platform
 
 import torch
 
-from benchmarks.latency import LOGITS_DTYPES
+from benchmarks.latency import LOGITS_DTYPES, MIXES
+
+__all__ = ["DEFAULT_POINTS", "parse_point", "main"]
 
 DEFAULT_POINTS = ("256:128256", "1024:128256", "1024:262144")
-MIXES = ("greedy", "k50_p09", "p09", "minp005", "mixed")
 
 
-def _point(spec: str) -> tuple:
-    """``"256:128256"`` -> ``(256, 128256)``; ValueError naming the entry otherwise."""
+def parse_point(spec: str, option: str = "--points") -> tuple:
+    """``"256:128256"`` -> ``(256, 128256)``: a grid point as ``batch:vocab``.
+
+    Raises
+    ------
+    ValueError
+        Not two positive integers separated by ``:`` (the message names ``option`` and the entry).
+    """
     try:
         B, V = (int(v) for v in spec.split(":"))
     except ValueError:
         B = V = 0
     if B < 1 or V < 1:
-        raise ValueError(f"--points entry {spec!r}: expected batch:vocab, two positive integers")
+        raise ValueError(f"{option} entry {spec!r}: expected batch:vocab, two positive integers")
     return B, V
 
 
@@ -54,7 +61,7 @@ def main(argv=None) -> int:
         configs = [parse_tuning(c) for c in args.configs]
         for c in configs:
             apply_tuning(DEFAULTS, c)   # every set checked before the first is timed
-        points = [_point(spec) for spec in args.points]
+        points = [parse_point(spec) for spec in args.points]
     except (TypeError, ValueError) as e:
         ap.error(str(e))
     if not torch.cuda.is_available():

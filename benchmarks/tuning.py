@@ -71,19 +71,21 @@ def _batch(B: int, V: int, mix: str, dtype: str):
 
 def main(argv=None) -> int:
     """Run a subcommand (module docstring); returns the exit status (2: usage, or no CUDA for warm/call)."""
+    from benchmarks.kernel_times import parse_point
+    from benchmarks.latency import LOGITS_DTYPES
     from impls.fused.ops import DEFAULTS, apply_tuning, parse_tuning
     ap = argparse.ArgumentParser(prog="python -m benchmarks.tuning", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("warm", help="compile one tuning set")
     w.add_argument("set")
-    w.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
+    w.add_argument("--dtype", default="fp32", choices=tuple(LOGITS_DTYPES))
     p = sub.add_parser("pick", help="the fastest set of a kernel_times file")
     p.add_argument("file")
     c = sub.add_parser("call", help="two fused calls for a profiler")
     c.add_argument("mix")
     c.add_argument("set")
     c.add_argument("--point", default="1024:128256", help="batch:vocab")
-    c.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
+    c.add_argument("--dtype", default="fp32", choices=tuple(LOGITS_DTYPES))
     args = ap.parse_args(argv)
     if args.cmd == "pick":
         try:
@@ -101,6 +103,10 @@ def main(argv=None) -> int:
         apply_tuning(DEFAULTS, opts)
     except (TypeError, ValueError) as e:
         ap.error(f"set {args.set!r}: {e}")
+    try:
+        point = parse_point(args.point, "--point") if args.cmd == "call" else None
+    except ValueError as e:
+        ap.error(str(e))
     import torch
     if not torch.cuda.is_available():
         print(f"benchmarks.tuning {args.cmd}: needs a CUDA device", file=sys.stderr)
@@ -109,8 +115,7 @@ def main(argv=None) -> int:
     if args.cmd == "warm":
         fused_sample(*_batch(128, 128256, "k50_p09", args.dtype), **opts)
     else:
-        B, V = (int(v) for v in args.point.split(":"))
-        inputs = _batch(B, V, args.mix, args.dtype)
+        inputs = _batch(*point, args.mix, args.dtype)
         for _ in range(2):
             fused_sample(*inputs, **opts)
     torch.cuda.synchronize()
