@@ -266,6 +266,8 @@ def test_kept_buffers_are_written_in_place_and_checked():
     args = (t([0.8] * 3, torch.float32), t([0, 5, 0], torch.int64), t([0.9, 1.0, 0.5], torch.float32),
             t([0.0] * 3, torch.float32), t([1, 2, 3], torch.int64), t([0] * 3, torch.int64))
     buf = allocate(B, V, torch.device(DEV), cfg)
+    from impls.fused.workspace import layout_key
+    assert buf["key"] == layout_key(B, V, x.device, cfg, False)   # the call's check is this comparison
     fresh = fused_sample(x, *args)[0]
     for _ in range(2):
         tok, status, _, _ = fused_sample(x, *args, buffers=buf)

@@ -3,10 +3,11 @@
 The kernels are in :mod:`impls.fused.kernel` (five launches per call, six with
 probabilities, two for a call its caller says is all greedy; with early accept, a top-p
 row whose full-row winner is certainly kept is drawn in the second, and the later ones
-return at once for it). These wrappers allocate the outputs and the per-row workspaces (a window of ``KMAX`` and a list of ``KBIG`` int64 entries, small
-records and per-part histograms: independent of the vocabulary) and choose how
-many programs share a row (``S``): enough that a small batch fills the GPU,
-one per row for a large batch.
+return at once for it). These wrappers allocate the outputs and the per-row workspaces
+(a window of ``KMAX`` and a list of ``KBIG`` int64 entries, small records and per-part
+histograms: independent of the vocabulary), or take the caller's kept ones, and choose
+how many programs share a row (``S``): enough that a small batch fills the GPU, one per
+row for a large batch.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 from .kernel import _stats_kernel
 from .launch import MODES, run_call
-from .workspace import allocate, splits
+from .workspace import allocate, layout_key, splits
 
 #: Whether Triton runs the kernels in its interpreter (``TRITON_INTERPRET=1`` when it was imported):
 #: the only way they run on CPU tensors.
@@ -291,6 +292,10 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
 
 
 def _checked_buffers(a: dict, B: int, V: int, dev, cfg: dict, want_probs: bool) -> dict:
+    # the common case in a tuple comparison (this path exists to save host time); the tensors one by one
+    # only when the key differs or is missing, to name what does not fit
+    if a.get("key") == layout_key(B, V, dev, cfg, want_probs):
+        return a
     want = allocate(B, V, "meta", cfg, want_probs)
     for name in ("tokens", "status", "path", "probs", "wsi", "wsf", "ws64"):
         t = a.get(name)

@@ -6,7 +6,7 @@ import torch
 
 from .kernel import LAYOUT
 
-__all__ = ["splits", "allocate", "workspace_bytes"]
+__all__ = ["splits", "allocate", "workspace_bytes", "layout_key"]
 
 
 def splits(B: int, V: int, cfg: dict):
@@ -29,6 +29,16 @@ def workspace_bytes(B: int, V: int, cfg: dict) -> int:
     """
     q_64, q_i, q_f, _ = _sizes(B, V, cfg)
     return 8 * (q_64 + q_i + q_f)
+
+
+def layout_key(B: int, V: int, device, cfg: dict, want_probs: bool) -> tuple:
+    """What the buffers of :func:`allocate` fit: ``(B, V, device, want_probs, S, CH, n_i, n_f, n_64)``.
+
+    Arithmetic only (no tensor), so a call handed kept buffers checks them in a tuple comparison;
+    ``device`` must carry its index (``cuda:0``), as a tensor's ``.device`` does.
+    """
+    _q64, _qi, _qf, (S, CH, n_i, n_f, n_64) = _sizes(B, V, cfg)
+    return (B, V, torch.device(device), bool(want_probs), S, CH, n_i, n_f, n_64)
 
 
 def _sizes(B: int, V: int, cfg: dict) -> tuple:
@@ -68,7 +78,8 @@ def allocate(B: int, V: int, device, cfg: dict, want_probs: bool = False, empty=
         ``tokens`` ``(B,)`` int64, ``status`` and ``path`` ``(B,)`` int32,
         ``probs``, the workspaces ``wsi`` int32, ``wsf`` float32 and ``ws64``
         int64 (flat, ``B * n`` entries each, with ``n`` independent of ``V`` but for
-        the number of parts ``S``), and ``S``, ``CH`` (:func:`splits`).
+        the number of parts ``S``), ``S``, ``CH`` (:func:`splits`), and ``key``: the
+        :func:`layout_key` these buffers fit.
     """
     q_64, q_i, q_f, (S, CH, n_i, n_f, n_64) = _sizes(B, V, cfg)
     ws = empty((q_64 + q_i + q_f,), dtype=torch.int64, device=device)
@@ -81,5 +92,5 @@ def allocate(B: int, V: int, device, cfg: dict, want_probs: bool = False, empty=
         "wsi": ws[q_64:q_64 + q_i].view(torch.int32)[:n_i],
         "wsf": wsf,
         "ws64": ws[:n_64],
-        "S": S, "CH": CH,
+        "S": S, "CH": CH, "key": layout_key(B, V, ws.device, cfg, want_probs),
     }
