@@ -1,6 +1,7 @@
 """Nsight Compute's CSV (``ncu --csv --page details``) as JSON: per kernel, each metric with its unit.
 
-Usage: ``python -m benchmarks.ncu_summary OUT.json LABEL=FILE.csv [LABEL=FILE.csv ...]`` writes
+Usage: ``python -m benchmarks.ncu_summary OUT.json LABEL=FILE.csv [LABEL=FILE.csv ...]`` (split at the last
+``=``: a label may be a tuning set such as ``unit_t=True``) writes
 ``{"configs": {LABEL: {kernel: {"metric (unit)": value}}}}`` (a kernel profiled several times keeps
 its last launch; values as ncu prints them, thousands separators removed). Lines before the CSV
 header (the profiled program's own output, ncu's ``==PROF==`` lines) are skipped.
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
         return 2
     doc = {"configs": {}}
     for spec in argv[1:]:
-        label, path = spec.split("=", 1)
+        label, path = spec.rsplit("=", 1)
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
                 doc["configs"][label] = summarise(f)

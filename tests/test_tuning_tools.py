@@ -62,3 +62,6 @@ def test_ncu_csv_summary(tmp_path):
     doc = json.loads((tmp_path / "s.json").read_text())
     assert doc["configs"]["default"]["_hist_kernel"]["Duration (ns)"] == "708320"
     assert ncu_main([str(tmp_path / "s.json"), str(tmp_path / "a.csv")]) == 2        # no LABEL=
+    # a tuning set as the label holds "=" itself (gpu_ci.sh's profile stage passes the picked set)
+    assert ncu_main([str(tmp_path / "s.json"), f"unit_t=True={tmp_path / 'a.csv'}"]) == 0
+    assert list(json.loads((tmp_path / "s.json").read_text())["configs"]) == ["unit_t=True"]
