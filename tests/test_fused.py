@@ -708,7 +708,8 @@ def test_tuning_from_the_environment_replaces_the_defaults():
     from pathlib import Path
     code = "from impls.fused.ops import DEFAULTS as D; print(D['stages'], D['kmax'], D['local'])"
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, SAMPCHECK_FUSED_TUNING="stages=3, kmax=4096,local=False", PYTHONPATH=str(root))
+    env = dict(os.environ, SAMPCHECK_FUSED_TUNING="stages=3, kmax=4096,local=False",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
     assert r.stdout.split() == ["3", "4096", "False"], r.stderr
     env["SAMPCHECK_FUSED_TUNING"] = "stages=9"
