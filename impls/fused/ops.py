@@ -41,15 +41,15 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: where the draw's arithmetic in the histogram pass costs more than the launches it saves. ``stages``:
 #: loads in flight per streaming loop (Triton's software pipelining; 1 = none). ``local``: a row that is
 #: one program fills its workspace lists from a running count instead of an atomic per block. ``unit_t``: rows
-#: at ``T == 1`` skip the division in the histogram and refine passes' masses (the same values; off on a GPU
-#: until measured there: no device time was left the day it was written; on under the interpreter, so the
-#: CPU tests exercise it). ``block``
+#: at ``T == 1`` skip the division in the histogram and refine passes' masses (the same values; on an H200,
+#: 2026-12-06, 4.7 % less GPU time summed over 10 points, top-p 0.9 at 1024 x 128256 2726 -> 2563 us:
+#: benchmarks/README.md "Fused v6 on the H200"). ``block``
 #: 1024 with ``stages`` 4: the least GPU time summed over 256 and 1024 x 128256 and four mixes of 12 sets
 #: tried on an H100 (2026-12-06, benchmarks/README.md "Tuning the streaming passes"). Results do not depend on them
 #: (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 128, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 256, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "local": True,
-            "unit_t": False}
+            "unit_t": True}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
