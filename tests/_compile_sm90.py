@@ -5,11 +5,16 @@ Run by ``tests/test_fused.py::test_kernels_compile_for_sm90_offline`` in a subpr
 compiled with fp32 and bf16 logits and the constants of :data:`impls.fused.ops.DEFAULTS`, as
 :func:`impls.fused.kernel.launch_args` passes them, the histogram kernel with and without early
 accept (``EARLY``), the statistics kernel with and without the all-greedy hint (``ALL_GREEDY``); ``UNIT_T`` on, which compiles both of its loops (the row's temperature picks one on the
-device). Prints ``<kernel> <logits type> ok`` per compile; exits 1 when one fails (with
-the compiler's message).
+device). Arguments get the specialisation Triton gives them on a GPU for the suite's shapes: pointers, the
+row stride, the vocabulary and the logits per program divisible by 16 (only ``S`` is never specialised). With
+fp32 logits, every streaming load of a row must then be 16 bytes wide (``cp.async`` of 16 bytes, or a
+``v4`` load): 4-byte loads, which an unspecialised vocabulary or part length gave every streaming kernel
+until 2026-12-06 (``benchmarks/README.md``, "Fused v6 on the H200"), fail the compile here. Prints
+``<kernel> <logits type> ok`` per compile; exits 1 when one fails (with the compiler's message).
 """
 
 import inspect
+import re
 import sys
 
 import triton
@@ -36,6 +41,17 @@ KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", 
 #: Kernels compiled once per value of a constexpr flag (the histogram launch with and without early accept; the
 #: statistics launch of a general and of an all-greedy call).
 VARIANTS = {"_hist_kernel": ("EARLY", (True, False)), "_stats_kernel": ("ALL_GREEDY", (False, True))}
+#: Integer arguments a GPU call specialises as multiples of 16 (Triton's default for ints, as every vocabulary
+#: of the latency suite and every part length, a multiple of the block, are).
+DIV16 = ("stride_row", "V", "CH")
+#: Kernels that stream rows of logits (or of rewritten logits): their loads of a row must be 16 bytes wide.
+STREAMING = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_probs_kernel", "_rewrite_kernel",
+             "_logprobs_kernel")
+
+
+def narrow_loads(ptx: str) -> int:
+    """Asynchronous copies narrower than 16 bytes in ``ptx`` (``cp.async ... , 0x4``: one float per copy)."""
+    return sum(1 for w in re.findall(r"cp\.async\.\w+\.shared\.global[^;]*,\s*(0x[0-9a-f]+)", ptx) if int(w, 16) < 16)
 
 
 def main() -> int:
@@ -52,10 +68,19 @@ def main() -> int:
                 sig = {p: "constexpr" if p in cst else POINTERS.get(p, logits if p == "logits_ptr" else "i32")
                        for p in params}
                 consts = {(params.index(p),): cst[p] for p in params if p in cst}
+                # what the decorator lets Triton specialise (``do_not_specialize`` keeps an int unspecialised)
+                free = {q.name for q in fn.params if not q.do_not_specialize}
+                attrs = {(params.index(p),): [["tt.divisibility", 16]] for p in params
+                         if p not in cst and p in free and (sig[p].startswith("*") or p in DIV16)}
                 try:
-                    triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts),
-                                   target=GPUTarget("cuda", 90, 32),
-                                   options={"num_warps": DEFAULTS["num_warps"], "enable_fp_fusion": False})
+                    ck = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+                                        target=GPUTarget("cuda", 90, 32),
+                                        options={"num_warps": DEFAULTS["num_warps"], "enable_fp_fusion": False})
+                    narrow = narrow_loads(ck.asm["ptx"]) if name in STREAMING and logits == "*fp32" else 0
+                    if narrow:
+                        failed += 1
+                        print(name + tag, logits, "FAILED", f"{narrow} loads narrower than 16 bytes", flush=True)
+                        continue
                     print(name + tag, logits, "ok", flush=True)
                 except Exception as e:  # reported with the compiler's message
                     failed += 1

@@ -80,7 +80,9 @@ large arrays live only in the small decide launch, so the streaming launches
 stay light (measured in ``benchmarks/README.md``).
 
 Each streaming loop carries ``num_stages`` (``NSTG``: Triton pipelines a loop without ``tl.dot`` only
-then); a row that is its launch's only program fills its workspace lists from a running count (``LOCAL``),
+then), and Triton specialises the vocabulary, the row stride and the part length (only ``S`` is left
+unspecialised): when they are multiples of 16, as every vocabulary of the latency suite, each thread loads
+16 bytes at a time instead of one float (``tests/_compile_sm90.py`` checks it); a row that is its launch's only program fills its workspace lists from a running count (``LOCAL``),
 others reserve slots with one atomic per block; rows at ``T == 1`` take the histogram and refine passes'
 masses from ``x - m`` (``UNIT_T``: the IEEE quotient by 1 is the same value). Tuning only: the tokens do not
 depend on them (benchmarks/README.md, "Tuning the streaming passes").
@@ -428,7 +430,7 @@ def _edge_keys(base, V, m, C, xA, f_lo, f_hi, BLOCK: tl.constexpr, NBF: tl.const
 
 # ----------------------------------------------------------------------------- 1: stats
 
-@triton.jit(do_not_specialize=["V", "S", "CH"])
+@triton.jit(do_not_specialize=["S"])
 def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
                   BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
                   NSTG: tl.constexpr = 1, ALL_GREEDY: tl.constexpr = False):
@@ -762,7 +764,7 @@ def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl
     return h, tl.sum(na_v, 0), tl.sum(e_v, 0)
 
 
-@triton.jit(do_not_specialize=["V", "S", "CH"])
+@triton.jit(do_not_specialize=["S"])
 def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
                  wsi, wsf, ws64, S, CH,
                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
@@ -869,7 +871,7 @@ def _refine_loop(base, lo, hi, V, m, T, xA, C, f0, rsh, W, p_on, h, e_v, BLOCK: 
     return h, e_v
 
 
-@triton.jit(do_not_specialize=["V", "S", "CH"])
+@triton.jit(do_not_specialize=["S"])
 def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                    KBIG: tl.constexpr, NSTG: tl.constexpr = 1, UNIT_T: tl.constexpr = True):
@@ -951,7 +953,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
 
 # ----------------------------------------------------------------------------- 4: gather
 
-@triton.jit(do_not_specialize=["V", "S", "CH"])
+@triton.jit(do_not_specialize=["S"])
 def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                    KBIG: tl.constexpr, NSTG: tl.constexpr = 1, LOCAL: tl.constexpr = True):
@@ -1082,7 +1084,7 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
     return e_thr, keep_q, best, tok, missed, e_cut, e_top
 
 
-@triton.jit(do_not_specialize=["stride_row", "V", "S"])
+@triton.jit(do_not_specialize=["S"])
 def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
                    token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
@@ -1244,7 +1246,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
 
 # ----------------------------------------------------------------------------- 6: probabilities
 
-@triton.jit(do_not_specialize=["V", "S", "CH"])
+@triton.jit(do_not_specialize=["S"])
 def _probs_kernel(logits_ptr, stride_row, V, probs_ptr, wsi, wsf, ws64, S, CH,
                   BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1):

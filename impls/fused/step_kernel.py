@@ -82,7 +82,7 @@ def _clamp_finite(x_in, y):
     return tl.where(fin, c, x_in)
 
 
-@triton.jit(do_not_specialize=["stride_row", "V", "S", "CH"])
+@triton.jit(do_not_specialize=["S"])
 def _rewrite_kernel(logits_ptr, stride_row, V, y_ptr, sp_ids, sp_val, sp_tag, meta_i, meta_f, lpw, lpc, S, CH,
                     BLOCK: tl.constexpr, NU: tl.constexpr, WANT_LP: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -196,7 +196,7 @@ def _merge_top(best, pk, KL: tl.constexpr):
     return best
 
 
-@triton.jit(do_not_specialize=["V", "S", "CH"])
+@triton.jit(do_not_specialize=["S"])
 def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, wsi, wsf, ws64,
                      lp_tok_ptr, rank_ptr, plp_ptr, top_id_ptr, top_lp_ptr, vec_ptr, S, CH,
                      BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
