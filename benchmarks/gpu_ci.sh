@@ -112,7 +112,7 @@ s.top_p_renorm_probs(p, 0.5); torch.cuda.synchronize()" 2>&1 | tail -2
     ;;
   tune)
     echo "== fused tuning sets"
-    SETS=${TUNE_SETS:-"default stages=1,block=2048 stages=2 block=2048,stages=4 unit_t=True kmax=4096"}
+    SETS=${TUNE_SETS:-"default stages=1,block=2048 stages=2 block=2048,stages=4 unit_t=False kmax=4096"}
     for c in $SETS; do python3 -m benchmarks.tuning warm "$c" > "$OUT/warm-$c.txt" 2>&1 & done
     wait
     python3 -m benchmarks.kernel_times --out "$OUT/kernel-times-tuning-sets.json" --points 256:128256 1024:128256 \
