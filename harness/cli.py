@@ -666,7 +666,8 @@ def _cmd_golden(args) -> int:
         for path, old, new in changes:
             sys.stdout.write(golden.unified_diff(path, old, new))
         if not changes:
-            print(f"golden {args.action}: {len(cases)} case(s), every golden file is up to date")
+            unread = f"; {broken} case file(s) not read (the ERROR lines)" if broken else ""
+            print(f"golden {args.action}: {len(cases)} case(s), every golden file is up to date{unread}")
             return 1 if broken else 0
         if not args.accept:
             print(f"golden {args.action}: {len(changes)} golden file(s) would change (shown above); nothing "
@@ -680,7 +681,8 @@ def _cmd_golden(args) -> int:
     problems = golden.check(cases, judge)
     for path, why in problems:
         print(f"DRIFT {path}: {why}")
-    print(f"golden check: {len(cases)} case(s), {len(problems)} problem(s)")
+    unread = f", {broken} case file(s) not read (the ERROR lines)" if broken else ""
+    print(f"golden check: {len(cases)} case(s), {len(problems)} problem(s){unread}")
     return 1 if problems or broken else 0
 
 

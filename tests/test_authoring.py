@@ -307,6 +307,16 @@ def test_cli_case_new_golden_add_and_update(tmp_path, monkeypatch, capsys):
     assert '"token": 1' in f.read_text()
     assert main(["golden", "update", "--accept"]) == 0
     assert '"token": 0' in f.read_text()
+    # a case file that does not parse: its ERROR, the others checked, and the summary counts it (exit 1)
+    (cases / "penalties" / "zz-broken.toml").write_text('features = ["top_k"\n')
+    capsys.readouterr()
+    assert main(["golden", "check"]) == 1
+    cap = capsys.readouterr()
+    assert "zz-broken.toml" in cap.err and cap.err.startswith("ERROR ")
+    assert cap.out == "golden check: 1 case(s), 0 problem(s), 1 case file(s) not read (the ERROR lines)\n"
+    assert main(["golden", "update"]) == 1
+    assert capsys.readouterr().out.endswith(
+        "every golden file is up to date; 1 case file(s) not read (the ERROR lines)\n")
 
 
 def test_golden_check_names_an_unreadable_golden_file(tmp_path):
