@@ -51,6 +51,7 @@ Options an implementation declares (``impls.base.CliOption``, e.g.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -397,6 +398,7 @@ def _cmd_run(args) -> int:
     subset_default = args.out is None and bool(args.cases) and shard is None
     if args.out is None:
         args.out = f"reports/shard-{shard[0]}-of-{shard[1]}" if shard else SUBSET_OUT if args.cases else FULL_OUT
+    made = [d for d in (Path(args.out), *Path(args.out).parents) if not d.exists()]  # deepest first
     problem = _usage_problem(args)
     if problem:
         print(f"sampcheck run: {problem}", file=sys.stderr)
@@ -413,6 +415,9 @@ def _cmd_run(args) -> int:
                       timeout=args.timeout if args.timeout else DEFAULT_TIMEOUT)
     except (KeyError, ValueError) as e:
         print(f"sampcheck run: {e.args[0] if e.args else e}", file=sys.stderr)
+        for d in made:  # a rejected run leaves behind no folder it made (each only while still empty)
+            with contextlib.suppress(OSError):
+                d.rmdir()
         return 2
     except RunStopped as e:
         print(f"sampcheck run: {e}", file=sys.stderr)

@@ -341,6 +341,9 @@ def test_report_content(tmp_path):
 def test_cli_exit_codes(tmp_path, capsys):
     assert main(["run", "--impl", "nope", "--out", str(tmp_path)]) == 2
     assert "unknown implementation 'nope'" in capsys.readouterr().err
+    assert tmp_path.is_dir()  # a folder that was there stays
+    assert main(["run", "--impl", "nope", "--out", str(tmp_path / "new" / "out")]) == 2
+    assert not (tmp_path / "new").exists()  # the rejected run removed the empty folders it made
     assert main(["run", "--cases", "no/such-case-anywhere", "--out", str(tmp_path)]) == 2
     with pytest.raises(SystemExit) as e:
         main(["frobnicate"])
