@@ -120,11 +120,14 @@ def test_the_page_names_the_logits_dtype():
     """A bf16 file says so in the title, the reading guide and the environment; older files (no dtype) read fp32."""
     html = render_html(dict(_doc(ROWS), dtype="bf16"), "bf16.json")
     assert "<title>sampcheck latency report — TestGPU, bf16 logits</title>" in html
-    assert "one batch of bf16 logits <code>randn × 3</code> (rounded to bfloat16)\n(<code>t</code>)" in html
+    assert "one batch of bf16 logits <code>randn × 3</code> (rounded to bfloat16),\nthe input rotating" in html
+    assert '<tr><th class="l">timer</th><td class="l">t</td></tr>' in html  # in the environment, not the prose
     assert '<h1 id="top">sampcheck latency report — bf16 logits</h1>' in html
     assert re.search(r'<th class="l">logits dtype</th><td class="l">bf16 \(the HBM floor', html)
     html = render_html(_doc(ROWS), "fp32.json")
-    assert "one batch of fp32 logits <code>randn × 3</code>\n(<code>t</code>)" in html
+    assert "one batch of fp32 logits <code>randn × 3</code>,\nthe input rotating" in html
+    # each vocabulary's table keeps its header row in view while scrolling (sticky, in a thead)
+    assert '<table class="grid">\n<thead><tr><th class="l">mix</th>' in html and "position: sticky" in html
     assert "bf16 logits" not in html and "rounded to bfloat16" not in html
 
 
