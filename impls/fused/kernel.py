@@ -82,10 +82,11 @@ stay light (measured in ``benchmarks/README.md``).
 Each streaming loop carries ``num_stages`` (``NSTG``: Triton pipelines a loop without ``tl.dot`` only
 then), and Triton specialises the vocabulary, the row stride and the part length (only ``S`` is left
 unspecialised): when they are multiples of 16, as every vocabulary of the latency suite, each thread loads
-16 bytes at a time instead of one float (``tests/_compile_sm90.py`` checks it); a row that is its launch's only program fills its workspace lists from a running count (``LOCAL``),
-others reserve slots with one atomic per block; rows at ``T == 1`` take the histogram and refine passes'
-masses from ``x - m`` (``UNIT_T``: the IEEE quotient by 1 is the same value). Tuning only: the tokens do not
-depend on them (benchmarks/README.md, "Tuning the streaming passes").
+16 bytes at a time instead of one float (``tests/_compile_sm90.py`` checks it); a row that is its launch's
+only program fills its workspace lists from a running count (``LOCAL``), others reserve slots with one
+atomic per block; rows at ``T == 1`` take the histogram and refine passes' masses from ``x - m``
+(``UNIT_T``: the IEEE quotient by 1 is the same value). Tuning only: the tokens do not depend on them
+(benchmarks/README.md, "Tuning the streaming passes").
 
 Masses are summed in 40-bit fixed point (int64), so every sum is exact in
 any order: results do not depend on how a row was split, nor on the batch it
