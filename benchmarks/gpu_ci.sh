@@ -13,6 +13,11 @@
 #   STAGES="tune"           the fused sampler's tuning sets (TUNE_SETS) compiled in parallel, timed per launch
 #                           (kernel_times), the fastest picked (benchmarks/tuning.py pick) and exported as
 #                           SAMPCHECK_FUSED_TUNING for the stages after it (put "tune" first: "tune sweep latency")
+#   STAGES="ab"             GPU time per launch (kernel_times; AB_ARGS: its options) of AB_BASE, a commit checked out
+#                           in a worktree, then of this tree, one after the other on the same GPU: for a change the
+#                           tuning options cannot switch (a decorator, a kernel body). On the device tool the copy of
+#                           .git is the session's first commit with the later files over it: AB_BASE must be a commit
+#                           that copy holds (its `git log`), not one made later in the session
 #   STAGES="profile"        Nsight Compute on the fused p0.9 call at 1024 x 128256 (speed of light, occupancy,
 #                           warp states, instruction mix, stall reasons), summarised in $OUT/ncu-fused-p09.json
 # Results go to $OUT (default ./out); several stages: STAGES="tox records".
@@ -126,6 +131,29 @@ s.top_p_renorm_probs(p, 0.5); torch.cuda.synchronize()" 2>&1 | tail -2
       status=$(( status > 2 ? status : 2 ))
       echo "no set picked (no timings): the later stages run the defaults" | tee "$OUT/tuning-picked.txt"
     fi
+    ;;
+  ab)
+    echo "== A/B: GPU time per launch of ${AB_BASE:-?} (worktree) and of this tree"
+    if [ -z "${AB_BASE:-}" ] || ! git worktree add -q --detach /tmp/ab-base "$AB_BASE"; then
+      echo "ab: AB_BASE must name a commit this checkout's .git holds (got '${AB_BASE:-}')"
+      status=$(( status > 2 ? status : 2 )); continue
+    fi
+    for side in base new; do
+      d=$PWD; [ $side = base ] && d=/tmp/ab-base
+      ( cd "$d" && PYTHONPATH=$d:${PYTHONPATH:-} python3 -m benchmarks.kernel_times --out "$OUT/kernel-times-ab-$side.json" \
+          ${AB_ARGS:-} ) 2>&1 | grep -v -i warn | tail -20
+      rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
+    done
+    git worktree remove --force /tmp/ab-base
+    if [ ! -f "$OUT/kernel-times-ab-base.json" ] || [ ! -f "$OUT/kernel-times-ab-new.json" ]; then
+      echo "ab: no comparison (a side wrote no timings; its output is above)"; continue
+    fi
+    python3 - "$OUT/kernel-times-ab-base.json" "$OUT/kernel-times-ab-new.json" <<'PY' | tee "$OUT/ab.txt"
+import json, sys
+base, new = ({(p["batch"], p["vocab"], p["mix"]): p["total_us"] for p in json.load(open(f))["points"]} for f in sys.argv[1:])
+for k in sorted(base.keys() & new.keys()):
+    print(f"{k[0]:>5} x {k[1]:<7} {k[2]:<8} base {base[k]:9.1f} us  new {new[k]:9.1f} us  {new[k] / base[k] - 1:+6.1%}")
+PY
     ;;
   profile)
     echo "== Nsight Compute, fused p0.9 at 1024 x 128256"
