@@ -244,6 +244,32 @@ def test_buffers_are_reused_and_the_step_has_fixed_shapes():
     assert torch.equal(o2["tokens"], t1)  # doubling the logits keeps every argmax
 
 
+def test_a_prepared_rewrite_is_not_run_again():
+    """``prepare_step`` then ``fused_step(..., rewritten=True)`` is the whole step with its rewrite launch run once:
+    the same tokens, logprobs and rewritten logits as one ``fused_step`` call; buffers that do not fit the call
+    (prepared without logprobs, or already used by a step) are refused, not silently re-prepared."""
+    from impls.fused.step import prepare_step
+    gen = torch.Generator().manual_seed(5)
+    B, V = 3, 300
+    rows = [Row(logits=torch.randn(V, generator=gen) * 2, logprobs=2, logit_bias=[(7, 3.0)], repetition_penalty=1.3,
+                prompt=[7, 8, 9], bad_words=[[1]]) for _ in range(B)]
+    inputs, errs = pack_rows(rows, V, DEV)
+    assert errs == [None] * B
+    x = torch.stack([r.logits for r in rows]).to(DEV)
+    z = lambda v, dt: torch.full((B,), v, dtype=dt, device=DEV)
+    args = (z(1.0, torch.float32), z(20, torch.int64), z(0.9, torch.float32), z(0.0, torch.float32),
+            torch.arange(B, dtype=torch.int64, device=DEV), z(0, torch.int64))
+    whole = fused_step(x, *args, inputs=inputs)
+    buf = prepare_step(x, inputs)
+    assert float(buf["y"][0, 1]) == float("-inf") and float(buf["y"][0, 7]) == float(whole["rewritten"][0, 7])
+    split = fused_step(x * 0, *args, inputs=inputs, buffers=buf, rewritten=True)   # x * 0: the logits are not read
+    for k in ("tokens", "rewritten", "logprob", "rank", "top_ids", "top_logprobs"):
+        assert torch.equal(split[k], whole[k]), k
+    for stale in (prepare_step(x, inputs, want_logprobs=False), buf):   # without logprobs; already used once
+        with pytest.raises(ValueError, match="rewritten=True needs the buffers prepare_step made"):
+            fused_step(x, *args, inputs=inputs, buffers=stale, rewritten=True)
+
+
 def test_declared_stages_and_version():
     st = FusedImpl.stages
     assert st == dict.fromkeys(("validation", "logit_bias", "penalties", "bans", "filters", "draw", "seeds",

@@ -10,19 +10,21 @@ Pipeline of :meth:`FusedSession.step`, in order:
    (:func:`impls.fused.step.row_entries`: bias pairs, validated; the history;
    single-token bans and the end ids under ``min_length``; the ids banned by
    multi-token bad words and no-repeat-ngram, matched on the host);
-2. ``(seed, offset)`` per sampling row from its per-slot counters on the device
-   (:class:`impls.fused.slots.SlotStreams`), after a rewrite launch per vocabulary
-   size has told, on the device, which rows the kernel will reject (they take no
-   offset: :func:`impls.fused.slots.row_flags`);
-3. one call of :func:`impls.fused.step.fused_step` per vocabulary size, all
-   on the device and without a host synchronisation: logit bias,
-   repetition/presence/frequency penalties and bans
-   (:mod:`impls.fused.step_kernel`), then temperature, min-p, top-k, top-p,
+2. per vocabulary size, the step's rewrite launch (:func:`impls.fused.step.prepare_step`:
+   logit bias, repetition/presence/frequency penalties and bans,
+   :mod:`impls.fused.step_kernel`), whose rewritten logits tell, on the device, which
+   rows the kernel will reject (:func:`impls.fused.slots.row_flags`);
+3. ``(seed, offset)`` per sampling row from its per-slot counters on the device
+   (:class:`impls.fused.slots.SlotStreams`; a rejected row takes no offset), for the
+   whole step at once, in row order;
+4. the rest of :func:`impls.fused.step.fused_step` per vocabulary size (its rewrite
+   launch already run), all on the device and without a host synchronisation:
+   temperature, min-p, top-k, top-p,
    greedy and the canonical draw (:mod:`impls.fused.kernel`), with the
    probabilities of the same filtering, a beam row's one step of width 1,
    then the drawn token's RAW and
    PROCESSED logprobs, its rank and the top logprobs;
-4. finish reasons on the device at the token the kernel drew
+5. finish reasons on the device at the token the kernel drew
    (:func:`impls.fused.finish.finish_codes`).
 
 Every stage is the fused package's own code; the reference is never called.
@@ -94,7 +96,7 @@ class FusedSession:
         from .finish import REASONS, finish_codes, pack_finish
         from .kernel import STATUS_KINDS, PATHS
         from .slots import row_flags
-        from .step import fused_rewrite, fused_step, pack_entries, row_entries
+        from .step import fused_step, pack_entries, prepare_step, row_entries
 
         out: list = [None] * len(rows)
         staged = {}
@@ -126,25 +128,25 @@ class FusedSession:
                 x = x.to(torch.float32)
             sub = [rows[i] for i in idx]
             inputs = pack_entries([staged[i][1] for i in idx], sub, self.device)
-            # which rows take their slot and which can draw, from their rewritten logits (on the device), so that
-            # a row the kernel rejects takes no offset
+            want_vec = any(r.logprobs == -1 or r.logprob_token_ids is not None for r in sub)
+            # the rewrite launch first: which rows take their slot and which can draw, from their rewritten
+            # logits (on the device), so that a row the kernel rejects takes no offset
+            buf = prepare_step(x, inputs, want_probs=True, want_logprobs=True, want_vector=want_vec)
             pick = torch.tensor([where[i] for i in idx], dtype=torch.int64, device=self.device)
-            ob, dr = row_flags(fused_rewrite(x, inputs))
-            observed[pick], drawable[pick] = ob, dr
-            groups[V] = (idx, x, sub, inputs, pick)
+            observed[pick], drawable[pick] = row_flags(buf["y"])
+            groups[V] = (idx, x, sub, inputs, pick, buf, want_vec)
         seeds, offsets = self.streams.take([rows[i].slot for i in order], [rows[i].request_id for i in order],
                                            [staged[i][0].seed for i in order],
                                            [staged[i][0].mode == SAMPLING for i in order], observed, drawable)
-        for V, (idx, x, sub, inputs, pick) in groups.items():
+        for V, (idx, x, sub, inputs, pick, buf, want_vec) in groups.items():
             # one (batch,) tensor per argument of fused_step, by name
             args = {name: torch.tensor([getattr(staged[i][0], name) for i in idx], dtype=dt_, device=self.device)
                     for name, dt_ in _PARAM_DTYPES.items()}
             args.update(seed=seeds[pick], offset=offsets[pick])
-            want_vec = any(r.logprobs == -1 or r.logprob_token_ids is not None for r in sub)
             beam = [staged[i][0].beam_temperature for i in idx]
             beam_t = torch.tensor(beam, dtype=torch.float32, device=self.device) if max(beam) >= 0 else None
             o = fused_step(x, **args, inputs=inputs, want_probs=True, want_logprobs=True, want_vector=want_vec,
-                           beam_temperature=beam_t)
+                           beam_temperature=beam_t, buffers=buf, rewritten=True)
             o["finish"] = finish_codes(o["tokens"], pack_finish(sub, self.device))
             o["seed"], o["offset"] = args["seed"], args["offset"]
             host = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in o.items()}

@@ -50,8 +50,8 @@ from .step_kernel import (META_F, META_I, TAG_BAN, TAG_BIAS, TAG_EOS_MIN_LENGTH,
                           _logprobs_kernel, _rewrite_kernel)
 from .workspace import allocate
 
-__all__ = ["StepInputs", "row_entries", "pack_entries", "pack_rows", "fused_rewrite", "allocate_step", "fused_step",
-           "host_bans", "penalty_active", "pow2", "launch_count"]
+__all__ = ["StepInputs", "row_entries", "pack_entries", "pack_rows", "fused_rewrite", "allocate_step", "prepare_step",
+           "fused_step", "host_bans", "penalty_active", "pow2", "launch_count"]
 
 
 def pow2(n: int, floor: int = 16) -> int:
@@ -344,11 +344,76 @@ def allocate_step(B: int, V: int, device, cfg: dict, KL: int, want_probs: bool =
     return a
 
 
+def _step_cfg(dev, want_logprobs: bool) -> dict:
+    cfg = INTERPRETER if dev.type == "cpu" else DEFAULTS
+    # the PROCESSED logprob divides by the kept set's mass, which an early-accepted row has not summed
+    return dict(cfg, early=False) if want_logprobs else cfg
+
+
+def _fits(a: dict, B: int, V: int, inputs: StepInputs, want_probs: bool, want_logprobs: bool,
+          want_vector: bool) -> bool:
+    # whether kept step buffers serve a call of this shape and these flags
+    return (a["y"].shape == (B, V) and a["KL"] >= pow2(inputs.max_top if want_logprobs else 1, 8)
+            and (a["want_vector"] or not want_vector) and (a["want_probs"] or not want_probs))
+
+
+def prepare_step(logits: torch.Tensor, inputs: StepInputs, want_probs: bool = True, want_logprobs: bool = True,
+                 want_vector: bool = False, buffers: Optional[dict] = None) -> dict:
+    """A step's first launch alone: bias, penalties and bans into the step's buffers.
+
+    :func:`fused_step` runs it itself; a caller that must see the rewritten logits before it
+    chooses the seeds (which rows draw: :func:`impls.fused.slots.row_flags`) runs it here and
+    hands the buffers to :func:`fused_step` with ``rewritten=True``, so the launch runs once.
+
+    Parameters
+    ----------
+    logits : torch.Tensor
+        ``(B, V)`` float32, bfloat16 or float16, rows contiguous (CUDA, or CPU under Triton's
+        interpreter); not modified.
+    inputs : StepInputs
+        :func:`pack_rows` of the ``B`` rows, on the logits' device.
+    want_probs, want_logprobs, want_vector : bool
+        As :func:`fused_step` will be called (they size the buffers; ``want_logprobs`` also has the
+        launch take the RAW logprobs' row statistics).
+    buffers : dict, optional
+        :func:`allocate_step` buffers, reused when they fit; default a fresh allocation.
+
+    Returns
+    -------
+    dict
+        The buffers, ``y`` holding the ``(B, V)`` float32 rewritten logits, marked for one
+        :func:`fused_step` call with ``rewritten=True`` (which refuses unmarked buffers, and
+        buffers prepared without logprobs for a call that wants them).
+
+    Raises
+    ------
+    ValueError
+        Inputs whose batch differs from the logits'.
+    """
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
+    B, V = logits.shape
+    dev = logits.device
+    if inputs.ids.shape[0] != B:
+        raise ValueError(f"inputs are for {inputs.ids.shape[0]} rows, logits have {B}")
+    cfg = _step_cfg(dev, want_logprobs)
+    a = buffers
+    if a is None or not _fits(a, B, V, inputs, want_probs, want_logprobs, want_vector):
+        a = allocate_step(B, V, dev, cfg, pow2(inputs.max_top if want_logprobs else 1, 8), want_probs, want_vector)
+    if B:
+        _rewrite_kernel[(B, a["S"])](logits, logits.stride(0), V, a["y"], inputs.ids, inputs.vals, inputs.tags,
+                                     inputs.meta_i, inputs.meta_f, a["lpw"], a["lpc"], a["S"], a["CH"],
+                                     BLOCK=cfg["block"], NU=inputs.NU, WANT_LP=want_logprobs,
+                                     num_warps=cfg["num_warps"], enable_fp_fusion=False)
+    a["prepared"] = want_logprobs
+    return a
+
+
 def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                min_p: torch.Tensor, seed: torch.Tensor, offset: torch.Tensor, inputs: StepInputs,
                want_probs: bool = True, want_logprobs: bool = True, want_vector: bool = False,
                buffers: Optional[dict] = None, launcher: str = "cached",
-               beam_temperature: Optional[torch.Tensor] = None) -> dict:
+               beam_temperature: Optional[torch.Tensor] = None, rewritten: bool = False) -> dict:
     """One sampling step on the device: bias, penalties, bans, filters, draw and logprobs.
 
     Parameters
@@ -380,6 +445,10 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
         at its temperature, as the reference computes them in float32: a huge ``T`` ties every
         finite logit at ``-log V``, so the lowest id wins; a ``T`` that rounds to 0 divides by 0),
         taken before the logprobs launch reads the token. Negative elsewhere; None: no beam rows.
+    rewritten : bool
+        ``buffers`` come from :func:`prepare_step` of these logits and inputs with the same
+        ``want_*`` flags: the rewrite launch has run (a caller that needs the rewritten logits
+        before it chooses the seeds, as :class:`impls.fused.FusedSession`), so it is not run again.
 
     Returns
     -------
@@ -400,27 +469,22 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
     logits, (temperature, top_k, top_p, min_p, seed, offset) = check_call(
         logits, temperature, top_k, top_p, min_p, seed, offset)
     B, V = logits.shape
-    dev = logits.device
-    if inputs.ids.shape[0] != B:
-        raise ValueError(f"inputs are for {inputs.ids.shape[0]} rows, logits have {B}")
-    cfg = INTERPRETER if dev.type == "cpu" else DEFAULTS
-    if want_logprobs:
-        # the PROCESSED logprob divides by the kept set's mass, which an early-accepted row has not summed
-        cfg = dict(cfg, early=False)
-    KL = pow2(inputs.max_top if want_logprobs else 1, 8)
-    a = buffers
-    if a is None or a["y"].shape != (B, V) or a["KL"] < KL or (want_vector and not a["want_vector"]) \
-            or (want_probs and not a["want_probs"]):
-        a = allocate_step(B, V, dev, cfg, KL, want_probs, want_vector)
+    cfg = _step_cfg(logits.device, want_logprobs)
+    if rewritten:
+        a = buffers
+        # prepare_step's mark, used once: whether its launch took the RAW logprobs' statistics
+        prepared = None if a is None else a.pop("prepared", None)
+        if prepared is None or (want_logprobs and not prepared) \
+                or not _fits(a, B, V, inputs, want_probs, want_logprobs, want_vector):
+            raise ValueError("rewritten=True needs the buffers prepare_step made for these logits, inputs and flags")
+    else:
+        a = prepare_step(logits, inputs, want_probs, want_logprobs, want_vector, buffers)
     KL = a["KL"]
     S, CH = a["S"], a["CH"]
     if not B:
         return {"tokens": a["tokens"], "status": a["status"], "path": a["path"], "rewritten": a["y"],
                 "probs": a["probs"] if want_probs else None}
     kw = dict(num_warps=cfg["num_warps"], enable_fp_fusion=False)
-    _rewrite_kernel[(B, S)](logits, logits.stride(0), V, a["y"], inputs.ids, inputs.vals, inputs.tags, inputs.meta_i,
-                            inputs.meta_f, a["lpw"], a["lpc"], S, CH, BLOCK=cfg["block"], NU=inputs.NU,
-                            WANT_LP=want_logprobs, **kw)
     y = a["y"]
     run_call((y, temperature, top_k, top_p, min_p, seed, offset, a["tokens"], a["status"], a["path"], a["probs"],
               a["wsi"], a["wsf"], a["ws64"]), S, CH, want_probs, cfg, launcher)
