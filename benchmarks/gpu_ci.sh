@@ -148,12 +148,8 @@ s.top_p_renorm_probs(p, 0.5); torch.cuda.synchronize()" 2>&1 | tail -2
     if [ ! -f "$OUT/kernel-times-ab-base.json" ] || [ ! -f "$OUT/kernel-times-ab-new.json" ]; then
       echo "ab: no comparison (a side wrote no timings; its output is above)"; continue
     fi
-    python3 - "$OUT/kernel-times-ab-base.json" "$OUT/kernel-times-ab-new.json" <<'PY' | tee "$OUT/ab.txt"
-import json, sys
-base, new = ({(p["batch"], p["vocab"], p["mix"]): p["total_us"] for p in json.load(open(f))["points"]} for f in sys.argv[1:])
-for k in sorted(base.keys() & new.keys()):
-    print(f"{k[0]:>5} x {k[1]:<7} {k[2]:<8} base {base[k]:9.1f} us  new {new[k]:9.1f} us  {new[k] / base[k] - 1:+6.1%}")
-PY
+    python3 -m benchmarks.tuning compare "$OUT/kernel-times-ab-base.json" "$OUT/kernel-times-ab-new.json" \
+      | tee "$OUT/ab.txt"
     ;;
   profile)
     echo "== Nsight Compute, fused p0.9 at 1024 x 128256"

@@ -1,6 +1,6 @@
 """The fused sampler's tuning runs on a GPU: compile a set, pick the fastest, call once for a profiler.
 
-Subcommands (``python -m benchmarks.tuning ...``; ``gpu_ci.sh`` stages ``tune`` and ``profile`` run them):
+Subcommands (``python -m benchmarks.tuning ...``; ``gpu_ci.sh`` stages ``tune``, ``ab`` and ``profile`` run them):
 
 ``warm SET [--dtype bf16]``
     Compile every launch of the fused sampler for one tuning set (Triton's disk cache), on a
@@ -10,6 +10,9 @@ Subcommands (``python -m benchmarks.tuning ...``; ``gpu_ci.sh`` stages ``tune`` 
     Of the sets in a :mod:`benchmarks.kernel_times` file, the one with the least GPU time summed over
     its points and mixes (sets without every point are left out); prints the set (``name=value,...``
     or ``default``) on stdout and the ranking on stderr (:func:`pick`).
+``compare BASE NEW``
+    Two :mod:`benchmarks.kernel_times` files of one set (``gpu_ci.sh`` stage ``ab``: a base commit and
+    this tree): per point and mix both totals and the change (:func:`compare`).
 ``call MIX SET [--point B:V] [--dtype bf16]``
     Two ``fused_sample`` calls on the latency suite's inputs: for Nsight Compute, which then profiles
     the second (``-s 5 -c 5``: the first call's five launches skipped).
@@ -24,7 +27,7 @@ import collections
 import json
 import sys
 
-__all__ = ["pick", "main"]
+__all__ = ["pick", "compare", "main"]
 
 
 def pick(doc: dict) -> tuple:
@@ -59,6 +62,37 @@ def pick(doc: dict) -> tuple:
     return ranked[0][0], ranked
 
 
+def compare(base: dict, new: dict) -> list:
+    """Per grid point and mix, the GPU time of two :mod:`benchmarks.kernel_times` documents.
+
+    Parameters
+    ----------
+    base, new : dict
+        ``points``: rows with ``batch``, ``vocab``, ``mix`` and ``total_us`` (µs of GPU time per call).
+
+    Returns
+    -------
+    list of (int, int, str, float, float, float)
+        ``(batch, vocab, mix, base_us, new_us, change)`` for the points both hold, sorted;
+        ``change`` is ``new / base - 1``.
+
+    Raises
+    ------
+    ValueError
+        A document without points, or no point in common.
+    """
+    tabs = []
+    for doc in (base, new):
+        rows = doc.get("points") or ()
+        if not rows:
+            raise ValueError("no points: not a kernel_times results file")
+        tabs.append({(r["batch"], r["vocab"], r["mix"]): r["total_us"] for r in rows})
+    common = sorted(tabs[0].keys() & tabs[1].keys())
+    if not common:
+        raise ValueError("the two files have no point and mix in common")
+    return [(*k, tabs[0][k], tabs[1][k], tabs[1][k] / tabs[0][k] - 1) for k in common]
+
+
 def _batch(B: int, V: int, mix: str, dtype: str):
     import torch
 
@@ -81,6 +115,9 @@ def main(argv=None) -> int:
     w.add_argument("--dtype", default="fp32", choices=tuple(LOGITS_DTYPES))
     p = sub.add_parser("pick", help="the fastest set of a kernel_times file")
     p.add_argument("file")
+    cm = sub.add_parser("compare", help="two kernel_times files, point by point")
+    cm.add_argument("base")
+    cm.add_argument("new")
     c = sub.add_parser("call", help="two fused calls for a profiler")
     c.add_argument("mix")
     c.add_argument("set")
@@ -97,6 +134,19 @@ def main(argv=None) -> int:
         for k, v, n in ranked:
             print(f"{k:<36} {v:10.1f} us over {n} points", file=sys.stderr)
         print(best)
+        return 0
+    if args.cmd == "compare":
+        try:
+            docs = []
+            for path in (args.base, args.new):
+                with open(path, encoding="utf-8") as f:
+                    docs.append(json.load(f))
+            rows = compare(*docs)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"benchmarks.tuning compare: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        for B, V, mix, b, n, ch in rows:
+            print(f"{B:>5} x {V:<7} {mix:<8} base {b:9.1f} us  new {n:9.1f} us  {ch:+6.1%}")
         return 0
     try:
         opts = parse_tuning(args.set)

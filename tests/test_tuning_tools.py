@@ -6,7 +6,7 @@ import json
 import pytest
 
 from benchmarks.ncu_summary import main as ncu_main, summarise
-from benchmarks.tuning import main as tuning_main, pick
+from benchmarks.tuning import compare, main as tuning_main, pick
 
 
 def _pt(opts, B, mix, us):
@@ -65,3 +65,23 @@ def test_ncu_csv_summary(tmp_path):
     # a tuning set as the label holds "=" itself (gpu_ci.sh's profile stage passes the picked set)
     assert ncu_main([str(tmp_path / "s.json"), f"unit_t=True={tmp_path / 'a.csv'}"]) == 0
     assert list(json.loads((tmp_path / "s.json").read_text())["configs"]) == ["unit_t=True"]
+
+
+def test_compare_two_kernel_times_files(tmp_path, capsys):
+    """gpu_ci.sh's ``ab`` stage: the points both files hold, base and new GPU time and the change."""
+    base = {"points": [_pt({}, 256, "p09", 1000.0), _pt({}, 1024, "p09", 2696.0), _pt({}, 1024, "greedy", 209.0)]}
+    new = {"points": [_pt({}, 1024, "p09", 2157.0), _pt({}, 256, "p09", 800.0), _pt({}, 64, "p09", 1.0)]}
+    assert compare(base, new) == [(256, 128256, "p09", 1000.0, 800.0, 800.0 / 1000.0 - 1),
+                                  (1024, 128256, "p09", 2696.0, 2157.0, 2157.0 / 2696.0 - 1)]
+    with pytest.raises(ValueError, match="no point and mix in common"):
+        compare(base, {"points": [_pt({}, 64, "p09", 1.0)]})
+    with pytest.raises(ValueError, match="no points"):
+        compare({}, new)
+    (tmp_path / "b.json").write_text(json.dumps(base))
+    (tmp_path / "n.json").write_text(json.dumps(new))
+    assert tuning_main(["compare", str(tmp_path / "b.json"), str(tmp_path / "n.json")]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "  256 x 128256  p09      base    1000.0 us  new     800.0 us  -20.0%",
+        " 1024 x 128256  p09      base    2696.0 us  new    2157.0 us  -20.0%"]
+    assert tuning_main(["compare", str(tmp_path / "b.json"), str(tmp_path / "missing.json")]) == 2
+    assert "FileNotFoundError" in capsys.readouterr().err
