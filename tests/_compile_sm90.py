@@ -63,6 +63,8 @@ def main() -> int:
         flag, values = VARIANTS.get(name, (None, (None,)))
         for value in values:
             cst = dict(CONSTS, **({flag: value} if flag else {}))
+            if name == "_stats_kernel":
+                cst["NSTG"] = DEFAULTS["stats_stages"]   # its own option (kernel.launch_specs)
             tag = f" {flag}={value}" if flag else ""
             for logits in ("*fp32", "*bf16"):
                 sig = {p: "constexpr" if p in cst else POINTERS.get(p, logits if p == "logits_ptr" else "i32")

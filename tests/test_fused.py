@@ -301,6 +301,19 @@ def test_all_greedy_hint_takes_two_launches_and_the_greedy_rules(B, V, dtype):
     assert [s[0] for s in launch_specs(B, V, V, 1, V, False, INTERPRETER, greedy=True)] == ["stats", "greedy"]
 
 
+def test_statistics_launch_takes_its_own_pipelining_stages():
+    # stats_stages applies to the statistics launch only (general and all-greedy calls); the other streaming
+    # launches keep `stages`
+    from impls.fused.kernel import launch_specs
+    from impls.fused.ops import DEFAULTS, apply_tuning
+    cfg = apply_tuning(DEFAULTS, {"stages": 3, "stats_stages": 2})
+    for greedy, names in ((False, ["stats", "hist", "refine", "gather", "decide"]), (True, ["stats", "greedy"])):
+        specs = launch_specs(1024, 128256, 128256, 1, 128256, False, cfg, greedy=greedy)
+        want = [2, 3, 3, 3, 3] if not greedy else [2, None]
+        assert [(s[0], s[4].get("NSTG")) for s in specs] == list(zip(names, want))
+    assert DEFAULTS["stats_stages"] == 1 and DEFAULTS["stages"] == 4
+
+
 @pytest.mark.gpu
 def test_cuda_graph_capture_and_replay():
     from impls.fused.op import sample_tokens_and_probs
@@ -534,6 +547,7 @@ def test_bad_arguments_get_located_errors_before_any_launch(monkeypatch):
         (dict(warps=4), TypeError, "unknown fused_sample option 'warps'"),
         (dict(stages=0), ValueError, "stages=0: an int from 1 to 8"),
         (dict(stages=True), ValueError, "stages=True: an int from 1 to 8"),
+        (dict(stats_stages=9), ValueError, "stats_stages=9: an int from 1 to 8"),
         (dict(local=1), ValueError, "local=1: True or False"),
         (dict(unit_t=0), ValueError, "unit_t=0: True or False"),
         (dict(num_warps=3), ValueError, "num_warps=3: a power of two from 1 to 32"),

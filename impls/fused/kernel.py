@@ -27,8 +27,9 @@ Launches (each streaming one reads its part of the row once; rows a launch
 has nothing to do for exit at once):
 
 1. ``_stats_kernel`` (``B x S`` programs) — per part of a row: NaN/+inf flags,
-   finite count, largest and smallest finite logit; greedy rows: first
-   argmax only.
+   largest logit (the row's ``m`` once NaN and +inf rows are rejected; ``-inf``
+   when none is finite) and smallest finite one; greedy rows: first argmax
+   only.
 2. ``_hist_kernel`` (``B x S``) — combines the stats (status, ``m``, ``x_A``,
    ``C``). Rows without filters: Gumbel-max over the part (the draw is done).
    Min-p-only rows: the survivors are packed into the row's workspace
@@ -448,7 +449,6 @@ def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min
     hi = tl.minimum(lo + CH, V)
     nan_v = tl.zeros([BLOCK], dtype=tl.int32)
     pinf_v = tl.zeros([BLOCK], dtype=tl.int32)
-    nfin_v = tl.zeros([BLOCK], dtype=tl.int32)
     m_v = tl.full([BLOCK], NEG_INF, tl.float32)
     mn_v = tl.full([BLOCK], POS_INF, tl.float32)
     gidx_v = tl.zeros([BLOCK], dtype=tl.int32)
@@ -469,12 +469,13 @@ def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min
             offs = st + ar
             inb = offs < V
             x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
-            nan_v = nan_v | (x != x).to(tl.int32)
-            pinf_v = pinf_v | (x == POS_INF).to(tl.int32)
-            fin = inb & (x > NEG_INF) & (x < POS_INF)
-            nfin_v += fin.to(tl.int32)
-            m_v = tl.maximum(m_v, tl.where(fin, x, NEG_INF))
-            mn_v = tl.minimum(mn_v, tl.where(fin, x, POS_INF))
+            # two updates per logit: a sampling row with a NaN or +inf is rejected, so its largest logit
+            # is taken over every logit with NaN propagated (NaN or +inf there flags the row), and the
+            # finite count is not needed (none finite <=> largest == -inf once NaN and +inf are ruled out)
+            m_v = tl.maximum(m_v, x, propagate_nan=tl.PropagateNan.ALL)
+            mn_v = tl.minimum(mn_v, tl.where(x > NEG_INF, x, POS_INF))
+        nan_v = (m_v != m_v).to(tl.int32)
+        pinf_v = (m_v == POS_INF).to(tl.int32)
     mx = tl.max(m_v, 0)
     gi = tl.min(tl.where(m_v == mx, gidx_v, _INT32_MAX), 0)
     pf = bf + part * _PF
@@ -482,7 +483,6 @@ def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min
     tl.store(pf + 0, mx)
     tl.store(pf + 1, tl.min(mn_v, 0))
     tl.store(pi + 0, tl.max(nan_v, 0) | (tl.max(pinf_v, 0) * 2))
-    tl.store(pi + 1, tl.sum(nfin_v, 0))
     tl.store(pi + 2, gi)
     if part == 0:
         # counters of the later launches (tickets and workspace slots) start at zero
@@ -519,7 +519,6 @@ def _row_stats(bi, bf, S, V, T, min_p, status, greedy, k_on, p_on, mp_on, RMAX: 
     """Combine the parts' stats: final status, kind, greedy token, m, x_A, C (identical in every program)."""
     sr = tl.arange(0, _SB)
     flags = tl.zeros([_SB], dtype=tl.int32)
-    nfin = tl.zeros([_SB], dtype=tl.int32)
     mxs = tl.full([_SB], float("-inf"), tl.float32)
     mns = tl.full([_SB], float("inf"), tl.float32)
     gis = tl.full([_SB], _INT32_MAX, tl.int32)
@@ -527,25 +526,23 @@ def _row_stats(bi, bf, S, V, T, min_p, status, greedy, k_on, p_on, mp_on, RMAX: 
         ss = s0 + sr
         ok = ss < S
         f_s = tl.load(bi + ss * _PI + 0, mask=ok, other=0)
-        n_s = tl.load(bi + ss * _PI + 1, mask=ok, other=0)
         g_s = tl.load(bi + ss * _PI + 2, mask=ok, other=_INT32_MAX)
         m_s = tl.load(bf + ss * _PF + 0, mask=ok, other=float("-inf"))
         mn_s = tl.load(bf + ss * _PF + 1, mask=ok, other=float("inf"))
         flags = flags | f_s
-        nfin += n_s
         take = (m_s > mxs) | ((m_s == mxs) & (g_s < gis))
         gis = tl.where(take, g_s, gis)
         mxs = tl.where(take, m_s, mxs)
         mns = tl.minimum(mns, mn_s)
     fl = tl.max(flags, 0)
-    n_fin = tl.sum(nfin, 0)
     m = tl.max(mxs, 0)
     g_idx = tl.min(tl.where(mxs == m, gis, _INT32_MAX), 0)
     xmin = tl.min(mns, 0)
     status = tl.where((fl & 1) != 0, 1, status)
     status = tl.where((status == 0) & greedy & (m == float("-inf")), 3, status)
     status = tl.where((status == 0) & (greedy == 0) & ((fl & 2) != 0), 2, status)
-    status = tl.where((status == 0) & (greedy == 0) & (n_fin == 0), 3, status)
+    # no finite logit: the largest is -inf (NaN and +inf rows are rejected above)
+    status = tl.where((status == 0) & (greedy == 0) & (m == float("-inf")), 3, status)
     kind = tl.where(status != 0, -1, tl.where(greedy, 0, tl.where(k_on | p_on, 3, tl.where(mp_on, 2, 1))))
     sampling = kind > 0
     m = tl.where(sampling, m, 0.0)
@@ -1318,18 +1315,20 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     e = cfg.get("early", False)
     early = (e if isinstance(e, bool) else B <= int(e)) and not want_probs
     kw = dict(num_warps=cfg["num_warps"], enable_fp_fusion=False)
+    c_stats = dict(c, NSTG=cfg.get("stats_stages", c["NSTG"]))
     grid = (B, S)
     params = ("temperature", "top_k", "top_p", "min_p")
     ws = ("wsi", "wsf", "ws64")
     if greedy:
-        out = [("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), dict(c, ALL_GREEDY=True), kw),
+        out = [("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), dict(c_stats, ALL_GREEDY=True),
+                kw),
                ("greedy", _greedy_kernel, (B,), ("tokens", "status", "path", *ws, S),
                 dict(NB1=c["NB1"], NBS=c["NBS"], KMAX=c["KMAX"], KBIG=c["KBIG"], RMAX=cfg["r"]), kw)]
         if want_probs:
             out.append(("probs", _probs_kernel, grid, ("logits", sr, V, "probs", *ws, S, CH), c, kw))
         return out
     out = [
-        ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c, kw),
+        ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c_stats, kw),
         ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH),
          dict(c, RMAX=cfg["r"], EARLY=early, LOCAL=cfg.get("local", True), UNIT_T=cfg.get("unit_t", True)), kw),
         ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH),

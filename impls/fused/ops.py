@@ -43,19 +43,23 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: one program fills its workspace lists from a running count instead of an atomic per block. ``unit_t``: rows
 #: at ``T == 1`` skip the division in the histogram and refine passes' masses (the same values; on an H200,
 #: 2026-12-06, 4.7 % less GPU time summed over 10 points, top-p 0.9 at 1024 x 128256 2726 -> 2563 us:
-#: benchmarks/README.md "Fused v6 on the H200"). ``block``
+#: benchmarks/README.md "Fused v6 on the H200"). ``stats_stages``: ``stages`` of the statistics launch alone, 1 by
+#: default: its loop is two updates per logit, and without software pipelining Triton unrolls it four times
+#: (offline sm_90 compile, Triton 3.9: 6.7 instructions per logit against 13.3 with 4 stages, whose barriers and
+#: shared-memory round trip then cost more than the work; benchmarks/README.md "The statistics pass and the
+#: histograms"). ``block``
 #: 1024 with ``stages`` 4: the least GPU time summed over 256 and 1024 x 128256 and four mixes of 12 sets
 #: tried on an H100 (2026-12-06, benchmarks/README.md "Tuning the streaming passes"). Results do not depend on them
 #: (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 128, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 256, "num_warps": 8,
-            "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "local": True,
-            "unit_t": True}
+            "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
+            "local": True, "unit_t": True}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
 INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
-               "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "local": True,
-               "unit_t": True}
+               "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "stats_stages": 1,
+               "local": True, "unit_t": True}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -96,8 +100,8 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
             raise ValueError(f"fused_sample option {name}={v!r}: must be a power of two >= 16")
         if name in ("local", "unit_t") and not isinstance(v, bool):
             raise ValueError(f"fused_sample option {name}={v!r}: True or False")
-        if name == "stages" and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8):
-            raise ValueError(f"fused_sample option stages={v!r}: an int from 1 to 8")
+        if name in ("stages", "stats_stages") and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8):
+            raise ValueError(f"fused_sample option {name}={v!r}: an int from 1 to 8")
         if name == "early" and not (isinstance(v, int) and v >= 0):
             raise ValueError(f"fused_sample option early={v!r}: True, False, or the largest batch (an int >= 0)")
         if name in ("num_warps", "decide_warps") and not (
