@@ -301,6 +301,18 @@ def test_all_greedy_hint_takes_two_launches_and_the_greedy_rules(B, V, dtype):
     assert [s[0] for s in launch_specs(B, V, V, 1, V, False, INTERPRETER, greedy=True)] == ["stats", "greedy"]
 
 
+def test_parameters_of_the_right_dtype_are_passed_through_uncopied():
+    from impls.fused.ops import check_call
+    x = torch.zeros(2, 8, device=DEV)
+    T, K = torch.ones(2, device=DEV), torch.zeros(2, dtype=torch.int32, device=DEV)
+    P, M = torch.full((2,), 0.9, dtype=torch.float64, device=DEV), torch.zeros(4, device=DEV)[::2]
+    S = O = torch.zeros(2, dtype=torch.int64, device=DEV)
+    _, (t, k, p, m, s, o) = check_call(x, T, K, P, M, S, O)
+    assert t is T and p is P and s is S and o is O           # right dtype, contiguous: the caller's tensor
+    assert k.dtype == torch.int64 and k is not K              # converted
+    assert m.is_contiguous() and m is not M and m.tolist() == [0.0, 0.0]   # strided: copied
+
+
 def test_statistics_launch_takes_its_own_pipelining_stages():
     # stats_stages applies to the statistics launch only (general and all-greedy calls); the other streaming
     # launches keep `stages`
@@ -309,8 +321,7 @@ def test_statistics_launch_takes_its_own_pipelining_stages():
     cfg = apply_tuning(DEFAULTS, {"stages": 3, "stats_stages": 2})
     for greedy, names in ((False, ["stats", "hist", "refine", "gather", "decide"]), (True, ["stats", "greedy"])):
         specs = launch_specs(1024, 128256, 128256, 1, 128256, False, cfg, greedy=greedy)
-        want = [2, 3, 3, 3, 3] if not greedy else [2, None]
-        assert [(s[0], s[4].get("NSTG")) for s in specs] == list(zip(names, want))
+        assert [(s[0], s[4].get("NSTG")) for s in specs] == list(zip(names, [2, 3, 3, 3, 3] if not greedy else [2, None]))
     assert DEFAULTS["stats_stages"] == 1 and DEFAULTS["stages"] == 4
 
 

@@ -78,6 +78,8 @@ def _check(t, name: str, dtype: torch.dtype, B: int, device) -> torch.Tensor:
         raise ValueError(f"{name} must have shape ({B},), got {tuple(t.shape)}")
     if t.device != device:
         raise ValueError(f"{name} is on {t.device}, logits on {device}")
+    if t.dtype == dtype and t.is_contiguous():
+        return t   # the common case, without .to()'s dispatch (benchmarks/README.md "The statistics pass and ...")
     return t.to(dtype).contiguous()
 
 
