@@ -42,7 +42,7 @@ __all__ = ["WHEELS", "FLASHINFER_DROP", "VIRTUALENV_DROP", "LIMIT_MIB", "trim_wh
 WHEELS = ("flashinfer-python==0.7.2.post1", "apache-tvm-ffi>=0.1.11,<0.2", "fastjsonschema==2.22.3",
           "pytest-benchmark==5.3.1", "py-cpuinfo==9.0.0")
 #: Members of the FlashInfer wheel no sampling module compiles (glob patterns on the member's path).
-FLASHINFER_DROP = ("flashinfer/data/csrc/cake_*", "*alphamoe*", "flashinfer/data/csrc/kda/*",
+FLASHINFER_DROP = ("flashinfer/data/csrc/cake_*", "flashinfer/data/*alphamoe*", "flashinfer/data/csrc/kda/*",
                    "flashinfer/data/csrc/gdn/*", "flashinfer/data/csrc/fused_moe/*")
 #: ... except these (the softmax the sampling kernels include).
 FLASHINFER_KEEP = ("flashinfer/data/csrc/cake_blackwell_softmax*",)
