@@ -7,7 +7,8 @@
 #                           of impls/sglang_gpu) run records for golden/engines/
 #   STAGES="latency"        the full latency grid (same suite as tox -e gpu) and its report
 #                           (LATENCY_ARGS: more pytest options; LATENCY_TIMEOUT: seconds before an interrupt)
-#   STAGES="sweep"          the fused kernel's token-for-token sweep (SWEEP_DRAWS) and compute-sanitizer
+#   STAGES="sweep"          the fused kernel's token-for-token sweeps, filters (SWEEP_DRAWS) and whole step (STEP_DRAWS),
+#                           and compute-sanitizer
 #   STAGES="host"           the fused kernel's GPU tests and the host cost of one call (benchmarks/host_cost.py)
 #   STAGES="kernels"        GPU time of each fused launch at large batches (benchmarks/kernel_times.py)
 #   STAGES="tune"           the fused sampler's tuning sets (TUNE_SETS) compiled in parallel, timed per launch
@@ -109,6 +110,11 @@ s.top_p_renorm_probs(p, 0.5); torch.cuda.synchronize()" 2>&1 | tail -2
     echo "== sweep"
     python3 -m benchmarks.gpu_sweep --draws "${SWEEP_DRAWS:-1000000}" --out "$OUT/gpu_sweep.json" 2>&1 | tail -3
     rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))   # 1 when a draw differs from the reference
+    # the whole fused step (rewrites, logprobs) the same way: STEP_DRAWS, 0 to skip
+    if [ "${STEP_DRAWS:-1000000}" != 0 ]; then
+      python3 -m benchmarks.gpu_sweep --step --draws "${STEP_DRAWS:-1000000}" --out "$OUT/gpu_step_sweep.json" 2>&1 | tail -3
+      rc=${PIPESTATUS[0]}; status=$(( status > rc ? status : rc ))
+    fi
     if command -v compute-sanitizer >/dev/null; then
       compute-sanitizer --tool memcheck python3 -m benchmarks.gpu_sweep --draws 2000 --per-config 500 --max-vocab 5000 \
         --out "$OUT/sanitized_sweep.json" 2>&1 | tail -4 | tee "$OUT/sanitizer.txt"
