@@ -321,7 +321,8 @@ def test_statistics_launch_takes_its_own_pipelining_stages():
     cfg = apply_tuning(DEFAULTS, {"stages": 3, "stats_stages": 2})
     for greedy, names in ((False, ["stats", "hist", "refine", "gather", "decide"]), (True, ["stats", "greedy"])):
         specs = launch_specs(1024, 128256, 128256, 1, 128256, False, cfg, greedy=greedy)
-        assert [(s[0], s[4].get("NSTG")) for s in specs] == list(zip(names, [2, 3, 3, 3, 3] if not greedy else [2, None]))
+        want = [2, 3, 3, 3, 3] if not greedy else [2, None]
+        assert [(s[0], s[4].get("NSTG")) for s in specs] == list(zip(names, want))
     assert DEFAULTS["stats_stages"] == 1 and DEFAULTS["stages"] == 4
 
 
@@ -466,7 +467,7 @@ def test_allocate_carves_aligned_workspaces_that_do_not_overlap():
         assert all(lo % 16 == 0 for lo, _ in regions)
         assert all(hi <= lo for (_, hi), (lo, _) in zip(regions, regions[1:]))
         S = a["S"]
-        assert a["wsi"].numel() == B * (S * (8 + 128 + 256) + 16 + 4) and a["wsi"].dtype == torch.int32
+        assert a["wsi"].numel() == B * (S * (8 + 64 + 128) + 16 + 4) and a["wsi"].dtype == torch.int32
         assert a["wsf"].numel() == B * (S * 8 + 8) and a["wsf"].dtype == torch.float32
         assert a["ws64"].numel() == B * (S * 4 + 4 + cfg["kmax"] + 16384) and a["probs"] is a["wsf"]
 
@@ -511,7 +512,7 @@ def test_kernels_compile_for_sm90_offline():
     assert r.stdout.count(" ok") == 22, r.stdout
 
 
-@pytest.mark.parametrize("B,V,seed,row,path", [(64, 32000, 1, 10, 2), (8, 262144, 3, 0, 3)])
+@pytest.mark.parametrize("B,V,seed,row,path", [(64, 32000, 1, 10, 3), (8, 262144, 3, 0, 3)])
 def test_top_p_rows_whose_bin_estimates_miss_the_boundary_take_no_slow_path(B, V, seed, row, path):
     """Rows of ``randn(B, V) * 3`` (CPU generator) with ``top_p = 0.9`` that kernel v3 sent to the slow
     path (one pass over the row per bit), with the GPU's constants on the interpreter.
@@ -523,7 +524,8 @@ def test_top_p_rows_whose_bin_estimates_miss_the_boundary_take_no_slow_path(B, V
       are needed (5 of these 8 rows were slow without either fix, 60% of a batch of 1024 on the H200).
 
     With the bracket from bounds on each bin's mass the window holds the boundary: the expected path
-    (2 fast, 3 boundary) and the reference's token."""
+    (3 boundary; the first row was 2, fast, with the 128 level-1 bins of the defaults before 2026-12-06: with
+    64 the bracket ends further down than the window's capacity from the top) and the reference's token."""
     from impls.fused.ops import DEFAULTS
     x = (torch.randn(B, V, generator=torch.Generator().manual_seed(seed)) * 3)[row:row + 1].contiguous()
     T, P, M = torch.ones(1), torch.full((1,), 0.9), torch.zeros(1)
@@ -743,13 +745,16 @@ def test_tuning_from_the_environment_replaces_the_defaults():
 
 
 def test_workspace_bytes_per_row_at_the_gpu_defaults():
-    """Hand-checked from the layout: one part per row at batch >= 512 gives 412 int32 + 16 float32 + 18,440
-    int64 per row (the lists: kmax 2048 + kbig 16384), 149,232 bytes; batch 1 splits its row into 126 parts
-    of 1024 logits, 353,232 bytes. The allocation is exactly that size."""
+    """Hand-checked from the layout: one part per row at batch >= 512 gives 220 int32 (8 partials, 64 + 128
+    histogram bins, 16 record, 4 counters) + 16 float32 + 18,440 int64 per row (the lists: kmax 2048 + kbig
+    16384), 148,464 bytes; batch 1 splits its row into 126 parts of 1024 logits: 25,220 int32 (100,880 bytes),
+    1,016 float32 (4,064 bytes, each region rounded up to 16), 18,940 int64 (151,520 bytes), 256,464 bytes.
+    The allocation is exactly that size."""
     from impls.fused.ops import DEFAULTS
     from impls.fused.workspace import allocate, workspace_bytes
-    assert workspace_bytes(1024, 128256, DEFAULTS) == 1024 * 149232 == 152813568
-    assert workspace_bytes(1, 128256, DEFAULTS) == 353232
+    assert (DEFAULTS["nb"], DEFAULTS["nbs"], DEFAULTS["kmax"], DEFAULTS["kbig"]) == (64, 128, 2048, 16384)
+    assert workspace_bytes(1024, 128256, DEFAULTS) == 1024 * 148464 == 152027136
+    assert workspace_bytes(1, 128256, DEFAULTS) == 256464
     a = allocate(3, 128256, torch.device("cpu"), DEFAULTS)
     whole = a["ws64"]._base if a["ws64"]._base is not None else a["ws64"]
     assert whole.numel() * 8 == workspace_bytes(3, 128256, DEFAULTS)

@@ -49,9 +49,12 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: shared-memory round trip then cost more than the work; benchmarks/README.md "The statistics pass and the
 #: histograms"). ``block``
 #: 1024 with ``stages`` 4: the least GPU time summed over 256 and 1024 x 128256 and four mixes of 12 sets
-#: tried on an H100 (2026-12-06, benchmarks/README.md "Tuning the streaming passes"). Results do not depend on them
-#: (only the path a row takes does).
-DEFAULTS = {"block": 1024, "nb": 128, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 256, "num_warps": 8,
+#: tried on an H100 (2026-12-06, benchmarks/README.md "Tuning the streaming passes"). ``nb`` 64 and ``nbs`` 128:
+#: Triton 3.6 (the GPU machine's) lowers ``tl.histogram`` to a warp ballot per bit of the bin and a count per bin
+#: a thread owns, so half the bins is about half that work; with 16-byte loads, the least GPU time of 7 sets
+#: (4,607 against 5,106 us summed over the same 8 points, H100, 2026-12-06, "The statistics pass and the
+#: histograms"). Results do not depend on them (only the path a row takes does).
+DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
