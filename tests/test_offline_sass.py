@@ -1,0 +1,45 @@
+"""impls/fused/offline.py's loop finder and the benchmarks.sass_loops command (no GPU)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# a cuobjdump-style listing: a loop 0x0010-0x0040 (4 instructions), a branch forward, a loop 0x0060-0x0060
+LISTING = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                /* 0x00000a0000017a02 */
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;     /* 0x000fe20000000000 */
+        /*0020*/                   FSETP.NE.AND P0, PT, R4, -INF , PT ; /* 0x000fe20000000000 */
+        /*0030*/              @!P0 FMNMX R8, R4, R8, !PT ;             /* 0x000fe20000000000 */
+        /*0040*/              @P1 BRA 0x10 ;                            /* 0x000fe20000000000 */
+        /*0050*/                   BRA 0x70 ;                           /* 0x000fe20000000000 */
+        /*0060*/                   BRA 0x60 ;                           /* 0x000fe20000000000 */
+        /*0070*/                   EXIT ;                               /* 0x000fe20000000000 */
+"""
+
+
+def test_loops_are_backward_branches_with_their_opcodes():
+    off = pytest.importorskip("impls.fused.offline")
+    found = off.loops(LISTING)
+    assert [(lo, hi, dict(c)) for lo, hi, c in found] == [
+        (0x10, 0x40, {"LDG": 1, "FSETP": 1, "FMNMX": 1, "BRA": 1}), (0x60, 0x60, {"BRA": 1})]
+
+
+def test_an_unknown_kernel_is_refused_by_name():
+    off = pytest.importorskip("impls.fused.offline")
+    with pytest.raises(ValueError, match="unknown kernel '_nope'; known: _stats_kernel, _hist_kernel"):
+        off.compile_kernel("_nope")
+
+
+def test_sass_loops_refuses_bad_options_with_the_option_named():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-m", "benchmarks.sass_loops", "--options", "nb=3"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "fused_sample option nb=3: must be a power of two >= 16" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "benchmarks.sass_loops", "--set", "EARLY"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--set 'EARLY': expected NAME=VALUE" in r.stderr
