@@ -8,7 +8,9 @@ from benchmarks.carry import FLASHINFER_DROP, FLASHINFER_KEEP, trim_wheel
 def test_trim_wheel_drops_members_and_their_record_lines(tmp_path):
     src, dst = tmp_path / "fi-1-py3-none-any.whl", tmp_path / "out.whl"
     names = ["flashinfer/sampling.py", "flashinfer/data/csrc/cake_dsv4/a.cu",
-             "flashinfer/data/csrc/cake_blackwell_softmax.cu", "flashinfer/data/csrc/kda/b.cu", "flashinfer/x_alphamoe_y.py", "flashinfer/data/csrc/sampling.cu"]
+             "flashinfer/data/csrc/cake_blackwell_softmax.cu", "flashinfer/data/csrc/kda/b.cu",
+             "flashinfer/fused_moe/alphamoe_sm100.py",  # imported by flashinfer/__init__.py: kept
+             "flashinfer/data/csrc/alphamoe/k.cu", "flashinfer/data/csrc/sampling.cu"]
     record = "".join(f"{n},sha256=x,1\n" for n in names) + "fi-1.dist-info/RECORD,,\n"
     with zipfile.ZipFile(src, "w") as z:
         for n in names:
@@ -20,6 +22,8 @@ def test_trim_wheel_drops_members_and_their_record_lines(tmp_path):
         rec = z.read("fi-1.dist-info/RECORD").decode()
     assert n == 3 and size == dst.stat().st_size
     assert kept == ["flashinfer/sampling.py", "flashinfer/data/csrc/cake_blackwell_softmax.cu",
-                    "flashinfer/data/csrc/sampling.cu", "fi-1.dist-info/RECORD"]
+                    "flashinfer/fused_moe/alphamoe_sm100.py", "flashinfer/data/csrc/sampling.cu",
+                    "fi-1.dist-info/RECORD"]
     assert rec == ("flashinfer/sampling.py,sha256=x,1\nflashinfer/data/csrc/cake_blackwell_softmax.cu,sha256=x,1\n"
-                   "flashinfer/data/csrc/sampling.cu,sha256=x,1\nfi-1.dist-info/RECORD,,\n")
+                   "flashinfer/fused_moe/alphamoe_sm100.py,sha256=x,1\nflashinfer/data/csrc/sampling.cu,sha256=x,1\n"
+                   "fi-1.dist-info/RECORD,,\n")
