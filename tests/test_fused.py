@@ -301,6 +301,24 @@ def test_all_greedy_hint_takes_two_launches_and_the_greedy_rules(B, V, dtype):
     assert [s[0] for s in launch_specs(B, V, V, 1, V, False, INTERPRETER, greedy=True)] == ["stats", "greedy"]
 
 
+@pytest.mark.parametrize("nan_at,inf_at,parts", [(10, 20, 1), (10, 138, 2), (138, 10, 2), (5, 200, 2)])
+def test_nan_and_posinf_in_different_parts_of_a_row_is_nan_logits(nan_at, inf_at, parts):
+    # 300 logits in parts of 128 on the interpreter (CPU) or of 1024 on a GPU (one part: the same status).
+    # Until 2026-12-06 the parts' flag bits (1 NaN, 2 +inf) were combined with max: NaN in one part and
+    # +inf in another gave posinf_logits (2). The reference checks NaN first (impls/reference/sampler.py,
+    # _prepare; SEMANTICS §5): nan_logits (1), token -1, path rejected.
+    from impls.fused.ops import INTERPRETER
+    from impls.fused.workspace import splits
+    x = torch.randn(1, 300, generator=torch.Generator().manual_seed(0))
+    x[0, nan_at], x[0, inf_at] = float("nan"), float("inf")
+    assert DEV != "cpu" or ((nan_at // 128 != inf_at // 128) == (parts == 2) and splits(1, 300, INTERPRETER)[0] == 3)
+    one = lambda v, dt=torch.float32: torch.full((1,), v, dtype=dt, device=DEV)
+    for P, M in ((1.0, 0.0), (0.9, 0.0), (1.0, 0.1)):   # no filter, top-p, min-p
+        tok, status, path, _ = fused_sample(x.to(DEV), one(1.0), one(0, torch.int64), one(P), one(M),
+                                            one(1, torch.int64), one(0, torch.int64))
+        assert (status.tolist(), tok.tolist(), path.tolist()) == ([1], [-1], [-1])
+
+
 def test_parameters_of_the_right_dtype_are_passed_through_uncopied():
     from impls.fused.ops import check_call
     x = torch.zeros(2, 8, device=DEV)

@@ -534,7 +534,9 @@ def _row_stats(bi, bf, S, V, T, min_p, status, greedy, k_on, p_on, mp_on, RMAX: 
         gis = tl.where(take, g_s, gis)
         mxs = tl.where(take, m_s, mxs)
         mns = tl.minimum(mns, mn_s)
-    fl = tl.max(flags, 0)
+    # the flags are bits (1 NaN, 2 +inf): combined with OR, not max (NaN in one part and +inf in another is
+    # nan_logits, as the reference, whichever part is larger)
+    fl = tl.max(flags & 1, 0) | tl.max(flags & 2, 0)
     m = tl.max(mxs, 0)
     g_idx = tl.min(tl.where(mxs == m, gis, _INT32_MAX), 0)
     xmin = tl.min(mns, 0)
