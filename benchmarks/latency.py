@@ -26,7 +26,8 @@ read by :func:`harness.report.latency.load_bench`): ``device``, ``versions``
 ``torch_threads``, ``vllm_sampler``, ``vllm_gpu_bundle``), ``hbm_bandwidth_gbps``, ``timer``,
 ``date``, ``duration_s``, ``cpu_load`` (load averages at the start and the
 end) and ``rows`` of ``{impl, batch, vocab, mix, median_us, floor_us}`` plus
-optional ``graph``, ``reps``, ``p10_us``, ``p90_us``, ``device``. A file
+optional ``graph``, ``reps``, ``p10_us``, ``p90_us``, ``device``; a committed file may add ``provenance`` (text:
+the machine, the commit, why the grid is partial). A file
 written on a CPU has ``hbm_bandwidth_gbps`` and every ``floor_us`` null.
 """
 

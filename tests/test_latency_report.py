@@ -95,6 +95,8 @@ def test_page_is_self_contained_with_one_chart_per_vocabulary():
      '"dtype": "fp32"}]}', "rows[0].dtype: 'fp32', but the file's dtype is 'bf16' (one file holds one dtype)"),
     ('{"schema": 1, "dtype": "fp16", "rows": [{"impl": "a", "mix": "m", "batch": 1, "vocab": 5, "median_us": 1}]}',
      "'dtype' must be 'fp32' or 'bf16' (the logits' dtype), got 'fp16'"),
+    ('{"schema": 1, "provenance": 3, "rows": [{"impl": "a", "mix": "m", "batch": 1, "vocab": 5, "median_us": 1}]}',
+     "'provenance' must be text (where and how the file was measured), got int"),
 ])
 def test_bad_results_files_name_file_and_problem(tmp_path, text, problem):
     p = tmp_path / "lat.json"
@@ -153,6 +155,21 @@ def test_kernel_times_refuses_bad_sets_and_points_before_timing(capsys):
         with pytest.raises(SystemExit) as e:
             kt(argv)
         assert e.value.code == 2 and msg in capsys.readouterr().err
+
+
+def test_a_grid_cut_short_says_what_is_missing_and_why():
+    # ROWS: fused has mixes {k50_p09, greedy}, flashinfer {k50_p09}, argmax {greedy}; vocab {128256}, batches
+    # {1, 256}: expected 2*2 + 1*2 + 1*2 = 8 points; present fused 3 (no greedy at batch 1), flashinfer 2,
+    # argmax 1 (no batch 1): missing fused 1, argmax 1
+    s = summarise(_doc(ROWS))
+    assert (s["expected"], s["missing"]) == (8, {"fused": 1, "argmax": 1})
+    doc = dict(_doc(ROWS), provenance="an H100; the time limit cut the grid")
+    html = render_html(doc, "lat.json")
+    assert ("6 timed points of the 8 of this file's grid (each implementation's mixes at every vocabulary "
+            "and batch in it): missing fused 1, argmax 1</p>") in html
+    assert '<th class="l">provenance</th><td class="l">an H100; the time limit cut the grid</td>' in html
+    whole = [r for r in ROWS if r["impl"] == "flashinfer"]
+    assert summarise(_doc(whole))["missing"] == {} and "missing" not in render_html(_doc(whole), "x.json")
 
 
 def test_committed_h200_results_load():

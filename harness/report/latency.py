@@ -141,7 +141,8 @@ def load_bench(path) -> dict:
     dict
         The document; every row has ``impl`` (str), ``batch``, ``vocab``
         (int > 0), ``mix`` (str), ``median_us`` (float > 0) and ``floor_us``
-        (float or None).
+        (float or None); an optional ``provenance`` (text: where and how the
+        file was measured, added when a results file is committed) is shown.
 
     Raises
     ------
@@ -179,6 +180,9 @@ def load_bench(path) -> dict:
                            "the sweep and diagnostic files in benchmarks/results/ are not)")
     if doc.get("dtype", "fp32") not in ("fp32", "bf16"):
         raise LatencyError(f"{p}: 'dtype' must be 'fp32' or 'bf16' (the logits' dtype), got {doc.get('dtype')!r}")
+    if "provenance" in doc and not isinstance(doc["provenance"], str):
+        raise LatencyError(f"{p}: 'provenance' must be text (where and how the file was measured), got "
+                           f"{type(doc['provenance']).__name__}")
     if "versions" in doc and not isinstance(doc["versions"], dict):
         raise LatencyError(f"{p}: 'versions' must be an object (name -> version), got {type(doc['versions']).__name__}")
     for i, r in enumerate(rows):
@@ -222,7 +226,10 @@ def summarise(doc: dict) -> dict:
         ``x_flashinfer`` None where the file has no floor or no FlashInfer
         point), ``has_floor`` and ``has_flashinfer`` (bool: whether any point
         has them; a file written on a CPU has neither), ``cpu_impls``
-        (implementations with a point timed on the CPU), and ``targets``:
+        (implementations with a point timed on the CPU), ``missing``
+        (``{impl: n}``, the points of this file's grid an implementation lacks:
+        its mixes x every vocabulary x every batch in the file; a run cut short
+        shows here), ``expected`` (the grid's size, summed so), and ``targets``:
         ``[{name, text, checked, met, worst}]`` (``checked`` 0 when the file
         has no point the target applies to).
     """
@@ -281,11 +288,16 @@ def summarise(doc: dict) -> dict:
                                             f"{fmt.format(worst[0])} at {worst[1]}")
         targets.append({"name": tg.name, "text": tg.text, "level": tg.level, "checked": len(ratios),
                         "met": None if not ratios else all(x <= tg.limit for x, _ in ratios), "worst": shown})
+    # the file's grid, per implementation: its mixes at every vocabulary and batch of the file
+    impl_mixes = {i: {r["mix"] for r in rows if r["impl"] == i} for i in impls}
+    expected = {i: len(ms) * len(vocabs) * len(batches) for i, ms in impl_mixes.items()}
+    have = {i: len({(r["mix"], r["batch"], r["vocab"]) for r in rows if r["impl"] == i}) for i in impls}
+    missing = {i: expected[i] - have[i] for i in impls if expected[i] > have[i]}
     has_floor = any(ln["floor_us"] for lines in table.values() for ln in lines)
     cpu_impls = [i for i in impls if any(r["impl"] == i and r.get("device") == "cpu" for r in rows)]
     return {"impls": impls, "mixes": mixes, "vocabs": vocabs, "batches": batches, "table": table,
             "targets": targets, "has_floor": has_floor, "has_flashinfer": RATIO_PEER in impls,
-            "cpu_impls": cpu_impls}
+            "cpu_impls": cpu_impls, "missing": missing, "expected": sum(expected.values())}
 
 
 def latency_chart_svg(doc: dict, vocab: int, summary: Optional[dict] = None) -> str:
