@@ -1,7 +1,7 @@
 """Build ``.whl/``: what the GPU machine (no network, Python 3.12) needs that it lacks, within the device tool's carry.
 
-The device tool carries the working tree, ``.git`` and the git-ignored paths named in ``carry``, at most 64 MiB in
-all (``/work/.library/device/README.md``). ``.whl/`` holds, for ``benchmarks/gpu_ci.sh``:
+The GPU machine is reached without network: the checkout travels with the git-ignored ``.whl/``, at most 64 MiB
+in all (:data:`LIMIT_MIB`). ``.whl/`` holds, for ``benchmarks/gpu_ci.sh``:
 
 - wheels installed there with ``pip --no-index`` (:data:`WHEELS`): FlashInfer 0.7.2.post1 (the latency suite's and
   the corpus's peer), apache-tvm-ffi (its runtime), fastjsonschema, pytest-benchmark and py-cpuinfo. FlashInfer
@@ -51,7 +51,7 @@ FLASHINFER_KEEP = ("flashinfer/data/csrc/cake_blackwell_softmax*",)
 #: Members of virtualenv's wheel a Python 3.12 never seeds from.
 VIRTUALENV_DROP = ("virtualenv/seed/wheels/embed/pip-26.0.1-*", "virtualenv/seed/wheels/embed/setuptools-82.0.1-*",
                    "*.dist-info/sboms/*")
-#: The device tool's carry limit.
+#: What may travel to the GPU machine with the checkout, in MiB (the limit of the lent machines, 2026-12).
 LIMIT_MIB = 64
 _PY312 = ["--python-version", "3.12", "--only-binary=:all:", "--platform", "manylinux_2_28_x86_64",
           "--platform", "manylinux2014_x86_64", "--platform", "any"]
