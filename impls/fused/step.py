@@ -293,13 +293,20 @@ def fused_rewrite(logits: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
     from .workspace import splits
     S, CH = splits(B, V, cfg)
     y = torch.empty((B, V), dtype=torch.float32, device=logits.device)
-    if B:
-        dummy_f = torch.empty((1,), dtype=torch.float32, device=logits.device)
-        dummy_i = torch.empty((1,), dtype=torch.int32, device=logits.device)
-        _rewrite_kernel[(B, S)](logits, logits.stride(0), V, y, inputs.ids, inputs.vals, inputs.tags, inputs.meta_i,
-                                inputs.meta_f, dummy_f, dummy_i, S, CH, BLOCK=cfg["block"], NU=inputs.NU,
-                                WANT_LP=False, num_warps=cfg["num_warps"], enable_fp_fusion=False)
+    dummy_f = torch.empty((1,), dtype=torch.float32, device=logits.device)
+    dummy_i = torch.empty((1,), dtype=torch.int32, device=logits.device)
+    _launch_rewrite(logits, inputs, y, dummy_f, dummy_i, S, CH, cfg, False)
     return y
+
+
+def _launch_rewrite(logits, inputs: StepInputs, y, lpw, lpc, S: int, CH: int, cfg: dict, want_lp: bool) -> None:
+    # the rewrite launch of fused_rewrite and prepare_step: (B, V) logits -> y; with want_lp also the RAW
+    # logprobs' per-part row statistics into lpw/lpc
+    B, V = logits.shape
+    if B:
+        _rewrite_kernel[(B, S)](logits, logits.stride(0), V, y, inputs.ids, inputs.vals, inputs.tags, inputs.meta_i,
+                                inputs.meta_f, lpw, lpc, S, CH, BLOCK=cfg["block"], NU=inputs.NU, WANT_LP=want_lp,
+                                num_warps=cfg["num_warps"], enable_fp_fusion=False)
 
 
 def allocate_step(B: int, V: int, device, cfg: dict, KL: int, want_probs: bool = True,
@@ -400,11 +407,7 @@ def prepare_step(logits: torch.Tensor, inputs: StepInputs, want_probs: bool = Tr
     a = buffers
     if a is None or not _fits(a, B, V, inputs, want_probs, want_logprobs, want_vector):
         a = allocate_step(B, V, dev, cfg, pow2(inputs.max_top if want_logprobs else 1, 8), want_probs, want_vector)
-    if B:
-        _rewrite_kernel[(B, a["S"])](logits, logits.stride(0), V, a["y"], inputs.ids, inputs.vals, inputs.tags,
-                                     inputs.meta_i, inputs.meta_f, a["lpw"], a["lpc"], a["S"], a["CH"],
-                                     BLOCK=cfg["block"], NU=inputs.NU, WANT_LP=want_logprobs,
-                                     num_warps=cfg["num_warps"], enable_fp_fusion=False)
+    _launch_rewrite(logits, inputs, a["y"], a["lpw"], a["lpc"], a["S"], a["CH"], cfg, want_logprobs)
     a["prepared"] = want_logprobs
     return a
 
