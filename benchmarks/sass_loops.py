@@ -23,13 +23,6 @@ __all__ = ["main"]
 DEFAULT_KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel")
 
 
-def _value(text: str):
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    return int(text) if text.lstrip("-").isdigit() else float(text)
-
-
 def main(argv=None) -> int:
     """Print the loops of each kernel; 1 when a kernel does not compile (its error is printed), else 0."""
     ap = argparse.ArgumentParser(prog="python -m benchmarks.sass_loops", description=__doc__.split("\n\n")[0])
@@ -48,12 +41,7 @@ def main(argv=None) -> int:
     from impls.fused.ops import DEFAULTS, apply_tuning, parse_tuning
     try:
         cfg = apply_tuning(DEFAULTS, parse_tuning(args.options))
-        flags = {}
-        for item in args.set:
-            name, eq, val = item.partition("=")
-            if not eq:
-                raise ValueError(f"--set {item!r}: expected NAME=VALUE")
-            flags[name.strip()] = _value(val.strip())
+        flags = parse_tuning(",".join(args.set))   # the same NAME=VALUE syntax as the tuning options
     except (TypeError, ValueError) as e:
         ap.error(str(e))
     print(f"triton {triton.__version__}, sm_90, {args.logits} logits, options: {args.options or 'defaults'}"

@@ -42,4 +42,4 @@ def test_sass_loops_refuses_bad_options_with_the_option_named():
     assert r.returncode == 2 and "fused_sample option nb=3: must be a power of two >= 16" in r.stderr
     r = subprocess.run([sys.executable, "-m", "benchmarks.sass_loops", "--set", "EARLY"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and "--set 'EARLY': expected NAME=VALUE" in r.stderr
+    assert r.returncode == 2 and "tuning entry 'EARLY': expected name=value" in r.stderr
