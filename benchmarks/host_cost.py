@@ -14,6 +14,10 @@ launch queue never fills):
   with kept buffers (``buffers=``, no allocation);
 * an all-greedy batch (temperature 0) without and with the caller's all-greedy hint (``greedy=True``:
   two launches instead of five), both with kept buffers;
+* the statistics launch of the call's plan three ways, to price each saving of
+  :meth:`impls.fused.launch.Plan.run`: with tensor arguments and the launch metadata through the launcher's
+  Python ``__call__`` (the plans until 2026-12-06), with addresses (``int``) instead of tensors, and with
+  addresses through the C ``launch`` directly (the plans now);
 * a ``cProfile`` listing of whole calls under each launcher (the 25 most expensive functions by own time;
   file names without their directories).
 
@@ -45,6 +49,30 @@ def _per_call_us(fn, n: int) -> float:
         torch.cuda.synchronize()
     rounds.sort()
     return round(rounds[2], 2)
+
+
+def _launch_variants(launch, x, T, K, P, M, seed, off, buf: dict, cfg: dict, n: int) -> dict:
+    """Host µs of the plan's first launch (statistics) with tensors, with addresses, and with the direct C launch.
+
+    ``buf`` holds the kept buffers a call of this shape already used (so its plan exists); no launch hook set.
+    """
+    from impls.fused.kernel import SLOTS
+    vals = (x, T, K, P, M, seed, off) + tuple(buf[s] for s in SLOTS[7:])
+    plan = launch._PLANS[launch.plan_key(vals, buf["S"], buf["CH"], False, cfg)]
+    ck, run, g, function, pre, get, _name = plan.steps[0]
+    stream = launch._stream(x.device.index if x.device.index is not None else torch.cuda.current_device())
+    full_t = get(vals + plan.consts)
+    full_i = get(tuple(v.data_ptr() for v in vals) + plan.consts)
+    variants = {
+        "tensors_metadata_wrapper": lambda: ck.run(*g, stream, function, ck.packed_metadata,
+                                                   ck.launch_metadata(g, stream, *full_t), None, None, *full_t),
+        "addresses_wrapper": lambda: ck.run(*g, stream, function, ck.packed_metadata, None, None, None, *full_i),
+        "addresses_direct": lambda: run(*g, stream, function, *pre, None, None, None, *full_i),
+    }
+    out = {"direct_launch": run is not ck.run}
+    for name, fn in variants.items():
+        out[name] = _per_call_us(fn, n)
+    return out
 
 
 def main(argv=None) -> int:
@@ -106,6 +134,8 @@ def main(argv=None) -> int:
     for mode in ("jit", "cached"):
         for name, fn in launch.single_launches(x, T, K, P, M, seed, off, cfg, mode):
             res["per_launch"][f"{name}_{mode}"] = _per_call_us(fn, n)
+
+    res["launch_variants"] = _launch_variants(launch, x, T, K, P, M, seed, off, buf, cfg, n)
 
     for mode in ("jit", "cached"):
         prof = cProfile.Profile()

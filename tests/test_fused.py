@@ -415,6 +415,13 @@ class _FakeKernel:
         return go
 
 
+class _Tensor(str):
+    """Stands in for a tensor of a call: a name whose ``data_ptr`` is ``"addr-" + name``."""
+
+    def data_ptr(self):
+        return "addr-" + self
+
+
 def _fake_specs(log, refuse_second=False):
     a = _FakeKernel(log, "a", ["x", "n", "t", "BLOCK"])
     b = _FakeKernel(log, "b", ["x", "tokens", "n", "BLOCK", "KMAX"], refuse=refuse_second)
@@ -423,21 +430,23 @@ def _fake_specs(log, refuse_second=False):
 
 
 def test_plan_launches_each_step_with_the_new_tensors_and_the_constexpr_tail():
-    """A plan built from a first call's compiled kernels re-launches them with the next call's tensors
-    in signature order (positional parameters, then constexprs), on the given stream and 3-D grid."""
+    """A plan built from a first call's compiled kernels re-launches them with the next call's tensors, as
+    addresses, in signature order (positional parameters, then constexprs), on the given stream and 3-D grid."""
     from impls.fused import launch
     from impls.fused.kernel import SLOTS
     log = []
     specs = _fake_specs(log)
-    first = tuple(f"first-{s}" for s in SLOTS)
+    first = tuple(_Tensor(f"first-{s}") for s in SLOTS)
     plan = launch.Plan(specs, launch._jit(specs, first))
     assert [e[:2] for e in log] == [("jit", "a"), ("jit", "b")]
     assert log[0][3] == ("first-logits", 7, "first-temperature") and log[0][4] == {"BLOCK": 16, "num_warps": 4}
     log.clear()
-    second = tuple(f"second-{s}" for s in SLOTS)
+    second = tuple(_Tensor(f"second-{s}") for s in SLOTS)
     plan.run(second, stream=1234)
-    assert log == [("plan", "a", (3, 2, 1), 1234, "fn-a", "md-a", ("second-logits", 7, "second-temperature", 16)),
-                   ("plan", "b", (3, 1, 1), 1234, "fn-b", "md-b", ("second-logits", "second-tokens", 9, 16, 32))]
+    assert log == [("plan", "a", (3, 2, 1), 1234, "fn-a", "md-a",
+                    ("addr-second-logits", 7, "addr-second-temperature", 16)),
+                   ("plan", "b", (3, 1, 1), 1234, "fn-b", "md-b",
+                    ("addr-second-logits", "addr-second-tokens", 9, 16, 32))]
     log.clear()
     plan.run(second, stream=5, first=1, last=2)
     assert [e[1] for e in log] == ["b"]
@@ -450,7 +459,7 @@ def test_refused_plan_step_runs_through_the_jit_launcher(monkeypatch):
     from impls.fused.kernel import SLOTS
     log = []
     specs = _fake_specs(log, refuse_second=True)
-    vals = tuple(SLOTS)
+    vals = tuple(_Tensor(s) for s in SLOTS)
     plan = launch.Plan(specs, launch._jit(specs, vals))
     log.clear()
     with pytest.raises(launch.LaunchRefused) as e:
@@ -461,7 +470,8 @@ def test_refused_plan_step_runs_through_the_jit_launcher(monkeypatch):
     monkeypatch.setattr(launch, "plan_key", lambda *a: ("k",))
     monkeypatch.setattr(launch, "_stream", lambda i: 0)
     monkeypatch.setattr(launch, "launch_specs", lambda *a: specs)
-    cuda_like = type("X", (), {"shape": (3, 9), "device": torch.device("cuda", 0), "stride": lambda self, d: 9})()
+    cuda_like = type("X", (), {"shape": (3, 9), "device": torch.device("cuda", 0), "stride": lambda self, d: 9,
+                               "data_ptr": lambda self: 4096})()
     call = (cuda_like,) + vals[1:]
     log.clear()
     launch.run_call(call, 2, 16, False, {}, "cached")  # the first call of the shape: kernel[grid], then a plan
@@ -474,6 +484,33 @@ def test_refused_plan_step_runs_through_the_jit_launcher(monkeypatch):
     log.clear()
     launch.run_call(call, 2, 16, False, {}, "cached")
     assert [x[:2] for x in log] == [("jit", "a"), ("jit", "b")]
+
+
+def test_direct_launch_only_for_a_cuda_launcher_without_scratch_memory():
+    """Triton 3.6's ``CudaLauncher``: its C ``launch`` with the flags and no scratch, when the kernel needs no
+    scratch memory; otherwise (scratch, another launcher) the launcher's own ``__call__``."""
+    from impls.fused import launch
+
+    class CudaLauncher:
+        def __init__(self, scratch):
+            self.global_scratch_size, self.profile_scratch_size = scratch, 0
+            self.launch_cooperative_grid, self.launch_pdl = False, True
+
+        def launch(self, *args):
+            return args
+
+        def __call__(self, *args):
+            return args
+
+    for scratch in (0, 128):
+        ck = type("CK", (), {"run": CudaLauncher(scratch)})()
+        run, pre = launch._launcher(ck)
+        if scratch:
+            assert run == ck.run and pre == ()
+        else:
+            assert run == ck.run.launch and pre == (0, 1, None, None)
+    other = type("CK", (), {"run": _FakeCompiled([], "c").run})()
+    assert launch._launcher(other) == (other.run, ())
 
 
 def test_allocate_carves_aligned_workspaces_that_do_not_overlap():

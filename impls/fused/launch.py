@@ -23,7 +23,23 @@ The direct launch is ``CompiledKernel.run`` with the argument list of
 ``JITFunction.run`` (grid, stream, function, packed metadata, launch metadata,
 enter/exit hooks, then every parameter in signature order, constexprs
 included), as in Triton 3.6 and 3.9 (``triton/runtime/jit.py``,
-``JITFunction.run``). If a Triton refuses that call (``TypeError``), the
+``JITFunction.run``), with three savings per launch (measured in
+``benchmarks/README.md``, "One launch for a large all-greedy batch"):
+
+* tensors go in as their addresses (``int``), read once per call: for a tensor
+  argument Triton's C launcher calls its ``data_ptr`` method and asks the CUDA
+  driver whether the address is device memory (``cuPointerGetAttribute``,
+  ``getPointer`` in ``triton/backends/nvidia/driver.py``), some 8 to 13 times a
+  launch here; the call's tensors are already checked to be on the logits' CUDA
+  device (:func:`impls.fused.ops.check_call`);
+* the launch metadata is built only when a launch hook is set (otherwise
+  ``CompiledKernel.launch_metadata`` returns None);
+* where the launcher is Triton 3.6's ``CudaLauncher`` and the kernel needs no
+  global or profiling scratch memory, its C ``launch`` is called directly with
+  the arguments its Python ``__call__`` would add (cooperative-grid and PDL
+  flags, no scratch).
+
+If a Triton refuses that call (``TypeError``), the
 launches go through ``kernel[grid]`` for the rest of the process, and
 :data:`FALLBACK` says why. Under ``TRITON_INTERPRET=1`` (the CPU tests), and
 on tensors that are not on a CUDA device, kernels always go through
@@ -117,7 +133,8 @@ class Plan:
                     pos.append(_NSLOTS + len(consts))
                     consts.append(a)
             g = tuple(grid) + (1,) * (3 - len(grid))
-            steps.append((ck, ck.run, g, ck.function, ck.packed_metadata, operator.itemgetter(*pos), name))
+            run, pre = _launcher(ck)
+            steps.append((ck, run, g, ck.function, pre + (ck.packed_metadata,), operator.itemgetter(*pos), name))
         self.specs = specs
         self.steps = steps
         self.consts = tuple(consts)
@@ -137,15 +154,45 @@ class Plan:
         LaunchRefused
             When this Triton's launcher refuses the argument list (:func:`run_call` falls back).
         """
+        self.run_addresses(tuple(v.data_ptr() for v in vals), stream, first, last)
+
+    def run_addresses(self, ptrs: tuple, stream: int, first: int = 0, last: Optional[int] = None) -> None:
+        """:meth:`run` with the call's tensors given as their addresses (``int``, :data:`SLOTS` order).
+
+        Raises
+        ------
+        LaunchRefused
+            As :meth:`run`.
+        """
         enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        ext = vals + self.consts
-        for i, (ck, run, g, function, packed, get, _name) in enumerate(self.steps[first:last], first):
+        ext = ptrs + self.consts   # addresses: see the module's docstring
+        for i, (ck, run, g, function, pre, get, _name) in enumerate(self.steps[first:last], first):
             full = get(ext)
-            lm = ck.launch_metadata(g, stream, *full)  # None unless a launch hook wants it (as JITFunction.run)
+            # the launch metadata exists only for a launch hook (CompiledKernel.launch_metadata, as JITFunction.run)
+            lm = None if enter is None else ck.launch_metadata(g, stream, *full)
             try:
-                run(g[0], g[1], g[2], stream, function, packed, lm, enter, exit_, *full)
+                run(g[0], g[1], g[2], stream, function, *pre, lm, enter, exit_, *full)
             except TypeError as e:
                 raise LaunchRefused(i, e) from e
+
+
+def _launcher(ck) -> tuple:
+    """``(callable, leading arguments)`` launching compiled kernel ``ck`` with ``JITFunction.run``'s arguments.
+
+    Triton 3.6's ``CudaLauncher.__call__`` (``triton/backends/nvidia/driver.py``) allocates the global and
+    profiling scratch memory a kernel asks for, then calls its C ``launch`` with the cooperative-grid and PDL
+    flags and the two scratch pointers inserted after the function handle. For a kernel that asks for neither,
+    that C function is returned with those four values (the wrapper's Python frame and closure saved); any other
+    launcher, ``ck.run`` itself with none.
+    """
+    run = ck.run
+    try:
+        if (type(run).__name__ == "CudaLauncher" and run.global_scratch_size == 0 and run.profile_scratch_size == 0
+                and callable(run.launch)):
+            return run.launch, (int(run.launch_cooperative_grid), int(run.launch_pdl), None, None)
+    except AttributeError:   # another Triton's launcher: its own __call__
+        pass
+    return run, ()
 
 
 class LaunchRefused(TypeError):
