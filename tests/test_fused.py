@@ -279,11 +279,15 @@ def test_kept_buffers_are_written_in_place_and_checked():
         fused_sample(x, *args, buffers=buf, want_probs=True)
 
 
+@pytest.mark.parametrize("rows", [None, 1])
 @pytest.mark.parametrize("B, V, dtype", [(5, 300, torch.float32), (40, 700, torch.float32), (6, 2000, torch.bfloat16)])
-def test_all_greedy_hint_takes_two_launches_and_the_greedy_rules(B, V, dtype):
-    """``greedy=True``: first argmax whatever the parameters; NaN and all--inf rows rejected as greedy rows are."""
+def test_all_greedy_hint_takes_two_launches_and_the_greedy_rules(B, V, dtype, rows):
+    """``greedy=True``: first argmax whatever the parameters; NaN and all--inf rows rejected as greedy rows are.
+
+    Two launches below ``greedy_rows`` rows (the defaults' 256), one from it (``rows=1``: every batch here).
+    """
     from impls.fused.kernel import launch_specs
-    from impls.fused.ops import INTERPRETER
+    from impls.fused.ops import INTERPRETER, apply_tuning
     x = torch.randn(B, V, generator=torch.Generator().manual_seed(B))
     x[0, 5] = float("nan")
     x[1] = float("-inf")
@@ -293,12 +297,16 @@ def test_all_greedy_hint_takes_two_launches_and_the_greedy_rules(B, V, dtype):
     z = lambda v, dt: torch.full((B,), v, dtype=dt, device=DEV)
     sampling = (z(0.7, torch.float32), z(5, torch.int64), z(0.9, torch.float32), z(0.1, torch.float32),
                 z(1, torch.int64), z(0, torch.int64))       # not read under the hint
-    tok, status, path, probs = fused_sample(x, *sampling, want_probs=True, greedy=True)
+    opts = {} if rows is None else {"greedy_rows": rows}
+    tok, status, path, probs = fused_sample(x, *sampling, want_probs=True, greedy=True, **opts)
     want = torch.argmax(x.float(), dim=-1).tolist()
     assert tok.tolist() == [-1, -1, 7, 3] + want[4:]
     assert status.tolist() == [1, 3, 0, 0] + [0] * (B - 4) and path.tolist() == [-1, -1] + [0] * (B - 2)
     assert torch.equal(probs[2:], torch.nn.functional.one_hot(tok[2:], V).float()) and not probs[:2].any()
-    assert [s[0] for s in launch_specs(B, V, V, 1, V, False, INTERPRETER, greedy=True)] == ["stats", "greedy"]
+    cfg = apply_tuning(INTERPRETER, opts)
+    names = ["stats", "greedy", "probs"] if rows is None else ["greedy_row", "probs"]
+    assert [s[0] for s in launch_specs(B, V, V, 1, V, True, cfg, greedy=True)] == names
+    assert [s[0] for s in launch_specs(256, V, V, 1, V, False, INTERPRETER, greedy=True)] == ["greedy_row"]
 
 
 @pytest.mark.parametrize("nan_at,inf_at,parts", [(10, 20, 1), (10, 138, 2), (138, 10, 2), (5, 200, 2)])
@@ -332,14 +340,14 @@ def test_parameters_of_the_right_dtype_are_passed_through_uncopied():
 
 
 def test_statistics_launch_takes_its_own_pipelining_stages():
-    # stats_stages applies to the statistics launch only (general and all-greedy calls); the other streaming
-    # launches keep `stages`
+    # stats_stages applies to the statistics launch only (general and all-greedy calls) and to the one-launch
+    # greedy kernel; the other streaming launches keep `stages`
     from impls.fused.kernel import launch_specs
     from impls.fused.ops import DEFAULTS, apply_tuning
     cfg = apply_tuning(DEFAULTS, {"stages": 3, "stats_stages": 2})
-    for greedy, names in ((False, ["stats", "hist", "refine", "gather", "decide"]), (True, ["stats", "greedy"])):
-        specs = launch_specs(1024, 128256, 128256, 1, 128256, False, cfg, greedy=greedy)
-        want = [2, 3, 3, 3, 3] if not greedy else [2, None]
+    for B, greedy, names, want in ((1024, False, ["stats", "hist", "refine", "gather", "decide"], [2, 3, 3, 3, 3]),
+                                   (128, True, ["stats", "greedy"], [2, None]), (1024, True, ["greedy_row"], [2])):
+        specs = launch_specs(B, 128256, 128256, 1, 128256, False, cfg, greedy=greedy)
         assert [(s[0], s[4].get("NSTG")) for s in specs] == list(zip(names, want))
     assert DEFAULTS["stats_stages"] == 1 and DEFAULTS["stages"] == 4
 
@@ -563,8 +571,8 @@ def test_kernels_compile_for_sm90_offline():
     r = subprocess.run([sys.executable, str(Path(__file__).with_name("_compile_sm90.py"))], cwd=root, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
-    # 9 kernels, 2 of them in 2 variants (EARLY, ALL_GREEDY), each for fp32 and bf16 logits
-    assert r.stdout.count(" ok") == 22, r.stdout
+    # 10 kernels, 2 of them in 2 variants (EARLY, ALL_GREEDY), each for fp32 and bf16 logits
+    assert r.stdout.count(" ok") == 24, r.stdout
 
 
 @pytest.mark.parametrize("B,V,seed,row,path", [(64, 32000, 1, 10, 3), (8, 262144, 3, 0, 3)])

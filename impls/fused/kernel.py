@@ -126,7 +126,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "SLOTS", "launch_args", "launch_specs"]
+__all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "SLOTS", "launch_args", "launch_specs", "greedy_row_shape"]
 
 STATUS_KINDS = {0: None, 1: "nan_logits", 2: "posinf_logits", 3: "no_valid_token", 4: "invalid_temperature",
                 5: "invalid_top_k", 6: "invalid_top_p", 7: "invalid_min_p"}
@@ -432,6 +432,32 @@ def _edge_keys(base, V, m, C, xA, f_lo, f_hi, BLOCK: tl.constexpr, NBF: tl.const
 
 # ----------------------------------------------------------------------------- 1: stats
 
+@triton.jit
+def _argmax_loop(base, lo, hi, V, BLOCK: tl.constexpr, NSTG: tl.constexpr):
+    """Per lane of a block, over logits ``[lo, hi)`` of a row: ``(NaN seen, largest, its first index)``.
+
+    The greedy rule (SEMANTICS §1.1): first index on ties, ``+inf`` included, NaN skipped (and flagged);
+    lane ``l`` sees ``lo + l``, ``lo + l + BLOCK``, ... in order, so the lowest index among the lanes holding
+    the row's largest value is the first argmax.
+    """
+    NEG_INF = float("-inf")
+    ar = tl.arange(0, BLOCK)
+    nan_v = tl.zeros([BLOCK], dtype=tl.int32)
+    m_v = tl.full([BLOCK], NEG_INF, tl.float32)
+    gidx_v = tl.zeros([BLOCK], dtype=tl.int32)
+    for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
+        offs = st + ar
+        inb = offs < V
+        x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
+        isnan = x != x
+        nan_v = nan_v | isnan.to(tl.int32)
+        xg = tl.where(isnan, NEG_INF, x)
+        take = xg > m_v
+        gidx_v = tl.where(take, offs, gidx_v)
+        m_v = tl.where(take, xg, m_v)
+    return nan_v, m_v, gidx_v
+
+
 @triton.jit(do_not_specialize=["S"])
 def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
                   BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
@@ -453,17 +479,7 @@ def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min
     mn_v = tl.full([BLOCK], POS_INF, tl.float32)
     gidx_v = tl.zeros([BLOCK], dtype=tl.int32)
     if greedy:
-        # argmax only (first index on ties, +inf included, NaN flagged)
-        for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-            offs = st + ar
-            inb = offs < V
-            x = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
-            isnan = x != x
-            nan_v = nan_v | isnan.to(tl.int32)
-            xg = tl.where(isnan, NEG_INF, x)
-            take = xg > m_v
-            gidx_v = tl.where(take, offs, gidx_v)
-            m_v = tl.where(take, xg, m_v)
+        nan_v, m_v, gidx_v = _argmax_loop(base, lo, hi, V, BLOCK, NSTG)
     else:
         for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
             offs = st + ar
@@ -506,6 +522,33 @@ def _greedy_kernel(token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S, NB1: tl.c
                                                tl.full([], 0, tl.int32), no == 0, no, no, no, RMAX, NBF)
     tl.store(ri + _I_STATUS, status)
     tl.store(ri + _I_KIND, kind)
+    tl.store(ri + _I_GIDX, g_idx)
+    tl.store(token_ptr + row, tl.where(status != 0, -1, g_idx.to(tl.int64)))
+    tl.store(status_ptr + row, status)
+    tl.store(path_ptr + row, tl.where(status != 0, -1, 0))
+
+
+@triton.jit(do_not_specialize=["S"])
+def _greedy_row_kernel(logits_ptr, stride_row, V, token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S,
+                       BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
+                       KBIG: tl.constexpr, NSTG: tl.constexpr = 1):
+    """A large all-greedy call in one launch (``B`` programs, a whole row each): first argmax, status, outputs.
+
+    The same rule and outcomes as ``_stats_kernel`` with ``ALL_GREEDY`` followed by ``_greedy_kernel``
+    (status 1 ``nan_logits`` for a row holding a NaN, else 3 ``no_valid_token`` when every logit is ``-inf``;
+    parameters not read), without the parts' partials: one launch instead of two, for batches that fill the
+    GPU with one program per row (tuning option ``greedy_rows``). ``S`` is the buffers' parts per row, used
+    only to find the row's record (which the probabilities launch reads).
+    """
+    row = tl.program_id(0).to(tl.int64)
+    base = logits_ptr + row * stride_row
+    bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
+    nan_v, m_v, gidx_v = _argmax_loop(base, 0, V, V, BLOCK, NSTG)
+    m = tl.max(m_v, 0)
+    g_idx = tl.min(tl.where(m_v == m, gidx_v, _INT32_MAX), 0)
+    status = tl.where(tl.max(nan_v, 0) != 0, 1, tl.where(m == float("-inf"), 3, 0))
+    tl.store(ri + _I_STATUS, status)
+    tl.store(ri + _I_KIND, tl.where(status != 0, -1, 0))
     tl.store(ri + _I_GIDX, g_idx)
     tl.store(token_ptr + row, tl.where(status != 0, -1, g_idx.to(tl.int64)))
     tl.store(status_ptr + row, status)
@@ -1285,6 +1328,14 @@ SLOTS = ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "offset", "
          "wsi", "wsf", "ws64")
 
 
+def greedy_row_shape(cfg: dict) -> tuple:
+    """``(warps, block)`` of ``_greedy_row_kernel``: ``cfg["greedy_warps"]`` (else ``num_warps``), and the block
+    scaled with them so a thread keeps the logits per load of the other launches (16 bytes of fp32 at the GPU
+    defaults)."""
+    gw = cfg.get("greedy_warps", cfg["num_warps"])
+    return gw, max(32 * gw, cfg["block"] * gw // cfg["num_warps"])
+
+
 def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg: dict, greedy: bool = False) -> list:
     """The launches of one call shape, in order, with the tensors left as names.
 
@@ -1304,7 +1355,8 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
         most that many rows.
     greedy : bool
         Every row is decoded greedily whatever its parameters (the caller's all-greedy hint): the statistics
-        launch, then ``_greedy_kernel`` (and the probabilities launch when asked), two launches instead of five.
+        launch, then ``_greedy_kernel`` (and the probabilities launch when asked), two launches instead of five;
+        from ``cfg["greedy_rows"]`` rows (absent: never) ``_greedy_row_kernel`` alone, one program per row.
 
     Returns
     -------
@@ -1321,11 +1373,17 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     grid = (B, S)
     params = ("temperature", "top_k", "top_p", "min_p")
     ws = ("wsi", "wsf", "ws64")
-    if greedy:
+    if greedy and B >= cfg.get("greedy_rows", B + 1):
+        gw, gblock = greedy_row_shape(cfg)
+        out = [("greedy_row", _greedy_row_kernel, (B,), ("logits", sr, V, "tokens", "status", "path", *ws, S),
+                dict(BLOCK=gblock, NB1=c["NB1"], NBS=c["NBS"], KMAX=c["KMAX"], KBIG=c["KBIG"], NSTG=c_stats["NSTG"]),
+                dict(kw, num_warps=gw))]
+    elif greedy:
         out = [("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), dict(c_stats, ALL_GREEDY=True),
                 kw),
                ("greedy", _greedy_kernel, (B,), ("tokens", "status", "path", *ws, S),
                 dict(NB1=c["NB1"], NBS=c["NBS"], KMAX=c["KMAX"], KBIG=c["KBIG"], RMAX=cfg["r"]), kw)]
+    if greedy:
         if want_probs:
             out.append(("probs", _probs_kernel, grid, ("logits", sr, V, "probs", *ws, S, CH), c, kw))
         return out

@@ -35,12 +35,12 @@ __all__ = ["KERNELS", "VARIANTS", "STREAMING", "POINTERS", "DIV16", "constants",
 
 #: Every kernel of a fused call or step.
 KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_decide_kernel", "_probs_kernel",
-           "_greedy_kernel", "_rewrite_kernel", "_logprobs_kernel")
+           "_greedy_kernel", "_greedy_row_kernel", "_rewrite_kernel", "_logprobs_kernel")
 #: Kernels compiled once per value of a constexpr flag (the histogram launch with and without early accept; the
 #: statistics launch of a general and of an all-greedy call).
 VARIANTS = {"_hist_kernel": ("EARLY", (True, False)), "_stats_kernel": ("ALL_GREEDY", (False, True))}
 #: Kernels that stream rows of logits (or of rewritten logits): their loads of a row must be 16 bytes wide.
-STREAMING = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_probs_kernel", "_rewrite_kernel",
+STREAMING = ("_stats_kernel", "_greedy_row_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_probs_kernel", "_rewrite_kernel",
              "_logprobs_kernel")
 #: Pointer arguments and their element types (the logits' is chosen per compile).
 POINTERS = {"temp_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32", "seed_ptr": "*i64",
@@ -59,8 +59,8 @@ DIV16 = ("stride_row", "V", "CH")
 def constants(cfg: Optional[dict] = None) -> dict:
     """The constexpr values of every kernel for the tuning set ``cfg`` (default :data:`DEFAULTS`).
 
-    The statistics launch's ``NSTG`` is ``stats_stages`` (:func:`compile_kernel` puts it in), the others'
-    ``stages``; ``UNIT_T`` on (both of its loops compile); the step's ``NU``, ``WANT_LP``, ``KL``, ``WANT_VEC`` as
+    The ``NSTG`` of the statistics and one-launch greedy kernels is ``stats_stages`` (:func:`compile_kernel` puts
+    it in), the others' ``stages``; ``UNIT_T`` on (both of its loops compile); the step's ``NU``, ``WANT_LP``, ``KL``, ``WANT_VEC`` as
     the fused step passes them.
     """
     c = dict(DEFAULTS if cfg is None else cfg)
@@ -78,7 +78,8 @@ def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None,
     logits : str
         The logits' pointer type, ``"*fp32"`` or ``"*bf16"`` (``"*fp16"``).
     cfg : dict, optional
-        A tuning set (:data:`DEFAULTS`' keys); its ``stats_stages`` sets the statistics kernel's ``NSTG``.
+        A tuning set (:data:`DEFAULTS`' keys); its ``stats_stages`` sets the statistics and one-launch greedy
+        kernels' ``NSTG``.
     **flags
         Constexpr overrides (``EARLY=False``, ``ALL_GREEDY=True``, ``NSTG=1``, ...).
 
@@ -100,8 +101,10 @@ def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None,
     c = DEFAULTS if cfg is None else cfg
     params = list(inspect.signature(fn.fn).parameters)
     cst = constants(c)
-    if name == "_stats_kernel":
-        cst["NSTG"] = c.get("stats_stages", cst["NSTG"])   # its own option (kernel.launch_specs)
+    if name in ("_stats_kernel", "_greedy_row_kernel"):
+        cst["NSTG"] = c.get("stats_stages", cst["NSTG"])   # their own option (kernel.launch_specs)
+    if name == "_greedy_row_kernel":   # its block scales with its warps (kernel.launch_specs)
+        cst["BLOCK"] = K.greedy_row_shape(c)[1]
     cst.update(flags)
     sig = {p: "constexpr" if p in cst else POINTERS.get(p, logits if p == "logits_ptr" else "i32") for p in params}
     consts = {(params.index(p),): cst[p] for p in params if p in cst}
@@ -111,7 +114,8 @@ def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None,
              if p not in cst and p in free and (sig[p].startswith("*") or p in DIV16)}
     return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                           target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": c["decide_warps" if name == "_decide_kernel" else "num_warps"],
+                          options={"num_warps": (K.greedy_row_shape(c)[0] if name == "_greedy_row_kernel"
+                                                 else c["decide_warps" if name == "_decide_kernel" else "num_warps"]),
                                    "enable_fp_fusion": False})
 
 

@@ -1,7 +1,7 @@
 """Host entry points of the fused sampler (tokens; probabilities; both from one filtering).
 
 The kernels are in :mod:`impls.fused.kernel` (five launches per call, six with
-probabilities, two for a call its caller says is all greedy; with early accept, a top-p
+probabilities, two for a call its caller says is all greedy, one when that batch is large; with early accept, a top-p
 row whose full-row winner is certainly kept is drawn in the second, and the later ones
 return at once for it). These wrappers allocate the outputs and the per-row workspaces
 (a window of ``KMAX`` and a list of ``KBIG`` int64 entries, small records and per-part
@@ -53,16 +53,21 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: Triton 3.6 (the GPU machine's) lowers ``tl.histogram`` to a warp ballot per bit of the bin and a count per bin
 #: a thread owns, so half the bins is about half that work; with 16-byte loads, the least GPU time of 7 sets
 #: (4,607 against 5,106 us summed over the same 8 points, H100, 2026-12-06, "The statistics pass and the
-#: histograms"). Results do not depend on them (only the path a row takes does).
+#: histograms"). ``greedy_rows``: the smallest batch whose all-greedy calls (the caller's hint) take one launch,
+#: a program per whole row, instead of the statistics launch over split rows and the combining launch: at batch
+#: 256 an eager call's latency was mostly its host time (benchmarks/README.md "One launch for a large
+#: all-greedy batch"); ``greedy_warps``, its warps per program: with 8, a program's loads in flight did not
+#: keep the memory busy at 256 x 128256 (64.8 us against 48.7 for the two launches over split rows, H100). Results
+#: do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
-            "local": True, "unit_t": True}
+            "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
 INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
                "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "stats_stages": 1,
-               "local": True, "unit_t": True}
+               "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -109,10 +114,10 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
             raise ValueError(f"fused_sample option {name}={v!r}: an int from 1 to 8")
         if name == "early" and not (isinstance(v, int) and v >= 0):
             raise ValueError(f"fused_sample option early={v!r}: True, False, or the largest batch (an int >= 0)")
-        if name in ("num_warps", "decide_warps") and not (
+        if name in ("num_warps", "decide_warps", "greedy_warps") and not (
                 isinstance(v, int) and not isinstance(v, bool) and v in (1, 2, 4, 8, 16, 32)):
             raise ValueError(f"fused_sample option {name}={v!r}: a power of two from 1 to 32")
-        if name in ("programs", "max_splits") and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+        if name in ("programs", "max_splits", "greedy_rows") and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             raise ValueError(f"fused_sample option {name}={v!r}: an int >= 1")
         if name == "r" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")):
             raise ValueError(f"fused_sample option r={v!r}: a finite number > 0")
@@ -249,7 +254,8 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         decoded greedily, whatever its parameters (still checked as ``(batch,)`` tensors, then
         ignored): first argmax, ``+inf``
         included; ``nan_logits`` for a row holding a NaN, ``no_valid_token`` for a row of ``-inf``.
-        The same tokens as greedy rows of a general call, in two launches instead of five.
+        The same tokens as greedy rows of a general call, in two launches instead of five (one from
+        ``greedy_rows`` rows, :data:`DEFAULTS`).
 
     Returns
     -------
