@@ -14,6 +14,8 @@ launch queue never fills):
   with kept buffers (``buffers=``, no allocation);
 * an all-greedy batch (temperature 0) without and with the caller's all-greedy hint (``greedy=True``:
   two launches instead of five), both with kept buffers;
+* a :class:`impls.fused.bound.FusedSampler` call (parameters and buffers bound; the latency suite's
+  call), general and all-greedy with the hint;
 * the statistics launch of the call's plan three ways, to price each saving of
   :meth:`impls.fused.launch.Plan.run`: with tensor arguments and the launch metadata through the launcher's
   Python ``__call__`` (the plans until 2026-12-06), with addresses (``int``) instead of tensors, and with
@@ -136,6 +138,11 @@ def main(argv=None) -> int:
             res["per_launch"][f"{name}_{mode}"] = _per_call_us(fn, n)
 
     res["launch_variants"] = _launch_variants(launch, x, T, K, P, M, seed, off, buf, cfg, n)
+    from impls.fused.bound import FusedSampler
+    for name, sampler in (("bound_sampler", FusedSampler(T, K, P, M, seed, off)),
+                          ("bound_sampler_greedy_hint", FusedSampler(T0, K, P, M, seed, off, greedy=True))):
+        sampler(x)
+        res[name] = _per_call_us(lambda s=sampler: s(x), n)
 
     for mode in ("jit", "cached"):
         prof = cProfile.Profile()

@@ -276,19 +276,19 @@ class FusedImpl:
         return FusedSession(device)
 
     def latency_call(self, batch: LatencyBatch) -> tuple:
-        """``(fn, graphable=True)``: :func:`impls.fused.ops.fused_sample` on the mix's per-row tensors.
+        """``(fn, graphable=True)``: a :class:`impls.fused.bound.FusedSampler` bound to the mix's per-row tensors.
 
-        Its outputs and workspace are allocated once here and reused by every call (no allocation per call).
-        A batch whose every row is greedy (temperature 0, top-k 1, top-p 0 or min-p 1) passes the all-greedy
-        hint, as an engine knows it from its requests (vLLM: ``SamplingMetadata.all_greedy``).
+        As an engine keeps a batch's parameters in device tensors it updates in place, the sampler checks them
+        and allocates its outputs and workspace once here; a call checks the logits and launches. A batch
+        whose every row is greedy (temperature 0, top-k 1, top-p 0 or min-p 1) passes the all-greedy hint, as an
+        engine knows it from its requests (vLLM: ``SamplingMetadata.all_greedy``). Logits of another shape than
+        the first call's (the suite hands none) raise ``ValueError``.
         """
-        from .ops import DEFAULTS, INTERPRETER, allocate, fused_sample
+        from .bound import FusedSampler
         T, K, P, M = batch.tensors()
         seed, off = batch.seeds()
-        dev = torch.device(batch.device)
-        buf = allocate(batch.batch, batch.vocab, dev, INTERPRETER if dev.type == "cpu" else DEFAULTS)
         greedy = all(t == 0 or k == 1 or p == 0 or m == 1 for t, k, p, m in batch.params)
-        return (lambda x: fused_sample(x, T, K, P, M, seed, off, buffers=buf, greedy=greedy)), True
+        return FusedSampler(T, K, P, M, seed, off, greedy=greedy), True
 
 
 IMPLEMENTATIONS = (Entry("fused", FusedImpl),)

@@ -59,7 +59,7 @@ from triton import knobs
 
 from .kernel import SLOTS, launch_specs
 
-__all__ = ["run_call", "Plan", "LaunchRefused", "MODES", "FALLBACK", "plan_key", "single_launches"]
+__all__ = ["run_call", "Plan", "Bound", "bind", "LaunchRefused", "MODES", "FALLBACK", "plan_key", "single_launches"]
 
 #: Launcher modes: ``"cached"`` (a plan per call shape, the default) and ``"jit"`` (always ``kernel[grid]``).
 MODES = ("cached", "jit")
@@ -278,6 +278,51 @@ def run_call(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, mode: st
     except LaunchRefused as e:
         FALLBACK = f"direct launch refused by this Triton ({e}); using kernel[grid]"
         _jit(plan.specs, vals, e.step)
+
+
+class Bound:
+    """A call shape's :class:`Plan` bound to one call's tensors but the logits: a call costs the logits' address.
+
+    Made by :func:`bind` after a first :func:`run_call` of the shape; :meth:`run` launches the plan with new
+    logits (the same shape, dtype, device, row stride and 16-byte alignment, which the caller checks) and the
+    bound parameters, outputs and workspaces, whose addresses were read once. It keeps those tensors alive.
+    """
+
+    __slots__ = ("plan", "rest", "ptrs", "index")
+
+    def __init__(self, plan: Plan, vals: tuple):
+        self.plan, self.rest = plan, vals[1:]   # not the first call's logits: a caller's large tensor
+        self.ptrs = tuple(v.data_ptr() for v in self.rest)
+        self.index = vals[0].device.index
+
+    def run(self, logits, address: Optional[int] = None) -> None:
+        """Launch the bound call on ``logits`` (on the current stream of its device); ``address``: theirs if known."""
+        global FALLBACK
+        if FALLBACK is not None:   # a launch refused since (here or by another plan): kernel[grid] from now on
+            _jit(self.plan.specs, (logits,) + self.rest)
+            return
+        try:
+            self.plan.run_addresses((logits.data_ptr() if address is None else address,) + self.ptrs,
+                                    _stream(self.index))
+        except LaunchRefused as e:
+            FALLBACK = f"direct launch refused by this Triton ({e}); using kernel[grid]"
+            _jit(self.plan.specs, (logits,) + self.rest, e.step)
+
+
+def bind(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, greedy: bool = False) -> Optional[Bound]:
+    """The :class:`Bound` launches of ``vals`` (:data:`SLOTS` order) once :func:`run_call` has made their plan.
+
+    Returns
+    -------
+    Bound or None
+        None where calls go through ``kernel[grid]`` (the interpreter, a tensor not on CUDA, :data:`FALLBACK`
+        set) or no plan of this shape exists yet.
+    """
+    x = vals[0]
+    if FALLBACK is not None or x.device.type != "cuda":
+        return None
+    plan = _PLANS.get(plan_key(vals, S, CH, want_probs, cfg, greedy))
+    return None if plan is None else Bound(plan, vals)
 
 
 def single_launches(x, T, K, P, M, seed, off, cfg: dict, mode: str) -> list:

@@ -1,0 +1,134 @@
+"""The fused sampler bound to a batch: parameters and buffers checked once, a call costs its launches.
+
+An engine keeps a batch's sampling parameters in persistent device tensors and writes new values into
+them when requests join or leave (vLLM's ``InputBatch.__init__`` allocates ``temperature``, ``top_p``,
+``top_k`` ... once per engine on the device, with pinned CPU copies it fills per request,
+``vllm/v1/worker/gpu_input_batch.py`` at vLLM commit 000794d). :class:`FusedSampler` takes such tensors and,
+at its first call, the call shape: it checks them (:func:`impls.fused.ops.check_call`), allocates the
+outputs and workspaces, and from the second call launches the shape's plan with the addresses it read at
+the first (:class:`impls.fused.launch.Bound`). Per call the host checks the logits' shape, dtype,
+device, row stride and alignment, reads their address and the current stream, and launches: on an H100's
+host, 2026-12-06, one launch of a fused call cost 5.5 µs that way against 10.8 µs with tensor arguments
+(benchmarks/README.md, "One launch for a large all-greedy batch"), and a whole call of
+:func:`impls.fused.ops.fused_sample` with kept buffers 53 to 79 µs at batch 256. The tokens are those of
+:func:`~impls.fused.ops.fused_sample` with the same tensors (the same kernels and launches).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .launch import MODES, bind, run_call
+from .ops import DEFAULTS, INTERPRETER, allocate, apply_tuning, check_call
+
+__all__ = ["FusedSampler"]
+
+_NAMES = ("temperature", "top_k", "top_p", "min_p", "seed", "offset")
+
+
+class FusedSampler:
+    """:func:`impls.fused.ops.fused_sample` bound to one batch's parameter tensors and, at its first call, to the
+    logits' shape.
+
+    Parameters
+    ----------
+    temperature, top_k, top_p, min_p, seed, offset : torch.Tensor
+        ``(batch,)`` per-row parameters as :func:`~impls.fused.ops.fused_sample` takes them, already of the
+        kernel's dtypes (float32; ``top_k``, ``seed``, ``offset`` int64; ``top_p`` float32 or float64) and
+        contiguous, on the logits' device: every call reads their current values on the device, so a caller
+        updates them in place.
+    want_probs : bool
+        Also return the distribution sampled from.
+    greedy : bool
+        The caller's all-greedy hint (:func:`~impls.fused.ops.fused_sample`).
+    launcher : str
+        ``"cached"`` (default) or ``"jit"`` (every launch through ``kernel[grid]``, nothing bound).
+    **tuning
+        Tuning options (:data:`impls.fused.ops.DEFAULTS`); the tokens do not depend on them.
+
+    Raises
+    ------
+    TypeError
+        An unknown tuning option.
+    ValueError
+        An unknown ``launcher``, a tuning value out of range.
+
+    Notes
+    -----
+    The first call checks the parameters against the logits (:func:`~impls.fused.ops.check_call`, and that
+    none needs converting: a converted copy would not see the caller's later writes), allocates the outputs and
+    workspaces, and binds the logits' shape, dtype, device, row stride and 16-byte alignment; later calls
+    need logits of the same. Each call overwrites the outputs of the last one (``tokens``, ``status``,
+    ``path``, ``probs``: the same tensors every call, as ``buffers=`` of :func:`~impls.fused.ops.fused_sample`).
+    Capturable in a CUDA graph after a first call, like :func:`~impls.fused.ops.fused_sample`.
+    """
+
+    def __init__(self, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor,
+                 seed: torch.Tensor, offset: torch.Tensor, want_probs: bool = False, greedy: bool = False,
+                 launcher: str = "cached", **tuning):
+        if launcher not in MODES:
+            raise ValueError(f"unknown launcher mode {launcher!r}; known: {', '.join(MODES)}")
+        self.tuning = dict(tuning)
+        apply_tuning(DEFAULTS, self.tuning)   # names and ranges checked now
+        self.given = (temperature, top_k, top_p, min_p, seed, offset)
+        self.want_probs, self.greedy, self.launcher = bool(want_probs), bool(greedy), launcher
+        self.buffers = None   # allocated at the first call
+        self._bound = None    # None: not tried yet; False: every call through run_call
+
+    def _bind(self, logits: torch.Tensor) -> None:
+        logits, params = check_call(logits, *self.given)
+        for name, t, p in zip(_NAMES, self.given, params):
+            if p is not t:
+                raise ValueError(f"{name}: bound parameters must already be contiguous {p.dtype} tensors (got "
+                                 f"{t.dtype}{'' if t.is_contiguous() else ', not contiguous'}): a converted copy "
+                                 "would not see the caller's later writes")
+        B, V = logits.shape
+        dev = logits.device
+        cfg = INTERPRETER if dev.type == "cpu" else DEFAULTS
+        self.cfg = apply_tuning(cfg, self.tuning) if self.tuning else cfg
+        self.params = params
+        self._shape, self._dtype, self._device, self._stride = logits.shape, logits.dtype, dev, logits.stride()
+        self._aligned = logits.data_ptr() & 15 == 0
+        self.buffers = allocate(B, V, dev, self.cfg, self.want_probs)
+
+    def __call__(self, logits: torch.Tensor) -> tuple:
+        """Sample one token per row of ``logits``.
+
+        Returns
+        -------
+        tuple
+            ``(tokens, status, path, probs)`` as :func:`~impls.fused.ops.fused_sample` returns them (the
+            bound outputs; ``probs`` None unless ``want_probs``).
+
+        Raises
+        ------
+        TypeError
+            ``logits`` is not a tensor; at the first call, what :func:`~impls.fused.ops.check_call` raises.
+        ValueError
+            At the first call, what :func:`~impls.fused.ops.check_call` raises, or a parameter that would need
+            converting; later, logits of another shape, dtype, device or row stride than the first call's, or
+            whose address's 16-byte alignment differs (the compiled kernels are specialised on it): bind a new
+            sampler for them.
+        """
+        if not isinstance(logits, torch.Tensor):
+            raise TypeError(f"logits must be a (batch, vocab) tensor, got {type(logits).__name__}")
+        if self.buffers is None:
+            self._bind(logits)
+        address = logits.data_ptr()
+        if (logits.shape != self._shape or logits.dtype != self._dtype or logits.device != self._device
+                or logits.stride() != self._stride or (address & 15 == 0) != self._aligned):
+            raise ValueError(
+                f"this FusedSampler is bound to {tuple(self._shape)} {self._dtype} logits on {self._device} with "
+                f"strides {self._stride}{'' if self._aligned else ' (not 16-byte aligned)'}; got "
+                f"{tuple(logits.shape)} {logits.dtype} on {logits.device} with strides {logits.stride()}: bind a "
+                "new FusedSampler for them (or call fused_sample)")
+        a = self.buffers
+        if self._bound:
+            self._bound.run(logits, address)
+        else:
+            vals = (logits,) + self.params + (a["tokens"], a["status"], a["path"], a["probs"], a["wsi"], a["wsf"],
+                                              a["ws64"])
+            run_call(vals, a["S"], a["CH"], self.want_probs, self.cfg, self.launcher, self.greedy)
+            if self._bound is None and self.launcher == "cached":
+                self._bound = bind(vals, a["S"], a["CH"], self.want_probs, self.cfg, self.greedy) or False
+        return a["tokens"], a["status"], a["path"], (a["probs"] if self.want_probs else None)
