@@ -9,7 +9,7 @@ outputs and workspaces, and from the second call launches the shape's plan with 
 the first (:class:`impls.fused.launch.Bound`). Per call the host checks the logits' shape, dtype,
 device, row stride and alignment, reads their address and the current stream, and launches: on an H100's
 host, 2026-12-06, one launch of a fused call cost 5.5 µs that way against 10.8 µs with tensor arguments
-(benchmarks/README.md, "One launch for a large all-greedy batch"), and a whole call of
+(benchmarks/README.md, "Host time and one launch for a large all-greedy batch"), and a whole call of
 :func:`impls.fused.ops.fused_sample` with kept buffers 53 to 79 µs at batch 256. The tokens are those of
 :func:`~impls.fused.ops.fused_sample` with the same tensors (the same kernels and launches).
 """

@@ -24,7 +24,7 @@ The direct launch is ``CompiledKernel.run`` with the argument list of
 enter/exit hooks, then every parameter in signature order, constexprs
 included), as in Triton 3.6 and 3.9 (``triton/runtime/jit.py``,
 ``JITFunction.run``), with three savings per launch (measured in
-``benchmarks/README.md``, "One launch for a large all-greedy batch"):
+``benchmarks/README.md``, "Host time and one launch for a large all-greedy batch"):
 
 * tensors go in as their addresses (``int``), read once per call: for a tensor
   argument Triton's C launcher calls its ``data_ptr`` method and asks the CUDA

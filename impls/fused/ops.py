@@ -55,8 +55,8 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: (4,607 against 5,106 us summed over the same 8 points, H100, 2026-12-06, "The statistics pass and the
 #: histograms"). ``greedy_rows``: the smallest batch whose all-greedy calls (the caller's hint) take one launch,
 #: a program per whole row, instead of the statistics launch over split rows and the combining launch: at batch
-#: 256 an eager call's latency was mostly its host time (benchmarks/README.md "One launch for a large
-#: all-greedy batch"); ``greedy_warps``, its warps per program: with 8, a program's loads in flight did not
+#: 256 an eager call's latency was mostly its host time (benchmarks/README.md "Host time and one launch for a
+#: large all-greedy batch"); ``greedy_warps``, its warps per program: with 8, a program's loads in flight did not
 #: keep the memory busy at 256 x 128256 (64.8 us against 48.7 for the two launches over split rows, H100). Results
 #: do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
