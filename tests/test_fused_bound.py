@@ -58,6 +58,14 @@ def test_bound_sampler_with_probabilities_and_the_greedy_hint():
         assert tok.tolist() == torch.argmax(x, dim=-1).tolist() and path.tolist() == [0] * B
 
 
+def test_bound_sampler_of_no_rows_launches_nothing():
+    z = lambda dt: torch.zeros(0, dtype=dt, device=DEV)
+    sampler = FusedSampler(z(torch.float32), z(torch.int64), z(torch.float32), z(torch.float32), z(torch.int64),
+                           z(torch.int64), want_probs=True)
+    tok, status, path, probs = sampler(torch.zeros(0, 50, device=DEV))
+    assert tok.shape == status.shape == path.shape == (0,) and probs.shape == (0, 50) and sampler._bound is None
+
+
 def test_bound_sampler_errors_are_located():
     B, V = 3, 200
     T, K, P, M, seed, off = _params(B)

@@ -123,6 +123,8 @@ class FusedSampler:
                 f"{tuple(logits.shape)} {logits.dtype} on {logits.device} with strides {logits.stride()}: bind a "
                 "new FusedSampler for them (or call fused_sample)")
         a = self.buffers
+        if not self._shape[0]:   # no rows: nothing to launch (as fused_sample)
+            return a["tokens"], a["status"], a["path"], (a["probs"] if self.want_probs else None)
         if self._bound:
             self._bound.run(logits, address)
         else:
