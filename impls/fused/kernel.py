@@ -75,6 +75,10 @@ has nothing to do for exit at once):
 6. ``_probs_kernel`` (``B x S``, only when the distribution is asked for;
    early accept is then off).
 
+A call its caller says is all greedy (the hint) is ``_stats_kernel`` then
+``_greedy_kernel`` (``B`` programs, combining the parts), or from
+``greedy_rows`` rows ``_greedy_row_kernel`` alone (a program per whole row).
+
 Why several launches: each streaming pass needs a row-wide result of the one
 before (the maximum, then the boundary bin), and splitting a row over
 programs is what lets a small batch use the whole GPU; the decide step's
