@@ -8,10 +8,11 @@ at its first call, the call shape: it checks them (:func:`impls.fused.ops.check_
 outputs and workspaces, and from the second call launches the shape's plan with the addresses it read at
 the first (:class:`impls.fused.launch.Bound`). Per call the host checks the logits' shape, dtype,
 device, row stride and alignment, reads their address and the current stream, and launches: on an H100's
-host, 2026-12-06, one launch of a fused call cost 5.5 µs that way against 10.8 µs with tensor arguments
-(benchmarks/README.md, "Host time and one launch for a large all-greedy batch"), and a whole call of
-:func:`impls.fused.ops.fused_sample` with kept buffers 53 to 79 µs at batch 256. The tokens are those of
-:func:`~impls.fused.ops.fused_sample` with the same tensors (the same kernels and launches).
+host, 2026-12-06, one launch cost 5.5 to 7.2 µs that way against 10.8 µs with tensor arguments, and a general
+call 38.6 µs at 256 x 128256 and 58.6 at 256 x 32000 against 87.3 and 100.5 for
+:func:`impls.fused.ops.fused_sample` with kept buffers in the same run (benchmarks/README.md, "Host time and
+one launch for a large all-greedy batch"). The tokens are those of :func:`~impls.fused.ops.fused_sample` with
+the same tensors (the same kernels and launches).
 """
 
 from __future__ import annotations
