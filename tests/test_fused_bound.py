@@ -90,6 +90,25 @@ def test_bound_sampler_errors_are_located():
         sampler(x[:, :100])
     with pytest.raises(ValueError, match=r"got \(3, 200\) torch.bfloat16"):
         sampler(x.bfloat16())
+    if DEV == "cuda":   # kernels specialised on 16-byte alignment: both sides of the message say it
+        shifted = torch.zeros(B * V + 1, device=DEV)[1:].view(B, V)
+        with pytest.raises(ValueError, match=r"strides \(200, 1\), 16-byte aligned; got .* strides \(200, 1\), "
+                                             r"not 16-byte aligned"):
+            sampler(shifted)
+    with pytest.raises(ValueError, match=r"top_p: .*contiguous torch.float32 or torch.float64 tensors \(got "
+                                         r"torch.float16\)"):
+        FusedSampler(T, K, P.half(), M, seed, off)(x)
+
+
+def test_bound_sampler_copies_logits_whose_rows_are_not_contiguous():
+    """As fused_sample: a transposed view is copied (first and later calls), the same tokens."""
+    B, V = 3, 200
+    params = _params(B)
+    xt = torch.randn(V, B, generator=torch.Generator().manual_seed(5)).to(DEV).t()
+    sampler = FusedSampler(*params)
+    for _ in range(2):
+        tok = sampler(xt)[0]
+        assert torch.equal(tok, fused_sample(xt, *params)[0])
 
 
 class _Tensor(str):

@@ -58,8 +58,10 @@ class FusedSampler:
     -----
     The first call checks the parameters against the logits (:func:`~impls.fused.ops.check_call`, and that
     none needs converting: a converted copy would not see the caller's later writes), allocates the outputs and
-    workspaces, and binds the logits' shape, dtype, device, row stride and 16-byte alignment; later calls
-    need logits of the same. Each call overwrites the outputs of the last one (``tokens``, ``status``,
+    workspaces, and binds the logits' shape, dtype, device, row stride and (on CUDA) 16-byte alignment; later
+    calls need logits of the same (logits whose rows are not contiguous are copied first, every call, as
+    :func:`~impls.fused.ops.fused_sample` does). Only the parameters' values may change after the first call:
+    their shapes, dtypes and devices are not checked again. Each call overwrites the outputs of the last one (``tokens``, ``status``,
     ``path``, ``probs``: the same tensors every call, as ``buffers=`` of :func:`~impls.fused.ops.fused_sample`).
     Capturable in a CUDA graph after a first call, like :func:`~impls.fused.ops.fused_sample`.
     """
@@ -80,7 +82,8 @@ class FusedSampler:
         logits, params = check_call(logits, *self.given)
         for name, t, p in zip(_NAMES, self.given, params):
             if p is not t:
-                raise ValueError(f"{name}: bound parameters must already be contiguous {p.dtype} tensors (got "
+                want = "torch.float32 or torch.float64" if name == "top_p" else str(p.dtype)
+                raise ValueError(f"{name}: bound parameters must already be contiguous {want} tensors (got "
                                  f"{t.dtype}{'' if t.is_contiguous() else ', not contiguous'}): a converted copy "
                                  "would not see the caller's later writes")
         B, V = logits.shape
@@ -89,7 +92,8 @@ class FusedSampler:
         self.cfg = apply_tuning(cfg, self.tuning) if self.tuning else cfg
         self.params = params
         self._shape, self._dtype, self._device, self._stride = logits.shape, logits.dtype, dev, logits.stride()
-        self._aligned = logits.data_ptr() & 15 == 0
+        # Triton specialises CUDA kernels on 16-byte alignment; the interpreter (CPU) on nothing
+        self._aligned = (logits.data_ptr() & 15 == 0) if dev.type == "cuda" else None
         self.buffers = allocate(B, V, dev, self.cfg, self.want_probs)
 
     def __call__(self, logits: torch.Tensor) -> tuple:
@@ -113,16 +117,20 @@ class FusedSampler:
         """
         if not isinstance(logits, torch.Tensor):
             raise TypeError(f"logits must be a (batch, vocab) tensor, got {type(logits).__name__}")
+        if logits.dim() == 2 and logits.stride(-1) != 1:
+            logits = logits.contiguous()   # as fused_sample: the kernels read rows contiguous in the vocabulary
         if self.buffers is None:
             self._bind(logits)
         address = logits.data_ptr()
         if (logits.shape != self._shape or logits.dtype != self._dtype or logits.device != self._device
-                or logits.stride() != self._stride or (address & 15 == 0) != self._aligned):
+                or logits.stride() != self._stride
+                or (self._aligned is not None and (address & 15 == 0) != self._aligned)):
+            al = lambda a: "" if self._aligned is None else (", 16-byte aligned" if a else ", not 16-byte aligned")
             raise ValueError(
                 f"this FusedSampler is bound to {tuple(self._shape)} {self._dtype} logits on {self._device} with "
-                f"strides {self._stride}{'' if self._aligned else ' (not 16-byte aligned)'}; got "
-                f"{tuple(logits.shape)} {logits.dtype} on {logits.device} with strides {logits.stride()}: bind a "
-                "new FusedSampler for them (or call fused_sample)")
+                f"strides {self._stride}{al(self._aligned)}; got {tuple(logits.shape)} {logits.dtype} on "
+                f"{logits.device} with strides {logits.stride()}{al(address & 15 == 0)}: bind a new FusedSampler "
+                "for them (or call fused_sample)")
         a = self.buffers
         if not self._shape[0]:   # no rows: nothing to launch (as fused_sample)
             return a["tokens"], a["status"], a["path"], (a["probs"] if self.want_probs else None)
