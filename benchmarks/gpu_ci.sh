@@ -20,7 +20,9 @@
 #                           .git is the session's first commit with the later files over it: AB_BASE must be a commit
 #                           that copy holds (its `git log`), not one made later in the session
 #   STAGES="profile"        Nsight Compute on the fused p0.9 call at 1024 x 128256 (speed of light, occupancy,
-#                           warp states, instruction mix, stall reasons), summarised in $OUT/ncu-fused-p09.json
+#                           warp states, instruction mix, stall reasons), summarised in $OUT/ncu-fused-p09.json;
+#                           PROFILE_MIX and PROFILE_POINT (batch:vocab) choose another call, PROFILE_KERNEL (a
+#                           regex, e.g. _decide) profiles only the matching launch (the file names say which)
 # Results go to $OUT (default ./out); several stages: STAGES="tox records".
 # The source bundles are built on a machine with network and carried in .whl/ (folders, not
 # installed): python -m impls.vllm_gpu.bundle --out .whl/vllm-src ..., python -m
@@ -158,14 +160,19 @@ s.top_p_renorm_probs(p, 0.5); torch.cuda.synchronize()" 2>&1 | tail -2
       | tee "$OUT/ab.txt"
     ;;
   profile)
-    echo "== Nsight Compute, fused p0.9 at 1024 x 128256"
+    # `benchmarks.tuning call` makes two calls: the second one's launches are profiled
+    pmix=${PROFILE_MIX:-p09}; ppoint=${PROFILE_POINT:-1024:128256}
+    tag=ncu-fused-$pmix; [ "$ppoint" != 1024:128256 ] && tag=$tag-${ppoint/:/x}
+    sel="-s 5 -c 5"
+    if [ -n "${PROFILE_KERNEL:-}" ]; then sel="-k regex:$PROFILE_KERNEL -s 1 -c 1"; tag=$tag-$PROFILE_KERNEL; fi
+    echo "== Nsight Compute, fused $pmix at $ppoint${PROFILE_KERNEL:+, launches matching $PROFILE_KERNEL}"
     ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
       --section InstructionStats --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
-      --csv --page details -s 5 -c 5 python3 -m benchmarks.tuning call p09 default > "$OUT/ncu-fused-p09.csv" \
-      2> "$OUT/ncu-fused-p09.err"
+      --csv --page details $sel python3 -m benchmarks.tuning call "$pmix" default --point "$ppoint" \
+      > "$OUT/$tag.csv" 2> "$OUT/$tag.err"
     rc=$?; status=$(( status > rc ? status : rc ))
-    python3 -m benchmarks.ncu_summary "$OUT/ncu-fused-p09.json" "${SAMPCHECK_FUSED_TUNING:-default}=$OUT/ncu-fused-p09.csv"
+    python3 -m benchmarks.ncu_summary "$OUT/$tag.json" "${SAMPCHECK_FUSED_TUNING:-default}=$OUT/$tag.csv"
     rc=$?; status=$(( status > rc ? status : rc ))
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
