@@ -284,8 +284,7 @@ def summarise(doc: dict) -> dict:
             ratios = [(r["median_us"] / unit(r), where(r)) for r in pts if unit(r)]
             fmt = "{:.2f}x"
         worst = max(ratios, default=None)
-        shown = None if worst is None else (fmt.format(worst[0]) if tg.against == "us" else
-                                            f"{fmt.format(worst[0])} at {worst[1]}")
+        shown = None if worst is None else f"{fmt.format(worst[0])} at {worst[1]}"
         targets.append({"name": tg.name, "text": tg.text, "level": tg.level, "checked": len(ratios),
                         "met": None if not ratios else all(x <= tg.limit for x, _ in ratios), "worst": shown})
     # the file's grid, per implementation: its mixes at every vocabulary and batch of the file
