@@ -58,8 +58,8 @@ def _launch_variants(launch, x, T, K, P, M, seed, off, buf: dict, cfg: dict, n: 
 
     ``buf`` holds the kept buffers a call of this shape already used (so its plan exists); no launch hook set.
     """
-    from impls.fused.kernel import SLOTS
-    vals = (x, T, K, P, M, seed, off) + tuple(buf[s] for s in SLOTS[7:])
+    from impls.fused.workspace import call_tensors
+    vals = call_tensors(x, (T, K, P, M, seed, off), buf)
     plan = launch._PLANS[launch.plan_key(vals, buf["S"], buf["CH"], False, cfg)]
     ck, run, g, function, pre, get, _name = plan.steps[0]
     stream = launch._stream(x.device.index if x.device.index is not None else torch.cuda.current_device())

@@ -21,6 +21,7 @@ import torch
 
 from .launch import MODES, bind, run_call
 from .ops import DEFAULTS, INTERPRETER, allocate, apply_tuning, check_call
+from .workspace import call_tensors
 
 __all__ = ["FusedSampler"]
 
@@ -61,8 +62,9 @@ class FusedSampler:
     workspaces, and binds the logits' shape, dtype, device, row stride and (on CUDA) 16-byte alignment; later
     calls need logits of the same (logits whose rows are not contiguous are copied first, every call, as
     :func:`~impls.fused.ops.fused_sample` does). Only the parameters' values may change after the first call:
-    their shapes, dtypes and devices are not checked again. Each call overwrites the outputs of the last one (``tokens``, ``status``,
-    ``path``, ``probs``: the same tensors every call, as ``buffers=`` of :func:`~impls.fused.ops.fused_sample`).
+    their shapes, dtypes and devices are not checked again. Each call overwrites the outputs of the last one
+    (``tokens``, ``status``, ``path``, ``probs``: the same tensors every call, as ``buffers=`` of
+    :func:`~impls.fused.ops.fused_sample`).
     Capturable in a CUDA graph after a first call, like :func:`~impls.fused.ops.fused_sample`.
     """
 
@@ -137,8 +139,7 @@ class FusedSampler:
         if self._bound:
             self._bound.run(logits, address)
         else:
-            vals = (logits,) + self.params + (a["tokens"], a["status"], a["path"], a["probs"], a["wsi"], a["wsf"],
-                                              a["ws64"])
+            vals = call_tensors(logits, self.params, a)
             run_call(vals, a["S"], a["CH"], self.want_probs, self.cfg, self.launcher, self.greedy)
             if self._bound is None and self.launcher == "cached":
                 self._bound = bind(vals, a["S"], a["CH"], self.want_probs, self.cfg, self.greedy) or False

@@ -40,8 +40,8 @@ KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", 
 #: statistics launch of a general and of an all-greedy call).
 VARIANTS = {"_hist_kernel": ("EARLY", (True, False)), "_stats_kernel": ("ALL_GREEDY", (False, True))}
 #: Kernels that stream rows of logits (or of rewritten logits): their loads of a row must be 16 bytes wide.
-STREAMING = ("_stats_kernel", "_greedy_row_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_probs_kernel", "_rewrite_kernel",
-             "_logprobs_kernel")
+STREAMING = ("_stats_kernel", "_greedy_row_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel",
+             "_probs_kernel", "_rewrite_kernel", "_logprobs_kernel")
 #: Pointer arguments and their element types (the logits' is chosen per compile).
 POINTERS = {"temp_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32", "seed_ptr": "*i64",
             "offset_ptr": "*i64", "wsi": "*i32", "wsf": "*fp32", "ws64": "*i64", "token_ptr": "*i64",
@@ -59,9 +59,9 @@ DIV16 = ("stride_row", "V", "CH")
 def constants(cfg: Optional[dict] = None) -> dict:
     """The constexpr values of every kernel for the tuning set ``cfg`` (default :data:`DEFAULTS`).
 
-    The ``NSTG`` of the statistics and one-launch greedy kernels is ``stats_stages`` (:func:`compile_kernel` puts
-    it in), the others' ``stages``; ``UNIT_T`` on (both of its loops compile); the step's ``NU``, ``WANT_LP``, ``KL``, ``WANT_VEC`` as
-    the fused step passes them.
+    A sampling launch's own values (its ``NSTG``, block, flags) replace these in :func:`compile_kernel`, as
+    :func:`impls.fused.kernel.launch_specs` gives them; ``UNIT_T`` on (both of its loops compile); the step's
+    ``NU``, ``WANT_LP``, ``KL``, ``WANT_VEC`` as the fused step passes them.
     """
     c = dict(DEFAULTS if cfg is None else cfg)
     return dict(BLOCK=c["block"], NB1=c["nb"], NBS=c["nbs"], KMAX=c["kmax"], KBIG=c["kbig"], RMAX=c["r"],
@@ -78,8 +78,8 @@ def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None,
     logits : str
         The logits' pointer type, ``"*fp32"`` or ``"*bf16"`` (``"*fp16"``).
     cfg : dict, optional
-        A tuning set (:data:`DEFAULTS`' keys); its ``stats_stages`` sets the statistics and one-launch greedy
-        kernels' ``NSTG``.
+        A tuning set (:data:`DEFAULTS`' keys); a sampling launch gets the constexprs and warps that
+        :func:`impls.fused.kernel.launch_specs` gives it for that set.
     **flags
         Constexpr overrides (``EARLY=False``, ``ALL_GREEDY=True``, ``NSTG=1``, ...).
 
@@ -101,10 +101,8 @@ def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None,
     c = DEFAULTS if cfg is None else cfg
     params = list(inspect.signature(fn.fn).parameters)
     cst = constants(c)
-    if name in ("_stats_kernel", "_greedy_row_kernel"):
-        cst["NSTG"] = c.get("stats_stages", cst["NSTG"])   # their own option (kernel.launch_specs)
-    if name == "_greedy_row_kernel":   # its block scales with its warps (kernel.launch_specs)
-        cst["BLOCK"] = K.greedy_row_shape(c)[1]
+    meta, options = _launch_meta(name, c)
+    cst.update(meta)
     cst.update(flags)
     sig = {p: "constexpr" if p in cst else POINTERS.get(p, logits if p == "logits_ptr" else "i32") for p in params}
     consts = {(params.index(p),): cst[p] for p in params if p in cst}
@@ -114,9 +112,20 @@ def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None,
              if p not in cst and p in free and (sig[p].startswith("*") or p in DIV16)}
     return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                           target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": (K.greedy_row_shape(c)[0] if name == "_greedy_row_kernel"
-                                                 else c["decide_warps" if name == "_decide_kernel" else "num_warps"]),
-                                   "enable_fp_fusion": False})
+                          options={"num_warps": options.get("num_warps", c["num_warps"]), "enable_fp_fusion": False})
+
+
+def _launch_meta(name: str, cfg: dict) -> tuple:
+    """``(constexprs, launch options)`` that :func:`impls.fused.kernel.launch_specs` gives sampling kernel ``name``
+    for tuning set ``cfg`` (a batch of 1024 x 128256, probabilities asked, general and all-greedy calls, the latter
+    with one and two launches); ``({}, {})`` for the step's kernels, which :mod:`impls.fused.step` launches."""
+    for greedy, rows in ((False, None), (True, 1 << 30), (True, 1)):
+        c = cfg if rows is None else dict(cfg, greedy_rows=rows)
+        for _n, kernel, _grid, _args, meta, options in K.launch_specs(1024, 128256, 128256, 1, 128256, True, c,
+                                                                      greedy):
+            if kernel.fn.__name__ == name:
+                return meta, options
+    return {}, {}
 
 
 def narrow_loads(ptx: str) -> int:

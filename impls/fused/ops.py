@@ -1,9 +1,9 @@
 """Host entry points of the fused sampler (tokens; probabilities; both from one filtering).
 
 The kernels are in :mod:`impls.fused.kernel` (five launches per call, six with
-probabilities, two for a call its caller says is all greedy, one when that batch is large; with early accept, a top-p
-row whose full-row winner is certainly kept is drawn in the second, and the later ones
-return at once for it). These wrappers allocate the outputs and the per-row workspaces
+probabilities, two for a call its caller says is all greedy, one when that batch is
+large; with early accept, a top-p row whose full-row winner is certainly kept is drawn
+in the second, and the later ones return at once for it). These wrappers allocate the outputs and the per-row workspaces
 (a window of ``KMAX`` and a list of ``KBIG`` int64 entries, small records and per-part
 histograms: independent of the vocabulary), or take the caller's kept ones, and choose
 how many programs share a row (``S``): enough that a small batch fills the GPU, one per
@@ -20,7 +20,7 @@ import torch
 
 from .kernel import _stats_kernel
 from .launch import MODES, run_call
-from .workspace import allocate, layout_key, splits
+from .workspace import allocate, call_tensors, layout_key, splits
 
 #: Whether Triton runs the kernels in its interpreter (``TRITON_INTERPRET=1`` when it was imported):
 #: the only way they run on CPU tensors.
@@ -117,7 +117,8 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         if name in ("num_warps", "decide_warps", "greedy_warps") and not (
                 isinstance(v, int) and not isinstance(v, bool) and v in (1, 2, 4, 8, 16, 32)):
             raise ValueError(f"fused_sample option {name}={v!r}: a power of two from 1 to 32")
-        if name in ("programs", "max_splits", "greedy_rows") and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+        if name in ("programs", "max_splits", "greedy_rows") and not (
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             raise ValueError(f"fused_sample option {name}={v!r}: an int >= 1")
         if name == "r" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")):
             raise ValueError(f"fused_sample option r={v!r}: a finite number > 0")
@@ -301,8 +302,8 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     a = allocate(B, V, dev, cfg, want_probs) if buffers is None else _checked_buffers(buffers, B, V, dev, cfg,
                                                                                       want_probs)
     tokens, status, path, probs = a["tokens"], a["status"], a["path"], a["probs"]
-    run_call((logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, a["wsi"], a["wsf"],
-              a["ws64"]), a["S"], a["CH"], want_probs, cfg, launcher, bool(greedy))
+    run_call(call_tensors(logits, (temperature, top_k, top_p, min_p, seed, offset), a), a["S"], a["CH"], want_probs,
+             cfg, launcher, bool(greedy))
     return tokens, status, path, (probs if want_probs else None)
 
 

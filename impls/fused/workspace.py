@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from .kernel import LAYOUT
+from .kernel import LAYOUT, SLOTS
 
-__all__ = ["splits", "allocate", "workspace_bytes", "layout_key"]
+__all__ = ["splits", "allocate", "workspace_bytes", "layout_key", "call_tensors"]
 
 
 def splits(B: int, V: int, cfg: dict):
@@ -94,3 +94,18 @@ def allocate(B: int, V: int, device, cfg: dict, want_probs: bool = False, empty=
         "ws64": ws[:n_64],
         "S": S, "CH": CH, "key": layout_key(B, V, ws.device, cfg, want_probs),
     }
+
+
+def call_tensors(logits, params: tuple, a: dict) -> tuple:
+    """The tensors of one call in :data:`impls.fused.kernel.SLOTS` order, as the launches take them.
+
+    Parameters
+    ----------
+    logits : torch.Tensor
+        ``(B, V)`` logits.
+    params : tuple of torch.Tensor
+        The six ``(B,)`` parameters: temperature, top_k, top_p, min_p, seed, offset.
+    a : dict
+        :func:`allocate` of the call's shape: its outputs and workspaces follow.
+    """
+    return (logits,) + tuple(params) + tuple(a[s] for s in SLOTS[7:])
