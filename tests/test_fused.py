@@ -200,6 +200,50 @@ def test_unit_temperature_rows_skip_the_division_with_the_same_draws():
     assert "boundary" in {PATHS[p] for p in on[2].tolist()}
 
 
+def _row_modes(a: dict, cfg: dict, B: int) -> list:
+    """Each row's window mode after a call (kernel record field ``_I_MODE``): 0 window gathered from the hist
+    or refine pass, 1 streaming refine, 2 slow, 3 accepted, 4 bracket list (read from ``allocate``'d buffers)."""
+    from impls.fused.kernel import LAYOUT
+    S = a["S"]
+    ri = S * (LAYOUT["PI"] + cfg["nb"] + cfg["nbs"])
+    per = ri + LAYOUT["RI"] + LAYOUT["CNT"]
+    return [int(a["wsi"][r * per + ri + 3]) for r in range(B)]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_bracket_list_refines_as_the_refine_pass(seed):
+    """A top-k/top-p row whose bracket holds more survivors than the window list (``kmax``) but at most ``kbr``
+    is refined from the bracket's list in the decide launch (mode 4) instead of by the refine pass over the row
+    (mode 1, ``kbr=0``): the same tokens, paths and distributions both ways, equal to the reference's. Rows of
+    4000 logits of sigma 0.5 to 3 with top-p 0.3 to 0.99 (some with top-k 900 or 1500, wider than the 128-entry
+    window): with ``kbr=512`` at least rows 2 and 3 take the list, with ``kbr=0`` none does."""
+    from impls.fused.ops import DEFAULTS, INTERPRETED, INTERPRETER, apply_tuning
+    from impls.fused.workspace import allocate
+    g = torch.Generator().manual_seed(seed)
+    B, V = 8, 4000
+    logits = torch.randn(B, V, generator=g) * torch.tensor([3.0, 3.0, 2.0, 1.0, 3.0, 0.5, 3.0, 2.0])[:, None]
+    T = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.7, 1.0, 1.3, 1.0])
+    K = torch.tensor([0, 0, 0, 0, 0, 0, 1500, 900])
+    P = torch.tensor([0.9, 0.5, 0.95, 0.8, 0.9, 0.3, 1.0, 0.99])
+    M = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.01, 0.0, 0.0])
+    S, O = torch.arange(B) + 7, torch.arange(B)
+    args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
+    want, dists = reference_rows(logits, T, K, P, M, S, O)
+    runs = {}
+    for kbr in (0, 512):
+        opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=kbr, early=False, want_probs=True)
+        tuned = {k: v for k, v in opts.items() if k != "want_probs"}
+        cfg = apply_tuning(INTERPRETER if INTERPRETED else DEFAULTS, tuned)
+        a = allocate(B, V, torch.device(DEV), cfg, want_probs=True)
+        runs[kbr] = fused_sample(*args, buffers=a, **opts), _row_modes(a, cfg, B)
+    (ref_out, ref_modes), (lst_out, lst_modes) = runs[0], runs[512]
+    assert ref_out[0].tolist() == lst_out[0].tolist() == want
+    assert ref_out[2].tolist() == lst_out[2].tolist() and torch.equal(ref_out[3], lst_out[3])
+    for i in range(B):
+        assert torch.allclose(lst_out[3][i].cpu(), dists[i], rtol=1e-5, atol=1e-7)
+    assert 4 not in ref_modes and all(lst_modes[r] == 4 for r in (2, 3)), (ref_modes, lst_modes)
+
+
 def test_boundary_path_large_nucleus():
     # A flat row (sigma 1, V 3000): the 0.9 nucleus holds ~2000 tokens, more than the
     # workspace (256), so only the boundary bins are gathered and the draw makes one
@@ -378,11 +422,11 @@ def test_launcher_mode_is_checked_and_constexpr_tail_follows_the_signature():
     x = torch.zeros(2, 300, device=DEV)
     with pytest.raises(ValueError, match="unknown launcher mode 'fast'"):
         fused_sample(x.cpu(), *random_batch(1, 2, [300])[1:], launcher="fast")
-    # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY, NSTG, LOCAL
-    # and UNIT_T: their defaults)
+    # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY, NSTG, LOCAL,
+    # UNIT_T and KBR: their defaults)
     tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
                                           "KBIG": 256})
-    assert tail == (128, 64, 64, 128, 256, 40.0, False, 1, True, True)
+    assert tail == (128, 64, 64, 128, 256, 40.0, False, 1, True, True, 0)
     with pytest.raises(TypeError, match="no value for parameter RMAX"):
         launch._tail(_hist_kernel, 14, {"BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
     from impls.fused.ops import INTERPRETER
@@ -532,7 +576,7 @@ def test_allocate_carves_aligned_workspaces_that_do_not_overlap():
         S = a["S"]
         assert a["wsi"].numel() == B * (S * (8 + 64 + 128) + 16 + 4) and a["wsi"].dtype == torch.int32
         assert a["wsf"].numel() == B * (S * 8 + 8) and a["wsf"].dtype == torch.float32
-        assert a["ws64"].numel() == B * (S * 4 + 4 + cfg["kmax"] + 16384) and a["probs"] is a["wsf"]
+        assert a["ws64"].numel() == B * (S * 4 + 4 + cfg["kmax"] + 16384 + 16384) and a["probs"] is a["wsf"]
 
 
 @pytest.mark.gpu
@@ -809,15 +853,16 @@ def test_tuning_from_the_environment_replaces_the_defaults():
 
 def test_workspace_bytes_per_row_at_the_gpu_defaults():
     """Hand-checked from the layout: one part per row at batch >= 512 gives 220 int32 (8 partials, 64 + 128
-    histogram bins, 16 record, 4 counters) + 16 float32 + 18,440 int64 per row (the lists: kmax 2048 + kbig
-    16384), 148,464 bytes; batch 1 splits its row into 126 parts of 1024 logits: 25,220 int32 (100,880 bytes),
-    1,016 float32 (4,064 bytes, each region rounded up to 16), 18,940 int64 (151,520 bytes), 256,464 bytes.
-    The allocation is exactly that size."""
+    histogram bins, 16 record, 4 counters) + 16 float32 + 34,824 int64 per row (the lists: kmax 2048 + kbig
+    16384 + kbr 16384), 279,536 bytes; batch 1 splits its row into 126 parts of 1024 logits: 25,220 int32 (100,880
+    bytes), 1,016 float32 (4,064 bytes, each region rounded up to 16), 35,324 int64 (282,592 bytes), 387,536
+    bytes. The allocation is exactly that size."""
     from impls.fused.ops import DEFAULTS
     from impls.fused.workspace import allocate, workspace_bytes
-    assert (DEFAULTS["nb"], DEFAULTS["nbs"], DEFAULTS["kmax"], DEFAULTS["kbig"]) == (64, 128, 2048, 16384)
-    assert workspace_bytes(1024, 128256, DEFAULTS) == 1024 * 148464 == 152027136
-    assert workspace_bytes(1, 128256, DEFAULTS) == 256464
+    assert (DEFAULTS["nb"], DEFAULTS["nbs"], DEFAULTS["kmax"], DEFAULTS["kbig"], DEFAULTS["kbr"]) == (
+        64, 128, 2048, 16384, 16384)
+    assert workspace_bytes(1024, 128256, DEFAULTS) == 1024 * 279536 == 286244864
+    assert workspace_bytes(1, 128256, DEFAULTS) == 387536
     a = allocate(3, 128256, torch.device("cpu"), DEFAULTS)
     whole = a["ws64"]._base if a["ws64"]._base is not None else a["ws64"]
     assert whole.numel() * 8 == workspace_bytes(3, 128256, DEFAULTS)

@@ -41,7 +41,8 @@ has nothing to do for exit at once):
    *bracket* from bounds on each bin's mass (its tokens lie between its
    edges), tightened by the exact total minus the bounds of the rest
    (``_bracket``). When the window would not fit the workspace, the row is
-   *refined*. *Early accept* (``EARLY``, on unless the kept set is wanted:
+   *refined*: from the *bracket list* (mode 4) when the bracket's survivors fit its ``KBR`` entries (the
+   gather pass packs them, the decide launch refines), else by the refine pass. *Early accept* (``EARLY``, on unless the kept set is wanted:
    probabilities, the step's PROCESSED logprobs), for top-p rows without
    top-k (with top-k the extra work did not pay, measured): the same pass
    also takes the Gumbel-max over each part's survivors; the draw's key does not depend
@@ -51,7 +52,7 @@ has nothing to do for exit at once):
    the upper bound of the mass up to and including its level-1 bin is below
    ``top_p`` times the mass of the survivors (``_sure_kept``). The row is then done (path 5):
    the later launches return at once for it.
-3. ``_refine_kernel`` (``B x S``, refined rows only) — a 256-bin histogram
+3. ``_refine_kernel`` (``B x S``, rows whose bracket exceeds ``KBR`` only) — an ``NBS``-bin histogram
    over the bracket's level-1 bins (``2**rsh`` fine bins per refined bin,
    chosen per row so that 255 of them cover the bracket), and the exact mass
    above them; the last program chooses the window in these, by the same
@@ -59,9 +60,12 @@ has nothing to do for exit at once):
 4. ``_gather_kernel`` (``B x S``) — the survivors in the window go to the
    workspace (packed ``(logit key, -id)``), the survivors above it (all kept)
    to a second workspace of ``KBIG`` entries; when there are more of those,
-   their Gumbel-max and mass are taken in this pass instead. Min-p-only rows
+   their Gumbel-max and mass are taken in this pass instead. Rows of mode 4 pack
+   their bracket's survivors into the bracket list instead of a window. Min-p-only rows
    whose survivors overflowed the workspace take their draw here.
-5. ``_decide_kernel`` (``B`` programs) — the window is sorted (``tl.sort`` on
+5. ``_decide_kernel`` (``B`` programs) — rows of mode 4 first refine their bracket
+   list as the refine pass would (same refined bins, bounds and checks), pack the
+   window into the window list and draw over the listed survivors above it; the window is sorted (``tl.sort`` on
    ``(key, -id)``) and min-p, top-k (ties kept) and top-p (keep a token iff
    the mass strictly above it is ``< top_p``; the most likely tokens always
    kept) are decided exactly as the reference does on the renormalised
@@ -158,7 +162,7 @@ LAYOUT = {"PI": 8, "PF": 8, "P64": 4, "RI": 16, "RF": 8, "R64": 4, "CNT": 4}
 _I_STATUS = tl.constexpr(0)
 _I_KIND = tl.constexpr(1)  # -1 rejected, 0 greedy, 1 no filter, 2 min-p only, 3 top-k/top-p
 _I_GIDX = tl.constexpr(2)
-_I_MODE = tl.constexpr(3)  # kind 3: 0 gather, 1 refine, 2 slow, 3 accepted (drawn in the histogram pass)
+_I_MODE = tl.constexpr(3)  # kind 3: 0 gather, 1 refine, 2 slow, 3 accepted (drawn in the histogram pass), 4 list
 _I_FLO = tl.constexpr(4)
 _I_FHI = tl.constexpr(5)
 _I_NA = tl.constexpr(6)
@@ -266,6 +270,13 @@ def _ws(row, wsi, wsf, ws64, S, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.c
     cand = r64 + _R64
     abv = cand + KMAX
     return bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv
+
+
+@triton.jit
+def _brk(row, ws64, S, KMAX: tl.constexpr, KBIG: tl.constexpr, KBR: tl.constexpr):
+    # the row's bracket list (mode 4): KBR int64 after the per-row regions of the launch's rows
+    # (tl.num_programs(0) of the gather and decide launches is the batch)
+    return ws64 + tl.num_programs(0).to(tl.int64) * (S * _P64 + _R64 + KMAX + KBIG) + row * KBR
 
 
 @triton.jit
@@ -700,8 +711,10 @@ def _bracket(H, e_lo, e_hi, above, below_hi, total, target, last):
 @triton.jit
 def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_bin, w_top, w_ok,
                    NB1: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr, NBF: tl.constexpr, NBS: tl.constexpr,
-                   EARLY: tl.constexpr):
-    """Last program of a top-k/top-p row: choose the window of fine bins, or send the row to the refine pass.
+                   EARLY: tl.constexpr, KBR: tl.constexpr):
+    """Last program of a top-k/top-p row: choose the window of fine bins, or have it refined: from the list of
+    the bracket's survivors when they fit its ``KBR`` entries (mode 4: the gather pass packs them, the decide
+    launch refines), else by the refine pass (mode 1).
 
     With ``EARLY``, a row whose full-row Gumbel-max winner (``w_ok``: its key is finite) is certainly
     kept is accepted instead (mode 3): the winner is the row's maximum (``w_top``: always kept), or its
@@ -733,7 +746,7 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
     rsh = wf * 0
     for _i in tl.static_range(16):
         rsh = tl.where(((rsh * 0 + (NBS - 1)) << rsh) < wf, rsh + 1, rsh)
-    mode = tl.where(fits, 0, 1)
+    mode = tl.where(fits, 0, tl.where((KBR > KMAX) & (upto - before <= KBR), 4, 1))
     if EARLY:
         mode = tl.where(w_ok & (w_top | _sure_kept(bins, H, e_lo, e_hi, E_A, w_bin, top_p)), 3, mode)
     tl.store(ri + _I_MODE, mode)
@@ -830,7 +843,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                  wsi, wsf, ws64, S, CH,
                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
                  RMAX: tl.constexpr, EARLY: tl.constexpr = False, NSTG: tl.constexpr = 1,
-                 LOCAL: tl.constexpr = True, UNIT_T: tl.constexpr = True):
+                 LOCAL: tl.constexpr = True, UNIT_T: tl.constexpr = True, KBR: tl.constexpr = 0):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -912,7 +925,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                 w_bin = _fine(x_w, m, C, NBF) >> 8
                 tl.store(ri + _I_ETOK, tok)
             _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_bin, w_top, w_ok, NB1, KMAX,
-                           KBIG, NBF, NBS, EARLY)
+                           KBIG, NBF, NBS, EARLY, KBR)
 
 
 # ----------------------------------------------------------------------------- 3: refine
@@ -1017,7 +1030,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
 @triton.jit(do_not_specialize=["S"])
 def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, LOCAL: tl.constexpr = True):
+                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, LOCAL: tl.constexpr = True, KBR: tl.constexpr = 0):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -1036,7 +1049,9 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
     # rows whose kept tokens are drawn in this pass: min-p only with more survivors than the
     # workspace holds, and top-k/top-p rows with more survivors above the window than KBIG
     minp_over = (kind == 2) & (tl.load(cnt + 2) > KMAX)
-    if minp_over | ((kind == 3) & (mode == 0) & (above == 2)):
+    # mode 4: the bracket's survivors go to the bracket list instead of the window's
+    listed = (kind == 3) & ((mode == 0) | (mode == 4))
+    if minp_over | (listed & (above == 2)):
         f_lo = tl.where(kind == 2, NBF, tl.load(ri + _I_FLO))
         seed = tl.load(seed_ptr + row)
         offset = tl.load(offset_ptr + row)
@@ -1044,9 +1059,11 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
         tl.store(bf + part * _PF + 3, best)
         tl.store(bi + part * _PI + 5, tok)
         tl.store(b64 + part * _P64 + 3, mass)
-    if (kind == 3) & (mode == 0):
+    if listed:
         f_lo = tl.load(ri + _I_FLO)
         f_hi = tl.load(ri + _I_FHI)
+        dst = tl.where(mode == 4, _brk(row, ws64, S, KMAX, KBIG, KBR), cand)
+        cap = tl.where(mode == 4, KBR, KMAX)
         own = (S == 1) & LOCAL
         used = _compact_start(cnt + 2, own)
         if above == 1:
@@ -1056,7 +1073,7 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
                 A = fin & (x >= xA)
                 f = _fine(x, m, C, NBF)
                 packed = _pack(x, offs)
-                used = _compact(cand, cnt + 2, KMAX, A & (f >= f_lo) & (f <= f_hi), packed, used, own)
+                used = _compact(dst, cnt + 2, cap, A & (f >= f_lo) & (f <= f_hi), packed, used, own)
                 used_a = _compact(abv, cnt + 3, KBIG, A & (f < f_lo), packed, used_a, own)
             _compact_end(cnt + 3, used_a, own)
         else:
@@ -1064,7 +1081,7 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
                 offs, x, fin = _tile(base, st, V, R4)
                 A = fin & (x >= xA)
                 f = _fine(x, m, C, NBF)
-                used = _compact(cand, cnt + 2, KMAX, A & (f >= f_lo) & (f <= f_hi), _pack(x, offs), used, own)
+                used = _compact(dst, cnt + 2, cap, A & (f >= f_lo) & (f <= f_hi), _pack(x, offs), used, own)
         _compact_end(cnt + 2, used, own)
 
 
@@ -1145,11 +1162,74 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
     return e_thr, keep_q, best, tok, missed, e_cut, e_top
 
 
+@triton.jit
+def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh, f_end, n_ab0, mass0_q, n_A, E_A,
+                 NBS: tl.constexpr, NBF: tl.constexpr, KMAX: tl.constexpr, N: tl.constexpr):
+    """Mode 4: refine the bracket (fine bins ``f0..f_end``) from the list of its ``n_L`` survivors, with the refine
+    pass's refined bins (``2**rsh`` fine bins each), bounds and checks; pack the window's entries into the window
+    list ``cand`` and draw over the listed entries above the window (they are kept).
+
+    ``n_ab0`` survivors above the bracket, of exact fixed-point mass ``mass0_q``; ``E_A`` the survivors' mass.
+    Returns ``ok`` (else the row takes the slow path), the window's fine bins ``f_lo, f_hi``, the survivors above
+    it, its size, and the Gumbel-max (key, token) and fixed-point mass of the listed entries above it.
+    """
+    ar = tl.arange(0, N)
+    h = tl.zeros([NBS], dtype=tl.int32)
+    for i0 in range(0, n_L, N):
+        ok_i = i0 + ar < n_L
+        packed = tl.load(brk + i0 + ar, mask=ok_i, other=0)
+        d = _fine(_unkey((packed >> 32).to(tl.int32)), m, C, NBF) - f0
+        h += tl.histogram(tl.where(ok_i, d >> rsh, NBS - 1), NBS)
+    j = tl.arange(0, NBS)
+    H = tl.where(j == NBS - 1, 0, h)
+    cum = tl.cumsum(H, 0)
+    mass0 = mass0_q.to(tl.float32) * _UNFIX
+    # top-k: exact; top-p: the refined bins between which the boundary lies (as in _refine_kernel)
+    j_k = tl.sum((n_ab0 + cum < k).to(tl.int32), 0)
+    e_lo, e_hi = _mass_bounds(f0 + (j << rsh), f0 + ((j + 1) << rsh), C * T, NBF)
+    # survivors below the bracket: their count, and e at most that of its last fine bin
+    n_below = n_A - n_ab0 - n_L
+    _e, e_end = _mass_bounds(f_end + 1, f_end + 1, C * T, NBF)
+    target = top_p.to(tl.float32) * E_A
+    p_lo, p_hi = _bracket(H, e_lo, e_hi, mass0, n_below.to(tl.float32) * e_end, E_A, target, NBS - 1)
+    j_lo = tl.where(k_act, j_k, tl.minimum(p_lo, NBS - 2))
+    j_hi = tl.where(k_act, j_k, tl.minimum(p_hi, NBS - 2))
+    n_above = n_ab0 + tl.sum(tl.where(j < j_lo, H, 0), 0)
+    n_w = tl.sum(tl.where((j >= j_lo) & (j <= j_hi), H, 0), 0)
+    ok = (n_w <= KMAX) & (j_lo <= NBS - 2) & (k_act | ((mass0 < target) & (p_hi <= NBS - 2)))
+    b_v = tl.full([N], float("-inf"), tl.float32)
+    t_v = tl.full([N], _INT32_MAX, tl.int32)
+    e_v = tl.zeros([N], dtype=tl.int64)
+    used = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
+    if ok:
+        for i0 in range(0, n_L, N):
+            ok_i = i0 + ar < n_L
+            packed = tl.load(brk + i0 + ar, mask=ok_i, other=0)
+            x = _unkey((packed >> 32).to(tl.int32))
+            idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
+            jj = (_fine(x, m, C, NBF) - f0) >> rsh
+            win = ok_i & (jj >= j_lo) & (jj <= j_hi)
+            up = ok_i & (jj < j_lo)
+            wi = win.to(tl.int32)
+            tl.store(cand + used + tl.cumsum(wi, 0) - 1, packed, mask=win)
+            used += tl.sum(wi, 0)
+            sc = tl.where(up, _gumbel(x, m, T, seed, offset, idx), float("-inf"))
+            take = up & ((sc > b_v) | ((sc == b_v) & (idx < t_v)))
+            b_v = tl.where(take, sc, b_v)
+            t_v = tl.where(take, idx, t_v)
+            e_v += tl.where(up, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+    best = tl.max(b_v, 0)
+    tok = tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 0)
+    f_lo = f0 + (j_lo << rsh)
+    f_hi = tl.minimum(f0 + ((j_hi + 1) << rsh) - 1, f_end)
+    return ok, f_lo, f_hi, n_above, used, best, tok, tl.sum(e_v, 0)
+
+
 @triton.jit(do_not_specialize=["S"])
 def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
                    token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1):
+                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, KBR: tl.constexpr = 0):
     row = tl.program_id(0).to(tl.int64)
     base = logits_ptr + row * stride_row
     NBF: tl.constexpr = (NB1 - 1) * _NB2
@@ -1191,9 +1271,10 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             # accepted in the histogram pass: the full-row winner, certainly kept
             token = tl.load(ri + _I_ETOK)
             path = zero + 5
-        if mode == 0:
+        if (mode == 0) | (mode == 4):
             above = tl.load(ri + _I_ABOVE)
             f_lo = tl.load(ri + _I_FLO)
+            f_hi = tl.load(ri + _I_FHI)
             n_A = tl.load(ri + _I_NA)
             n_above = tl.load(ri + _I_NABOVE)
             k_act = tl.load(ri + _I_KACT) != 0
@@ -1208,8 +1289,20 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             if above == 2:
                 ab_best, ab_tok = _best_parts(bf + 3, bi + 5, S, 0)
                 mass_q = _sum_col(b64, S, _P64, 3, tl.int64)
+            slow = (n_g > tl.where(mode == 4, KBR, KMAX)) | ((above == 1) & (n_ab != n_above))
+            if (mode == 4) & (slow == 0):
+                # the bracket's list: refine it here, then decide its window as any other
+                ok, f_lo, f_hi, n_above, n_g, l_best, l_tok, l_mass = _list_window(
+                    _brk(row, ws64, S, KMAX, KBIG, KBR), n_g, cand, m, T, C, seed, offset, k, k_act, top_p, f_lo,
+                    tl.load(ri + _I_RSH), f_hi, n_above, mass_q, n_A, EA_q.to(tl.float32) * _UNFIX, NBS, NBF, KMAX,
+                    1024)
+                take_l = (l_best > ab_best) | ((l_best == ab_best) & (l_tok < ab_tok))
+                ab_best = tl.where(take_l, l_best, ab_best)
+                ab_tok = tl.where(take_l, l_tok, ab_tok)
+                mass_q += l_mass
+                slow = ok == 0
+                tl.debug_barrier()  # the window list, written by every thread, is read below
             n_below = n_A - n_above - n_g
-            slow = (n_g > KMAX) | ((above == 1) & (n_ab != n_above))
             if slow == 0:
                 has_top = f_lo == 0
                 if n_g <= 64:
@@ -1232,7 +1325,6 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 # temperature): bounds from the edges' fine bins first (a survivor below has (m - x) * C >=
                 # f_hi + 1, one above < f_lo; slack for the rounding of f and of e), and only where they cannot
                 # rule a tie out, one exact pass over the row for the neighbours' keys
-                f_hi = tl.load(ri + _I_FHI)
                 CT = C * T
                 eb_hi = tl.exp(-((f_hi + 1).to(tl.float32) * 0.999999 - 0.01) / CT) * 1.00001
                 ea_lo = tl.exp(-(f_lo.to(tl.float32) * 1.000001 + 0.01) / CT) * 0.99999
@@ -1389,6 +1481,7 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     kw = dict(num_warps=cfg["num_warps"], enable_fp_fusion=False)
     c_stats = dict(c, NSTG=cfg.get("stats_stages", c["NSTG"]))
     grid = (B, S)
+    kbr = cfg.get("kbr", 0)
     params = ("temperature", "top_k", "top_p", "min_p")
     ws = ("wsi", "wsf", "ws64")
     if greedy and B >= cfg.get("greedy_rows", B + 1):
@@ -1408,13 +1501,14 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     out = [
         ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c_stats, kw),
         ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH),
-         dict(c, RMAX=cfg["r"], EARLY=early, LOCAL=cfg.get("local", True), UNIT_T=cfg.get("unit_t", True)), kw),
+         dict(c, RMAX=cfg["r"], EARLY=early, LOCAL=cfg.get("local", True), UNIT_T=cfg.get("unit_t", True),
+              KBR=kbr), kw),
         ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH),
          dict(c, UNIT_T=cfg.get("unit_t", True)), kw),
         ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH),
-         dict(c, LOCAL=cfg.get("local", True)), kw),
+         dict(c, LOCAL=cfg.get("local", True), KBR=kbr), kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,
-                                          S), c,
+                                          S), dict(c, KBR=kbr),
          dict(num_warps=cfg["decide_warps"], enable_fp_fusion=False)),
     ]
     if want_probs:

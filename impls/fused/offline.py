@@ -64,8 +64,9 @@ def constants(cfg: Optional[dict] = None) -> dict:
     ``NU``, ``WANT_LP``, ``KL``, ``WANT_VEC`` as the fused step passes them.
     """
     c = dict(DEFAULTS if cfg is None else cfg)
-    return dict(BLOCK=c["block"], NB1=c["nb"], NBS=c["nbs"], KMAX=c["kmax"], KBIG=c["kbig"], RMAX=c["r"],
-                NSTG=c["stages"], LOCAL=c["local"], UNIT_T=True, NU=256, WANT_LP=True, KL=32, WANT_VEC=True)
+    return dict(BLOCK=c["block"], NB1=c["nb"], NBS=c["nbs"], KMAX=c["kmax"], KBIG=c["kbig"], KBR=c["kbr"],
+                RMAX=c["r"], NSTG=c["stages"], LOCAL=c["local"], UNIT_T=True, NU=256, WANT_LP=True, KL=32,
+                WANT_VEC=True)
 
 
 def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None, **flags):

@@ -57,22 +57,25 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: a program per whole row, instead of the statistics launch over split rows and the combining launch: at batch
 #: 256 an eager call's latency was mostly its host time (benchmarks/README.md "Host time and one launch for a
 #: large all-greedy batch"); ``greedy_warps``, its warps per program: with 8, a program's loads in flight did not
-#: keep the memory busy at 256 x 128256 (64.8 us against 48.7 for the two launches over split rows, H100). Results
-#: do not depend on them (only the path a row takes does).
+#: keep the memory busy at 256 x 128256 (64.8 us against 48.7 for the two launches over split rows, H100).
+#: ``kbr``: entries of the per-row bracket list: a top-k/top-p bracket wider than the window list but of at most
+#: ``kbr`` survivors is refined from that list in the decide launch instead of by the refine pass over the row
+#: (0: always the pass; 16384 holds the brackets of ``randn * 3`` rows up to vocab 262144 at top-p 0.9,
+#: benchmarks/README.md "The bracket list"). Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
-            "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16}
+            "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
 INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
                "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "stats_stages": 1,
-               "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4}
+               "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4, "kbr": 512}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 #: Tuning constants that size Triton blocks (``tl.arange`` needs powers of two).
-POW2_OPTIONS = ("block", "nb", "nbs", "kmax", "kbig")
+POW2_OPTIONS = ("block", "nb", "nbs", "kmax", "kbig", "kbr")
 
 
 def _check(t, name: str, dtype: torch.dtype, B: int, device) -> torch.Tensor:
@@ -106,8 +109,11 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
     for name, v in given.items():
         if name not in cfg:
             raise TypeError(f"unknown fused_sample option {name!r}; known: {', '.join(cfg)}")
-        if name in POW2_OPTIONS and not (isinstance(v, int) and v >= 16 and v & (v - 1) == 0):
-            raise ValueError(f"fused_sample option {name}={v!r}: must be a power of two >= 16")
+        if name == "kbr" and v == 0 and not isinstance(v, bool):
+            pass   # no bracket list: every bracket wider than the window is refined by the refine pass
+        elif name in POW2_OPTIONS and not (isinstance(v, int) and v >= 16 and v & (v - 1) == 0):
+            raise ValueError(f"fused_sample option {name}={v!r}: must be a power of two >= 16"
+                             + (" (or 0: off)" if name == "kbr" else ""))
         if name in ("local", "unit_t") and not isinstance(v, bool):
             raise ValueError(f"fused_sample option {name}={v!r}: True or False")
         if name in ("stages", "stats_stages") and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8):

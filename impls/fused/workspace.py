@@ -23,9 +23,10 @@ def workspace_bytes(B: int, V: int, cfg: dict) -> int:
     """Bytes of the one workspace allocation of a call (:func:`allocate`; outputs and probabilities not counted).
 
     Per row: the records (``LAYOUT``), per part the partials and the two histograms (``nb`` and ``nbs``
-    int32), and the window and above-window lists (``kmax + kbig`` int64, 147,456 bytes at the GPU
-    defaults: most of it). A batch of ``B >= 512`` rows has one part per row; smaller batches split
-    rows into more parts (:func:`splits`), each adding its partials and histograms.
+    int32), and the window, above-window and bracket lists (``kmax + kbig + kbr`` int64, 278,528 bytes at
+    the GPU defaults: most of it; 279,536 bytes a row in all at ``B >= 512``). A batch of ``B >= 512`` rows
+    has one part per row; smaller batches split rows into more parts (:func:`splits`), each adding its
+    partials and histograms.
     """
     q_64, q_i, q_f, _ = _sizes(B, V, cfg)
     return 8 * (q_64 + q_i + q_f)
@@ -46,7 +47,8 @@ def _sizes(B: int, V: int, cfg: dict) -> tuple:
     L = LAYOUT
     n_i = B * (S * (L["PI"] + cfg["nb"] + cfg["nbs"]) + L["RI"] + L["CNT"])
     n_f = B * (S * L["PF"] + L["RF"])
-    n_64 = B * (S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"])
+    # the bracket lists (kbr each) follow every row's regions (kernel._brk)
+    n_64 = B * (S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"] + cfg.get("kbr", 0))
     # in int64 units, each region rounded up to 16 bytes
     q_64, q_i, q_f = -(-n_64 // 2) * 2, -(-n_i // 4) * 2, -(-n_f // 4) * 2
     return q_64, q_i, q_f, (S, CH, n_i, n_f, n_64)
