@@ -244,6 +244,32 @@ def test_bracket_list_refines_as_the_refine_pass(seed):
     assert 4 not in ref_modes and all(lst_modes[r] == 4 for r in (2, 3)), (ref_modes, lst_modes)
 
 
+def test_wide_window_is_refined_before_its_sort():
+    """A window of more than ``nsub`` entries is refined once more from its own list (the bracket list's
+    space) to at most ``nsub`` entries, sorted ``nsub`` wide instead of ``kmax`` wide: same tokens and
+    distributions as without (``nsub`` = ``kmax``: never), equal to the reference's. The rows with top-k 100
+    and 90 have windows from the top of the row (path ``fast``) of more than 32 entries: refined, their
+    window no longer holds the maximum (path ``boundary``)."""
+    g = torch.Generator().manual_seed(1)
+    B, V = 8, 4000
+    logits = torch.randn(B, V, generator=g) * torch.tensor([3.0, 3.0, 2.0, 1.0, 3.0, 0.5, 3.0, 2.0])[:, None]
+    T = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.7, 1.0, 1.3, 1.0])
+    K = torch.tensor([0, 0, 0, 0, 0, 0, 100, 90])
+    P = torch.tensor([0.9, 0.5, 0.95, 0.8, 0.9, 0.3, 1.0, 0.99])
+    M = torch.zeros(B)
+    S, O = torch.arange(B) + 7, torch.zeros(B, dtype=torch.int64)
+    args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
+    want, dists = reference_rows(logits, T, K, P, M, S, O)
+    opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=512, early=False, want_probs=True)
+    sub = fused_sample(*args, nsub=32, **opts)
+    whole = fused_sample(*args, nsub=128, **opts)
+    assert sub[0].tolist() == whole[0].tolist() == want
+    for i in range(B):
+        assert torch.allclose(sub[3][i].cpu(), dists[i], rtol=1e-5, atol=1e-7)
+    assert [PATHS[p] for p in whole[2].tolist()[6:]] == ["fast", "fast"]
+    assert [PATHS[p] for p in sub[2].tolist()[6:]] == ["boundary", "boundary"]
+
+
 def test_boundary_path_large_nucleus():
     # A flat row (sigma 1, V 3000): the 0.9 nucleus holds ~2000 tokens, more than the
     # workspace (256), so only the boundary bins are gathered and the draw makes one

@@ -41,9 +41,10 @@ has nothing to do for exit at once):
    *bracket* from bounds on each bin's mass (its tokens lie between its
    edges), tightened by the exact total minus the bounds of the rest
    (``_bracket``). When the window would not fit the workspace, the row is
-   *refined*: from the *bracket list* (mode 4) when the bracket's survivors fit its ``KBR`` entries (the
-   gather pass packs them, the decide launch refines), else by the refine pass. *Early accept* (``EARLY``, on unless the kept set is wanted:
-   probabilities, the step's PROCESSED logprobs), for top-p rows without
+   *refined*: from the *bracket list* (mode 4) when the bracket's survivors
+   fit its ``KBR`` entries (the gather pass packs them, the decide launch
+   refines), else by the refine pass. *Early accept* (``EARLY``, on unless
+   the kept set is wanted: probabilities, the step's PROCESSED logprobs), for top-p rows without
    top-k (with top-k the extra work did not pay, measured): the same pass
    also takes the Gumbel-max over each part's survivors; the draw's key does not depend
    on the kept set ``K``, so when the row's winner over all survivors is in
@@ -65,7 +66,8 @@ has nothing to do for exit at once):
    whose survivors overflowed the workspace take their draw here.
 5. ``_decide_kernel`` (``B`` programs) — rows of mode 4 first refine their bracket
    list as the refine pass would (same refined bins, bounds and checks), pack the
-   window into the window list and draw over the listed survivors above it; the window is sorted (``tl.sort`` on
+   window into the window list and draw over the listed survivors above it; a window of more than
+   ``NSUB`` entries is refined the same way from its own list to at most ``NSUB``; the window is sorted (``tl.sort`` on
    ``(key, -id)``) and min-p, top-k (ties kept) and top-p (keep a token iff
    the mass strictly above it is ``< top_p``; the most likely tokens always
    kept) are decided exactly as the reference does on the renormalised
@@ -1229,7 +1231,7 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
 def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
                    token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, KBR: tl.constexpr = 0):
+                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, KBR: tl.constexpr = 0, NSUB: tl.constexpr = 512):
     row = tl.program_id(0).to(tl.int64)
     base = logits_ptr + row * stride_row
     NBF: tl.constexpr = (NB1 - 1) * _NB2
@@ -1302,20 +1304,43 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 mass_q += l_mass
                 slow = ok == 0
                 tl.debug_barrier()  # the window list, written by every thread, is read below
+            src = cand
+            if (slow == 0) & (n_g > NSUB) & (KBR >= NSUB):
+                # a window wider than NSUB: refined once more, from its own list, to at most NSUB entries (in the
+                # bracket list's space), so that it is sorted NSUB wide instead of KMAX wide
+                wf = f_hi - f_lo + 1
+                rsh = wf * 0
+                for _i in tl.static_range(16):
+                    rsh = tl.where(((rsh * 0 + (NBS - 1)) << rsh) < wf, rsh + 1, rsh)
+                brk = _brk(row, ws64, S, KMAX, KBIG, KBR)
+                ok, f_lo2, f_hi2, n_above2, n_g2, l_best, l_tok, l_mass = _list_window(
+                    cand, n_g, brk, m, T, C, seed, offset, k, k_act, top_p, f_lo, rsh, f_hi, n_above, mass_q, n_A,
+                    EA_q.to(tl.float32) * _UNFIX, NBS, NBF, NSUB, 1024)
+                if ok:
+                    f_lo = f_lo2
+                    f_hi = f_hi2
+                    n_above = n_above2
+                    n_g = n_g2
+                    take_l = (l_best > ab_best) | ((l_best == ab_best) & (l_tok < ab_tok))
+                    ab_best = tl.where(take_l, l_best, ab_best)
+                    ab_tok = tl.where(take_l, l_tok, ab_tok)
+                    mass_q += l_mass
+                    src = brk
+                tl.debug_barrier()  # the sub-window, written by every thread, is read below
             n_below = n_A - n_above - n_g
             if slow == 0:
                 has_top = f_lo == 0
                 if n_g <= 64:
                     e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_window(
-                        cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
+                        src, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
                         64)
-                elif n_g <= 512:
+                elif n_g <= NSUB:
                     e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_window(
-                        cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
-                        512)
+                        src, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
+                        NSUB)
                 else:
                     e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_window(
-                        cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
+                        src, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
                         KMAX)
                 e_thr = tl.where(n_g == 0, 0.0, e_thr)
                 take_ab = (ab_best > best) | ((ab_best == best) & (ab_tok < tok))
@@ -1508,7 +1533,7 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
         ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH),
          dict(c, LOCAL=cfg.get("local", True), KBR=kbr), kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,
-                                          S), dict(c, KBR=kbr),
+                                          S), dict(c, KBR=kbr, NSUB=cfg.get("nsub", c["KMAX"])),
          dict(num_warps=cfg["decide_warps"], enable_fp_fusion=False)),
     ]
     if want_probs:

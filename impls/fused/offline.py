@@ -65,8 +65,8 @@ def constants(cfg: Optional[dict] = None) -> dict:
     """
     c = dict(DEFAULTS if cfg is None else cfg)
     return dict(BLOCK=c["block"], NB1=c["nb"], NBS=c["nbs"], KMAX=c["kmax"], KBIG=c["kbig"], KBR=c["kbr"],
-                RMAX=c["r"], NSTG=c["stages"], LOCAL=c["local"], UNIT_T=True, NU=256, WANT_LP=True, KL=32,
-                WANT_VEC=True)
+                NSUB=c["nsub"], RMAX=c["r"], NSTG=c["stages"], LOCAL=c["local"], UNIT_T=True, NU=256, WANT_LP=True,
+                KL=32, WANT_VEC=True)
 
 
 def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None, **flags):

@@ -61,21 +61,26 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: ``kbr``: entries of the per-row bracket list: a top-k/top-p bracket wider than the window list but of at most
 #: ``kbr`` survivors is refined from that list in the decide launch instead of by the refine pass over the row
 #: (0: always the pass; 16384 holds the brackets of ``randn * 3`` rows up to vocab 262144 at top-p 0.9,
-#: benchmarks/README.md "The bracket list"). Results do not depend on them (only the path a row takes does).
+#: benchmarks/README.md "The bracket list"). ``nsub``: a window of more entries is refined once more from its own
+#: list (in the bracket list's space: off when ``kbr < nsub``) to at most ``nsub`` entries before the decide
+#: launch sorts it (``nsub`` wide instead of ``kmax``; benchmarks/README.md "A window sorted 512 wide"). Results do
+#: not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
-            "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384}
+            "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
+            "nsub": 512}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
 INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
                "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "stats_stages": 1,
-               "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4, "kbr": 512}
+               "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4, "kbr": 512,
+               "nsub": 32}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 #: Tuning constants that size Triton blocks (``tl.arange`` needs powers of two).
-POW2_OPTIONS = ("block", "nb", "nbs", "kmax", "kbig", "kbr")
+POW2_OPTIONS = ("block", "nb", "nbs", "kmax", "kbig", "kbr", "nsub")
 
 
 def _check(t, name: str, dtype: torch.dtype, B: int, device) -> torch.Tensor:
