@@ -216,7 +216,8 @@ def test_bracket_list_refines_as_the_refine_pass(seed):
     is refined from the bracket's list in the decide launch (mode 4) instead of by the refine pass over the row
     (mode 1, ``kbr=0``): the same tokens, paths and distributions both ways, equal to the reference's. Rows of
     4000 logits of sigma 0.5 to 3 with top-p 0.3 to 0.99 (some with top-k 900 or 1500, wider than the 128-entry
-    window): with ``kbr=512`` at least rows 2 and 3 take the list, with ``kbr=0`` none does."""
+    window): with ``kbr=512`` at least rows 2 and 3 take the list, with ``kbr=0`` none does. (``nsub=128``: no
+    window is refined again before its sort, which needs the bracket list's space.)"""
     from impls.fused.ops import DEFAULTS, INTERPRETED, INTERPRETER, apply_tuning
     from impls.fused.workspace import allocate
     g = torch.Generator().manual_seed(seed)
@@ -231,7 +232,7 @@ def test_bracket_list_refines_as_the_refine_pass(seed):
     want, dists = reference_rows(logits, T, K, P, M, S, O)
     runs = {}
     for kbr in (0, 512):
-        opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=kbr, early=False, want_probs=True)
+        opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=kbr, nsub=128, early=False, want_probs=True)
         tuned = {k: v for k, v in opts.items() if k != "want_probs"}
         cfg = apply_tuning(INTERPRETER if INTERPRETED else DEFAULTS, tuned)
         a = allocate(B, V, torch.device(DEV), cfg, want_probs=True)
@@ -248,8 +249,9 @@ def test_wide_window_is_refined_before_its_sort():
     """A window of more than ``nsub`` entries is refined once more from its own list (the bracket list's
     space) to at most ``nsub`` entries, sorted ``nsub`` wide instead of ``kmax`` wide: same tokens and
     distributions as without (``nsub`` = ``kmax``: never), equal to the reference's. The rows with top-k 100
-    and 90 have windows from the top of the row (path ``fast``) of more than 32 entries: refined, their
-    window no longer holds the maximum (path ``boundary``)."""
+    and 90 have windows from the top of the row (path ``fast``) of more than 32 entries: the first (no top-p)
+    is refined, its window no longer holds the maximum (path ``boundary``); the second, with top-p 0.99, is
+    not (refined around the k-th, its window could lose the top-p boundary)."""
     g = torch.Generator().manual_seed(1)
     B, V = 8, 4000
     logits = torch.randn(B, V, generator=g) * torch.tensor([3.0, 3.0, 2.0, 1.0, 3.0, 0.5, 3.0, 2.0])[:, None]
@@ -267,7 +269,7 @@ def test_wide_window_is_refined_before_its_sort():
     for i in range(B):
         assert torch.allclose(sub[3][i].cpu(), dists[i], rtol=1e-5, atol=1e-7)
     assert [PATHS[p] for p in whole[2].tolist()[6:]] == ["fast", "fast"]
-    assert [PATHS[p] for p in sub[2].tolist()[6:]] == ["boundary", "boundary"]
+    assert [PATHS[p] for p in sub[2].tolist()[6:]] == ["boundary", "fast"]
 
 
 def test_boundary_path_large_nucleus():

@@ -1165,23 +1165,37 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
 
 
 @triton.jit
-def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh, f_end, n_ab0, mass0_q, n_A, E_A,
+def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh, f_end, n_ab0, mass0_q, EA_q,
                  NBS: tl.constexpr, NBF: tl.constexpr, KMAX: tl.constexpr, N: tl.constexpr):
-    """Mode 4: refine the bracket (fine bins ``f0..f_end``) from the list of its ``n_L`` survivors, with the refine
-    pass's refined bins (``2**rsh`` fine bins each), bounds and checks; pack the window's entries into the window
-    list ``cand`` and draw over the listed entries above the window (they are kept).
+    """Refine a list of ``n_L`` survivors (fine bins up to ``f_end``: a bracket, mode 4, or a wide window) in the
+    refine pass's way: refined bins of ``2**rsh`` fine bins from ``f0`` (listed entries above ``f0`` count as above
+    the range), the same bounds and checks; pack the window's entries into the window list ``cand`` and draw over
+    the listed entries above the window (they are kept).
 
-    ``n_ab0`` survivors above the bracket, of exact fixed-point mass ``mass0_q``; ``E_A`` the survivors' mass.
+    ``n_ab0`` survivors above the list, of exact fixed-point mass ``mass0_q``; ``EA_q`` the survivors' (fixed
+    point): with the list's own exact mass, the mass below the list is exact too, which bounds the bracket's low
+    end as tightly as the histogram pass's (where every survivor is binned).
     Returns ``ok`` (else the row takes the slow path), the window's fine bins ``f_lo, f_hi``, the survivors above
     it, its size, and the Gumbel-max (key, token) and fixed-point mass of the listed entries above it.
     """
     ar = tl.arange(0, N)
     h = tl.zeros([NBS], dtype=tl.int32)
+    l_v = tl.zeros([N], dtype=tl.int64)
+    u_v = tl.zeros([N], dtype=tl.int64)
+    n_up = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
     for i0 in range(0, n_L, N):
         ok_i = i0 + ar < n_L
         packed = tl.load(brk + i0 + ar, mask=ok_i, other=0)
-        d = _fine(_unkey((packed >> 32).to(tl.int32)), m, C, NBF) - f0
-        h += tl.histogram(tl.where(ok_i, d >> rsh, NBS - 1), NBS)
+        x = _unkey((packed >> 32).to(tl.int32))
+        d = _fine(x, m, C, NBF) - f0
+        h += tl.histogram(tl.where(ok_i & (d >= 0), d >> rsh, NBS - 1), NBS)
+        e_q = _fix(tl.exp(tl.div_rn(x - m, T)))
+        l_v += tl.where(ok_i & (d >= 0), e_q, 0)
+        u_v += tl.where(ok_i & (d < 0), e_q, 0)
+        n_up += tl.sum((ok_i & (d < 0)).to(tl.int32), 0)
+    # the listed entries above f0 join those above the list
+    n_ab0 = n_ab0 + n_up
+    mass0_q = mass0_q + tl.sum(u_v, 0)
     j = tl.arange(0, NBS)
     H = tl.where(j == NBS - 1, 0, h)
     cum = tl.cumsum(H, 0)
@@ -1189,16 +1203,16 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
     # top-k: exact; top-p: the refined bins between which the boundary lies (as in _refine_kernel)
     j_k = tl.sum((n_ab0 + cum < k).to(tl.int32), 0)
     e_lo, e_hi = _mass_bounds(f0 + (j << rsh), f0 + ((j + 1) << rsh), C * T, NBF)
-    # survivors below the bracket: their count, and e at most that of its last fine bin
-    n_below = n_A - n_ab0 - n_L
-    _e, e_end = _mass_bounds(f_end + 1, f_end + 1, C * T, NBF)
+    # the mass below the list, exact: the survivors' less the list's and the mass above it
+    E_A = EA_q.to(tl.float32) * _UNFIX
+    below = (EA_q - mass0_q - tl.sum(l_v, 0)).to(tl.float32) * _UNFIX
     target = top_p.to(tl.float32) * E_A
-    p_lo, p_hi = _bracket(H, e_lo, e_hi, mass0, n_below.to(tl.float32) * e_end, E_A, target, NBS - 1)
+    p_lo, p_hi = _bracket(H, e_lo, e_hi, mass0, below, E_A, target, NBS - 1)
     j_lo = tl.where(k_act, j_k, tl.minimum(p_lo, NBS - 2))
     j_hi = tl.where(k_act, j_k, tl.minimum(p_hi, NBS - 2))
     n_above = n_ab0 + tl.sum(tl.where(j < j_lo, H, 0), 0)
     n_w = tl.sum(tl.where((j >= j_lo) & (j <= j_hi), H, 0), 0)
-    ok = (n_w <= KMAX) & (j_lo <= NBS - 2) & (k_act | ((mass0 < target) & (p_hi <= NBS - 2)))
+    ok = (n_w <= KMAX) & (j_lo <= j_hi) & (j_hi <= NBS - 2) & (k_act | ((mass0 < target) & (p_hi <= NBS - 2)))
     b_v = tl.full([N], float("-inf"), tl.float32)
     t_v = tl.full([N], _INT32_MAX, tl.int32)
     e_v = tl.zeros([N], dtype=tl.int64)
@@ -1209,7 +1223,8 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
             packed = tl.load(brk + i0 + ar, mask=ok_i, other=0)
             x = _unkey((packed >> 32).to(tl.int32))
             idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
-            jj = (_fine(x, m, C, NBF) - f0) >> rsh
+            d = _fine(x, m, C, NBF) - f0
+            jj = tl.where(d < 0, -1, d >> rsh)
             win = ok_i & (jj >= j_lo) & (jj <= j_hi)
             up = ok_i & (jj < j_lo)
             wi = win.to(tl.int32)
@@ -1296,8 +1311,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 # the bracket's list: refine it here, then decide its window as any other
                 ok, f_lo, f_hi, n_above, n_g, l_best, l_tok, l_mass = _list_window(
                     _brk(row, ws64, S, KMAX, KBIG, KBR), n_g, cand, m, T, C, seed, offset, k, k_act, top_p, f_lo,
-                    tl.load(ri + _I_RSH), f_hi, n_above, mass_q, n_A, EA_q.to(tl.float32) * _UNFIX, NBS, NBF, KMAX,
-                    1024)
+                    tl.load(ri + _I_RSH), f_hi, n_above, mass_q, EA_q, NBS, NBF, KMAX, 1024)
                 take_l = (l_best > ab_best) | ((l_best == ab_best) & (l_tok < ab_tok))
                 ab_best = tl.where(take_l, l_best, ab_best)
                 ab_tok = tl.where(take_l, l_tok, ab_tok)
@@ -1305,17 +1319,21 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 slow = ok == 0
                 tl.debug_barrier()  # the window list, written by every thread, is read below
             src = cand
-            if (slow == 0) & (n_g > NSUB) & (KBR >= NSUB):
+            if (slow == 0) & (n_g > NSUB) & (KBR >= NSUB) & ((k_act == 0) | (p_on == 0)):
                 # a window wider than NSUB: refined once more, from its own list, to at most NSUB entries (in the
-                # bracket list's space), so that it is sorted NSUB wide instead of KMAX wide
-                wf = f_hi - f_lo + 1
+                # bracket list's space), so that it is sorted NSUB wide instead of KMAX wide. Refined bins from the
+                # bracket's first level-1 bin (a window from the top of the row spans far more fine bins than its
+                # boundary needs: coarser bins, wider windows). Not rows with both top-k and top-p: refined around
+                # the k-th, the window could lose the top-p boundary above it (then the slow path)
+                f0 = tl.load(ri + _I_F0)
+                wf = f_hi - f0 + 1
                 rsh = wf * 0
                 for _i in tl.static_range(16):
                     rsh = tl.where(((rsh * 0 + (NBS - 1)) << rsh) < wf, rsh + 1, rsh)
                 brk = _brk(row, ws64, S, KMAX, KBIG, KBR)
                 ok, f_lo2, f_hi2, n_above2, n_g2, l_best, l_tok, l_mass = _list_window(
-                    cand, n_g, brk, m, T, C, seed, offset, k, k_act, top_p, f_lo, rsh, f_hi, n_above, mass_q, n_A,
-                    EA_q.to(tl.float32) * _UNFIX, NBS, NBF, NSUB, 1024)
+                    cand, n_g, brk, m, T, C, seed, offset, k, k_act, top_p, f0, rsh, f_hi, n_above, mass_q, EA_q,
+                    NBS, NBF, NSUB, 1024)
                 if ok:
                     f_lo = f_lo2
                     f_hi = f_hi2
