@@ -1090,6 +1090,20 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
 # ----------------------------------------------------------------------------- 5: decide
 
 @triton.jit
+def _draw_add(sel, x, idx, m, T, seed, offset, b_v, t_v, e_v):
+    # one chunk of a Gumbel-max over the selected entries (lowest id on ties) and their fixed-point mass
+    sc = tl.where(sel, _gumbel(x, m, T, seed, offset, idx), float("-inf"))
+    take = sel & ((sc > b_v) | ((sc == b_v) & (idx < t_v)))
+    return tl.where(take, sc, b_v), tl.where(take, idx, t_v), e_v + tl.where(sel, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
+
+
+@triton.jit
+def _draw_result(b_v, t_v, e_v):
+    best = tl.max(b_v, 0)
+    return best, tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 0), tl.sum(e_v, 0)
+
+
+@triton.jit
 def _draw_unsorted(ws, n, m, T, seed, offset, N: tl.constexpr):
     # Gumbel-max and fixed-point mass over every entry of a packed list (any order)
     b_v = tl.full([N], float("-inf"), tl.float32)
@@ -1101,15 +1115,8 @@ def _draw_unsorted(ws, n, m, T, seed, offset, N: tl.constexpr):
         packed = tl.load(ws + i0 + ar, mask=ok, other=0)
         key = (packed >> 32).to(tl.int32)
         idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
-        x = _unkey(key)
-        sc = tl.where(ok, _gumbel(x, m, T, seed, offset, idx), float("-inf"))
-        take = ok & ((sc > b_v) | ((sc == b_v) & (idx < t_v)))
-        b_v = tl.where(take, sc, b_v)
-        t_v = tl.where(take, idx, t_v)
-        e_v += tl.where(ok, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
-    best = tl.max(b_v, 0)
-    tok = tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 0)
-    return best, tok, tl.sum(e_v, 0)
+        b_v, t_v, e_v = _draw_add(ok, _unkey(key), idx, m, T, seed, offset, b_v, t_v, e_v)
+    return _draw_result(b_v, t_v, e_v)
 
 
 @triton.jit
@@ -1230,16 +1237,11 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
             wi = win.to(tl.int32)
             tl.store(cand + used + tl.cumsum(wi, 0) - 1, packed, mask=win)
             used += tl.sum(wi, 0)
-            sc = tl.where(up, _gumbel(x, m, T, seed, offset, idx), float("-inf"))
-            take = up & ((sc > b_v) | ((sc == b_v) & (idx < t_v)))
-            b_v = tl.where(take, sc, b_v)
-            t_v = tl.where(take, idx, t_v)
-            e_v += tl.where(up, _fix(tl.exp(tl.div_rn(x - m, T))), 0)
-    best = tl.max(b_v, 0)
-    tok = tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 0)
+            b_v, t_v, e_v = _draw_add(up, x, idx, m, T, seed, offset, b_v, t_v, e_v)
+    best, tok, mass = _draw_result(b_v, t_v, e_v)
     f_lo = f0 + (j_lo << rsh)
     f_hi = tl.minimum(f0 + ((j_hi + 1) << rsh) - 1, f_end)
-    return ok, f_lo, f_hi, n_above, used, best, tok, tl.sum(e_v, 0)
+    return ok, f_lo, f_hi, n_above, used, best, tok, mass
 
 
 @triton.jit(do_not_specialize=["S"])
