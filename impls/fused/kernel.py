@@ -55,7 +55,7 @@ has nothing to do for exit at once):
    the later launches return at once for it.
 3. ``_refine_kernel`` (``B x S``, rows whose bracket exceeds ``KBR`` only) — an ``NBS``-bin histogram
    over the bracket's level-1 bins (``2**rsh`` fine bins per refined bin,
-   chosen per row so that 255 of them cover the bracket), and the exact mass
+   chosen per row so that ``NBS - 1`` of them cover the bracket), and the exact mass
    above them; the last program chooses the window in these, by the same
    bounds.
 4. ``_gather_kernel`` (``B x S``) — the survivors in the window go to the
@@ -65,7 +65,8 @@ has nothing to do for exit at once):
    their bracket's survivors into the bracket list instead of a window. Min-p-only rows
    whose survivors overflowed the workspace take their draw here.
 5. ``_decide_kernel`` (``B`` programs) — rows of mode 4 first refine their bracket
-   list as the refine pass would (same refined bins, bounds and checks), pack the
+   list as the refine pass would (same refined bins and checks; the mass below the list
+   is exact, where the refine pass bounds it), pack the
    window into the window list and draw over the listed survivors above it; a window of more than
    ``NSUB`` entries is refined the same way from its own list to at most ``NSUB``; the window is sorted (``tl.sort`` on
    ``(key, -id)``) and min-p, top-k (ties kept) and top-p (keep a token iff
@@ -1182,8 +1183,9 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
     ``n_ab0`` survivors above the list, of exact fixed-point mass ``mass0_q``; ``EA_q`` the survivors' (fixed
     point): with the list's own exact mass, the mass below the list is exact too, which bounds the bracket's low
     end as tightly as the histogram pass's (where every survivor is binned).
-    Returns ``ok`` (else the row takes the slow path), the window's fine bins ``f_lo, f_hi``, the survivors above
-    it, its size, and the Gumbel-max (key, token) and fixed-point mass of the listed entries above it.
+    Returns ``ok`` (else nothing is written: a bracket list's row then takes the slow path, a wide window keeps its
+    ``kmax``-wide sort), the window's fine bins ``f_lo, f_hi``, the survivors above it, its size, and the
+    Gumbel-max (key, token) and fixed-point mass of the listed entries above it.
     """
     ar = tl.arange(0, N)
     h = tl.zeros([NBS], dtype=tl.int32)

@@ -4,9 +4,9 @@ The kernels are in :mod:`impls.fused.kernel` (five launches per call, six with
 probabilities, two for a call its caller says is all greedy, one when that batch is
 large; with early accept, a top-p row whose full-row winner is certainly kept is drawn
 in the second, and the later ones return at once for it). These wrappers allocate the outputs and the per-row workspaces
-(a window of ``KMAX`` and a list of ``KBIG`` int64 entries, small records and per-part
-histograms: independent of the vocabulary), or take the caller's kept ones, and choose
-how many programs share a row (``S``): enough that a small batch fills the GPU, one per
+(a window of ``KMAX``, an above-window list of ``KBIG`` and a bracket list of ``KBR`` int64
+entries, small records and per-part histograms: independent of the vocabulary), or take the
+caller's kept ones, and choose how many programs share a row (``S``): enough that a small batch fills the GPU, one per
 row for a large batch.
 """
 
@@ -63,8 +63,9 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: (0: always the pass; 16384 holds the brackets of ``randn * 3`` rows up to vocab 262144 at top-p 0.9,
 #: benchmarks/README.md "The bracket list"). ``nsub``: a window of more entries is refined once more from its own
 #: list (in the bracket list's space: off when ``kbr < nsub``) to at most ``nsub`` entries before the decide
-#: launch sorts it (``nsub`` wide instead of ``kmax``; benchmarks/README.md "A window sorted 512 wide"). Results do
-#: not depend on them (only the path a row takes does).
+#: launch sorts it (``nsub`` wide instead of ``kmax``; not rows with both top-k and top-p, whose top-p boundary could
+#: fall above the sub-window; benchmarks/README.md "A window sorted 512 wide"). Results do not depend on them (only
+#: the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
@@ -108,13 +109,14 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         An option ``cfg`` does not have.
     ValueError
         A value out of its option's range (powers of two for block sizes, 1-8 stages, booleans for
-        ``local`` and ``unit_t``, ...): the message names the option and what it takes.
+        ``local`` and ``unit_t``, ...), or a ``kbr`` not above ``kmax`` (but 0): the message names the option
+        and what it takes.
     """
     cfg = dict(cfg)
     for name, v in given.items():
         if name not in cfg:
             raise TypeError(f"unknown fused_sample option {name!r}; known: {', '.join(cfg)}")
-        if name == "kbr" and v == 0 and not isinstance(v, bool):
+        if name == "kbr" and isinstance(v, int) and not isinstance(v, bool) and v == 0:
             pass   # no bracket list: every bracket wider than the window is refined by the refine pass
         elif name in POW2_OPTIONS and not (isinstance(v, int) and v >= 16 and v & (v - 1) == 0):
             raise ValueError(f"fused_sample option {name}={v!r}: must be a power of two >= 16"
@@ -134,6 +136,10 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         if name == "r" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")):
             raise ValueError(f"fused_sample option r={v!r}: a finite number > 0")
         cfg[name] = v
+    if 0 < cfg.get("kbr", 0) <= cfg["kmax"]:
+        raise ValueError(f"fused_sample option kbr={cfg['kbr']}: at most kmax={cfg['kmax']}, the bracket list "
+                         "would never be used (a bracket that fits the window list is gathered as the window); "
+                         "0 turns it off")
     return cfg
 
 
