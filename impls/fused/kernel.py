@@ -712,6 +712,22 @@ def _bracket(H, e_lo, e_hi, above, below_hi, total, target, last):
 
 
 @triton.jit
+def _refined_shift(wf, NBS: tl.constexpr):
+    # the smallest rsh with (NBS - 1) << rsh >= wf: refined bins of 2**rsh fine bins covering wf fine bins
+    rsh = wf * 0
+    for _i in tl.static_range(16):
+        rsh = tl.where(((rsh * 0 + (NBS - 1)) << rsh) < wf, rsh + 1, rsh)
+    return rsh
+
+
+@triton.jit
+def _pick(b1, t1, b2, t2):
+    # the better of two Gumbel-max results: the larger key, the lowest id on ties
+    take = (b2 > b1) | ((b2 == b1) & (t2 < t1))
+    return tl.where(take, b2, b1), tl.where(take, t2, t1)
+
+
+@triton.jit
 def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_bin, w_top, w_ok,
                    NB1: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr, NBF: tl.constexpr, NBS: tl.constexpr,
                    EARLY: tl.constexpr, KBR: tl.constexpr):
@@ -745,10 +761,7 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
     n_above = tl.where(all_kept, tl.where(n_A <= KMAX, 0, n_A), tl.where(upto <= KMAX, 0, before))
     fits = all_kept | (upto - tl.where(f_lo == 0, 0, before) <= KMAX)
     # otherwise refine bins b_lo..b_hi: NBS - 1 refined bins of 2**rsh fine bins cover them
-    wf = (b_hi - b_lo + 1) * _NB2
-    rsh = wf * 0
-    for _i in tl.static_range(16):
-        rsh = tl.where(((rsh * 0 + (NBS - 1)) << rsh) < wf, rsh + 1, rsh)
+    rsh = _refined_shift((b_hi - b_lo + 1) * _NB2, NBS)
     mode = tl.where(fits, 0, tl.where((KBR > KMAX) & (upto - before <= KBR), 4, 1))
     if EARLY:
         mode = tl.where(w_ok & (w_top | _sure_kept(bins, H, e_lo, e_hi, E_A, w_bin, top_p)), 3, mode)
@@ -1174,7 +1187,7 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
 
 @triton.jit
 def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh, f_end, n_ab0, mass0_q, EA_q,
-                 NBS: tl.constexpr, NBF: tl.constexpr, KMAX: tl.constexpr, N: tl.constexpr):
+                 ab_best, ab_tok, NBS: tl.constexpr, NBF: tl.constexpr, KMAX: tl.constexpr, N: tl.constexpr):
     """Refine a list of ``n_L`` survivors (fine bins up to ``f_end``: a bracket, mode 4, or a wide window) in the
     refine pass's way: refined bins of ``2**rsh`` fine bins from ``f0`` (listed entries above ``f0`` count as above
     the range), the same bounds and checks; pack the window's entries into the window list ``cand`` and draw over
@@ -1183,11 +1196,13 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
     ``n_ab0`` survivors above the list, of exact fixed-point mass ``mass0_q``; ``EA_q`` the survivors' (fixed
     point): with the list's own exact mass, the mass below the list is exact too, which bounds the bracket's low
     end as tightly as the histogram pass's (where every survivor is binned).
-    Returns ``ok`` (else nothing is written: a bracket list's row then takes the slow path, a wide window keeps its
-    ``kmax``-wide sort), the window's fine bins ``f_lo, f_hi``, the survivors above it, its size, and the
-    Gumbel-max (key, token) and fixed-point mass of the listed entries above it.
+    ``ab_best, ab_tok`` the Gumbel-max over the survivors above the list. Returns ``ok`` (else nothing is written
+    nor drawn: a bracket list's row then takes the slow path, a wide window keeps its ``kmax``-wide sort), the
+    window's fine bins ``f_lo, f_hi``, the survivors above it, its size, and the Gumbel-max (key, token) and
+    fixed-point mass of all survivors above it (``ab_best, ab_tok`` and ``mass0_q`` with the listed ones).
     """
     ar = tl.arange(0, N)
+    mass_in = mass0_q
     h = tl.zeros([NBS], dtype=tl.int32)
     l_v = tl.zeros([N], dtype=tl.int64)
     u_v = tl.zeros([N], dtype=tl.int64)
@@ -1241,9 +1256,10 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
             used += tl.sum(wi, 0)
             b_v, t_v, e_v = _draw_add(up, x, idx, m, T, seed, offset, b_v, t_v, e_v)
     best, tok, mass = _draw_result(b_v, t_v, e_v)
+    best, tok = _pick(ab_best, ab_tok, best, tok)
     f_lo = f0 + (j_lo << rsh)
     f_hi = tl.minimum(f0 + ((j_hi + 1) << rsh) - 1, f_end)
-    return ok, f_lo, f_hi, n_above, used, best, tok, mass
+    return ok, f_lo, f_hi, n_above, used, best, tok, mass_in + mass
 
 
 @triton.jit(do_not_specialize=["S"])
@@ -1313,13 +1329,9 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             slow = (n_g > tl.where(mode == 4, KBR, KMAX)) | ((above == 1) & (n_ab != n_above))
             if (mode == 4) & (slow == 0):
                 # the bracket's list: refine it here, then decide its window as any other
-                ok, f_lo, f_hi, n_above, n_g, l_best, l_tok, l_mass = _list_window(
+                ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q = _list_window(
                     _brk(row, ws64, S, KMAX, KBIG, KBR), n_g, cand, m, T, C, seed, offset, k, k_act, top_p, f_lo,
-                    tl.load(ri + _I_RSH), f_hi, n_above, mass_q, EA_q, NBS, NBF, KMAX, 1024)
-                take_l = (l_best > ab_best) | ((l_best == ab_best) & (l_tok < ab_tok))
-                ab_best = tl.where(take_l, l_best, ab_best)
-                ab_tok = tl.where(take_l, l_tok, ab_tok)
-                mass_q += l_mass
+                    tl.load(ri + _I_RSH), f_hi, n_above, mass_q, EA_q, ab_best, ab_tok, NBS, NBF, KMAX, 1024)
                 slow = ok == 0
                 tl.debug_barrier()  # the window list, written by every thread, is read below
             src = cand
@@ -1330,23 +1342,15 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 # boundary needs: coarser bins, wider windows). Not rows with both top-k and top-p: refined around
                 # the k-th, the window could lose the top-p boundary above it (then the slow path)
                 f0 = tl.load(ri + _I_F0)
-                wf = f_hi - f0 + 1
-                rsh = wf * 0
-                for _i in tl.static_range(16):
-                    rsh = tl.where(((rsh * 0 + (NBS - 1)) << rsh) < wf, rsh + 1, rsh)
                 brk = _brk(row, ws64, S, KMAX, KBIG, KBR)
-                ok, f_lo2, f_hi2, n_above2, n_g2, l_best, l_tok, l_mass = _list_window(
-                    cand, n_g, brk, m, T, C, seed, offset, k, k_act, top_p, f0, rsh, f_hi, n_above, mass_q, EA_q,
-                    NBS, NBF, NSUB, 1024)
+                ok, f_lo2, f_hi2, n_above2, n_g2, ab_best, ab_tok, mass_q = _list_window(
+                    cand, n_g, brk, m, T, C, seed, offset, k, k_act, top_p, f0, _refined_shift(f_hi - f0 + 1, NBS),
+                    f_hi, n_above, mass_q, EA_q, ab_best, ab_tok, NBS, NBF, NSUB, 1024)
                 if ok:
                     f_lo = f_lo2
                     f_hi = f_hi2
                     n_above = n_above2
                     n_g = n_g2
-                    take_l = (l_best > ab_best) | ((l_best == ab_best) & (l_tok < ab_tok))
-                    ab_best = tl.where(take_l, l_best, ab_best)
-                    ab_tok = tl.where(take_l, l_tok, ab_tok)
-                    mass_q += l_mass
                     src = brk
                 tl.debug_barrier()  # the sub-window, written by every thread, is read below
             n_below = n_A - n_above - n_g
@@ -1365,8 +1369,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                         src, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
                         KMAX)
                 e_thr = tl.where(n_g == 0, 0.0, e_thr)
-                take_ab = (ab_best > best) | ((ab_best == best) & (ab_tok < tok))
-                token = tl.where(take_ab, ab_tok, tok)
+                _b, token = _pick(best, tok, ab_best, ab_tok)
                 path = tl.where(f_lo == 0, 2, 3)
                 # ties in probability across the window's edges (distinct logits, equal float32 e: a huge
                 # temperature): bounds from the edges' fine bins first (a survivor below has (m - x) * C >=
