@@ -37,8 +37,10 @@ __all__ = ["KERNELS", "VARIANTS", "STREAMING", "POINTERS", "DIV16", "constants",
 KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_decide_kernel", "_probs_kernel",
            "_greedy_kernel", "_greedy_row_kernel", "_rewrite_kernel", "_logprobs_kernel")
 #: Kernels compiled once per value of a constexpr flag (the histogram launch with and without early accept; the
-#: statistics launch of a general and of an all-greedy call).
-VARIANTS = {"_hist_kernel": ("EARLY", (True, False)), "_stats_kernel": ("ALL_GREEDY", (False, True))}
+#: statistics launch of a general and of an all-greedy call; the gather and decide launches with striped and
+#: packed lists).
+VARIANTS = {"_hist_kernel": ("EARLY", (True, False)), "_stats_kernel": ("ALL_GREEDY", (False, True)),
+            "_gather_kernel": ("STRIPE", (True, False)), "_decide_kernel": ("STRIPE", (True, False))}
 #: Kernels that stream rows of logits (or of rewritten logits): their loads of a row must be 16 bytes wide.
 STREAMING = ("_stats_kernel", "_greedy_row_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel",
              "_probs_kernel", "_rewrite_kernel", "_logprobs_kernel")
@@ -102,7 +104,8 @@ def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None,
     c = DEFAULTS if cfg is None else cfg
     params = list(inspect.signature(fn.fn).parameters)
     cst = constants(c)
-    meta, options = _launch_meta(name, c)
+    # STRIPE=True asked of a set without stripes: the constexprs of a striped call (its decide launch's NSH)
+    meta, options = _launch_meta(name, dict(c, stripe=max(c.get("stripe", 0), 1)) if flags.get("STRIPE") else c)
     cst.update(meta)
     cst.update(flags)
     sig = {p: "constexpr" if p in cst else POINTERS.get(p, logits if p == "logits_ptr" else "i32") for p in params}
