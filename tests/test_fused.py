@@ -291,6 +291,43 @@ def test_striped_lists_give_the_packed_lists_tokens():
     assert tails[0] == [[0, 0]] * B and [modes[2][r] for r in (3, 7, 11)] == [4, 4, 4]
 
 
+def test_striped_rows_whose_tail_overflows_take_the_slow_path():
+    """A striped list whose tail cannot hold what its stripes did not (entries lost) sends the row to the slow
+    path, whose token is still the reference's; striped brackets (mode 4) refine as packed ones. 24 rows of 8000
+    logits, 2 parts each (interpreter, 48 programs; ``kbr`` 1024, ``kbig`` 512 as in
+    :func:`test_striped_lists_give_the_packed_lists_tokens`: window stripes 12 deep, tail 128; above-list stripes 4
+    deep, tail 64). In rows 0 and 1 every likely logit sits in the first tile row of its block (positions ``p % 128
+    < 4``), so each list fills two stripes, one a part: the above list's tail gets ``n - 8`` entries (230 and 201
+    above: 222 and 193, over 64: the slow path), the window's ``n - 24`` (21: none; 46: 22). Rows 2-23 are
+    ``randn`` rows (sigma 2 to 10): six list their brackets (mode 4), some with a few entries in a tail."""
+    from impls.fused.kernel import LAYOUT
+    from impls.fused.ops import INTERPRETED, INTERPRETER, apply_tuning
+    from impls.fused.workspace import allocate
+    if not INTERPRETED:
+        pytest.skip("the stripe depths and counts are the interpreter's tuning (block 128, 48 programs)")
+    B, V = 24, 8000
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(B, V, generator=g) * torch.tensor([0.3, 0.5, 1.0, 0.2])[torch.arange(B) % 4][:, None]
+    logits[:2] = torch.where((torch.arange(V) % 128) < 4, logits[:2] + 4.0, logits[:2] - 8.0)
+    logits[2:] *= 10
+    T, K, M = torch.ones(B), torch.zeros(B, dtype=torch.long), torch.zeros(B)
+    P = torch.tensor([0.99, 0.95, 0.9, 0.8, 0.999, 0.6] * 4)
+    S, O = torch.arange(B) + 3, torch.arange(B)
+    want, _ = reference_rows(logits, T, K, P, M, S, O)
+    opts = dict(stripe=2, early=False, kbr=1024, kbig=512)
+    cfg = apply_tuning(INTERPRETER, opts)
+    a = allocate(B, V, torch.device(DEV), cfg)
+    tok, status, path, _ = fused_sample(logits, T, K, P, M, S, O, buffers=a, **opts)
+    ri = a["S"] * (LAYOUT["PI"] + cfg["nb"] + cfg["nbs"])
+    per = ri + LAYOUT["RI"] + LAYOUT["CNT"]
+    cnt = [[int(a["wsi"][r * per + ri + LAYOUT["RI"] + j]) for j in (2, 3, 4, 5)] for r in range(B)]
+    assert tok.tolist() == want and status.tolist() == [0] * B
+    assert cnt[0] == [21, 230, 0, 222] and cnt[1] == [46, 201, 22, 193]
+    assert [cnt[r][2:] for r in (3, 8, 11, 15, 20, 23)] == [[5, 0], [0, 1], [0, 17], [1, 0], [0, 26], [0, 27]]
+    assert [r for r, m in enumerate(_row_modes(a, cfg, B)) if m == 4] == [3, 8, 11, 15, 20, 23]
+    assert path.tolist() == [4, 4, 2, 3, 3, 2, 2, 3, 3, 2, 2, 3, 3, 3, 2, 3, 3, 2, 2, 3, 3, 2, 3, 3]
+
+
 def test_wide_window_is_refined_before_its_sort():
     """A window of more than ``nsub`` entries is refined once more from its own list (the bracket list's
     space) to at most ``nsub`` entries, sorted ``nsub`` wide instead of ``kmax`` wide: same tokens and
