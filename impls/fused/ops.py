@@ -65,11 +65,12 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: list (in the bracket list's space: off when ``kbr < nsub``) to at most ``nsub`` entries before the decide
 #: launch sorts it (``nsub`` wide instead of ``kmax``; not rows with both top-k and top-p, whose top-p boundary could
 #: fall above the sub-window; benchmarks/README.md "A window sorted 512 wide"). ``stripe``: a call whose rows are
-#: split in at most this many parts (a power of two) fills the gather pass's lists in per-thread stripes instead of
-#: a block scan and an atomic per tile; 0 (never) on the GPU until measured: the first version halved the gather
-#: pass at batch 256 but doubled the decide launch (H100, benchmarks/README.md "Striped lists"); the second is not
-#: measured yet. Off under the interpreter too (its lists are too small for stripes, :func:`impls.fused.kernel.
-#: striped`); ``test_striped_lists_give_the_packed_lists_tokens`` turns it on with lists large enough.
+#: split in at most this many parts fills the gather pass's lists in per-thread stripes instead of a block scan and
+#: an atomic per tile (only splits into 1, 2, 4, ... parts are striped; any 0 to 16 is accepted as the bound);
+#: 0 (never) on the GPU until measured: the first version halved the gather pass at batch 256 but doubled the
+#: decide launch (H100, benchmarks/README.md "Striped lists"); the second is not measured yet. Off under the
+#: interpreter too (its lists are too small for stripes, :func:`impls.fused.kernel.striped`); the tests
+#: ``test_striped_*`` turn it on with lists large enough.
 #: Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
