@@ -200,14 +200,25 @@ def test_unit_temperature_rows_skip_the_division_with_the_same_draws():
     assert "boundary" in {PATHS[p] for p in on[2].tolist()}
 
 
+def _row_ints(a: dict, cfg: dict, B: int, cols) -> list:
+    """Each row's int32 record fields ``cols`` after a call (offsets from the record's start; the counters
+    follow its ``LAYOUT["RI"]`` fields), read from ``allocate``'d buffers."""
+    from impls.fused.kernel import LAYOUT
+    ri = a["S"] * (LAYOUT["PI"] + cfg["nb"] + cfg["nbs"])
+    per = ri + LAYOUT["RI"] + LAYOUT["CNT"]
+    return [[int(a["wsi"][r * per + ri + j]) for j in cols] for r in range(B)]
+
+
+def _row_counters(a: dict, cfg: dict, B: int, which) -> list:
+    """Each row's counters ``which`` (2/3: the list lengths, 4/5: their tails' lengths) after a call."""
+    from impls.fused.kernel import LAYOUT
+    return _row_ints(a, cfg, B, [LAYOUT["RI"] + j for j in which])
+
+
 def _row_modes(a: dict, cfg: dict, B: int) -> list:
     """Each row's window mode after a call (kernel record field ``_I_MODE``): 0 window gathered from the hist
     or refine pass, 1 streaming refine, 2 slow, 3 accepted, 4 bracket list (read from ``allocate``'d buffers)."""
-    from impls.fused.kernel import LAYOUT
-    S = a["S"]
-    ri = S * (LAYOUT["PI"] + cfg["nb"] + cfg["nbs"])
-    per = ri + LAYOUT["RI"] + LAYOUT["CNT"]
-    return [int(a["wsi"][r * per + ri + 3]) for r in range(B)]
+    return [m for (m,) in _row_ints(a, cfg, B, (3,))]
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -257,7 +268,6 @@ def test_striped_lists_give_the_packed_lists_tokens():
     (positions ``p % 128 < 4``), so a row's window goes to two stripes, one a part, and its tail gets ``n - 2 x 12``
     entries: row 0 (window 45) 21, row 5 (30) 6. Rows 3, 7 and 11 (top-k 900, top-p 0.99) list their brackets
     (mode 4), rows 20 and 22 their 239 and 163 survivors above the window, 42 and 10 of them in that tail."""
-    from impls.fused.kernel import LAYOUT
     from impls.fused.ops import INTERPRETED, INTERPRETER, apply_tuning
     from impls.fused.workspace import allocate
     if not INTERPRETED:
@@ -278,9 +288,7 @@ def test_striped_lists_give_the_packed_lists_tokens():
         cfg = apply_tuning(INTERPRETER, opts)
         a = allocate(B, V, torch.device(DEV), cfg, want_probs=True)
         out[stripe] = fused_sample(logits, T, K, P, M, S, O, buffers=a, want_probs=True, **opts)
-        ri = a["S"] * (LAYOUT["PI"] + cfg["nb"] + cfg["nbs"])
-        per = ri + LAYOUT["RI"] + LAYOUT["CNT"]
-        tails[stripe] = [[int(a["wsi"][r * per + ri + LAYOUT["RI"] + j]) for j in (4, 5)] for r in range(B)]
+        tails[stripe] = _row_counters(a, cfg, B, (4, 5))
         modes[stripe] = _row_modes(a, cfg, B)
     for stripe in (0, 2):
         assert out[stripe][0].tolist() == want
@@ -300,7 +308,6 @@ def test_striped_rows_whose_tail_overflows_take_the_slow_path():
     < 4``), so each list fills two stripes, one a part: the above list's tail gets ``n - 8`` entries (230 and 201
     above: 222 and 193, over 64: the slow path), the window's ``n - 24`` (21: none; 46: 22). Rows 2-23 are
     ``randn`` rows (sigma 2 to 10): six list their brackets (mode 4), some with a few entries in a tail."""
-    from impls.fused.kernel import LAYOUT
     from impls.fused.ops import INTERPRETED, INTERPRETER, apply_tuning
     from impls.fused.workspace import allocate
     if not INTERPRETED:
@@ -318,9 +325,7 @@ def test_striped_rows_whose_tail_overflows_take_the_slow_path():
     cfg = apply_tuning(INTERPRETER, opts)
     a = allocate(B, V, torch.device(DEV), cfg)
     tok, status, path, _ = fused_sample(logits, T, K, P, M, S, O, buffers=a, **opts)
-    ri = a["S"] * (LAYOUT["PI"] + cfg["nb"] + cfg["nbs"])
-    per = ri + LAYOUT["RI"] + LAYOUT["CNT"]
-    cnt = [[int(a["wsi"][r * per + ri + LAYOUT["RI"] + j]) for j in (2, 3, 4, 5)] for r in range(B)]
+    cnt = _row_counters(a, cfg, B, (2, 3, 4, 5))
     assert tok.tolist() == want and status.tolist() == [0] * B
     assert cnt[0] == [21, 230, 0, 222] and cnt[1] == [46, 201, 22, 193]
     assert [cnt[r][2:] for r in (3, 8, 11, 15, 20, 23)] == [[5, 0], [0, 1], [0, 17], [1, 0], [0, 26], [0, 27]]

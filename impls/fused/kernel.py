@@ -159,6 +159,7 @@ _PI = tl.constexpr(8)
 _PF = tl.constexpr(8)
 _P64 = tl.constexpr(4)
 _RI = tl.constexpr(16)
+_TAIL = tl.constexpr(8)  # a striped list's tail: the last 1/_TAIL of its capacity (_stripe_put)
 _CNT = tl.constexpr(8)  # counters: 0 histogram ticket, 1 refine ticket, 2/3 list lengths, 4/5 their tails
 _RF = tl.constexpr(8)
 _R64 = tl.constexpr(4)
@@ -294,48 +295,62 @@ def _scnt(row, wsi, S, NB1: tl.constexpr, NBS: tl.constexpr, R4: tl.constexpr):
 
 
 @triton.jit
+def _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4: tl.constexpr, NBF: tl.constexpr):
+    """One ``[R4, 4]`` tile of the gather pass: the survivors in the window's fine bins ``[f_lo, f_hi]``, those
+    above it (``f < f_lo``, all kept), and every logit packed as a list entry (``(key, -id)``, :func:`_pack`)."""
+    offs, x, fin = _tile(base, st, V, R4)
+    A = fin & (x >= xA)
+    f = _fine(x, m, C, NBF)
+    return A & (f >= f_lo) & (f <= f_hi), A & (f < f_lo), _pack(x, offs)
+
+
+@triton.jit
+def _stripe_depth(CAP: tl.constexpr, NS):
+    # entries a stripe holds: the list's capacity less its tail, over the stripes, in whole sectors (4 entries)
+    return (CAP - CAP // _TAIL) // NS // 4 * 4
+
+
+@triton.jit
+def _stripe_rank(sel, c_v):
+    # each selected entry's depth in its tile row's stripe (the row's count before the tile plus its rank in the
+    # row), and the rows' new counts
+    si = sel.to(tl.int32)
+    return c_v[:, None] + tl.cumsum(si, 1) - si, c_v + tl.sum(si, 1)
+
+
+@triton.jit
 def _stripe_put(dst, sel, packed, c_v, s_v, NS, D):
     """Append a tile's selected entries to striped list ``dst`` without a block scan (``STRIPE``).
 
     Each row of the ``[R4, 4]`` tile (one thread's four logits at the GPU defaults) owns stripe ``s_v`` of the
     ``NS`` stripes of the list: its ``c``-th entry goes to ``dst + (c // 4) * 4 NS + 4 s + c % 4``, ``c`` its
     running count ``c_v`` plus its rank in the tile row, so no thread waits for another, and each 32-byte sector
-    is written by one thread (no partial sectors but at a stripe's end). Entries at depth ``D`` (a multiple of 4)
-    or more are not stored here: the pass's :func:`_stripe_tail` puts them in the list's tail. Returns the new
-    counts.
+    is written by one thread (no partial sectors but at a stripe's end). Entries at depth ``D``
+    (:func:`_stripe_depth`) or more are not stored here: the pass's :func:`_stripe_tail` puts them in the list's
+    tail. Returns the new counts.
     """
-    si = sel.to(tl.int32)
-    c = c_v[:, None] + tl.cumsum(si, 1) - si
+    c, c_v = _stripe_rank(sel, c_v)
     tl.store(dst + (c >> 2) * (NS * 4) + s_v[:, None] * 4 + (c & 3), packed, mask=sel & (c < D))
-    return c_v + tl.sum(si, 1)
+    return c_v
 
 
 @triton.jit
 def _stripe_tail(base, lo, hi, V, m, C, xA, f_lo, f_hi, above, brk, abv, D_w, D_a, cnt, BLOCK: tl.constexpr,
                  NBF: tl.constexpr, NSTG: tl.constexpr, KBR: tl.constexpr, KBIG: tl.constexpr):
     """The entries :func:`_stripe_put` did not store (a stripe deeper than ``D``): a second pass over the part
-    recounts each stripe in the same order and packs its entries from depth ``D`` into the list's tail (the last
-    eighth of its space, slots reserved with an atomic per tile; counts in ``cnt + 4`` and ``cnt + 5``). Rare
-    at the selection's limits (:func:`_select_window`); a tail that overflows makes the row slow (decide)."""
+    recounts each stripe in the same order and packs its entries from depth ``D`` into the list's tail (its last
+    ``1 / _TAIL``, slots reserved with an atomic per tile; counts in ``cnt + 4`` and ``cnt + 5``). Rare at the
+    selection's limits (:func:`_select_window`); a tail that overflows makes the row slow (decide)."""
     R4: tl.constexpr = BLOCK // 4
     c_w = tl.zeros([R4], dtype=tl.int32)
     c_a = tl.zeros([R4], dtype=tl.int32)
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-        offs, x, fin = _tile(base, st, V, R4)
-        A = fin & (x >= xA)
-        f = _fine(x, m, C, NBF)
-        packed = _pack(x, offs)
-        sel = A & (f >= f_lo) & (f <= f_hi)
-        si = sel.to(tl.int32)
-        c = c_w[:, None] + tl.cumsum(si, 1) - si
-        c_w += tl.sum(si, 1)
-        _compact(brk + (KBR - KBR // 8), cnt + 4, KBR // 8, sel & (c >= D_w), packed, 0, False)
+        in_w, up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF)
+        c, c_w = _stripe_rank(in_w, c_w)
+        _compact(brk + (KBR - KBR // _TAIL), cnt + 4, KBR // _TAIL, in_w & (c >= D_w), packed, 0, False)
         if above == 1:
-            sel = A & (f < f_lo)
-            si = sel.to(tl.int32)
-            c = c_a[:, None] + tl.cumsum(si, 1) - si
-            c_a += tl.sum(si, 1)
-            _compact(abv + (KBIG - KBIG // 8), cnt + 5, KBIG // 8, sel & (c >= D_a), packed, 0, False)
+            c, c_a = _stripe_rank(up, c_a)
+            _compact(abv + (KBIG - KBIG // _TAIL), cnt + 5, KBIG // _TAIL, up & (c >= D_a), packed, 0, False)
 
 
 @triton.jit
@@ -361,12 +376,12 @@ def _slot(i, NSH: tl.constexpr, D, span, end, lens, TAIL0):
 @triton.jit
 def _stripe_geometry(lens, n_tail, NSH: tl.constexpr, CAP: tl.constexpr):
     """``(D, span, end, TAIL0)`` of a striped list of capacity ``CAP`` in ``2**NSH`` stripes (see :func:`_slot`).
-    The last eighth of ``CAP`` is the tail."""
+    The last ``1 / _TAIL`` of ``CAP`` is the tail."""
     NS: tl.constexpr = 1 << NSH
-    D: tl.constexpr = (CAP - CAP // 8) // NS // 4 * 4
+    D = _stripe_depth(CAP, NS)
     deep = tl.max(tl.minimum(tl.load(lens + tl.arange(0, NS)), D), 0)
     span = (deep + 3) // 4 * (NS * 4)
-    return D, span, span + tl.minimum(n_tail, CAP // 8), CAP - CAP // 8
+    return D, span, span + tl.minimum(n_tail, CAP // _TAIL), CAP - CAP // _TAIL
 
 
 @triton.jit
@@ -1180,26 +1195,21 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
             lens = _scnt(row, wsi, S, NB1, NBS, R4)
             NS = S * R4
             s_v = part * R4 + tl.arange(0, R4)
-            D_w = (KBR - KBR // 8) // NS // 4 * 4
-            D_a = (KBIG - KBIG // 8) // NS // 4 * 4
+            D_w = _stripe_depth(KBR, NS)
+            D_a = _stripe_depth(KBIG, NS)
             c_w = tl.zeros([R4], dtype=tl.int32)
             c_a = tl.zeros([R4], dtype=tl.int32)
             if above == 1:
                 for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-                    offs, x, fin = _tile(base, st, V, R4)
-                    A = fin & (x >= xA)
-                    f = _fine(x, m, C, NBF)
-                    packed = _pack(x, offs)
-                    c_w = _stripe_put(brk, A & (f >= f_lo) & (f <= f_hi), packed, c_w, s_v, NS, D_w)
-                    c_a = _stripe_put(abv, A & (f < f_lo), packed, c_a, s_v, NS, D_a)
+                    in_w, up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF)
+                    c_w = _stripe_put(brk, in_w, packed, c_w, s_v, NS, D_w)
+                    c_a = _stripe_put(abv, up, packed, c_a, s_v, NS, D_a)
                 tl.store(lens + NS + s_v, c_a)
                 tl.atomic_add(cnt + 3, tl.sum(c_a, 0))
             else:
                 for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-                    offs, x, fin = _tile(base, st, V, R4)
-                    A = fin & (x >= xA)
-                    f = _fine(x, m, C, NBF)
-                    c_w = _stripe_put(brk, A & (f >= f_lo) & (f <= f_hi), _pack(x, offs), c_w, s_v, NS, D_w)
+                    in_w, _up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF)
+                    c_w = _stripe_put(brk, in_w, packed, c_w, s_v, NS, D_w)
             if (tl.max(c_w, 0) > D_w) | (tl.max(c_a, 0) > D_a):
                 _stripe_tail(base, lo, hi, V, m, C, xA, f_lo, f_hi, above, brk, abv, D_w, D_a, cnt, BLOCK, NBF,
                              NSTG, KBR, KBIG)
@@ -1216,19 +1226,14 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
             if above == 1:
                 used_a = _compact_start(cnt + 3, own)
                 for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-                    offs, x, fin = _tile(base, st, V, R4)
-                    A = fin & (x >= xA)
-                    f = _fine(x, m, C, NBF)
-                    packed = _pack(x, offs)
-                    used = _compact(dst, cnt + 2, cap, A & (f >= f_lo) & (f <= f_hi), packed, used, own)
-                    used_a = _compact(abv, cnt + 3, KBIG, A & (f < f_lo), packed, used_a, own)
+                    in_w, up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF)
+                    used = _compact(dst, cnt + 2, cap, in_w, packed, used, own)
+                    used_a = _compact(abv, cnt + 3, KBIG, up, packed, used_a, own)
                 _compact_end(cnt + 3, used_a, own)
             else:
                 for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-                    offs, x, fin = _tile(base, st, V, R4)
-                    A = fin & (x >= xA)
-                    f = _fine(x, m, C, NBF)
-                    used = _compact(dst, cnt + 2, cap, A & (f >= f_lo) & (f <= f_hi), _pack(x, offs), used, own)
+                    in_w, _up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF)
+                    used = _compact(dst, cnt + 2, cap, in_w, packed, used, own)
             _compact_end(cnt + 2, used, own)
 
 
@@ -1477,7 +1482,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             if STRIPE:
                 lens = _scnt(row, wsi, S, NB1, NBS, R4)
                 D, span, end, TAIL0 = _stripe_geometry(lens, tl.load(cnt + 4), NSL, KBR)
-                slow = slow | (tl.load(cnt + 4) > KBR // 8) | ((above == 1) & (tl.load(cnt + 5) > KBIG // 8))
+                slow = slow | (tl.load(cnt + 4) > KBR // _TAIL) | ((above == 1) & (tl.load(cnt + 5) > KBIG // _TAIL))
             else:
                 lens = brk
                 D, span, end, TAIL0 = 0, 0, n_g, 0
@@ -1666,9 +1671,9 @@ def striped(S: int, cfg: dict) -> bool:
     with a shift: ``S x block / 4`` stripes), a bracket list (``cfg["kbr"] > 0``), whose space holds the striped
     window, with a tail (its last eighth) of at least ``kmax`` entries, so that a window that fits the window list
     never overflows it, and stripes at least one sector (4 entries) deep in both lists."""
-    kbr, kbig, ns = cfg.get("kbr", 0), cfg["kbig"], S * (cfg["block"] // 4)
-    return (0 < S <= cfg.get("stripe", 0) and S & (S - 1) == 0 and kbr // 8 >= cfg["kmax"]
-            and (kbr - kbr // 8) // ns >= 4 and (kbig - kbig // 8) // ns >= 4)
+    kbr, kbig, ns, tail = cfg.get("kbr", 0), cfg["kbig"], S * (cfg["block"] // 4), _TAIL.value
+    return (0 < S <= cfg.get("stripe", 0) and S & (S - 1) == 0 and kbr // tail >= cfg["kmax"]
+            and (kbr - kbr // tail) // ns >= 4 and (kbig - kbig // tail) // ns >= 4)
 
 
 def greedy_row_shape(cfg: dict) -> tuple:

@@ -6,8 +6,8 @@ large; with early accept, a top-p row whose full-row winner is certainly kept is
 in the second, and the later ones return at once for it). These wrappers allocate the outputs and the per-row workspaces
 (a window of ``KMAX``, an above-window list of ``KBIG`` and a bracket list of ``KBR`` int64
 entries, small records and per-part histograms: independent of the vocabulary), or take the
-caller's kept ones, and choose how many programs share a row (``S``): enough that a small batch fills the GPU, one per
-row for a large batch.
+caller's kept ones, and choose how many programs share a row (``S``): enough that a small
+batch fills the GPU, one per row for a large batch.
 """
 
 from __future__ import annotations

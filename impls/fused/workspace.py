@@ -26,9 +26,8 @@ def workspace_bytes(B: int, V: int, cfg: dict) -> int:
     int32), the window, above-window and bracket lists (``kmax + kbig + kbr`` int64, 278,528 bytes at
     the GPU defaults: most of it) and, when the row's lists are striped (:func:`impls.fused.kernel.striped`),
     their stripe lengths (``2 x parts x block / 4`` int32): 279,552 bytes a row in all at ``B >= 512`` (281,600
-    with ``stripe`` on). A batch
-    of ``B >= 512`` rows has one part per row; smaller batches split rows into more parts (:func:`splits`), each
-    adding its partials and histograms.
+    with ``stripe`` on). A batch of ``B >= 512`` rows has one part per row; smaller batches split rows into more
+    parts (:func:`splits`), each adding its partials and histograms.
     """
     q_64, q_i, q_f, _ = _sizes(B, V, cfg)
     return 8 * (q_64 + q_i + q_f)
