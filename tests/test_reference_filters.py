@@ -274,3 +274,16 @@ def test_hf_order_top_k_top_p_then_min_p():
     (ascending cumsum 0.02305, 0.08572, 0.25607, ...; <= 0.2 removes 4, 3), then min-p."""
     (r,) = step(row(SEM, do_sample=True, min_p=0.3, top_p=0.8), profile=HF)
     assert support(r) == {0, 1, 2}
+
+
+@pytest.mark.parametrize("x, message", [
+    ([0.0, 1.0, math.inf, 2.0], "logit \\+inf at token id 2 \\(of 4\\)"),
+    ([0.0, math.nan, 1.0], "logit NaN at token id 1 \\(of 3\\)"),
+    ([NEG_INF, NEG_INF], "no finite logit in the row \\(all 2 are -inf\\)"),
+])
+def test_a_row_the_filters_cannot_take_is_a_located_error(x, message):
+    """A direct caller of the filters (the harness rejects such rows first: ``bad_input`` cases) gets a
+    ValueError naming the token, not an IndexError from an empty kept set (found by a helper, 2026-12-06)."""
+    res = Resolved(SAMPLING, temperature=0.7, top_k=0, top_p=0.99, min_p=0.0)
+    with pytest.raises(ValueError, match=message):
+        kept_set(torch.tensor(x), res, TRTLLM)

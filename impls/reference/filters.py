@@ -317,6 +317,17 @@ def dynamic_temperature(x64: torch.Tensor, keep: torch.Tensor, res) -> float:
     return lo + (hi - lo) * (H / math.log(n)) ** res.dynatemp_exponent
 
 
+def _check_row(x: torch.Tensor) -> None:
+    # chain's precondition, located: a +inf or NaN logit has no softmax to filter (the filters would index
+    # an empty or NaN-ordered kept set), a row of -inf nothing to keep
+    for name, bad in (("NaN", torch.isnan(x)), ("+inf", torch.isposinf(x))):
+        if bool(bad.any()):
+            raise ValueError(f"filters.chain: logit {name} at token id {int(bad.nonzero()[0, 0])} (of {x.numel()}): "
+                             "a sampling row's logits must be finite or -inf")
+    if not bool(torch.isfinite(x).any()):
+        raise ValueError(f"filters.chain: no finite logit in the row (all {x.numel()} are -inf): nothing to keep")
+
+
 def chain(x: torch.Tensor, res, profile: Profile) -> list:
     """The outcomes of a sampling row's filters: one, or two when XTC's coin decides.
 
@@ -340,6 +351,12 @@ def chain(x: torch.Tensor, res, profile: Profile) -> list:
         Weights summing to 1. With ``0 < xtc_probability < 1`` and a cut that changes the
         set: the cut (weight ``p``) then the uncut outcome.
 
+    Raises
+    ------
+    ValueError
+        If ``x`` holds NaN or ``+inf`` (the harness rejects such rows before sampling: ``bad_input``
+        cases) or no finite logit; the message names the first offending token id.
+
     Membership is decided in float64 whatever the dtype of ``x`` (the probabilities are
     ``softmax`` of the float64 values of ``x``, cumulative masses are float64 sums), so
     the kept set is exact arithmetic's up to ~1e-16; tokens tie iff their logits are
@@ -354,6 +371,7 @@ def chain(x: torch.Tensor, res, profile: Profile) -> list:
     applied last; with it True a dynamic temperature is computed on every finite token
     before the filters.
     """
+    _check_row(x)
     if getattr(res, "mirostat", 0) in (1, 2):
         return [_mirostat_outcome(x, res)]
     # Membership is decided in float64 on the row's logits (SEMANTICS §1.5): a float32
