@@ -4,7 +4,7 @@ Run by ``tests/test_fused.py::test_kernels_compile_for_sm90_offline`` in a subpr
 ``TRITON_INTERPRET`` (under the interpreter the kernels are not compiled at all). Each kernel is
 compiled with fp32 and bf16 logits and the constants of :data:`impls.fused.ops.DEFAULTS`, as
 :func:`impls.fused.kernel.launch_args` passes them, the histogram kernel with and without early
-accept (``EARLY``), the statistics kernel with and without the all-greedy hint (``ALL_GREEDY``); ``UNIT_T`` on, which compiles both of its loops (the row's temperature picks one on the
+accept (``EARLY``) and with ``lane_hist``'s counters (``LANE``), the statistics kernel with and without the all-greedy hint (``ALL_GREEDY``); ``UNIT_T`` on, which compiles both of its loops (the row's temperature picks one on the
 device). Arguments get the specialisation Triton gives them on a GPU for the suite's shapes: pointers, the
 row stride, the vocabulary and the logits per program divisible by 16 (only ``S`` is never specialised). With
 fp32 logits, every streaming load of a row must then be 16 bytes wide (``cp.async`` of 16 bytes, or a
@@ -22,12 +22,11 @@ def main() -> int:
     """Compile each kernel for fp32 and bf16 logits; 0 when all compile."""
     failed = 0
     for name in KERNELS:
-        flag, values = VARIANTS.get(name, (None, (None,)))
-        for value in values:
-            tag = f" {flag}={value}" if flag else ""
+        for flags in VARIANTS.get(name, ({},)):
+            tag = "".join(f" {k}={v}" for k, v in flags.items())
             for logits in ("*fp32", "*bf16"):
                 try:
-                    ck = compile_kernel(name, logits, **({flag: value} if flag else {}))
+                    ck = compile_kernel(name, logits, **flags)
                     narrow = narrow_loads(ck.asm["ptx"]) if name in STREAMING and logits == "*fp32" else 0
                     if narrow:
                         failed += 1

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 triton = pytest.importorskip("triton", reason="triton is not installed (the tox env installs it)")
+import triton.language as tl  # noqa: E402
 
-from impls.fused.kernel import PATHS, STATUS_KINDS  # noqa: E402
+from impls.fused.kernel import PATHS, STATUS_KINDS, _lane_hist, _lane_hist_total  # noqa: E402
 from impls.fused.ops import fused_sample  # noqa: E402
 from impls.profiles import TRTLLM  # noqa: E402
 from impls.reference.draw import gumbel_argmax  # noqa: E402
@@ -539,10 +540,10 @@ def test_launcher_mode_is_checked_and_constexpr_tail_follows_the_signature():
     with pytest.raises(ValueError, match="unknown launcher mode 'fast'"):
         fused_sample(x.cpu(), *random_batch(1, 2, [300])[1:], launcher="fast")
     # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY, NSTG, LOCAL,
-    # UNIT_T, KBR and STRIPE: their defaults)
+    # UNIT_T, KBR, STRIPE and LANE: their defaults)
     tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
                                           "KBIG": 256})
-    assert tail == (128, 64, 64, 128, 256, 40.0, False, 1, True, True, 0, False)
+    assert tail == (128, 64, 64, 128, 256, 40.0, False, 1, True, True, 0, False, False)
     with pytest.raises(TypeError, match="no value for parameter RMAX"):
         launch._tail(_hist_kernel, 14, {"BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
     from impls.fused.ops import INTERPRETER
@@ -734,8 +735,9 @@ def test_kernels_compile_for_sm90_offline():
     r = subprocess.run([sys.executable, str(Path(__file__).with_name("_compile_sm90.py"))], cwd=root, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
-    # 10 kernels, 4 of them in 2 variants (EARLY, ALL_GREEDY, STRIPE twice), each for fp32 and bf16 logits
-    assert r.stdout.count(" ok") == 28, r.stdout
+    # 10 kernels: the histogram launch in 4 variants (EARLY x LANE), 3 in 2 (ALL_GREEDY, STRIPE twice), each for
+    # fp32 and bf16 logits
+    assert r.stdout.count(" ok") == 32, r.stdout
 
 
 @pytest.mark.parametrize("B,V,seed,row,path", [(64, 32000, 1, 10, 3), (8, 262144, 3, 0, 3)])
@@ -991,3 +993,67 @@ def test_workspace_bytes_per_row_at_the_gpu_defaults():
     a = allocate(3, 128256, torch.device("cpu"), DEFAULTS)
     whole = a["ws64"]._base if a["ws64"]._base is not None else a["ws64"]
     assert whole.numel() * 8 == workspace_bytes(3, 128256, DEFAULTS)
+
+
+@triton.jit
+def _count_bins(b_ptr, out_ptr, n, BLOCK: tl.constexpr, LANE: tl.constexpr):
+    # a 64-bin histogram of n bins in [0, 64), with the histogram pass's per-lane counters or tl.histogram
+    h = tl.zeros([64], dtype=tl.int32)
+    hc = tl.zeros([BLOCK], dtype=tl.int32)
+    for st in range(0, n, BLOCK):
+        offs = st + tl.arange(0, BLOCK)
+        b = tl.load(b_ptr + offs, mask=offs < n, other=63)
+        if LANE:
+            hc = _lane_hist(b, hc)
+        else:
+            h += tl.histogram(b, 64)
+    if LANE:
+        h += _lane_hist_total(hc, 64)
+    tl.store(out_ptr + tl.arange(0, 64), h)
+
+
+def test_lane_histogram_only_where_it_applies():
+    """``lane_hist`` (per-lane counters, inline PTX) is used for parts of at least its number of tiles, with 64
+    level-1 bins and four logits a thread, and never under the interpreter; a negative value is refused."""
+    from impls.fused.kernel import lane_hist
+    from impls.fused.ops import DEFAULTS, INTERPRETED, apply_tuning
+    compiled = not INTERPRETED
+    assert DEFAULTS["lane_hist"] == 16 and (DEFAULTS["block"], DEFAULTS["num_warps"]) == (1024, 8)
+    # 128256 logits in 1, 2 or 8 parts; 32000 in 8 parts (4,000 logits: 3.9 tiles); exactly 16 tiles
+    assert [lane_hist(ch, DEFAULTS) for ch in (128256, 64128, 16032, 4000, 16384, 16383)] == \
+        [compiled, compiled, compiled, False, compiled, False]
+    assert lane_hist(128256, dict(DEFAULTS, lane_hist=True)) is compiled
+    assert not lane_hist(128256, dict(DEFAULTS, lane_hist=False))
+    assert not lane_hist(128256, dict(DEFAULTS, nb=128)) and not lane_hist(128256, dict(DEFAULTS, block=2048))
+    with pytest.raises(ValueError, match=r"lane_hist=-1: True, False, or the fewest tiles a part"):
+        apply_tuning(DEFAULTS, {"lane_hist": -1})
+
+
+@pytest.mark.gpu
+def test_lane_histogram_counts_as_tl_histogram():
+    """``lane_hist``'s per-lane counters (inline PTX ballots) give the exact counts of ``torch.bincount`` and of
+    ``tl.histogram``: skewed bins (most in a few), every bin, a ragged last tile (padded with bin 63)."""
+    g = torch.Generator().manual_seed(7)
+    n = 100_003
+    b = torch.cat([torch.randint(0, 64, (n // 2,), generator=g),
+                   (torch.randn(n - n // 2, generator=g).abs() * 3).long().clamp(max=63)]).to(torch.int32).cuda()
+    want = torch.bincount(b.long(), minlength=64)
+    want[63] += (-n) % 1024
+    for lane in (True, False):
+        out = torch.zeros(64, dtype=torch.int32, device="cuda")
+        _count_bins[(1,)](b, out, n, BLOCK=1024, LANE=lane, num_warps=8)
+        assert out.tolist() == want.tolist(), lane
+
+
+@pytest.mark.gpu
+def test_lane_histogram_gives_the_same_tokens():
+    """The histogram and refine passes with ``lane_hist=True`` choose the same windows, so the same tokens and
+    paths as ``tl.histogram`` (early accept at batch 64, the plain pass at 300) and the reference's tokens."""
+    for seed, B in ((3, 64), (4, 300)):
+        args = [a.cuda() for a in random_batch(seed, B, [32000, 128256])]
+        a = fused_sample(*args, lane_hist=True)
+        b = fused_sample(*args, lane_hist=False)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[2], b[2]), seed
+        want, _ = reference_rows(*(t.cpu() for t in args))
+        assert a[0].tolist() == want
+

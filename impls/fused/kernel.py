@@ -405,6 +405,50 @@ def _tile1(base, st, V, BLOCK: tl.constexpr):
     return offs, x, fin
 
 
+def _lane_hist_ptx(nbits: int) -> str:
+    """PTX of :func:`_lane_hist` for ``2**nbits`` bins (6 or 7): per element, a warp ballot of each bit of
+    its bin (as Triton's ``tl.histogram`` lowering does, after @apgoucher), the lane's own bins (``lane + 32 j``)
+    matched with one AND per bit and counted with ``popc``; operands ``$0-3`` out, ``$4-7`` bins, ``$8-11``
+    counters (``pack=4``)."""
+    own = 1 << (nbits - 5)
+    a = ["{", ".reg .u32 ln, t, acc, sel, c<4>, m<7>, inv<5>;", ".reg .pred p;", "mov.u32 ln, %laneid;"]
+    for k in range(5):
+        a += [f"bfe.u32 t, ln, {k}, 1;", f"sub.u32 inv{k}, t, 1;"]   # 0 where the lane's bit k is set, else ~0
+    a += [f"mov.u32 c{j}, ${8 + j};" for j in range(4)]
+    for e in range(4):
+        for k in range(nbits):
+            a += [f"and.b32 t, ${4 + e}, {1 << k};", "setp.ne.u32 p, t, 0;", f"vote.sync.ballot.b32 m{k}, p, -1;"]
+        a += ["xor.b32 acc, m0, inv0;"] + [f"xor.b32 t, m{k}, inv{k};\nand.b32 acc, acc, t;" for k in range(1, 5)]
+        for j in range(own):
+            a.append("mov.u32 sel, acc;")
+            for k in range(5, nbits):
+                a.append(f"and.b32 sel, sel, m{k};" if (j >> (k - 5)) & 1 else f"not.b32 t, m{k};\nand.b32 sel, sel, t;")
+            a += ["popc.b32 t, sel;", f"add.u32 c{j}, c{j}, t;"]
+    a += [f"mov.u32 ${j}, c{j};" for j in range(4)] + ["}"]
+    return "\n".join(a)
+
+
+_LANE_HIST_64 = tl.constexpr(_lane_hist_ptx(6))
+_LANE_BINS_64 = tl.constexpr("mov.u32 $0, %laneid;\nadd.u32 $1, $0, 32;\nmov.u32 $2, -1;\nmov.u32 $3, -1;")
+
+
+@triton.jit
+def _lane_hist(b, cnt):
+    # per-lane counters of a 64-bin histogram (GPU only: inline PTX): the lane's bins lane and lane + 32 in the
+    # first two of each 4 consecutive elements it holds; no shared memory and no barrier per tile
+    return tl.inline_asm_elementwise(_LANE_HIST_64, "=r,=r,=r,=r,r,r,r,r,r,r,r,r", [b, cnt], dtype=tl.int32,
+                                     is_pure=False, pack=4)
+
+
+@triton.jit
+def _lane_hist_total(cnt, NB: tl.constexpr):
+    # the [NB] histogram of _lane_hist's counters: each element's bin, then a sum per bin (once per program)
+    ids = tl.inline_asm_elementwise(_LANE_BINS_64, "=r,=r,=r,=r,r,r,r,r", [cnt], dtype=tl.int32, is_pure=True,
+                                    pack=4)
+    bins = tl.arange(0, NB)
+    return tl.sum(tl.where(ids[None, :] == bins[:, None], cnt[None, :], 0), 1)
+
+
 @triton.jit
 def _fine(x, m, C, NBF: tl.constexpr):
     # fine bin of a survivor: 0 at the maximum, non-decreasing as x decreases
@@ -882,11 +926,12 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
 
 @triton.jit
 def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, NB1: tl.constexpr,
-               NBF: tl.constexpr, NSTG: tl.constexpr):
+               NBF: tl.constexpr, NSTG: tl.constexpr, LANE: tl.constexpr = False):
     """One part of a top-p row (early accept), read once: the level-1 histogram of its survivors, their count,
     their fixed-point mass, and their Gumbel-max (key, lowest id on ties), as in :func:`_gumbel_scan`."""
     R4: tl.constexpr = BLOCK // 4
     h = tl.zeros([NB1], dtype=tl.int32)
+    hc = tl.zeros([BLOCK], dtype=tl.int32)
     n_a = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
     e_a = tl.sum(tl.zeros([1], dtype=tl.int64), 0)
     b_v = tl.full([R4, 4], float("-inf"), tl.float32)
@@ -897,7 +942,10 @@ def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, 
         offs, x, fin = _tile(base, st, V, R4)
         A = fin & (x >= xA)
         b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
-        h += tl.histogram(tl.reshape(b1, [BLOCK]), NB1)
+        if LANE:
+            hc = _lane_hist(tl.reshape(b1, [BLOCK]), hc)
+        else:
+            h += tl.histogram(tl.reshape(b1, [BLOCK]), NB1)
         n_a += tl.sum(tl.sum(A.to(tl.int32), 1), 0)
         s = tl.div_rn(x - m, T)
         e_a += tl.sum(tl.sum(tl.where(A, _fix(tl.exp(s)), 0), 1), 0)
@@ -906,6 +954,8 @@ def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, 
         take = sc > b_v
         t_v = tl.where(take, offs, t_v)
         b_v = tl.where(take, sc, b_v)
+    if LANE:
+        h += _lane_hist_total(hc, NB1)
     best = tl.max(tl.max(b_v, 1), 0)
     tok = tl.min(tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 1), 0)
     return h, n_a, e_a, best, tok
@@ -923,21 +973,28 @@ def _scaled(x, m, T, UNIT: tl.constexpr):
 
 @triton.jit
 def _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK: tl.constexpr, NB1: tl.constexpr,
-               NBF: tl.constexpr, NSTG: tl.constexpr, MASS: tl.constexpr, UNIT: tl.constexpr):
+               NBF: tl.constexpr, NSTG: tl.constexpr, MASS: tl.constexpr, UNIT: tl.constexpr,
+               LANE: tl.constexpr = False):
+    hc = tl.zeros([BLOCK], dtype=tl.int32)
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
         offs, x, fin = _tile1(base, st, V, BLOCK)
         A = fin & (x >= xA)
         b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
-        h += tl.histogram(b1, NB1)
+        if LANE:
+            hc = _lane_hist(b1, hc)
+        else:
+            h += tl.histogram(b1, NB1)
         na_v += A.to(tl.int32)
         if MASS:
             e_v += tl.where(A, _fix(tl.exp(_scaled(x, m, T, UNIT))), 0)
+    if LANE:
+        h += _lane_hist_total(hc, NB1)
     return h, na_v, e_v
 
 
 @triton.jit
 def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl.constexpr, NBF: tl.constexpr,
-                NSTG: tl.constexpr, UNIT_T: tl.constexpr):
+                NSTG: tl.constexpr, UNIT_T: tl.constexpr, LANE: tl.constexpr = False):
     """One part of a top-k/top-p row, read once: the level-1 histogram of its survivors, their count and, for a
     top-p row (``p_on``), their fixed-point mass (else 0). Copies of the loop on purpose (the hot pass): only a
     top-p row pays the exp of its mass, and with ``UNIT_T`` a row at ``T == 1`` skips the division."""
@@ -948,14 +1005,14 @@ def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl
         if UNIT_T:
             if T == 1.0:
                 h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, True,
-                                          True)
+                                          True, LANE)
             else:
                 h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, True,
-                                          False)
+                                          False, LANE)
         else:
-            h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, True, False)
+            h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, True, False, LANE)
     else:
-        h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, False, False)
+        h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, False, False, LANE)
     return h, tl.sum(na_v, 0), tl.sum(e_v, 0)
 
 
@@ -965,7 +1022,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
                  RMAX: tl.constexpr, EARLY: tl.constexpr = False, NSTG: tl.constexpr = 1,
                  LOCAL: tl.constexpr = True, UNIT_T: tl.constexpr = True, KBR: tl.constexpr = 0,
-                 STRIPE: tl.constexpr = False):
+                 STRIPE: tl.constexpr = False, LANE: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -1011,15 +1068,16 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
             if p_on & (k_on == 0):
                 seed = tl.load(seed_ptr + row)
                 offset = tl.load(offset_ptr + row)
-                h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1, NBF, NSTG)
+                h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1, NBF, NSTG,
+                                                    LANE)
             else:
-                h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF, NSTG, UNIT_T)
+                h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF, NSTG, UNIT_T, LANE)
                 best = tl.max(tl.full([1], float("-inf"), tl.float32), 0)   # no winner: the row is not accepted
                 tok = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
             tl.store(bf + part * _PF + 4, best)
             tl.store(bi + part * _PI + 6, tok)
         else:
-            h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF, NSTG, UNIT_T)
+            h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF, NSTG, UNIT_T, LANE)
         tl.store(hist1 + part * NB1 + tl.arange(0, NB1), h)
         tl.store(bi + part * _PI + 4, n_p)
         tl.store(b64 + part * _P64 + 0, e_p)
@@ -1676,6 +1734,18 @@ def striped(S: int, cfg: dict) -> bool:
             and (kbr - kbr // tail) // ns >= 4 and (kbig - kbig // tail) // ns >= 4)
 
 
+def lane_hist(CH: int, cfg: dict) -> bool:
+    """Whether the histogram launch of a call whose parts stream ``CH`` logits counts its bins per lane
+    (:func:`_lane_hist`): ``cfg["lane_hist"]`` True, or an int ``n >= 1`` and parts of at least ``n`` tiles of
+    ``cfg["block"]`` logits (the counters' combine, once per program, costs more than the per-tile barriers it
+    saves on short parts: H100, 2026-12-06, the pass at 64 x 32000, 4 tiles a part, 17 -> 23 us); and only where
+    its PTX applies: compiled (not Triton's interpreter), 64 level-1 bins, four logits a thread (``block = 128
+    num_warps``). The tokens do not depend on it."""
+    n = cfg.get("lane_hist", False)
+    return (bool(n) and CH >= int(n) * cfg["block"] and cfg["nb"] == 64
+            and cfg["block"] == 128 * cfg["num_warps"] and type(_hist_kernel).__name__ != "InterpretedFunction")
+
+
 def greedy_row_shape(cfg: dict) -> tuple:
     """``(warps, block)`` of ``_greedy_row_kernel``: ``cfg["greedy_warps"]`` (else ``num_warps``), and the block
     scaled with them so a thread keeps the logits per load of the other launches (16 bytes of fp32 at the GPU
@@ -1741,7 +1811,7 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
         ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c_stats, kw),
         ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH),
          dict(c, RMAX=cfg["r"], EARLY=early, LOCAL=cfg.get("local", True), UNIT_T=cfg.get("unit_t", True),
-              KBR=kbr, STRIPE=stripe), kw),
+              KBR=kbr, STRIPE=stripe, LANE=lane_hist(CH, cfg)), kw),
         ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH),
          dict(c, UNIT_T=cfg.get("unit_t", True), STRIPE=stripe), kw),
         ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH),

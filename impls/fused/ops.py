@@ -70,19 +70,26 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: 0 (never) on the GPU until measured: the first version halved the gather pass at batch 256 but doubled the
 #: decide launch (H100, benchmarks/README.md "Striped lists"); the second is not measured yet. Off under the
 #: interpreter too (its lists are too small for stripes, :func:`impls.fused.kernel.striped`); the tests
-#: ``test_striped_*`` turn it on with lists large enough.
+#: ``test_striped_*`` turn it on with lists large enough. ``lane_hist``: the histogram pass keeps its level-1
+#: counts in registers, each lane counting its own two bins from warp ballots (inline PTX,
+#: :func:`impls.fused.kernel._lane_hist`), and combines the warps once per program instead of through shared
+#: memory with barriers after every tile as ``tl.histogram`` does (offline, Triton 3.6: the top-p loop 290 -> 214
+#: instructions per 4 logits, the top-k loop 239 -> 162). True, False, or the fewest tiles (``block`` logits) a part
+#: must stream; used only where it can run (compiled, 64 bins, four logits a thread: :func:`impls.fused.kernel.lane_hist`): 16 on the GPU,
+#: where the pass took 0.75-0.88x its time at parts of 31-256 tiles and 1.35x at 4 (H100, 2026-12-06,
+#: benchmarks/README.md "Per-lane histogram counters").
 #: Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
-            "nsub": 512, "stripe": 0}
+            "nsub": 512, "stripe": 0, "lane_hist": 16}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
 INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
                "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "stats_stages": 1,
                "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4, "kbr": 512,
-               "nsub": 32, "stripe": 0}
+               "nsub": 32, "stripe": 0, "lane_hist": False}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -131,6 +138,9 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
             raise ValueError(f"fused_sample option {name}={v!r}: True or False")
         if name in ("stages", "stats_stages") and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8):
             raise ValueError(f"fused_sample option {name}={v!r}: an int from 1 to 8")
+        if name == "lane_hist" and not (isinstance(v, int) and v >= 0):
+            raise ValueError(f"fused_sample option lane_hist={v!r}: True, False, or the fewest tiles a part (an int "
+                             ">= 0)")
         if name == "early" and not (isinstance(v, int) and v >= 0):
             raise ValueError(f"fused_sample option early={v!r}: True, False, or the largest batch (an int >= 0)")
         if name in ("num_warps", "decide_warps", "greedy_warps") and not (
