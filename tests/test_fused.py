@@ -735,9 +735,9 @@ def test_kernels_compile_for_sm90_offline():
     r = subprocess.run([sys.executable, str(Path(__file__).with_name("_compile_sm90.py"))], cwd=root, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
-    # 10 kernels: the histogram launch in 4 variants (EARLY x LANE), 3 in 2 (ALL_GREEDY, STRIPE twice), each for
-    # fp32 and bf16 logits
-    assert r.stdout.count(" ok") == 32, r.stdout
+    # 10 kernels: the histogram launch in 4 variants (EARLY x LANE), the gather launch in 3 (STRIPE, OFFS), 2 in 2
+    # (ALL_GREEDY, STRIPE), each for fp32 and bf16 logits
+    assert r.stdout.count(" ok") == 34, r.stdout
 
 
 @pytest.mark.parametrize("B,V,seed,row,path", [(64, 32000, 1, 10, 3), (8, 262144, 3, 0, 3)])
@@ -1057,3 +1057,30 @@ def test_lane_histogram_gives_the_same_tokens():
         want, _ = reference_rows(*(t.cpu() for t in args))
         assert a[0].tolist() == want
 
+
+@pytest.mark.parametrize("seed", range(2))
+def test_split_rows_write_their_lists_from_the_parts_offsets(seed):
+    """Rows split in 6 parts (the interpreter's 48 programs over 8 rows of 3,000 or 4,000 logits: parts of 512 or
+    768) with ``part_offsets`` write each part's window, bracket and above-window entries from the count of the
+    parts before it (no atomic per tile): the same tokens, statuses and paths as with an atomic per tile
+    (``part_offsets=0``), and the reference's tokens; rows of top-k, top-p and both (fast and boundary paths, early
+    accept off); the gather launch takes the offsets only with ``part_offsets`` >= the parts."""
+    from impls.fused.kernel import launch_specs
+    from impls.fused.ops import DEFAULTS, INTERPRETED, INTERPRETER, apply_tuning
+    from impls.fused.workspace import splits
+    logits, T, K, P, M, S_, O = random_batch(200 + seed, 8, [3000, 4000])
+    K = torch.tensor([0, 0, 0, 50, 0, 0, 300, 20])
+    P = torch.tensor([0.9, 0.5, 0.95, 0.8, 0.99, 0.3, 1.0, 0.7])
+    args = [a.to(DEV) for a in (logits, T, K, P, torch.zeros(8), S_, O)]
+    B, V = args[0].shape
+    for po in (8, 0):
+        cfg = apply_tuning(INTERPRETER if INTERPRETED else DEFAULTS, {"part_offsets": po})
+        S, CH = splits(B, V, cfg)
+        gather = [sp for sp in launch_specs(B, V, V, S, CH, False, cfg) if sp[0] == "gather"][0]
+        assert gather[4]["OFFS"] is (po == 8 and 1 < S <= 8), (S, po)
+    a = fused_sample(*args, part_offsets=8, early=False)
+    b = fused_sample(*args, part_offsets=0, early=False)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])
+    want, _ = reference_rows(*(t.cpu() for t in args))
+    assert a[0].tolist() == want
+    assert {PATHS[int(p)] for p in a[2]} >= {"fast", "boundary"}

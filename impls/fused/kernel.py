@@ -550,6 +550,19 @@ def _sum_parts_i(ptr, S, stride, N: tl.constexpr):
 
 
 @triton.jit
+def _parts_before(hist1, part, b_lo, b_hi, NB1: tl.constexpr):
+    # the survivors of a row's parts before `part`, from their level-1 histograms: in bins b_lo..b_hi (a window or
+    # bracket on level-1 bounds) and in the bins above b_lo (the last bin, the non-survivors', never counts)
+    cols = tl.arange(0, NB1)
+    sr = tl.arange(0, _SB)
+    h = tl.zeros([NB1], dtype=tl.int32)
+    for s0 in range(0, part, _SB):
+        ss = s0 + sr
+        h += tl.sum(tl.load(hist1 + ss[:, None] * NB1 + cols[None, :], mask=(ss < part)[:, None], other=0), 0)
+    return tl.sum(tl.where((cols >= b_lo) & (cols <= b_hi), h, 0), 0), tl.sum(tl.where(cols < b_lo, h, 0), 0)
+
+
+@triton.jit
 def _sum_col(ptr, S, stride, col, DT: tl.constexpr):
     # sum over the S parts of one partial (column ``col`` of rows ``stride`` apart), accumulated in DT
     sr = tl.arange(0, _SB)
@@ -1214,7 +1227,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
 def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                    KBIG: tl.constexpr, NSTG: tl.constexpr = 1, LOCAL: tl.constexpr = True, KBR: tl.constexpr = 0,
-                   STRIPE: tl.constexpr = False):
+                   STRIPE: tl.constexpr = False, OFFS: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -1281,18 +1294,32 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
             cap = tl.where(mode == 4, KBR, KMAX)
             own = (S == 1) & LOCAL
             used = _compact_start(cnt + 2, own)
+            used_a = _compact_start(cnt + 3, own)
+            exact = own & False
+            if OFFS:
+                # a window or bracket on level-1 bounds (the histogram pass's): each part writes from its exact
+                # offset, the entries of the parts before it (their histograms), with no atomic per tile
+                exact = ((f_lo % _NB2) == 0) & (((f_hi + 1) % _NB2) == 0)
+                pre_w, pre_a = _parts_before(hist1, part, f_lo // _NB2, f_hi // _NB2, NB1)
+                used = tl.where(exact, pre_w, used)
+                used_a = tl.where(exact, pre_a, used_a)
             if above == 1:
-                used_a = _compact_start(cnt + 3, own)
                 for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
                     in_w, up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF)
-                    used = _compact(dst, cnt + 2, cap, in_w, packed, used, own)
-                    used_a = _compact(abv, cnt + 3, KBIG, up, packed, used_a, own)
+                    used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact)
+                    used_a = _compact(abv, cnt + 3, KBIG, up, packed, used_a, own | exact)
                 _compact_end(cnt + 3, used_a, own)
+                if OFFS:
+                    if exact:
+                        tl.atomic_add(cnt + 3, used_a - pre_a)
             else:
                 for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
                     in_w, _up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF)
-                    used = _compact(dst, cnt + 2, cap, in_w, packed, used, own)
+                    used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact)
             _compact_end(cnt + 2, used, own)
+            if OFFS:
+                if exact:
+                    tl.atomic_add(cnt + 2, used - pre_w)
 
 
 # ----------------------------------------------------------------------------- 5: decide
@@ -1815,7 +1842,8 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
         ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH),
          dict(c, UNIT_T=cfg.get("unit_t", True), STRIPE=stripe), kw),
         ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH),
-         dict(c, LOCAL=cfg.get("local", True), KBR=kbr, STRIPE=stripe), kw),
+         dict(c, LOCAL=cfg.get("local", True), KBR=kbr, STRIPE=stripe,
+              OFFS=not stripe and 1 < S <= cfg.get("part_offsets", 0)), kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,
                                           S), dict(c, KBR=kbr, NSUB=cfg.get("nsub", c["KMAX"]), STRIPE=stripe,
                                                    NSH=(S * cfg["block"] // 4).bit_length() - 1 if stripe else 0),

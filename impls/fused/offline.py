@@ -38,11 +38,13 @@ KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", 
            "_greedy_kernel", "_greedy_row_kernel", "_rewrite_kernel", "_logprobs_kernel")
 #: Kernels compiled once per set of constexpr flags (the histogram launch with and without early accept, each
 #: with ``tl.histogram`` and with the per-lane counters of ``lane_hist``; the statistics launch of a general and of
-#: an all-greedy call; the gather and decide launches with striped and packed lists). Others: once, as given.
+#: an all-greedy call; the gather launch with striped lists, packed lists, and packed lists written from the parts'
+#: offsets; the decide launch with striped and packed lists). Others: once, as given.
 VARIANTS = {"_hist_kernel": ({"EARLY": True}, {"EARLY": False}, {"EARLY": True, "LANE": True},
                              {"EARLY": False, "LANE": True}),
             "_stats_kernel": ({"ALL_GREEDY": False}, {"ALL_GREEDY": True}),
-            "_gather_kernel": ({"STRIPE": True}, {"STRIPE": False}), "_decide_kernel": ({"STRIPE": True}, {"STRIPE": False})}
+            "_gather_kernel": ({"STRIPE": True}, {"STRIPE": False}, {"STRIPE": False, "OFFS": True}),
+            "_decide_kernel": ({"STRIPE": True}, {"STRIPE": False})}
 #: Kernels that stream rows of logits (or of rewritten logits): their loads of a row must be 16 bytes wide.
 STREAMING = ("_stats_kernel", "_greedy_row_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel",
              "_probs_kernel", "_rewrite_kernel", "_logprobs_kernel")

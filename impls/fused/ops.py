@@ -78,18 +78,24 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: must stream; used only where it can run (compiled, 64 bins, four logits a thread: :func:`impls.fused.kernel.lane_hist`): 16 on the GPU,
 #: where the pass took 0.75-0.88x its time at parts of 31-256 tiles and 1.35x at 4 (H100, 2026-12-06,
 #: benchmarks/README.md "Per-lane histogram counters").
+#: ``part_offsets``: a call whose rows are split in 2 to this many parts has each part of the gather pass write its
+#: window (or bracket) and above-window entries from its exact offset in the row's lists, the entries of the parts
+#: before it (counted from their level-1 histograms, :func:`impls.fused.kernel._parts_before`), instead of
+#: reserving slots with an atomic per tile; windows the refine pass chose (not on level-1 bounds) keep the atomics.
+#: 0 (never) on the GPU until measured there (8 would take batch >= 64: benchmarks/README.md "The gather pass of
+#: split rows from the parts' offsets"); 8 under the interpreter (every split row), so the CPU tests take it.
 #: Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
-            "nsub": 512, "stripe": 0, "lane_hist": 16}
+            "nsub": 512, "stripe": 0, "lane_hist": 16, "part_offsets": 0}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
 INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
                "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "stats_stages": 1,
                "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4, "kbr": 512,
-               "nsub": 32, "stripe": 0, "lane_hist": False}
+               "nsub": 32, "stripe": 0, "lane_hist": False, "part_offsets": 8}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -151,6 +157,9 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
             raise ValueError(f"fused_sample option {name}={v!r}: an int >= 1")
         if name == "stripe" and not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 16):
             raise ValueError(f"fused_sample option stripe={v!r}: an int from 0 (never) to 16, the most parts a row")
+        if name == "part_offsets" and not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 128):
+            raise ValueError(f"fused_sample option part_offsets={v!r}: an int from 0 (never) to 128, the most parts "
+                             "a row")
         if name == "r" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")):
             raise ValueError(f"fused_sample option r={v!r}: a finite number > 0")
         cfg[name] = v
