@@ -554,11 +554,7 @@ def _parts_before(hist1, part, b_lo, b_hi, NB1: tl.constexpr):
     # the survivors of a row's parts before `part`, from their level-1 histograms: in bins b_lo..b_hi (a window or
     # bracket on level-1 bounds) and in the bins above b_lo (the last bin, the non-survivors', never counts)
     cols = tl.arange(0, NB1)
-    sr = tl.arange(0, _SB)
-    h = tl.zeros([NB1], dtype=tl.int32)
-    for s0 in range(0, part, _SB):
-        ss = s0 + sr
-        h += tl.sum(tl.load(hist1 + ss[:, None] * NB1 + cols[None, :], mask=(ss < part)[:, None], other=0), 0)
+    h = _sum_parts_i(hist1, part, NB1, NB1)
     return tl.sum(tl.where((cols >= b_lo) & (cols <= b_hi), h, 0), 0), tl.sum(tl.where(cols < b_lo, h, 0), 0)
 
 
