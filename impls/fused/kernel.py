@@ -450,6 +450,24 @@ def _lane_hist_total(cnt, NB: tl.constexpr):
 
 
 @triton.jit
+def _hist_add(b1, h, hc, NB1: tl.constexpr, LANE: tl.constexpr):
+    # one tile's level-1 bins into the histogram: tl.histogram's [NB1] (h), or with LANE the per-lane counters (hc)
+    if LANE:
+        hc = _lane_hist(b1, hc)
+    else:
+        h += tl.histogram(b1, NB1)
+    return h, hc
+
+
+@triton.jit
+def _hist_done(h, hc, NB1: tl.constexpr, LANE: tl.constexpr):
+    # the [NB1] histogram after the last tile (_hist_add)
+    if LANE:
+        h += _lane_hist_total(hc, NB1)
+    return h
+
+
+@triton.jit
 def _fine(x, m, C, NBF: tl.constexpr):
     # fine bin of a survivor: 0 at the maximum, non-decreasing as x decreases
     return tl.minimum((m - x) * C, NBF - 1.0).to(tl.int32)
@@ -951,10 +969,7 @@ def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, 
         offs, x, fin = _tile(base, st, V, R4)
         A = fin & (x >= xA)
         b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
-        if LANE:
-            hc = _lane_hist(tl.reshape(b1, [BLOCK]), hc)
-        else:
-            h += tl.histogram(tl.reshape(b1, [BLOCK]), NB1)
+        h, hc = _hist_add(tl.reshape(b1, [BLOCK]), h, hc, NB1, LANE)
         n_a += tl.sum(tl.sum(A.to(tl.int32), 1), 0)
         s = tl.div_rn(x - m, T)
         e_a += tl.sum(tl.sum(tl.where(A, _fix(tl.exp(s)), 0), 1), 0)
@@ -963,8 +978,7 @@ def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, 
         take = sc > b_v
         t_v = tl.where(take, offs, t_v)
         b_v = tl.where(take, sc, b_v)
-    if LANE:
-        h += _lane_hist_total(hc, NB1)
+    h = _hist_done(h, hc, NB1, LANE)
     best = tl.max(tl.max(b_v, 1), 0)
     tok = tl.min(tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 1), 0)
     return h, n_a, e_a, best, tok
@@ -989,15 +1003,11 @@ def _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK: tl.constexpr, 
         offs, x, fin = _tile1(base, st, V, BLOCK)
         A = fin & (x >= xA)
         b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
-        if LANE:
-            hc = _lane_hist(b1, hc)
-        else:
-            h += tl.histogram(b1, NB1)
+        h, hc = _hist_add(b1, h, hc, NB1, LANE)
         na_v += A.to(tl.int32)
         if MASS:
             e_v += tl.where(A, _fix(tl.exp(_scaled(x, m, T, UNIT))), 0)
-    if LANE:
-        h += _lane_hist_total(hc, NB1)
+    h = _hist_done(h, hc, NB1, LANE)
     return h, na_v, e_v
 
 
@@ -1757,6 +1767,10 @@ def striped(S: int, cfg: dict) -> bool:
             and (kbr - kbr // tail) // ns >= 4 and (kbig - kbig // tail) // ns >= 4)
 
 
+#: Whether Triton runs these kernels in its interpreter (``TRITON_INTERPRET=1`` when it was imported).
+INTERPRETED = type(_stats_kernel).__name__ == "InterpretedFunction"
+
+
 def lane_hist(CH: int, cfg: dict) -> bool:
     """Whether the histogram launch of a call whose parts stream ``CH`` logits counts its bins per lane
     (:func:`_lane_hist`): ``cfg["lane_hist"]`` True, or an int ``n >= 1`` and parts of at least ``n`` tiles of
@@ -1766,7 +1780,7 @@ def lane_hist(CH: int, cfg: dict) -> bool:
     num_warps``). The tokens do not depend on it."""
     n = cfg.get("lane_hist", False)
     return (bool(n) and CH >= int(n) * cfg["block"] and cfg["nb"] == 64
-            and cfg["block"] == 128 * cfg["num_warps"] and type(_hist_kernel).__name__ != "InterpretedFunction")
+            and cfg["block"] == 128 * cfg["num_warps"] and not INTERPRETED)
 
 
 def greedy_row_shape(cfg: dict) -> tuple:

@@ -18,13 +18,10 @@ from typing import Optional
 
 import torch
 
-from .kernel import _stats_kernel
+from .kernel import INTERPRETED
 from .launch import MODES, run_call
 from .workspace import allocate, call_tensors, layout_key, splits
 
-#: Whether Triton runs the kernels in its interpreter (``TRITON_INTERPRET=1`` when it was imported):
-#: the only way they run on CPU tensors.
-INTERPRETED = type(_stats_kernel).__name__ == "InterpretedFunction"
 
 __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED", "POW2_OPTIONS", "splits",
            "parse_tuning", "apply_tuning", "TUNING_ENV"]
