@@ -275,6 +275,10 @@ class Implementation(Protocol):
     when more than its single steps; read by the judge's feature check),
     ``scenario_stages`` (dict: the :attr:`stages` entries that differ on its
     ``run_scenario`` path; read for the provenance of scenario verdicts),
+    ``draw_limits`` (dict: device kind -> ``(most draws, why)``: a statistical
+    check planning more draws per row than that on the device is ``n/a``, with
+    the reason, instead of running past the case timeout; read by
+    :class:`harness.kinds.statistical.StatisticalKind`),
     ``is_prediction`` (bool: the reference under a profile, not an engine
     release), ``describe(device) -> dict`` (facts recorded with the run),
     ``run_scenario(spec, device)`` (multi-step scenarios; without it they are
@@ -314,7 +318,7 @@ def declaration_problems(impl) -> list:
     """What is wrong with what ``impl`` declares: ``[(field, message)]`` (empty: nothing).
 
     Checks: ``name`` a non-empty str; ``roles`` from :data:`ROLES`; ``devices`` a non-empty set
-    of :data:`DEVICES`; ``slow`` a bool; ``stages`` (:func:`stage_provenance`); and for the
+    of :data:`DEVICES`; ``slow`` a bool; ``draw_limits`` when given; ``stages`` (:func:`stage_provenance`); and for the
     ``conformance`` role: a :class:`~impls.profiles.Profile` whose every field that differs from
     the default profile carries a citation, ``features`` a set of names from :data:`FEATURES`, at
     least one stage. ``field`` is the attribute at fault (``citations`` for a missing citation).
@@ -335,6 +339,13 @@ def declaration_problems(impl) -> list:
                                "(impls/base.py DEVICES)"))
     if not isinstance(getattr(impl, "slow", None), bool):
         out.append(("slow", f"slow is {getattr(impl, 'slow', None)!r}: a bool (impls/base.py Implementation)"))
+    limits = getattr(impl, "draw_limits", None)
+    if limits is not None and not (isinstance(limits, dict) and all(
+            k in DEVICES and isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], int)
+            and not isinstance(v[0], bool) and v[0] >= 0 and isinstance(v[1], str) and v[1].strip()
+            for k, v in limits.items())):
+        out.append(("draw_limits", f"draw_limits is {limits!r}: a dict of device kind ({', '.join(DEVICES)}) -> "
+                                   "(most draws per statistical row, an int >= 0; why, a non-empty str)"))
     try:
         stage_provenance(impl, scenario=True)
     except ValueError as e:

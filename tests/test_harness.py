@@ -633,3 +633,22 @@ def test_resume_refuses_another_case_selection(tmp_path, capsys, monkeypatch):
     assert (out / "results.partial.jsonl").is_file()
     outcome = run(["reference"], ids, out, progress=False, isolate=False, resume=True)
     assert len(outcome.doc["results"]) == 2
+
+
+def test_a_statistical_case_over_the_implementation_s_draw_limit_is_n_a(tmp_path):
+    """``draw_limits`` (impls/base.py): over the limit the case is n/a with the reason; at it the draws run."""
+    root = tmp_path / "cases"
+    write_case(root, "filters/stat", """
+        draws = 4000
+        [[rows]]
+        logits = [0.0, 0.0, -0.6931471805599453, -inf]
+        temperature = 1.0
+        """, check="statistical")
+    impl = Reference(TRTLLM)
+    impl.draw_limits = {"cpu": (3999, "slow here"), "cuda": (0, "never")}
+    (r,) = run([impl], None, tmp_path / "r", progress=False, root=root, isolate=False).doc["results"]
+    assert r["status"] == "n/a" and r["details"]["message"] == (
+        "main:0: the check plans 4000 draws; reference allows at most 3999 per row on cpu: slow here")
+    impl.draw_limits = {"cpu": (4000, "slow here")}
+    (r,) = run([impl], None, tmp_path / "r2", progress=False, root=root, isolate=False).doc["results"]
+    assert r["status"] == "pass" and r["details"]["rows"][0]["n"] == 4000

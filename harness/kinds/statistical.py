@@ -10,7 +10,9 @@ token for that seed: :func:`token_for_token`), then
 outside it is a failure, never a statistic), then an exact multinomial test or a binned
 G-test with Williams' correction. A row whose prediction is an error, or that the test
 refuses to judge, makes the case an ``error``; any failed row a ``fail`` (or
-``known-bug``).
+``known-bug``). A row planning more draws than the implementation allows on the judge's
+device (its optional ``draw_limits``: the fused kernel under Triton's interpreter draws about
+4 tokens a second) makes the case ``n/a`` with that reason, before any draw.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 
 from harness.corpus.load import CaseError
 from harness.judge.compare import mismatches, observe
+from harness.judge.result import Result
 from harness.judge.stats import DEFAULT_EPSILON, FAMILY_ALPHA, TARGET_POWER, check_draws, plan_draws
 from harness.judge.verdict import Evidence, verdict
 from impls.base import RowError
@@ -27,7 +30,7 @@ from impls.profiles import TRTLLM
 
 from .rows import RowsKind, expect_keys, where
 
-__all__ = ["StatisticalKind"]
+__all__ = ["StatisticalKind", "draw_limit"]
 
 #: What the result's ``test`` says.
 TEST = ("support check, then an exact multinomial test (support of 2-3 tokens) or the G-test with Williams' "
@@ -42,6 +45,14 @@ def token_for_token(profile) -> bool:
     reference predicts (:mod:`impls.reference.mt19937`).
     """
     return profile.rng == "mt19937"
+
+
+def draw_limit(impl, device: str):
+    """``(most draws per row, why)`` that ``impl`` declares for ``device`` (``"cuda:0"`` reads ``"cuda"``), or None.
+
+    From the implementation's optional ``draw_limits`` (``impls/base.py`` Implementation).
+    """
+    return (getattr(impl, "draw_limits", None) or {}).get(str(device).split(":")[0])
 
 
 def _same_tokens(judge, profile, row, seeds, toks) -> dict:
@@ -106,6 +117,17 @@ class StatisticalKind(RowsKind):
         pred64 = self.predict(judge, case, impl.profile, torch.float64)
         epsilon = float(case.raw.get("epsilon", DEFAULT_EPSILON))
         rows, worst, errors, diffs, hand = [], [], [], [], []
+        limit = draw_limit(impl, judge.device)
+        if limit is not None:
+            over = [(where(b, r), plan_draws(p64.probs.to(torch.float64).cpu().numpy(), judge.alpha, epsilon,
+                                             case.draws).n)
+                    for b, p64b in zip(case.batches, pred64) for r, p64 in zip(b.rows, p64b) if not p64.error]
+            over = [(label, n) for label, n in over if n > limit[0]]
+            if over:
+                label, n = max(over, key=lambda x: x[1])
+                return Result(case.id, impl.name, "n/a", case.check, details={"message": (
+                    f"{label}: the check plans {n} draws; {impl.name} allows at most {limit[0]} per row on "
+                    f"{judge.device}: {limit[1]}")})
         for b, d32b, d64b, p64b in zip(case.batches, default32, default64, pred64):
             for r, d32, d64, p64 in zip(b.rows, d32b, d64b, p64b):
                 label = where(b, r)
