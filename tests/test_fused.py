@@ -18,7 +18,7 @@ import torch
 triton = pytest.importorskip("triton", reason="triton is not installed (the tox env installs it)")
 import triton.language as tl  # noqa: E402
 
-from impls.fused.kernel import PATHS, STATUS_KINDS, _lane_hist, _lane_hist_total  # noqa: E402
+from impls.fused.kernel import PATHS, STATUS_KINDS, _lane_hist, _lane_hist_total, _warp_append  # noqa: E402
 from impls.fused.ops import fused_sample  # noqa: E402
 from impls.profiles import TRTLLM  # noqa: E402
 from impls.reference.draw import gumbel_argmax  # noqa: E402
@@ -1056,6 +1056,81 @@ def test_lane_histogram_gives_the_same_tokens():
         assert torch.equal(a[0], b[0]) and torch.equal(a[2], b[2]), seed
         want, _ = reference_rows(*(t.cpu() for t in args))
         assert a[0].tolist() == want
+
+
+@triton.jit
+def _append_selected(x_ptr, sel_ptr, out_ptr, cnt_ptr, n, chunk, cap, BLOCK: tl.constexpr):
+    # program p appends the selected x of [p chunk, (p + 1) chunk) to one list with _warp_append, as the gather pass
+    lo = tl.program_id(0) * chunk
+    for st in range(lo, lo + chunk, BLOCK):
+        offs = st + tl.arange(0, BLOCK)
+        m = (offs < n) & (offs < lo + chunk)
+        x = tl.load(x_ptr + offs, mask=m, other=0)
+        s = tl.load(sel_ptr + offs, mask=m, other=0) != 0
+        _warp_append(out_ptr, cnt_ptr, cap, s & m, x)
+
+
+def test_warp_lists_only_where_they_apply():
+    """``warp_lists`` (one atomic per warp, inline PTX) is used compiled and with four logits a thread only, never
+    under the interpreter; it turns the row-owner count and the parts' offsets off; a non-bool is refused."""
+    from impls.fused.kernel import launch_specs, warp_lists
+    from impls.fused.ops import DEFAULTS, INTERPRETED, apply_tuning
+    compiled = not INTERPRETED
+    assert DEFAULTS["warp_lists"] is False and not warp_lists(DEFAULTS)
+    on = apply_tuning(DEFAULTS, {"warp_lists": True, "part_offsets": 8})
+    assert warp_lists(on) is compiled and not warp_lists(dict(on, block=2048))
+    specs = {sp[0]: sp[4] for sp in launch_specs(16, 128256, 128256, 8, 16032, False, on)}
+    assert specs["gather"]["WARP"] is compiled and specs["hist"]["WARP"] is compiled
+    assert specs["gather"]["OFFS"] is not compiled
+    with pytest.raises(ValueError, match=r"warp_lists=1: True or False"):
+        apply_tuning(DEFAULTS, {"warp_lists": 1})
+
+
+@pytest.mark.gpu
+def test_warp_append_lists_each_selected_entry_once():
+    """``_warp_append`` from 8 programs into one list: the count is the number selected, the list holds exactly the
+    selected entries (a set: the order is the atomics'), and past the capacity nothing is stored but the count
+    still grows; densities 0, 0.3 %, 40 % and 100 % in quarters of 100,003 entries, a ragged last tile."""
+    g = torch.Generator().manual_seed(11)
+    n = 100_003
+    x = torch.arange(n, dtype=torch.int64) * 7 + 5
+    q = n // 4
+    r = torch.rand(n, generator=g)
+    sel = torch.cat([torch.zeros(q), (r[q:2 * q] < 0.003).float(), (r[2 * q:3 * q] < 0.4).float(),
+                     torch.ones(n - 3 * q)]).to(torch.int32)
+    want = sorted(x[sel.bool()].tolist())
+    for cap in (n, 1000):
+        out = torch.full((n,), -1, dtype=torch.int64, device="cuda")
+        cnt = torch.zeros(4, dtype=torch.int32, device="cuda")
+        _append_selected[(8,)](x.cuda(), sel.cuda(), out, cnt[1:], n, -(-n // 8), cap, BLOCK=1024, num_warps=8)
+        got = out.cpu()
+        assert int(cnt[1]) == len(want) and int(cnt[0]) == 0 and int(cnt[2]) == 0, cap
+        k = min(cap, len(want))
+        head = got[:k].tolist()
+        assert set(head) <= set(want) and len(set(head)) == k and (got[k:] == -1).all(), cap
+        if cap == n:
+            assert sorted(head) == want
+
+
+@pytest.mark.gpu
+def test_warp_lists_give_the_same_tokens():
+    """The gather pass and min-p lists with ``warp_lists=True`` hold the same entries (the same list lengths per
+    row), so the same tokens, statuses and paths as the block scan, and the reference's tokens: rows in 8 parts
+    (batch 16) and in one (batch 300, where the scan used the owner's running count)."""
+    from impls.fused.ops import DEFAULTS, apply_tuning
+    from impls.fused.workspace import allocate
+    for seed, B in ((5, 16), (6, 300)):
+        args = [a.cuda() for a in random_batch(seed, B, [32000, 128256])]
+        out, lens = {}, {}
+        for w in (True, False):
+            cfg = apply_tuning(DEFAULTS, {"warp_lists": w})
+            a = allocate(B, args[0].shape[1], torch.device("cuda"), cfg, want_probs=False)
+            out[w] = fused_sample(*args, buffers=a, warp_lists=w)
+            lens[w] = _row_counters(a, cfg, B, (2, 3))
+        assert all(torch.equal(out[True][i], out[False][i]) for i in range(3)), seed
+        assert lens[True] == lens[False], seed
+        want, _ = reference_rows(*(t.cpu() for t in args))
+        assert out[True][0].tolist() == want
 
 
 @pytest.mark.parametrize("seed", range(2))

@@ -141,7 +141,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "SLOTS", "launch_args", "launch_specs", "greedy_row_shape", "striped"]
+__all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "SLOTS", "launch_args", "launch_specs", "greedy_row_shape", "striped",
+           "warp_lists"]
 
 STATUS_KINDS = {0: None, 1: "nan_logits", 2: "posinf_logits", 3: "no_valid_token", 4: "invalid_temperature",
                 5: "invalid_top_k", 6: "invalid_top_p", 7: "invalid_min_p"}
@@ -295,10 +296,14 @@ def _scnt(row, wsi, S, NB1: tl.constexpr, NBS: tl.constexpr, R4: tl.constexpr):
 
 
 @triton.jit
-def _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4: tl.constexpr, NBF: tl.constexpr):
-    """One ``[R4, 4]`` tile of the gather pass: the survivors in the window's fine bins ``[f_lo, f_hi]``, those
-    above it (``f < f_lo``, all kept), and every logit packed as a list entry (``(key, -id)``, :func:`_pack`)."""
-    offs, x, fin = _tile(base, st, V, R4)
+def _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4: tl.constexpr, NBF: tl.constexpr, FLAT: tl.constexpr = False):
+    """One ``[R4, 4]`` tile of the gather pass (``FLAT``: ``[4 R4]``, for :func:`_warp_append`): the survivors in
+    the window's fine bins ``[f_lo, f_hi]``, those above it (``f < f_lo``, all kept), and every logit packed as a
+    list entry (``(key, -id)``, :func:`_pack`)."""
+    if FLAT:
+        offs, x, fin = _tile1(base, st, V, R4 * 4)
+    else:
+        offs, x, fin = _tile(base, st, V, R4)
     A = fin & (x >= xA)
     f = _fine(x, m, C, NBF)
     return A & (f >= f_lo) & (f <= f_hi), A & (f < f_lo), _pack(x, offs)
@@ -473,23 +478,133 @@ def _fine(x, m, C, NBF: tl.constexpr):
     return tl.minimum((m - x) * C, NBF - 1.0).to(tl.int32)
 
 
+#: PTX of :func:`_warp_append` (``pack=4``; operands: ``$0-3`` out, each element's slot, unused; ``$4-7`` the
+#: selection, 0 or 1; ``$8-11`` the packed entries (64-bit); then the same for all elements: ``$12-15`` and
+#: ``$16-19`` the low and high words of the list's address, ``$20-23`` and ``$24-27`` those of its count's,
+#: ``$28-31`` its capacity). A lane's count (0-4) is three bits: one ballot each gives every lane the warp's count
+#: and, masked with ``%lanemask_lt``, the count of the lanes before it; lane 0 reserves the warp's slots with one
+#: atomic and a shuffle hands out their start. An element's slot is that start, the lanes before it, then the
+#: lane's selected elements before it (any order will do: every reader of the lists is order-free); a selected
+#: element below the capacity is stored there.
+_WARP_APPEND = tl.constexpr("""{
+.reg .u32 c, t, r, n, b0, b1, b2, lt, ln, old;
+.reg .u64 a, d, w;
+.reg .pred p, q;
+add.u32 c, $4, $5;
+add.u32 c, c, $6;
+add.u32 c, c, $7;
+and.b32 t, c, 1;
+setp.ne.u32 p, t, 0;
+vote.sync.ballot.b32 b0, p, -1;
+and.b32 t, c, 2;
+setp.ne.u32 p, t, 0;
+vote.sync.ballot.b32 b1, p, -1;
+and.b32 t, c, 4;
+setp.ne.u32 p, t, 0;
+vote.sync.ballot.b32 b2, p, -1;
+mov.u32 lt, %lanemask_lt;
+and.b32 t, b0, lt;
+popc.b32 r, t;
+and.b32 t, b1, lt;
+popc.b32 t, t;
+shl.b32 t, t, 1;
+add.u32 r, r, t;
+and.b32 t, b2, lt;
+popc.b32 t, t;
+shl.b32 t, t, 2;
+add.u32 r, r, t;
+popc.b32 n, b0;
+popc.b32 t, b1;
+shl.b32 t, t, 1;
+add.u32 n, n, t;
+popc.b32 t, b2;
+shl.b32 t, t, 2;
+add.u32 n, n, t;
+mov.u32 ln, %laneid;
+setp.eq.u32 p, ln, 0;
+setp.ne.u32 q, n, 0;
+and.pred p, p, q;
+mov.b64 a, {$20, $24};
+mov.u32 old, 0;
+@p atom.global.add.u32 old, [a], n;
+shfl.sync.idx.b32 old, old, 0, 0x1f, -1;
+add.u32 r, r, old;
+mov.b64 d, {$12, $16};
+mov.u32 $0, r;
+setp.ne.u32 p, $4, 0;
+setp.lt.u32 q, r, $28;
+and.pred p, p, q;
+mul.wide.u32 w, r, 8;
+add.u64 w, d, w;
+@p st.global.b64 [w], $8;
+add.u32 r, r, $4;
+mov.u32 $1, r;
+setp.ne.u32 p, $5, 0;
+setp.lt.u32 q, r, $28;
+and.pred p, p, q;
+mul.wide.u32 w, r, 8;
+add.u64 w, d, w;
+@p st.global.b64 [w], $9;
+add.u32 r, r, $5;
+mov.u32 $2, r;
+setp.ne.u32 p, $6, 0;
+setp.lt.u32 q, r, $28;
+and.pred p, p, q;
+mul.wide.u32 w, r, 8;
+add.u64 w, d, w;
+@p st.global.b64 [w], $10;
+add.u32 r, r, $6;
+mov.u32 $3, r;
+setp.ne.u32 p, $7, 0;
+setp.lt.u32 q, r, $28;
+and.pred p, p, q;
+mul.wide.u32 w, r, 8;
+add.u64 w, d, w;
+@p st.global.b64 [w], $11;
+}""")
+
+
+_WARP_APPEND_IO = tl.constexpr(",".join(["=r"] * 4 + ["r"] * 4 + ["l"] * 4 + ["r"] * 20))
+
+
 @triton.jit
-def _compact(dst, cnt_ptr, cap, sel, packed, used, own):
+def _warp_append(dst, cnt_ptr, cap, sel, packed):
+    # append a tile's selected entries to a per-row list with one atomic per warp (WARP, GPU only: inline PTX,
+    # four logits a thread, _WARP_APPEND): no block scan, no barrier. The stores are in the asm: Triton 3.6
+    # rematerialises an inline asm (side effects and all) once per layout its result is used in, which would
+    # repeat the atomic (offline sm_90, 2026-12-06)
+    si = sel.to(tl.int32)
+    z = tl.zeros_like(si)
+    d = dst.to(tl.int64)
+    c = cnt_ptr.to(tl.int64)
+    tl.inline_asm_elementwise(_WARP_APPEND, _WARP_APPEND_IO,
+                              [si, packed, (d & 0xFFFFFFFF).to(tl.int32) + z, (d >> 32).to(tl.int32) + z,
+                               (c & 0xFFFFFFFF).to(tl.int32) + z, (c >> 32).to(tl.int32) + z, cap + z],
+                              dtype=tl.int32, is_pure=False, pack=4)
+
+
+@triton.jit
+def _compact(dst, cnt_ptr, cap, sel, packed, used, own, WARP: tl.constexpr = False):
     # append the selected entries of a tile to a per-row list; returns `used` + their number. A program
     # that owns the row's list in this launch (`own`: it is the row's only program) takes its slots from
     # `used` (the list's length before the tile); otherwise one atomic reserves them, whose round trip
-    # each tile would wait for. The owner stores the final length (_compact_end).
-    si = sel.to(tl.int32)
-    rs = tl.sum(si, 1)
-    n = tl.sum(rs, 0)
-    if n > 0:
-        if own:
-            base = used
-        else:
-            base = tl.atomic_add(cnt_ptr, n)
-        pos = base + (tl.cumsum(rs, 0) - rs)[:, None] + tl.cumsum(si, 1) - 1
-        tl.store(dst + pos, packed, mask=sel & (pos < cap))
-    return used + n
+    # each tile would wait for. The owner stores the final length (_compact_end). With WARP, one atomic per warp
+    # (_warp_append; never `own`, and `used` is returned as given)
+    if WARP:
+        _warp_append(dst, cnt_ptr, cap, sel, packed)
+    else:
+        si = sel.to(tl.int32)
+        rs = tl.sum(si, 1)
+        n = tl.sum(rs, 0)
+        if n > 0:
+            if own:
+                base = used
+            else:
+                base = tl.atomic_add(cnt_ptr, n)
+            pos = base + (tl.cumsum(rs, 0) - rs)[:, None] + tl.cumsum(si, 1) - 1
+            tl.store(dst + pos, packed, mask=sel & (pos < cap))
+        used = used + n
+    return used
 
 
 @triton.jit
@@ -1041,7 +1156,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
                  RMAX: tl.constexpr, EARLY: tl.constexpr = False, NSTG: tl.constexpr = 1,
                  LOCAL: tl.constexpr = True, UNIT_T: tl.constexpr = True, KBR: tl.constexpr = 0,
-                 STRIPE: tl.constexpr = False, LANE: tl.constexpr = False):
+                 STRIPE: tl.constexpr = False, LANE: tl.constexpr = False, WARP: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -1072,12 +1187,15 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
         tl.store(b64 + part * _P64 + 1, mass)
     if kind == 2:
         # min-p only: pack the survivors into the workspace (the decide launch draws among them)
-        own = (S == 1) & LOCAL
+        own = (S == 1) & (LOCAL and not WARP)
         used = _compact_start(cnt + 2, own)
         for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-            offs, x, fin = _tile(base, st, V, R4)
+            if WARP:
+                offs, x, fin = _tile1(base, st, V, BLOCK)
+            else:
+                offs, x, fin = _tile(base, st, V, R4)
             A = fin & (x >= xA)
-            used = _compact(cand, cnt + 2, KMAX, A, _pack(x, offs), used, own)
+            used = _compact(cand, cnt + 2, KMAX, A, _pack(x, offs), used, own, WARP)
         _compact_end(cnt + 2, used, own)
     if kind == 3:
         if EARLY:
@@ -1233,7 +1351,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
 def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                    KBIG: tl.constexpr, NSTG: tl.constexpr = 1, LOCAL: tl.constexpr = True, KBR: tl.constexpr = 0,
-                   STRIPE: tl.constexpr = False, OFFS: tl.constexpr = False):
+                   STRIPE: tl.constexpr = False, OFFS: tl.constexpr = False, WARP: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -1298,7 +1416,7 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
             f_hi = tl.load(ri + _I_FHI)
             dst = tl.where(mode == 4, _brk(row, ws64, S, KMAX, KBIG, KBR), cand)
             cap = tl.where(mode == 4, KBR, KMAX)
-            own = (S == 1) & LOCAL
+            own = (S == 1) & (LOCAL and not WARP)
             used = _compact_start(cnt + 2, own)
             used_a = _compact_start(cnt + 3, own)
             exact = own & False
@@ -1311,17 +1429,17 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
                 used_a = tl.where(exact, pre_a, used_a)
             if above == 1:
                 for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-                    in_w, up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF)
-                    used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact)
-                    used_a = _compact(abv, cnt + 3, KBIG, up, packed, used_a, own | exact)
+                    in_w, up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF, WARP)
+                    used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact, WARP)
+                    used_a = _compact(abv, cnt + 3, KBIG, up, packed, used_a, own | exact, WARP)
                 _compact_end(cnt + 3, used_a, own)
                 if OFFS:
                     if exact:
                         tl.atomic_add(cnt + 3, used_a - pre_a)
             else:
                 for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-                    in_w, _up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF)
-                    used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact)
+                    in_w, _up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF, WARP)
+                    used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact, WARP)
             _compact_end(cnt + 2, used, own)
             if OFFS:
                 if exact:
@@ -1783,6 +1901,13 @@ def lane_hist(CH: int, cfg: dict) -> bool:
             and cfg["block"] == 128 * cfg["num_warps"] and not INTERPRETED)
 
 
+def warp_lists(cfg: dict) -> bool:
+    """Whether the gather pass (and a min-p row's list in the histogram pass) appends with one atomic per warp
+    (:func:`_warp_append`): ``cfg["warp_lists"]`` True, and only where its PTX applies: compiled (not Triton's
+    interpreter) and four logits a thread (``block = 128 num_warps``). The tokens do not depend on it."""
+    return bool(cfg.get("warp_lists", False)) and cfg["block"] == 128 * cfg["num_warps"] and not INTERPRETED
+
+
 def greedy_row_shape(cfg: dict) -> tuple:
     """``(warps, block)`` of ``_greedy_row_kernel``: ``cfg["greedy_warps"]`` (else ``num_warps``), and the block
     scaled with them so a thread keeps the logits per load of the other launches (16 bytes of fp32 at the GPU
@@ -1828,6 +1953,7 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     grid = (B, S)
     kbr = cfg.get("kbr", 0)
     stripe = striped(S, cfg)
+    warp = warp_lists(cfg)
     params = ("temperature", "top_k", "top_p", "min_p")
     ws = ("wsi", "wsf", "ws64")
     if greedy and B >= cfg.get("greedy_rows", B + 1):
@@ -1848,12 +1974,12 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
         ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c_stats, kw),
         ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH),
          dict(c, RMAX=cfg["r"], EARLY=early, LOCAL=cfg.get("local", True), UNIT_T=cfg.get("unit_t", True),
-              KBR=kbr, STRIPE=stripe, LANE=lane_hist(CH, cfg)), kw),
+              KBR=kbr, STRIPE=stripe, LANE=lane_hist(CH, cfg), WARP=warp), kw),
         ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH),
          dict(c, UNIT_T=cfg.get("unit_t", True), STRIPE=stripe), kw),
         ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH),
-         dict(c, LOCAL=cfg.get("local", True), KBR=kbr, STRIPE=stripe,
-              OFFS=not stripe and 1 < S <= cfg.get("part_offsets", 0)), kw),
+         dict(c, LOCAL=cfg.get("local", True), KBR=kbr, STRIPE=stripe, WARP=warp,
+              OFFS=not stripe and not warp and 1 < S <= cfg.get("part_offsets", 0)), kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,
                                           S), dict(c, KBR=kbr, NSUB=cfg.get("nsub", c["KMAX"]), STRIPE=stripe,
                                                    NSH=(S * cfg["block"] // 4).bit_length() - 1 if stripe else 0),

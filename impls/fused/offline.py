@@ -37,13 +37,15 @@ __all__ = ["KERNELS", "VARIANTS", "STREAMING", "POINTERS", "DIV16", "constants",
 KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_decide_kernel", "_probs_kernel",
            "_greedy_kernel", "_greedy_row_kernel", "_rewrite_kernel", "_logprobs_kernel")
 #: Kernels compiled once per set of constexpr flags (the histogram launch with and without early accept, each
-#: with ``tl.histogram`` and with the per-lane counters of ``lane_hist``; the statistics launch of a general and of
-#: an all-greedy call; the gather launch with striped lists, packed lists, and packed lists written from the parts'
-#: offsets; the decide launch with striped and packed lists). Others: once, as given.
+#: with ``tl.histogram`` and with the per-lane counters of ``lane_hist``, and once with ``warp_lists``' appends;
+#: the statistics launch of a general and of an all-greedy call; the gather launch with striped lists, packed
+#: lists, packed lists written from the parts' offsets, and lists appended per warp; the decide launch with
+#: striped and packed lists). Others: once, as given.
 VARIANTS = {"_hist_kernel": ({"EARLY": True}, {"EARLY": False}, {"EARLY": True, "LANE": True},
-                             {"EARLY": False, "LANE": True}),
+                             {"EARLY": False, "LANE": True}, {"EARLY": True, "LANE": True, "WARP": True}),
             "_stats_kernel": ({"ALL_GREEDY": False}, {"ALL_GREEDY": True}),
-            "_gather_kernel": ({"STRIPE": True}, {"STRIPE": False}, {"STRIPE": False, "OFFS": True}),
+            "_gather_kernel": ({"STRIPE": True}, {"STRIPE": False}, {"STRIPE": False, "OFFS": True},
+                               {"STRIPE": False, "WARP": True}),
             "_decide_kernel": ({"STRIPE": True}, {"STRIPE": False})}
 #: Kernels that stream rows of logits (or of rewritten logits): their loads of a row must be 16 bytes wide.
 STREAMING = ("_stats_kernel", "_greedy_row_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel",

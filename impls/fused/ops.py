@@ -81,18 +81,26 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: reserving slots with an atomic per tile; windows the refine pass chose (not on level-1 bounds) keep the atomics.
 #: 0 (never) on the GPU until measured there (8 would take batch >= 64: benchmarks/README.md "The gather pass of
 #: split rows from the parts' offsets"); 8 under the interpreter (every split row), so the CPU tests take it.
+#: ``warp_lists``: the gather pass (and a min-p row's list in the histogram pass) appends each tile's entries with
+#: one atomic per warp, ranks from warp ballots (inline PTX, :func:`impls.fused.kernel._warp_append`), instead of
+#: a block scan with its barriers (and, for a row's only program, instead of its running count); not with
+#: ``part_offsets``' offsets. Used only where its PTX applies (compiled, four logits a thread:
+#: :func:`impls.fused.kernel.warp_lists`). Offline (Triton 3.6, sm_90) the gather loop with both lists goes from
+#: 391 to 244 instructions per 4 logits, with one list 240 -> 167, the min-p list 218 -> 134; off on the GPU until
+#: measured there (benchmarks/README.md "Lists appended per warp").
 #: Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
-            "nsub": 512, "stripe": 0, "lane_hist": 16, "part_offsets": 0}
+            "nsub": 512, "stripe": 0, "lane_hist": 16, "part_offsets": 0, "warp_lists": False}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
 INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
                "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "stats_stages": 1,
                "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4, "kbr": 512,
-               "nsub": 32, "stripe": 0, "lane_hist": False, "part_offsets": 8}
+               "nsub": 32, "stripe": 0, "lane_hist": False, "part_offsets": 8,
+               "warp_lists": False}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -137,7 +145,7 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         elif name in POW2_OPTIONS and not (isinstance(v, int) and v >= 16 and v & (v - 1) == 0):
             raise ValueError(f"fused_sample option {name}={v!r}: must be a power of two >= 16"
                              + (" (or 0: off)" if name == "kbr" else ""))
-        if name in ("local", "unit_t") and not isinstance(v, bool):
+        if name in ("local", "unit_t", "warp_lists") and not isinstance(v, bool):
             raise ValueError(f"fused_sample option {name}={v!r}: True or False")
         if name in ("stages", "stats_stages") and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8):
             raise ValueError(f"fused_sample option {name}={v!r}: an int from 1 to 8")
