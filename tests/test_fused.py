@@ -210,12 +210,6 @@ def _row_ints(a: dict, cfg: dict, B: int, cols) -> list:
     return [[int(a["wsi"][r * per + ri + j]) for j in cols] for r in range(B)]
 
 
-def _row_counters(a: dict, cfg: dict, B: int, which) -> list:
-    """Each row's counters ``which`` (2/3: the list lengths, 4/5: their tails' lengths) after a call."""
-    from impls.fused.kernel import LAYOUT
-    return _row_ints(a, cfg, B, [LAYOUT["RI"] + j for j in which])
-
-
 def _row_modes(a: dict, cfg: dict, B: int) -> list:
     """Each row's window mode after a call (kernel record field ``_I_MODE``): 0 window gathered from the hist
     or refine pass, 1 streaming refine, 2 slow, 3 accepted, 4 bracket list (read from ``allocate``'d buffers)."""
@@ -255,83 +249,6 @@ def test_bracket_list_refines_as_the_refine_pass(seed):
     for i in range(B):
         assert torch.allclose(lst_out[3][i].cpu(), dists[i], rtol=1e-5, atol=1e-7)
     assert 4 not in ref_modes and all(lst_modes[r] == 4 for r in (2, 3)), (ref_modes, lst_modes)
-
-
-def test_striped_lists_give_the_packed_lists_tokens():
-    """With ``stripe`` (rows of at most that many parts) the gather pass appends each thread's selected logits to
-    its own stripe of the list, a stripe deeper than ``D`` spilling into the list's tail; the tokens,
-    distributions and paths are those of the packed lists, and the reference's.
-
-    24 rows of 3000 logits, 2 parts each under the interpreter (48 programs): ``NS`` = 2 x 32 stripes (block
-    128); ``kbr`` 1024: window/bracket stripes (1024 - 128) // 64 = 14 deep, rounded down to 12 (whole sectors),
-    tail 128 (= ``kmax``: a window always fits); ``kbig`` 512: above-list stripes (512 - 64) // 64 = 7 -> 4 deep,
-    tail 64. In rows 0-11 every logit the top-p window can hold sits in the first tile row of its block
-    (positions ``p % 128 < 4``), so a row's window goes to two stripes, one a part, and its tail gets ``n - 2 x 12``
-    entries: row 0 (window 45) 21, row 5 (30) 6. Rows 3, 7 and 11 (top-k 900, top-p 0.99) list their brackets
-    (mode 4), rows 20 and 22 their 239 and 163 survivors above the window, 42 and 10 of them in that tail."""
-    from impls.fused.ops import INTERPRETED, INTERPRETER, apply_tuning
-    from impls.fused.workspace import allocate
-    if not INTERPRETED:
-        pytest.skip("the stripe depths and counts are the interpreter's tuning (block 128, 48 programs)")
-    B, V = 24, 3000
-    g = torch.Generator().manual_seed(1)
-    logits = torch.randn(B, V, generator=g) * torch.tensor([3.0, 2.0, 1.0, 0.5])[torch.arange(B) % 4][:, None]
-    hot = (torch.arange(V) % 128) < 4
-    logits[:12] = torch.where(hot, logits[:12].abs() + 2.0, logits[:12] - 6.0)
-    T, M = torch.ones(B), torch.zeros(B)
-    K = torch.tensor([0, 0, 0, 900] * 6)
-    P = torch.tensor([0.9, 0.5, 0.95, 0.99, 0.3, 0.8] * 4)
-    S, O = torch.arange(B) + 3, torch.arange(B)
-    want, dists = reference_rows(logits, T, K, P, M, S, O)
-    out, tails, modes = {}, {}, {}
-    for stripe in (0, 2):
-        opts = dict(stripe=stripe, early=False, kbr=1024, kbig=512)
-        cfg = apply_tuning(INTERPRETER, opts)
-        a = allocate(B, V, torch.device(DEV), cfg, want_probs=True)
-        out[stripe] = fused_sample(logits, T, K, P, M, S, O, buffers=a, want_probs=True, **opts)
-        tails[stripe] = _row_counters(a, cfg, B, (4, 5))
-        modes[stripe] = _row_modes(a, cfg, B)
-    for stripe in (0, 2):
-        assert out[stripe][0].tolist() == want
-        for i in range(B):
-            assert torch.allclose(out[stripe][3][i].cpu(), dists[i], rtol=1e-5, atol=1e-7), (stripe, i)
-    assert out[2][2].tolist() == out[0][2].tolist()
-    assert [tails[2][r][0] for r in (0, 5)] == [21, 6] and [tails[2][r][1] for r in (20, 22)] == [42, 10]
-    assert tails[0] == [[0, 0]] * B and [modes[2][r] for r in (3, 7, 11)] == [4, 4, 4]
-
-
-def test_striped_rows_whose_tail_overflows_take_the_slow_path():
-    """A striped list whose tail cannot hold what its stripes did not (entries lost) sends the row to the slow
-    path, whose token is still the reference's; striped brackets (mode 4) refine as packed ones. 24 rows of 8000
-    logits, 2 parts each (interpreter, 48 programs; ``kbr`` 1024, ``kbig`` 512 as in
-    :func:`test_striped_lists_give_the_packed_lists_tokens`: window stripes 12 deep, tail 128; above-list stripes 4
-    deep, tail 64). In rows 0 and 1 every likely logit sits in the first tile row of its block (positions ``p % 128
-    < 4``), so each list fills two stripes, one a part: the above list's tail gets ``n - 8`` entries (230 and 201
-    above: 222 and 193, over 64: the slow path), the window's ``n - 24`` (21: none; 46: 22). Rows 2-23 are
-    ``randn`` rows (sigma 2 to 10): six list their brackets (mode 4), some with a few entries in a tail."""
-    from impls.fused.ops import INTERPRETED, INTERPRETER, apply_tuning
-    from impls.fused.workspace import allocate
-    if not INTERPRETED:
-        pytest.skip("the stripe depths and counts are the interpreter's tuning (block 128, 48 programs)")
-    B, V = 24, 8000
-    g = torch.Generator().manual_seed(2)
-    logits = torch.randn(B, V, generator=g) * torch.tensor([0.3, 0.5, 1.0, 0.2])[torch.arange(B) % 4][:, None]
-    logits[:2] = torch.where((torch.arange(V) % 128) < 4, logits[:2] + 4.0, logits[:2] - 8.0)
-    logits[2:] *= 10
-    T, K, M = torch.ones(B), torch.zeros(B, dtype=torch.long), torch.zeros(B)
-    P = torch.tensor([0.99, 0.95, 0.9, 0.8, 0.999, 0.6] * 4)
-    S, O = torch.arange(B) + 3, torch.arange(B)
-    want, _ = reference_rows(logits, T, K, P, M, S, O)
-    opts = dict(stripe=2, early=False, kbr=1024, kbig=512)
-    cfg = apply_tuning(INTERPRETER, opts)
-    a = allocate(B, V, torch.device(DEV), cfg)
-    tok, status, path, _ = fused_sample(logits, T, K, P, M, S, O, buffers=a, **opts)
-    cnt = _row_counters(a, cfg, B, (2, 3, 4, 5))
-    assert tok.tolist() == want and status.tolist() == [0] * B
-    assert cnt[0] == [21, 230, 0, 222] and cnt[1] == [46, 201, 22, 193]
-    assert [cnt[r][2:] for r in (3, 8, 11, 15, 20, 23)] == [[5, 0], [0, 1], [0, 17], [1, 0], [0, 26], [0, 27]]
-    assert [r for r, m in enumerate(_row_modes(a, cfg, B)) if m == 4] == [3, 8, 11, 15, 20, 23]
-    assert path.tolist() == [4, 4, 2, 3, 3, 2, 2, 3, 3, 2, 2, 3, 3, 3, 2, 3, 3, 2, 2, 3, 3, 2, 3, 3]
 
 
 def test_wide_window_is_refined_before_its_sort():
@@ -540,10 +457,10 @@ def test_launcher_mode_is_checked_and_constexpr_tail_follows_the_signature():
     with pytest.raises(ValueError, match="unknown launcher mode 'fast'"):
         fused_sample(x.cpu(), *random_batch(1, 2, [300])[1:], launcher="fast")
     # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY, NSTG, LOCAL,
-    # UNIT_T, KBR, STRIPE and LANE: their defaults)
+    # UNIT_T, KBR and LANE: their defaults)
     tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
                                           "KBIG": 256})
-    assert tail == (128, 64, 64, 128, 256, 40.0, False, 1, True, True, 0, False, False)
+    assert tail == (128, 64, 64, 128, 256, 40.0, False, 1, True, True, 0, False)
     with pytest.raises(TypeError, match="no value for parameter RMAX"):
         launch._tail(_hist_kernel, 14, {"BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
     from impls.fused.ops import INTERPRETER
@@ -684,17 +601,14 @@ def test_direct_launch_only_for_a_cuda_launcher_without_scratch_memory():
 
 def test_allocate_carves_aligned_workspaces_that_do_not_overlap():
     from impls.fused.ops import DEFAULTS, allocate
-    for B, V, cfg in ((1, 32000, DEFAULTS), (3, 5, DEFAULTS), (7, 128256, DEFAULTS), (1, 300, dict(DEFAULTS, kmax=129)),
-                      (3, 5, dict(DEFAULTS, stripe=2))):
+    for B, V, cfg in ((1, 32000, DEFAULTS), (3, 5, DEFAULTS), (7, 128256, DEFAULTS), (1, 300, dict(DEFAULTS, kmax=129))):
         a = allocate(B, V, "cpu", cfg)
         regions = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in
                          (a["wsi"], a["wsf"], a["ws64"]))
         assert all(lo % 16 == 0 for lo, _ in regions)
         assert all(hi <= lo for (_, hi), (lo, _) in zip(regions, regions[1:]))
         S = a["S"]
-        # with stripes, rows of one part (vocabulary 5: one block) add the lengths of 2 lists x 256 stripes
-        lens = 2 * 256 if cfg.get("stripe") else 0
-        assert a["wsi"].numel() == B * (S * (8 + 64 + 128) + 16 + 8 + lens) and a["wsi"].dtype == torch.int32
+        assert a["wsi"].numel() == B * (S * (8 + 64 + 128) + 16 + 8) and a["wsi"].dtype == torch.int32
         assert a["wsf"].numel() == B * (S * 8 + 8) and a["wsf"].dtype == torch.float32
         assert a["ws64"].numel() == B * (S * 4 + 4 + cfg["kmax"] + 16384 + 16384) and a["probs"] is a["wsf"]
 
@@ -735,8 +649,8 @@ def test_kernels_compile_for_sm90_offline():
     r = subprocess.run([sys.executable, str(Path(__file__).with_name("_compile_sm90.py"))], cwd=root, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
-    # 10 kernels: the histogram launch in 4 variants (EARLY x LANE), the gather launch in 3 (STRIPE, OFFS), 2 in 2
-    # (ALL_GREEDY, STRIPE), each for fp32 and bf16 logits
+    # 10 kernels: the histogram launch in 5 variants (EARLY x LANE, and with WARP), the statistics launch
+    # (ALL_GREEDY) in 2, the gather launch in 3 (OFFS, WARP), each for fp32 and bf16 logits
     assert r.stdout.count(" ok") == 34, r.stdout
 
 
@@ -795,8 +709,6 @@ def test_bad_arguments_get_located_errors_before_any_launch(monkeypatch):
         (dict(unit_t=0), ValueError, "unit_t=0: True or False"),
         (dict(num_warps=3), ValueError, "num_warps=3: a power of two from 1 to 32"),
         (dict(programs=0), ValueError, "programs=0: an int >= 1"),
-        (dict(stripe=-1), ValueError, "stripe=-1: an int from 0 \\(never\\) to 16"),
-        (dict(stripe=True), ValueError, "stripe=True: an int from 0 \\(never\\) to 16"),
         (dict(r=float("nan")), ValueError, "r=nan: a finite number > 0"),
         (dict(logits=x.to("meta")), ValueError, "logits on a meta device"),
         (dict(logits=x[:0], launcher="fast"), ValueError, "unknown launcher mode 'fast'"),
@@ -979,16 +891,14 @@ def test_tuning_from_the_environment_replaces_the_defaults():
 def test_workspace_bytes_per_row_at_the_gpu_defaults():
     """Hand-checked from the layout: one part per row at batch >= 512 gives 224 int32 (8 partials, 64 + 128
     histogram bins, 16 record, 8 counters) + 16 float32 + 34,824 int64 per row (the lists: kmax 2048 + kbig 16384
-    + kbr 16384), 279,552 bytes; with ``stripe=2`` (rows of one part striped) 512 int32 more (the stripe lengths
-    of two lists of 256 stripes), 281,600; batch 1 splits its row into 126 parts of 1024 logits (not striped):
-    25,224 int32 (100,896 bytes), 1,016 float32 (4,064 bytes, each region rounded up to 16), 35,324 int64 (282,592
-    bytes), 387,552 bytes. The allocation is exactly that size."""
+    + kbr 16384), 279,552 bytes; batch 1 splits its row into 126 parts of 1024 logits: 25,224 int32 (100,896
+    bytes), 1,016 float32 (4,064 bytes, each region rounded up to 16), 35,324 int64 (282,592 bytes), 387,552 bytes.
+    The allocation is exactly that size."""
     from impls.fused.ops import DEFAULTS
     from impls.fused.workspace import allocate, workspace_bytes
-    assert (DEFAULTS["nb"], DEFAULTS["nbs"], DEFAULTS["kmax"], DEFAULTS["kbig"], DEFAULTS["kbr"], DEFAULTS["stripe"],
-            DEFAULTS["block"]) == (64, 128, 2048, 16384, 16384, 0, 1024)
+    assert (DEFAULTS["nb"], DEFAULTS["nbs"], DEFAULTS["kmax"], DEFAULTS["kbig"], DEFAULTS["kbr"],
+            DEFAULTS["block"]) == (64, 128, 2048, 16384, 16384, 1024)
     assert workspace_bytes(1024, 128256, DEFAULTS) == 1024 * 279552 == 286261248
-    assert workspace_bytes(1024, 128256, dict(DEFAULTS, stripe=2)) == 1024 * 281600
     assert workspace_bytes(1, 128256, DEFAULTS) == 387552
     a = allocate(3, 128256, torch.device("cpu"), DEFAULTS)
     whole = a["ws64"]._base if a["ws64"]._base is not None else a["ws64"]

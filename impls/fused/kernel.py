@@ -63,10 +63,7 @@ has nothing to do for exit at once):
    to a second workspace of ``KBIG`` entries; when there are more of those,
    their Gumbel-max and mass are taken in this pass instead. Rows of mode 4 pack
    their bracket's survivors into the bracket list instead of a window. Min-p-only rows
-   whose survivors overflowed the workspace take their draw here. A call whose rows are
-   split in at most ``stripe`` parts (``STRIPE``) fills these lists in per-thread
-   stripes instead (no block scan, no atomic per tile: ``_stripe_put``), the window in
-   the bracket list's space; the decide launch reads them with ``_slot``.
+   whose survivors overflowed the workspace take their draw here.
 5. ``_decide_kernel`` (``B`` programs) — rows of mode 4 first refine their bracket
    list as the refine pass would (same refined bins and checks; the mass below the list
    is exact, where the refine pass bounds it), pack the
@@ -141,7 +138,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "SLOTS", "launch_args", "launch_specs", "greedy_row_shape", "striped",
+__all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "SLOTS", "launch_args", "launch_specs", "greedy_row_shape",
            "warp_lists"]
 
 STATUS_KINDS = {0: None, 1: "nan_logits", 2: "posinf_logits", 3: "no_valid_token", 4: "invalid_temperature",
@@ -160,8 +157,7 @@ _PI = tl.constexpr(8)
 _PF = tl.constexpr(8)
 _P64 = tl.constexpr(4)
 _RI = tl.constexpr(16)
-_TAIL = tl.constexpr(8)  # a striped list's tail: the last 1/_TAIL of its capacity (_stripe_put)
-_CNT = tl.constexpr(8)  # counters: 0 histogram ticket, 1 refine ticket, 2/3 list lengths, 4/5 their tails
+_CNT = tl.constexpr(8)  # counters: 0 histogram ticket, 1 refine ticket, 2/3 list lengths, 4-7 unused
 _RF = tl.constexpr(8)
 _R64 = tl.constexpr(4)
 #: Sizes of the per-row records (the host allocates ``LAYOUT``-shaped workspaces).
@@ -289,13 +285,6 @@ def _brk(row, ws64, S, KMAX: tl.constexpr, KBIG: tl.constexpr, KBR: tl.constexpr
 
 
 @triton.jit
-def _scnt(row, wsi, S, NB1: tl.constexpr, NBS: tl.constexpr, R4: tl.constexpr):
-    # a striped row's stripe lengths (2 x S x R4 int32: the window or bracket list's, then the above list's),
-    # after the int32 regions of the launch's rows (tl.num_programs(0) is the batch, as in _brk)
-    return wsi + tl.num_programs(0).to(tl.int64) * (S * (_PI + NB1 + NBS) + _RI + _CNT) + row * 2 * S * R4
-
-
-@triton.jit
 def _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4: tl.constexpr, NBF: tl.constexpr, FLAT: tl.constexpr = False):
     """One ``[R4, 4]`` tile of the gather pass (``FLAT``: ``[4 R4]``, for :func:`_warp_append`): the survivors in
     the window's fine bins ``[f_lo, f_hi]``, those above it (``f < f_lo``, all kept), and every logit packed as a
@@ -307,86 +296,6 @@ def _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4: tl.constexpr, NBF: tl.co
     A = fin & (x >= xA)
     f = _fine(x, m, C, NBF)
     return A & (f >= f_lo) & (f <= f_hi), A & (f < f_lo), _pack(x, offs)
-
-
-@triton.jit
-def _stripe_depth(CAP: tl.constexpr, NS):
-    # entries a stripe holds: the list's capacity less its tail, over the stripes, in whole sectors (4 entries)
-    return (CAP - CAP // _TAIL) // NS // 4 * 4
-
-
-@triton.jit
-def _stripe_rank(sel, c_v):
-    # each selected entry's depth in its tile row's stripe (the row's count before the tile plus its rank in the
-    # row), and the rows' new counts
-    si = sel.to(tl.int32)
-    return c_v[:, None] + tl.cumsum(si, 1) - si, c_v + tl.sum(si, 1)
-
-
-@triton.jit
-def _stripe_put(dst, sel, packed, c_v, s_v, NS, D):
-    """Append a tile's selected entries to striped list ``dst`` without a block scan (``STRIPE``).
-
-    Each row of the ``[R4, 4]`` tile (one thread's four logits at the GPU defaults) owns stripe ``s_v`` of the
-    ``NS`` stripes of the list: its ``c``-th entry goes to ``dst + (c // 4) * 4 NS + 4 s + c % 4``, ``c`` its
-    running count ``c_v`` plus its rank in the tile row, so no thread waits for another, and each 32-byte sector
-    is written by one thread (no partial sectors but at a stripe's end). Entries at depth ``D``
-    (:func:`_stripe_depth`) or more are not stored here: the pass's :func:`_stripe_tail` puts them in the list's
-    tail. Returns the new counts.
-    """
-    c, c_v = _stripe_rank(sel, c_v)
-    tl.store(dst + (c >> 2) * (NS * 4) + s_v[:, None] * 4 + (c & 3), packed, mask=sel & (c < D))
-    return c_v
-
-
-@triton.jit
-def _stripe_tail(base, lo, hi, V, m, C, xA, f_lo, f_hi, above, brk, abv, D_w, D_a, cnt, BLOCK: tl.constexpr,
-                 NBF: tl.constexpr, NSTG: tl.constexpr, KBR: tl.constexpr, KBIG: tl.constexpr):
-    """The entries :func:`_stripe_put` did not store (a stripe deeper than ``D``): a second pass over the part
-    recounts each stripe in the same order and packs its entries from depth ``D`` into the list's tail (its last
-    ``1 / _TAIL``, slots reserved with an atomic per tile; counts in ``cnt + 4`` and ``cnt + 5``). Rare at the
-    selection's limits (:func:`_select_window`); a tail that overflows makes the row slow (decide)."""
-    R4: tl.constexpr = BLOCK // 4
-    c_w = tl.zeros([R4], dtype=tl.int32)
-    c_a = tl.zeros([R4], dtype=tl.int32)
-    for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-        in_w, up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF)
-        c, c_w = _stripe_rank(in_w, c_w)
-        _compact(brk + (KBR - KBR // _TAIL), cnt + 4, KBR // _TAIL, in_w & (c >= D_w), packed, 0, False)
-        if above == 1:
-            c, c_a = _stripe_rank(up, c_a)
-            _compact(abv + (KBIG - KBIG // _TAIL), cnt + 5, KBIG // _TAIL, up & (c >= D_a), packed, 0, False)
-
-
-@triton.jit
-def _slot(i, NSH: tl.constexpr, D, span, end, lens, TAIL0):
-    """Where position ``i`` of a list is (offset from its start), and whether it holds an entry.
-
-    Positions ``[0, span)`` are the ``2**NSH`` stripes (see :func:`_stripe_put`: stripe ``(i // 4) % 2**NSH`` at
-    depth ``4 (i // 2**(NSH + 2)) + i % 4``, valid below its length in ``lens``, clipped to ``D``), positions
-    ``[span, end)`` the tail from ``TAIL0``. ``NSH = 0`` (a constexpr) is a packed list of ``end`` entries: the
-    loads before stripes existed.
-    Every position below ``end`` may be read (a stripe's unused slots hold stale entries): the caller loads the
-    entry and the stripe's length at once, not one after the other.
-    """
-    if NSH == 0:
-        return i, i < end
-    else:
-        st = i < span
-        n_s = tl.load(lens + ((i >> 2) & ((1 << NSH) - 1)), mask=st, other=0)
-        valid = tl.where(st, (((i >> (NSH + 2)) << 2) | (i & 3)) < tl.minimum(n_s, D), i < end)
-        return tl.where(st, i, TAIL0 + i - span), valid
-
-
-@triton.jit
-def _stripe_geometry(lens, n_tail, NSH: tl.constexpr, CAP: tl.constexpr):
-    """``(D, span, end, TAIL0)`` of a striped list of capacity ``CAP`` in ``2**NSH`` stripes (see :func:`_slot`).
-    The last ``1 / _TAIL`` of ``CAP`` is the tail."""
-    NS: tl.constexpr = 1 << NSH
-    D = _stripe_depth(CAP, NS)
-    deep = tl.max(tl.minimum(tl.load(lens + tl.arange(0, NS)), D), 0)
-    span = (deep + 3) // 4 * (NS * 4)
-    return D, span, span + tl.minimum(n_tail, CAP // _TAIL), CAP - CAP // _TAIL
 
 
 @triton.jit
@@ -1018,11 +927,10 @@ def _pick(b1, t1, b2, t2):
 @triton.jit
 def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_bin, w_top, w_ok,
                    NB1: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr, NBF: tl.constexpr, NBS: tl.constexpr,
-                   EARLY: tl.constexpr, KBR: tl.constexpr, STRIPE: tl.constexpr):
+                   EARLY: tl.constexpr, KBR: tl.constexpr):
     """Last program of a top-k/top-p row: choose the window of fine bins, or have it refined: from the list of
     the bracket's survivors when they fit its ``KBR`` entries (mode 4: the gather pass packs them, the decide
-    launch refines), else by the refine pass (mode 1). With ``STRIPE`` (striped lists, :func:`_stripe_put`) the
-    bracket and above lists take at most half their capacity, so that a stripe seldom outgrows its depth.
+    launch refines), else by the refine pass (mode 1).
 
     With ``EARLY``, a row whose full-row Gumbel-max winner (``w_ok``: its key is finite) is certainly
     kept is accepted instead (mode 3): the winner is the row's maximum (``w_top``: always kept), or its
@@ -1051,16 +959,14 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
     fits = all_kept | (upto - tl.where(f_lo == 0, 0, before) <= KMAX)
     # otherwise refine bins b_lo..b_hi: NBS - 1 refined bins of 2**rsh fine bins cover them
     rsh = _refined_shift((b_hi - b_lo + 1) * _NB2, NBS)
-    LBR: tl.constexpr = KBR - (KBR // 2) * STRIPE
-    LBIG: tl.constexpr = KBIG - (KBIG // 2) * STRIPE
-    mode = tl.where(fits, 0, tl.where((KBR > KMAX) & (upto - before <= LBR), 4, 1))
+    mode = tl.where(fits, 0, tl.where((KBR > KMAX) & (upto - before <= KBR), 4, 1))
     if EARLY:
         mode = tl.where(w_ok & (w_top | _sure_kept(bins, H, e_lo, e_hi, E_A, w_bin, top_p)), 3, mode)
     tl.store(ri + _I_MODE, mode)
     tl.store(ri + _I_FLO, f_lo)
     tl.store(ri + _I_FHI, f_hi)
     tl.store(ri + _I_NABOVE, n_above)
-    tl.store(ri + _I_ABOVE, tl.where(f_lo == 0, 0, tl.where(n_above <= LBIG, 1, 2)))
+    tl.store(ri + _I_ABOVE, tl.where(f_lo == 0, 0, tl.where(n_above <= KBIG, 1, 2)))
     tl.store(ri + _I_F0, b_lo * _NB2)
     tl.store(ri + _I_RSH, rsh)
     tl.store(ri + _I_NABOVE0, before)
@@ -1156,7 +1062,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
                  RMAX: tl.constexpr, EARLY: tl.constexpr = False, NSTG: tl.constexpr = 1,
                  LOCAL: tl.constexpr = True, UNIT_T: tl.constexpr = True, KBR: tl.constexpr = 0,
-                 STRIPE: tl.constexpr = False, LANE: tl.constexpr = False, WARP: tl.constexpr = False):
+                 LANE: tl.constexpr = False, WARP: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -1242,7 +1148,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                 w_bin = _fine(x_w, m, C, NBF) >> 8
                 tl.store(ri + _I_ETOK, tok)
             _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_bin, w_top, w_ok, NB1, KMAX,
-                           KBIG, NBF, NBS, EARLY, KBR, STRIPE)
+                           KBIG, NBF, NBS, EARLY, KBR)
 
 
 # ----------------------------------------------------------------------------- 3: refine
@@ -1265,8 +1171,7 @@ def _refine_loop(base, lo, hi, V, m, T, xA, C, f0, rsh, W, p_on, h, e_v, BLOCK: 
 @triton.jit(do_not_specialize=["S"])
 def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, UNIT_T: tl.constexpr = True,
-                   STRIPE: tl.constexpr = False):
+                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, UNIT_T: tl.constexpr = True):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -1340,9 +1245,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             tl.store(ri + _I_FLO, f_lo)
             tl.store(ri + _I_FHI, f0 + ((j_hi + 1) << rsh) - 1)
             tl.store(ri + _I_NABOVE, n_above)
-            # striped lists: at most half the above list (_select_window)
-            LBIG: tl.constexpr = KBIG - (KBIG // 2) * STRIPE
-            tl.store(ri + _I_ABOVE, tl.where(f_lo == 0, 0, tl.where(n_above <= LBIG, 1, 2)))
+            tl.store(ri + _I_ABOVE, tl.where(f_lo == 0, 0, tl.where(n_above <= KBIG, 1, 2)))
 
 
 # ----------------------------------------------------------------------------- 4: gather
@@ -1351,7 +1254,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
 def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                    KBIG: tl.constexpr, NSTG: tl.constexpr = 1, LOCAL: tl.constexpr = True, KBR: tl.constexpr = 0,
-                   STRIPE: tl.constexpr = False, OFFS: tl.constexpr = False, WARP: tl.constexpr = False):
+                   OFFS: tl.constexpr = False, WARP: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -1380,70 +1283,39 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
         tl.store(bf + part * _PF + 3, best)
         tl.store(bi + part * _PI + 5, tok)
         tl.store(b64 + part * _P64 + 3, mass)
-    if STRIPE:
-        if listed:
-            # striped lists (no block scan, no atomic per tile): the window or bracket in the bracket list's space,
-            # the survivors above it in the above list; each tile row (thread) appends to its own stripe
-            f_lo = tl.load(ri + _I_FLO)
-            f_hi = tl.load(ri + _I_FHI)
-            brk = _brk(row, ws64, S, KMAX, KBIG, KBR)
-            lens = _scnt(row, wsi, S, NB1, NBS, R4)
-            NS = S * R4
-            s_v = part * R4 + tl.arange(0, R4)
-            D_w = _stripe_depth(KBR, NS)
-            D_a = _stripe_depth(KBIG, NS)
-            c_w = tl.zeros([R4], dtype=tl.int32)
-            c_a = tl.zeros([R4], dtype=tl.int32)
-            if above == 1:
-                for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-                    in_w, up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF)
-                    c_w = _stripe_put(brk, in_w, packed, c_w, s_v, NS, D_w)
-                    c_a = _stripe_put(abv, up, packed, c_a, s_v, NS, D_a)
-                tl.store(lens + NS + s_v, c_a)
-                tl.atomic_add(cnt + 3, tl.sum(c_a, 0))
-            else:
-                for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-                    in_w, _up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF)
-                    c_w = _stripe_put(brk, in_w, packed, c_w, s_v, NS, D_w)
-            if (tl.max(c_w, 0) > D_w) | (tl.max(c_a, 0) > D_a):
-                _stripe_tail(base, lo, hi, V, m, C, xA, f_lo, f_hi, above, brk, abv, D_w, D_a, cnt, BLOCK, NBF,
-                             NSTG, KBR, KBIG)
-            tl.store(lens + s_v, c_w)
-            tl.atomic_add(cnt + 2, tl.sum(c_w, 0))
-    else:
-        if listed:
-            f_lo = tl.load(ri + _I_FLO)
-            f_hi = tl.load(ri + _I_FHI)
-            dst = tl.where(mode == 4, _brk(row, ws64, S, KMAX, KBIG, KBR), cand)
-            cap = tl.where(mode == 4, KBR, KMAX)
-            own = (S == 1) & (LOCAL and not WARP)
-            used = _compact_start(cnt + 2, own)
-            used_a = _compact_start(cnt + 3, own)
-            exact = own & False
-            if OFFS:
-                # a window or bracket on level-1 bounds (the histogram pass's): each part writes from its exact
-                # offset, the entries of the parts before it (their histograms), with no atomic per tile
-                exact = ((f_lo % _NB2) == 0) & (((f_hi + 1) % _NB2) == 0)
-                pre_w, pre_a = _parts_before(hist1, part, f_lo // _NB2, f_hi // _NB2, NB1)
-                used = tl.where(exact, pre_w, used)
-                used_a = tl.where(exact, pre_a, used_a)
-            if above == 1:
-                for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-                    in_w, up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF, WARP)
-                    used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact, WARP)
-                    used_a = _compact(abv, cnt + 3, KBIG, up, packed, used_a, own | exact, WARP)
-                _compact_end(cnt + 3, used_a, own)
-                if OFFS:
-                    if exact:
-                        tl.atomic_add(cnt + 3, used_a - pre_a)
-            else:
-                for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-                    in_w, _up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF, WARP)
-                    used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact, WARP)
-            _compact_end(cnt + 2, used, own)
+    if listed:
+        f_lo = tl.load(ri + _I_FLO)
+        f_hi = tl.load(ri + _I_FHI)
+        dst = tl.where(mode == 4, _brk(row, ws64, S, KMAX, KBIG, KBR), cand)
+        cap = tl.where(mode == 4, KBR, KMAX)
+        own = (S == 1) & (LOCAL and not WARP)
+        used = _compact_start(cnt + 2, own)
+        used_a = _compact_start(cnt + 3, own)
+        exact = own & False
+        if OFFS:
+            # a window or bracket on level-1 bounds (the histogram pass's): each part writes from its exact
+            # offset, the entries of the parts before it (their histograms), with no atomic per tile
+            exact = ((f_lo % _NB2) == 0) & (((f_hi + 1) % _NB2) == 0)
+            pre_w, pre_a = _parts_before(hist1, part, f_lo // _NB2, f_hi // _NB2, NB1)
+            used = tl.where(exact, pre_w, used)
+            used_a = tl.where(exact, pre_a, used_a)
+        if above == 1:
+            for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
+                in_w, up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF, WARP)
+                used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact, WARP)
+                used_a = _compact(abv, cnt + 3, KBIG, up, packed, used_a, own | exact, WARP)
+            _compact_end(cnt + 3, used_a, own)
             if OFFS:
                 if exact:
-                    tl.atomic_add(cnt + 2, used - pre_w)
+                    tl.atomic_add(cnt + 3, used_a - pre_a)
+        else:
+            for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
+                in_w, _up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF, WARP)
+                used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact, WARP)
+        _compact_end(cnt + 2, used, own)
+        if OFFS:
+            if exact:
+                tl.atomic_add(cnt + 2, used - pre_w)
 
 
 # ----------------------------------------------------------------------------- 5: decide
@@ -1463,32 +1335,19 @@ def _draw_result(b_v, t_v, e_v):
 
 
 @triton.jit
-def _draw_unsorted(ws, NSH: tl.constexpr, D, span, end, lens, TAIL0, m, T, seed, offset, N: tl.constexpr):
-    # Gumbel-max and fixed-point mass over every entry of a list (any order; geometry as in _slot)
+def _draw_unsorted(ws, n, m, T, seed, offset, N: tl.constexpr):
+    # Gumbel-max and fixed-point mass over the n entries of a packed list (any order)
     b_v = tl.full([N], float("-inf"), tl.float32)
     t_v = tl.full([N], _INT32_MAX, tl.int32)
     e_v = tl.zeros([N], dtype=tl.int64)
     ar = tl.arange(0, N)
-    for i0 in range(0, end, N):
-        at, ok = _slot(i0 + ar, NSH, D, span, end, lens, TAIL0)
-        packed = tl.load(ws + at, mask=i0 + ar < end, other=0)
+    for i0 in range(0, n, N):
+        ok = i0 + ar < n
+        packed = tl.load(ws + (i0 + ar), mask=ok, other=0)
         key = (packed >> 32).to(tl.int32)
         idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
         b_v, t_v, e_v = _draw_add(ok, _unkey(key), idx, m, T, seed, offset, b_v, t_v, e_v)
     return _draw_result(b_v, t_v, e_v)
-
-
-@triton.jit
-def _unstripe(src, NSH: tl.constexpr, D, span, end, lens, TAIL0, dst, N: tl.constexpr):
-    # copy a striped list's entries (geometry as in _slot) to dst, packed; returns their number
-    ar = tl.arange(0, N)
-    used = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
-    for i0 in range(0, end, N):
-        at, ok = _slot(i0 + ar, NSH, D, span, end, lens, TAIL0)
-        oi = ok.to(tl.int32)
-        tl.store(dst + used + tl.cumsum(oi, 0) - 1, tl.load(src + at, mask=i0 + ar < end, other=0), mask=ok)
-        used += tl.sum(oi, 0)
-    return used
 
 
 @triton.jit
@@ -1544,14 +1403,12 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
 
 
 @triton.jit
-def _list_window(brk, NSH: tl.constexpr, D, span, n_L, lens, TAIL0, cand, m, T, C, seed, offset, k, k_act, top_p, f0,
-                 rsh, f_end, n_ab0, mass0_q, EA_q, ab_best, ab_tok, NBS: tl.constexpr, NBF: tl.constexpr,
-                 KMAX: tl.constexpr, N: tl.constexpr):
-    """Refine a list ``brk`` of survivors, positions ``[0, n_L)`` (geometry as in :func:`_slot`; fine bins up to
-    ``f_end``: a bracket, mode 4, or a wide window) in the
-    refine pass's way: refined bins of ``2**rsh`` fine bins from ``f0`` (listed entries above ``f0`` count as above
-    the range), the same bounds and checks; pack the window's entries into the window list ``cand`` and draw over
-    the listed entries above the window (they are kept).
+def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh, f_end, n_ab0, mass0_q, EA_q,
+                 ab_best, ab_tok, NBS: tl.constexpr, NBF: tl.constexpr, KMAX: tl.constexpr, N: tl.constexpr):
+    """Refine a packed list ``brk`` of ``n_L`` survivors (fine bins up to ``f_end``: a bracket, mode 4, or a wide
+    window) in the refine pass's way: refined bins of ``2**rsh`` fine bins from ``f0`` (listed entries above ``f0``
+    count as above the range), the same bounds and checks; pack the window's entries into the window list ``cand``
+    and draw over the listed entries above the window (they are kept).
 
     ``n_ab0`` survivors above the list, of exact fixed-point mass ``mass0_q``; ``EA_q`` the survivors' (fixed
     point): with the list's own exact mass, the mass below the list is exact too, which bounds the bracket's low
@@ -1568,8 +1425,8 @@ def _list_window(brk, NSH: tl.constexpr, D, span, n_L, lens, TAIL0, cand, m, T, 
     u_v = tl.zeros([N], dtype=tl.int64)
     n_up = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
     for i0 in range(0, n_L, N):
-        at, ok_i = _slot(i0 + ar, NSH, D, span, n_L, lens, TAIL0)
-        packed = tl.load(brk + at, mask=i0 + ar < n_L, other=0)
+        ok_i = i0 + ar < n_L
+        packed = tl.load(brk + (i0 + ar), mask=ok_i, other=0)
         x = _unkey((packed >> 32).to(tl.int32))
         d = _fine(x, m, C, NBF) - f0
         h += tl.histogram(tl.where(ok_i & (d >= 0), d >> rsh, NBS - 1), NBS)
@@ -1603,8 +1460,8 @@ def _list_window(brk, NSH: tl.constexpr, D, span, n_L, lens, TAIL0, cand, m, T, 
     used = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
     if ok:
         for i0 in range(0, n_L, N):
-            at, ok_i = _slot(i0 + ar, NSH, D, span, n_L, lens, TAIL0)
-            packed = tl.load(brk + at, mask=i0 + ar < n_L, other=0)
+            ok_i = i0 + ar < n_L
+            packed = tl.load(brk + (i0 + ar), mask=ok_i, other=0)
             x = _unkey((packed >> 32).to(tl.int32))
             idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
             d = _fine(x, m, C, NBF) - f0
@@ -1626,11 +1483,8 @@ def _list_window(brk, NSH: tl.constexpr, D, span, n_L, lens, TAIL0, cand, m, T, 
 def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
                    token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, KBR: tl.constexpr = 0, NSUB: tl.constexpr = 512,
-                   STRIPE: tl.constexpr = False, NSH: tl.constexpr = 0):
+                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, KBR: tl.constexpr = 0, NSUB: tl.constexpr = 512):
     row = tl.program_id(0).to(tl.int64)
-    R4: tl.constexpr = BLOCK // 4
-    NSL: tl.constexpr = NSH * STRIPE  # the gather pass's lists: striped in 2**NSH stripes, or packed (0)
     base = logits_ptr + row * stride_row
     NBF: tl.constexpr = (NB1 - 1) * _NB2
     bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
@@ -1658,7 +1512,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
     if kind == 2:
         n = tl.load(cnt + 2)
         if n <= KMAX:
-            best, token, keep_q = _draw_unsorted(cand, 0, 0, 0, n, cand, 0, m, T, seed, offset, 512)
+            best, token, keep_q = _draw_unsorted(cand, n, m, T, seed, offset, 512)
             path = zero + 2
         else:
             best, token = _best_parts(bf + 3, bi + 5, S, 0)
@@ -1686,40 +1540,18 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             mass_q = tl.full([], 0, tl.int64)
             brk = _brk(row, ws64, S, KMAX, KBIG, KBR)
             slow = (n_g > tl.where(mode == 4, KBR, KMAX)) | ((above == 1) & (n_ab != n_above))
-            # the gather pass's lists: packed (NS = 1), or striped with tails (_stripe_put; a tail that
-            # overflowed lost entries: the slow path)
-            if STRIPE:
-                lens = _scnt(row, wsi, S, NB1, NBS, R4)
-                D, span, end, TAIL0 = _stripe_geometry(lens, tl.load(cnt + 4), NSL, KBR)
-                slow = slow | (tl.load(cnt + 4) > KBR // _TAIL) | ((above == 1) & (tl.load(cnt + 5) > KBIG // _TAIL))
-            else:
-                lens = brk
-                D, span, end, TAIL0 = 0, 0, n_g, 0
             if above == 1:
-                if STRIPE:
-                    # the above list's stripe lengths (written by the gather pass only for these rows)
-                    lens_a = lens + (1 << NSL)
-                    D_a, span_a, end_a, TAIL0_a = _stripe_geometry(lens_a, tl.load(cnt + 5), NSL, KBIG)
-                else:
-                    lens_a = brk
-                    D_a, span_a, end_a, TAIL0_a = 0, 0, tl.minimum(n_ab, KBIG), 0
-                ab_best, ab_tok, mass_q = _draw_unsorted(abv, NSL, D_a, span_a, end_a, lens_a, TAIL0_a, m, T, seed,
-                                                         offset, 1024)
+                ab_best, ab_tok, mass_q = _draw_unsorted(abv, tl.minimum(n_ab, KBIG), m, T, seed, offset, 1024)
             if above == 2:
                 ab_best, ab_tok = _best_parts(bf + 3, bi + 5, S, 0)
                 mass_q = _sum_col(b64, S, _P64, 3, tl.int64)
             if (mode == 4) & (slow == 0):
                 # the bracket's list: refine it here, then decide its window as any other
                 ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q = _list_window(
-                    brk, NSL, D, span, end, lens, TAIL0, cand, m, T, C, seed, offset, k, k_act, top_p, f_lo,
-                    tl.load(ri + _I_RSH), f_hi, n_above, mass_q, EA_q, ab_best, ab_tok, NBS, NBF, KMAX, 1024)
+                    brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, f_lo, tl.load(ri + _I_RSH), f_hi,
+                    n_above, mass_q, EA_q, ab_best, ab_tok, NBS, NBF, KMAX, 1024)
                 slow = ok == 0
                 tl.debug_barrier()  # the window list, written by every thread, is read below
-            if STRIPE:
-                if (mode == 0) & (slow == 0):
-                    # a striped window (in the bracket list's space) packed into the window list
-                    n_g = _unstripe(brk, NSL, D, span, end, lens, TAIL0, cand, 1024)
-                    tl.debug_barrier()
             src = cand
             if (slow == 0) & (n_g > NSUB) & (KBR >= NSUB) & ((k_act == 0) | (p_on == 0)):
                 # a window wider than NSUB: refined once more, from its own list, to at most NSUB entries (in the
@@ -1729,9 +1561,8 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 # the k-th, the window could lose the top-p boundary above it (then the slow path)
                 f0 = tl.load(ri + _I_F0)
                 ok, f_lo2, f_hi2, n_above2, n_g2, ab_best, ab_tok, mass_q = _list_window(
-                    cand, 0, 0, 0, n_g, cand, 0, brk, m, T, C, seed, offset, k, k_act, top_p, f0,
-                    _refined_shift(f_hi - f0 + 1, NBS), f_hi, n_above, mass_q, EA_q, ab_best, ab_tok, NBS, NBF, NSUB,
-                    1024)
+                    cand, n_g, brk, m, T, C, seed, offset, k, k_act, top_p, f0, _refined_shift(f_hi - f0 + 1, NBS),
+                    f_hi, n_above, mass_q, EA_q, ab_best, ab_tok, NBS, NBF, NSUB, 1024)
                 if ok:
                     f_lo = f_lo2
                     f_hi = f_hi2
@@ -1874,17 +1705,6 @@ SLOTS = ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "offset", "
          "wsi", "wsf", "ws64")
 
 
-def striped(S: int, cfg: dict) -> bool:
-    """Whether a call split ``S`` parts a row fills the gather pass's lists in stripes (:func:`_stripe_put`):
-    ``S <= cfg["stripe"]`` (absent or 0: never), ``S`` a power of two (the decide launch finds a position's stripe
-    with a shift: ``S x block / 4`` stripes), a bracket list (``cfg["kbr"] > 0``), whose space holds the striped
-    window, with a tail (its last eighth) of at least ``kmax`` entries, so that a window that fits the window list
-    never overflows it, and stripes at least one sector (4 entries) deep in both lists."""
-    kbr, kbig, ns, tail = cfg.get("kbr", 0), cfg["kbig"], S * (cfg["block"] // 4), _TAIL.value
-    return (0 < S <= cfg.get("stripe", 0) and S & (S - 1) == 0 and kbr // tail >= cfg["kmax"]
-            and (kbr - kbr // tail) // ns >= 4 and (kbig - kbig // tail) // ns >= 4)
-
-
 #: Whether Triton runs these kernels in its interpreter (``TRITON_INTERPRET=1`` when it was imported).
 INTERPRETED = type(_stats_kernel).__name__ == "InterpretedFunction"
 
@@ -1952,7 +1772,6 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     c_stats = dict(c, NSTG=cfg.get("stats_stages", c["NSTG"]))
     grid = (B, S)
     kbr = cfg.get("kbr", 0)
-    stripe = striped(S, cfg)
     warp = warp_lists(cfg)
     params = ("temperature", "top_k", "top_p", "min_p")
     ws = ("wsi", "wsf", "ws64")
@@ -1974,15 +1793,14 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
         ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c_stats, kw),
         ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH),
          dict(c, RMAX=cfg["r"], EARLY=early, LOCAL=cfg.get("local", True), UNIT_T=cfg.get("unit_t", True),
-              KBR=kbr, STRIPE=stripe, LANE=lane_hist(CH, cfg), WARP=warp), kw),
+              KBR=kbr, LANE=lane_hist(CH, cfg), WARP=warp), kw),
         ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH),
-         dict(c, UNIT_T=cfg.get("unit_t", True), STRIPE=stripe), kw),
+         dict(c, UNIT_T=cfg.get("unit_t", True)), kw),
         ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH),
-         dict(c, LOCAL=cfg.get("local", True), KBR=kbr, STRIPE=stripe, WARP=warp,
-              OFFS=not stripe and not warp and 1 < S <= cfg.get("part_offsets", 0)), kw),
+         dict(c, LOCAL=cfg.get("local", True), KBR=kbr, WARP=warp,
+              OFFS=not warp and 1 < S <= cfg.get("part_offsets", 0)), kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,
-                                          S), dict(c, KBR=kbr, NSUB=cfg.get("nsub", c["KMAX"]), STRIPE=stripe,
-                                                   NSH=(S * cfg["block"] // 4).bit_length() - 1 if stripe else 0),
+                                          S), dict(c, KBR=kbr, NSUB=cfg.get("nsub", c["KMAX"])),
          dict(num_warps=cfg["decide_warps"], enable_fp_fusion=False)),
     ]
     if want_probs:

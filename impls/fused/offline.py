@@ -38,15 +38,12 @@ KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", 
            "_greedy_kernel", "_greedy_row_kernel", "_rewrite_kernel", "_logprobs_kernel")
 #: Kernels compiled once per set of constexpr flags (the histogram launch with and without early accept, each
 #: with ``tl.histogram`` and with the per-lane counters of ``lane_hist``, and once with ``warp_lists``' appends;
-#: the statistics launch of a general and of an all-greedy call; the gather launch with striped lists, packed
-#: lists, packed lists written from the parts' offsets, and lists appended per warp; the decide launch with
-#: striped and packed lists). Others: once, as given.
+#: the statistics launch of a general and of an all-greedy call; the gather launch with and without its lists
+#: written from the parts' offsets, and with lists appended per warp). Others: once, as given.
 VARIANTS = {"_hist_kernel": ({"EARLY": True}, {"EARLY": False}, {"EARLY": True, "LANE": True},
                              {"EARLY": False, "LANE": True}, {"EARLY": True, "LANE": True, "WARP": True}),
             "_stats_kernel": ({"ALL_GREEDY": False}, {"ALL_GREEDY": True}),
-            "_gather_kernel": ({"STRIPE": True}, {"STRIPE": False}, {"STRIPE": False, "OFFS": True},
-                               {"STRIPE": False, "WARP": True}),
-            "_decide_kernel": ({"STRIPE": True}, {"STRIPE": False})}
+            "_gather_kernel": ({"OFFS": False}, {"OFFS": True}, {"WARP": True})}
 #: Kernels that stream rows of logits (or of rewritten logits): their loads of a row must be 16 bytes wide.
 STREAMING = ("_stats_kernel", "_greedy_row_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel",
              "_probs_kernel", "_rewrite_kernel", "_logprobs_kernel")
@@ -110,8 +107,7 @@ def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None,
     c = DEFAULTS if cfg is None else cfg
     params = list(inspect.signature(fn.fn).parameters)
     cst = constants(c)
-    # STRIPE=True asked of a set without stripes: the constexprs of a striped call (its decide launch's NSH)
-    meta, options = _launch_meta(name, dict(c, stripe=max(c.get("stripe", 0), 1)) if flags.get("STRIPE") else c)
+    meta, options = _launch_meta(name, c)
     cst.update(meta)
     cst.update(flags)
     sig = {p: "constexpr" if p in cst else POINTERS.get(p, logits if p == "logits_ptr" else "i32") for p in params}

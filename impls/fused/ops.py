@@ -61,14 +61,8 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: benchmarks/README.md "The bracket list"). ``nsub``: a window of more entries is refined once more from its own
 #: list (in the bracket list's space: off when ``kbr < nsub``) to at most ``nsub`` entries before the decide
 #: launch sorts it (``nsub`` wide instead of ``kmax``; not rows with both top-k and top-p, whose top-p boundary could
-#: fall above the sub-window; benchmarks/README.md "A window sorted 512 wide"). ``stripe``: a call whose rows are
-#: split in at most this many parts fills the gather pass's lists in per-thread stripes instead of a block scan and
-#: an atomic per tile (only splits into 1, 2, 4, ... parts are striped; any 0 to 16 is accepted as the bound);
-#: 0 (never) on the GPU until measured: the first version halved the gather pass at batch 256 but doubled the
-#: decide launch (H100, benchmarks/README.md "Striped lists"); the second is not measured yet. Off under the
-#: interpreter too (its lists are too small for stripes, :func:`impls.fused.kernel.striped`); the tests
-#: ``test_striped_*`` turn it on with lists large enough. ``lane_hist``: the histogram pass keeps its level-1
-#: counts in registers, each lane counting its own two bins from warp ballots (inline PTX,
+#: fall above the sub-window; benchmarks/README.md "A window sorted 512 wide"). ``lane_hist``: the histogram pass
+#: keeps its level-1 counts in registers, each lane counting its own two bins from warp ballots (inline PTX,
 #: :func:`impls.fused.kernel._lane_hist`), and combines the warps once per program instead of through shared
 #: memory with barriers after every tile as ``tl.histogram`` does (offline, Triton 3.6: the top-p loop 290 -> 214
 #: instructions per 4 logits, the top-k loop 239 -> 162). True, False, or the fewest tiles (``block`` logits) a part
@@ -92,15 +86,14 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
-            "nsub": 512, "stripe": 0, "lane_hist": 16, "part_offsets": 0, "warp_lists": False}
+            "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": False}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
 INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
                "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "stats_stages": 1,
                "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4, "kbr": 512,
-               "nsub": 32, "stripe": 0, "lane_hist": False, "part_offsets": 8,
-               "warp_lists": False}
+               "nsub": 32, "lane_hist": False, "part_offsets": 8, "warp_lists": False}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -160,8 +153,6 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         if name in ("programs", "max_splits", "greedy_rows") and not (
                 isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             raise ValueError(f"fused_sample option {name}={v!r}: an int >= 1")
-        if name == "stripe" and not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 16):
-            raise ValueError(f"fused_sample option stripe={v!r}: an int from 0 (never) to 16, the most parts a row")
         if name == "part_offsets" and not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 128):
             raise ValueError(f"fused_sample option part_offsets={v!r}: an int from 0 (never) to 128, the most parts "
                              "a row")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .kernel import LAYOUT, SLOTS, striped
+from .kernel import LAYOUT, SLOTS
 
 __all__ = ["splits", "allocate", "workspace_bytes", "layout_key", "call_tensors"]
 
@@ -24,10 +24,9 @@ def workspace_bytes(B: int, V: int, cfg: dict) -> int:
 
     Per row: the records (``LAYOUT``), per part the partials and the two histograms (``nb`` and ``nbs``
     int32), the window, above-window and bracket lists (``kmax + kbig + kbr`` int64, 278,528 bytes at
-    the GPU defaults: most of it) and, when the row's lists are striped (:func:`impls.fused.kernel.striped`),
-    their stripe lengths (``2 x parts x block / 4`` int32): 279,552 bytes a row in all at ``B >= 512`` (281,600
-    with ``stripe`` on). A batch of ``B >= 512`` rows has one part per row; smaller batches split rows into more
-    parts (:func:`splits`), each adding its partials and histograms.
+    the GPU defaults: most of it): 279,552 bytes a row in all at ``B >= 512``. A batch of ``B >= 512`` rows has
+    one part per row; smaller batches split rows into more parts (:func:`splits`), each adding its partials and
+    histograms.
     """
     q_64, q_i, q_f, _ = _sizes(B, V, cfg)
     return 8 * (q_64 + q_i + q_f)
@@ -47,9 +46,6 @@ def _sizes(B: int, V: int, cfg: dict) -> tuple:
     S, CH = splits(B, V, cfg)
     L = LAYOUT
     n_i = B * (S * (L["PI"] + cfg["nb"] + cfg["nbs"]) + L["RI"] + L["CNT"])
-    if striped(S, cfg):
-        # the stripe lengths of the gather pass's two lists follow every row's regions (kernel._scnt)
-        n_i += B * 2 * S * (cfg["block"] // 4)
     n_f = B * (S * L["PF"] + L["RF"])
     # the bracket lists (kbr each) follow every row's regions (kernel._brk)
     n_64 = B * (S * L["P64"] + L["R64"] + cfg["kmax"] + cfg["kbig"] + cfg.get("kbr", 0))
