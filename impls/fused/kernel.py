@@ -319,11 +319,12 @@ def _tile1(base, st, V, BLOCK: tl.constexpr):
     return offs, x, fin
 
 
-def _lane_hist_ptx(nbits: int) -> str:
-    """PTX of :func:`_lane_hist` for ``2**nbits`` bins (6 or 7): per element, a warp ballot of each bit of
-    its bin (as Triton's ``tl.histogram`` lowering does, after @apgoucher), the lane's own bins (``lane + 32 j``)
-    matched with one AND per bit and counted with ``popc``; operands ``$0-3`` out, ``$4-7`` bins, ``$8-11``
-    counters (``pack=4``)."""
+def _lane_hist_ptx() -> str:
+    """PTX of :func:`_lane_hist` for 64 bins: per element, a warp ballot of each of the 6 bits of its bin (as
+    Triton's ``tl.histogram`` lowering does, after @apgoucher), the lane's own two bins (``lane + 32 j``) matched
+    with one AND per bit and counted with ``popc``; operands ``$0-3`` out, ``$4-7`` bins, ``$8-11`` counters
+    (``pack=4``). (The refine pass's 128 bins keep ``tl.histogram``: it is rare.)"""
+    nbits = 6
     own = 1 << (nbits - 5)
     a = ["{", ".reg .u32 ln, t, acc, sel, c<4>, m<7>, inv<5>;", ".reg .pred p;", "mov.u32 ln, %laneid;"]
     for k in range(5):
@@ -342,7 +343,7 @@ def _lane_hist_ptx(nbits: int) -> str:
     return "\n".join(a)
 
 
-_LANE_HIST_64 = tl.constexpr(_lane_hist_ptx(6))
+_LANE_HIST_64 = tl.constexpr(_lane_hist_ptx())
 _LANE_BINS_64 = tl.constexpr("mov.u32 $0, %laneid;\nadd.u32 $1, $0, 32;\nmov.u32 $2, -1;\nmov.u32 $3, -1;")
 
 
