@@ -982,16 +982,18 @@ def _append_selected(x_ptr, sel_ptr, out_ptr, cnt_ptr, n, chunk, cap, BLOCK: tl.
 
 def test_warp_lists_only_where_they_apply():
     """``warp_lists`` (one atomic per warp, inline PTX) is used compiled and with four logits a thread only, never
-    under the interpreter; it turns the row-owner count and the parts' offsets off; a non-bool is refused."""
+    under the interpreter; a gather launch of rows split in 2 to ``part_offsets`` parts keeps the parts' offsets
+    instead; a non-bool is refused."""
     from impls.fused.kernel import launch_specs, warp_lists
     from impls.fused.ops import DEFAULTS, INTERPRETED, apply_tuning
     compiled = not INTERPRETED
     assert DEFAULTS["warp_lists"] is False and not warp_lists(DEFAULTS)
     on = apply_tuning(DEFAULTS, {"warp_lists": True, "part_offsets": 8})
     assert warp_lists(on) is compiled and not warp_lists(dict(on, block=2048))
-    specs = {sp[0]: sp[4] for sp in launch_specs(16, 128256, 128256, 8, 16032, False, on)}
-    assert specs["gather"]["WARP"] is compiled and specs["hist"]["WARP"] is compiled
-    assert specs["gather"]["OFFS"] is not compiled
+    for S, offs in ((1, False), (8, True), (16, False)):
+        specs = {sp[0]: sp[4] for sp in launch_specs(16, 128256, 128256, S, -(-128256 // S), False, on)}
+        assert specs["hist"]["WARP"] is compiled and specs["gather"]["OFFS"] is offs, S
+        assert specs["gather"]["WARP"] is (compiled and not offs), S
     with pytest.raises(ValueError, match=r"warp_lists=1: True or False"):
         apply_tuning(DEFAULTS, {"warp_lists": 1})
 

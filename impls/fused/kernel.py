@@ -1725,7 +1725,8 @@ def lane_hist(CH: int, cfg: dict) -> bool:
 def warp_lists(cfg: dict) -> bool:
     """Whether the gather pass (and a min-p row's list in the histogram pass) appends with one atomic per warp
     (:func:`_warp_append`): ``cfg["warp_lists"]`` True, and only where its PTX applies: compiled (not Triton's
-    interpreter) and four logits a thread (``block = 128 num_warps``). The tokens do not depend on it."""
+    interpreter) and four logits a thread (``block = 128 num_warps``). A gather launch whose split rows write from
+    the parts' offsets (``part_offsets``) does that instead. The tokens do not depend on it."""
     return bool(cfg.get("warp_lists", False)) and cfg["block"] == 128 * cfg["num_warps"] and not INTERPRETED
 
 
@@ -1773,6 +1774,8 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     c_stats = dict(c, NSTG=cfg.get("stats_stages", c["NSTG"]))
     grid = (B, S)
     kbr = cfg.get("kbr", 0)
+    # split rows write from the parts' offsets (part_offsets), other calls append per warp (warp_lists)
+    offs = 1 < S <= cfg.get("part_offsets", 0)
     warp = warp_lists(cfg)
     params = ("temperature", "top_k", "top_p", "min_p")
     ws = ("wsi", "wsf", "ws64")
@@ -1798,8 +1801,7 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
         ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH),
          dict(c, UNIT_T=cfg.get("unit_t", True)), kw),
         ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH),
-         dict(c, LOCAL=cfg.get("local", True), KBR=kbr, WARP=warp,
-              OFFS=not warp and 1 < S <= cfg.get("part_offsets", 0)), kw),
+         dict(c, LOCAL=cfg.get("local", True), KBR=kbr, WARP=warp and not offs, OFFS=offs), kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,
                                           S), dict(c, KBR=kbr, NSUB=cfg.get("nsub", c["KMAX"])),
          dict(num_warps=cfg["decide_warps"], enable_fp_fusion=False)),

@@ -77,8 +77,8 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: split rows from the parts' offsets"); 8 under the interpreter (every split row), so the CPU tests take it.
 #: ``warp_lists``: the gather pass (and a min-p row's list in the histogram pass) appends each tile's entries with
 #: one atomic per warp, ranks from warp ballots (inline PTX, :func:`impls.fused.kernel._warp_append`), instead of
-#: a block scan with its barriers (and, for a row's only program, instead of its running count); not with
-#: ``part_offsets``' offsets. Used only where its PTX applies (compiled, four logits a thread:
+#: a block scan with its barriers (and, for a row's only program, instead of its running count); a gather launch
+#: that takes ``part_offsets``' offsets (rows split in 2 to that many parts) keeps them. Used only where its PTX applies (compiled, four logits a thread:
 #: :func:`impls.fused.kernel.warp_lists`). Offline (Triton 3.6, sm_90) the gather loop with both lists goes from
 #: 391 to 244 instructions per 4 logits, with one list 240 -> 167, the min-p list 218 -> 134; off on the GPU until
 #: measured there (benchmarks/README.md "Lists appended per warp").
