@@ -974,15 +974,23 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
 
 
 @triton.jit
+def _survivors(h, NB1: tl.constexpr):
+    # the survivors counted in a level-1 histogram: every bin but the last. A survivor's fine bin is at most
+    # NBF - 1 = (NB1 - 1) * 256 - 1, so its level-1 bin at most NB1 - 2; the last holds the rest (and padding)
+    return tl.sum(tl.where(tl.arange(0, NB1) < NB1 - 1, h, 0), 0)
+
+
+@triton.jit
 def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, NB1: tl.constexpr,
-               NBF: tl.constexpr, NSTG: tl.constexpr, LANE: tl.constexpr = False):
+               NBF: tl.constexpr, NSTG: tl.constexpr, LANE: tl.constexpr = False, UNIT: tl.constexpr = False):
     """One part of a top-p row (early accept), read once: the level-1 histogram of its survivors, their count,
-    their fixed-point mass, and their Gumbel-max (key, lowest id on ties), as in :func:`_gumbel_scan`."""
+    their fixed-point mass, and their Gumbel-max (key, lowest id on ties), as in :func:`_gumbel_scan`. The count
+    comes from the histogram (:func:`_survivors`) and the mass from per-thread sums, so a tile takes no block
+    reduction; ``UNIT``: a row at ``T == 1`` (its scaled logits ``x - m`` without a division)."""
     R4: tl.constexpr = BLOCK // 4
     h = tl.zeros([NB1], dtype=tl.int32)
     hc = tl.zeros([BLOCK], dtype=tl.int32)
-    n_a = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
-    e_a = tl.sum(tl.zeros([1], dtype=tl.int64), 0)
+    e_v = tl.zeros([R4, 4], dtype=tl.int64)
     b_v = tl.full([R4, 4], float("-inf"), tl.float32)
     t_v = tl.zeros([R4, 4], dtype=tl.int32)
     o_lo = (offset & 0xFFFFFFFF).to(tl.uint32)
@@ -992,9 +1000,8 @@ def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, 
         A = fin & (x >= xA)
         b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
         h, hc = _hist_add(tl.reshape(b1, [BLOCK]), h, hc, NB1, LANE)
-        n_a += tl.sum(tl.sum(A.to(tl.int32), 1), 0)
-        s = tl.div_rn(x - m, T)
-        e_a += tl.sum(tl.sum(tl.where(A, _fix(tl.exp(s)), 0), 1), 0)
+        s = _scaled(x, m, T, UNIT)
+        e_v += tl.where(A, _fix(tl.exp(s)), 0)
         u = _tile_uniform(seed, st, o_lo, o_hi, R4)
         sc = tl.where(A, s - tl.log(-tl.log(u)), float("-inf"))
         take = sc > b_v
@@ -1003,7 +1010,7 @@ def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, 
     h = _hist_done(h, hc, NB1, LANE)
     best = tl.max(tl.max(b_v, 1), 0)
     tok = tl.min(tl.min(tl.where(b_v == best, t_v, _INT32_MAX), 1), 0)
-    return h, n_a, e_a, best, tok
+    return h, _survivors(h, NB1), tl.sum(tl.sum(e_v, 1), 0), best, tok
 
 
 @triton.jit
@@ -1017,7 +1024,7 @@ def _scaled(x, m, T, UNIT: tl.constexpr):
 
 
 @triton.jit
-def _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK: tl.constexpr, NB1: tl.constexpr,
+def _hist_loop(base, lo, hi, V, m, T, xA, C, h, e_v, BLOCK: tl.constexpr, NB1: tl.constexpr,
                NBF: tl.constexpr, NSTG: tl.constexpr, MASS: tl.constexpr, UNIT: tl.constexpr,
                LANE: tl.constexpr = False):
     hc = tl.zeros([BLOCK], dtype=tl.int32)
@@ -1026,11 +1033,10 @@ def _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK: tl.constexpr, 
         A = fin & (x >= xA)
         b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
         h, hc = _hist_add(b1, h, hc, NB1, LANE)
-        na_v += A.to(tl.int32)
         if MASS:
             e_v += tl.where(A, _fix(tl.exp(_scaled(x, m, T, UNIT))), 0)
     h = _hist_done(h, hc, NB1, LANE)
-    return h, na_v, e_v
+    return h, e_v
 
 
 @triton.jit
@@ -1038,23 +1044,23 @@ def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl
                 NSTG: tl.constexpr, UNIT_T: tl.constexpr, LANE: tl.constexpr = False):
     """One part of a top-k/top-p row, read once: the level-1 histogram of its survivors, their count and, for a
     top-p row (``p_on``), their fixed-point mass (else 0). Copies of the loop on purpose (the hot pass): only a
-    top-p row pays the exp of its mass, and with ``UNIT_T`` a row at ``T == 1`` skips the division."""
-    na_v = tl.zeros([BLOCK], dtype=tl.int32)
+    top-p row pays the exp of its mass, and with ``UNIT_T`` a row at ``T == 1`` skips the division. The count
+    comes from the histogram (:func:`_survivors`)."""
     e_v = tl.zeros([BLOCK], dtype=tl.int64)
     h = tl.zeros([NB1], dtype=tl.int32)
     if p_on:
         if UNIT_T:
             if T == 1.0:
-                h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, True,
+                h, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, e_v, BLOCK, NB1, NBF, NSTG, True,
                                           True, LANE)
             else:
-                h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, True,
+                h, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, e_v, BLOCK, NB1, NBF, NSTG, True,
                                           False, LANE)
         else:
-            h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, True, False, LANE)
+            h, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, e_v, BLOCK, NB1, NBF, NSTG, True, False, LANE)
     else:
-        h, na_v, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, na_v, e_v, BLOCK, NB1, NBF, NSTG, False, False, LANE)
-    return h, tl.sum(na_v, 0), tl.sum(e_v, 0)
+        h, e_v = _hist_loop(base, lo, hi, V, m, T, xA, C, h, e_v, BLOCK, NB1, NBF, NSTG, False, False, LANE)
+    return h, _survivors(h, NB1), tl.sum(e_v, 0)
 
 
 @triton.jit(do_not_specialize=["S"])
@@ -1112,8 +1118,16 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
             if p_on & (k_on == 0):
                 seed = tl.load(seed_ptr + row)
                 offset = tl.load(offset_ptr + row)
-                h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1, NBF, NSTG,
-                                                    LANE)
+                if UNIT_T:
+                    if T == 1.0:
+                        h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1,
+                                                            NBF, NSTG, LANE, True)
+                    else:
+                        h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1,
+                                                            NBF, NSTG, LANE, False)
+                else:
+                    h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1,
+                                                        NBF, NSTG, LANE, False)
             else:
                 h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF, NSTG, UNIT_T, LANE)
                 best = tl.max(tl.full([1], float("-inf"), tl.float32), 0)   # no winner: the row is not accepted
