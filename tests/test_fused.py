@@ -210,6 +210,12 @@ def _row_ints(a: dict, cfg: dict, B: int, cols) -> list:
     return [[int(a["wsi"][r * per + ri + j]) for j in cols] for r in range(B)]
 
 
+def _row_counters(a: dict, cfg: dict, B: int, which) -> list:
+    """Each row's counters ``which`` (2/3: the window or bracket list's length and the above list's) after a call."""
+    from impls.fused.kernel import LAYOUT
+    return _row_ints(a, cfg, B, [LAYOUT["RI"] + j for j in which])
+
+
 def _row_modes(a: dict, cfg: dict, B: int) -> list:
     """Each row's window mode after a call (kernel record field ``_I_MODE``): 0 window gathered from the hist
     or refine pass, 1 streaming refine, 2 slow, 3 accepted, 4 bracket list (read from ``allocate``'d buffers)."""
