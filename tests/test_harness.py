@@ -359,13 +359,18 @@ def test_bins_keep_expected_counts_at_least_five():
     assert [b.tolist() for b in bins] == [[0], [1], [2], [3, 4, 5, 6]]
 
 
-def test_statistical_case_end_to_end(tmp_path):
-    root = tmp_path / "cases"
-    write_case(root, "filters/stat", """
+#: A statistical case of 4000 draws over probabilities 0.4, 0.4, 0.2 (and a -inf logit).
+STAT_CASE = """
         draws = 4000
         [[rows]]
         logits = [0.0, 0.0, -0.6931471805599453, -inf]
         temperature = 1.0
+        """
+
+
+def test_statistical_case_end_to_end(tmp_path):
+    root = tmp_path / "cases"
+    write_case(root, "filters/stat", STAT_CASE + """
         [rows.expect]
         support = [0, 1, 2]
         probs = [0.4, 0.4, 0.2, 0.0]
@@ -638,12 +643,7 @@ def test_resume_refuses_another_case_selection(tmp_path, capsys, monkeypatch):
 def test_a_statistical_case_over_the_implementation_s_draw_limit_is_n_a(tmp_path):
     """``draw_limits`` (impls/base.py): over the limit the case is n/a with the reason; at it the draws run."""
     root = tmp_path / "cases"
-    write_case(root, "filters/stat", """
-        draws = 4000
-        [[rows]]
-        logits = [0.0, 0.0, -0.6931471805599453, -inf]
-        temperature = 1.0
-        """, check="statistical")
+    write_case(root, "filters/stat", STAT_CASE, check="statistical")
     impl = Reference(TRTLLM)
     impl.draw_limits = {"cpu": (3999, "slow here"), "cuda": (0, "never")}
     (r,) = run([impl], None, tmp_path / "r", progress=False, root=root, isolate=False).doc["results"]

@@ -388,90 +388,37 @@ def _fine(x, m, C, NBF: tl.constexpr):
     return tl.minimum((m - x) * C, NBF - 1.0).to(tl.int32)
 
 
-#: PTX of :func:`_warp_append` (``pack=4``; operands: ``$0-3`` out, each element's slot, unused; ``$4-7`` the
-#: selection, 0 or 1; ``$8-11`` the packed entries (64-bit); then the same for all elements: ``$12-15`` and
-#: ``$16-19`` the low and high words of the list's address, ``$20-23`` and ``$24-27`` those of its count's,
-#: ``$28-31`` its capacity). A lane's count (0-4) is three bits: one ballot each gives every lane the warp's count
-#: and, masked with ``%lanemask_lt``, the count of the lanes before it; lane 0 reserves the warp's slots with one
-#: atomic and a shuffle hands out their start. An element's slot is that start, the lanes before it, then the
-#: lane's selected elements before it (any order will do: every reader of the lists is order-free); a selected
-#: element below the capacity is stored there.
-_WARP_APPEND = tl.constexpr("""{
-.reg .u32 c, t, r, n, b0, b1, b2, lt, ln, old;
-.reg .u64 a, d, w;
-.reg .pred p, q;
-add.u32 c, $4, $5;
-add.u32 c, c, $6;
-add.u32 c, c, $7;
-and.b32 t, c, 1;
-setp.ne.u32 p, t, 0;
-vote.sync.ballot.b32 b0, p, -1;
-and.b32 t, c, 2;
-setp.ne.u32 p, t, 0;
-vote.sync.ballot.b32 b1, p, -1;
-and.b32 t, c, 4;
-setp.ne.u32 p, t, 0;
-vote.sync.ballot.b32 b2, p, -1;
-mov.u32 lt, %lanemask_lt;
-and.b32 t, b0, lt;
-popc.b32 r, t;
-and.b32 t, b1, lt;
-popc.b32 t, t;
-shl.b32 t, t, 1;
-add.u32 r, r, t;
-and.b32 t, b2, lt;
-popc.b32 t, t;
-shl.b32 t, t, 2;
-add.u32 r, r, t;
-popc.b32 n, b0;
-popc.b32 t, b1;
-shl.b32 t, t, 1;
-add.u32 n, n, t;
-popc.b32 t, b2;
-shl.b32 t, t, 2;
-add.u32 n, n, t;
-mov.u32 ln, %laneid;
-setp.eq.u32 p, ln, 0;
-setp.ne.u32 q, n, 0;
-and.pred p, p, q;
-mov.b64 a, {$20, $24};
-mov.u32 old, 0;
-@p atom.global.add.u32 old, [a], n;
-shfl.sync.idx.b32 old, old, 0, 0x1f, -1;
-add.u32 r, r, old;
-mov.b64 d, {$12, $16};
-mov.u32 $0, r;
-setp.ne.u32 p, $4, 0;
-setp.lt.u32 q, r, $28;
-and.pred p, p, q;
-mul.wide.u32 w, r, 8;
-add.u64 w, d, w;
-@p st.global.b64 [w], $8;
-add.u32 r, r, $4;
-mov.u32 $1, r;
-setp.ne.u32 p, $5, 0;
-setp.lt.u32 q, r, $28;
-and.pred p, p, q;
-mul.wide.u32 w, r, 8;
-add.u64 w, d, w;
-@p st.global.b64 [w], $9;
-add.u32 r, r, $5;
-mov.u32 $2, r;
-setp.ne.u32 p, $6, 0;
-setp.lt.u32 q, r, $28;
-and.pred p, p, q;
-mul.wide.u32 w, r, 8;
-add.u64 w, d, w;
-@p st.global.b64 [w], $10;
-add.u32 r, r, $6;
-mov.u32 $3, r;
-setp.ne.u32 p, $7, 0;
-setp.lt.u32 q, r, $28;
-and.pred p, p, q;
-mul.wide.u32 w, r, 8;
-add.u64 w, d, w;
-@p st.global.b64 [w], $11;
-}""")
+def _warp_append_ptx() -> str:
+    """PTX of :func:`_warp_append` (``pack=4``; operands: ``$0-3`` out, each element's slot, unused; ``$4-7`` the
+    selection, 0 or 1; ``$8-11`` the packed entries (64-bit); then the same for all elements: ``$12-15`` and
+    ``$16-19`` the low and high words of the list's address, ``$20-23`` and ``$24-27`` those of its count's,
+    ``$28-31`` its capacity). A lane's count (0-4) is three bits: one ballot each gives every lane the warp's
+    count and, masked with ``%lanemask_lt``, the count of the lanes before it; lane 0 reserves the warp's slots
+    with one atomic and a shuffle hands out their start. An element's slot is that start, the lanes before it,
+    then the lane's selected elements before it (any order will do: every reader of the lists is order-free); a
+    selected element below the capacity is stored there."""
+    a = ["{", ".reg .u32 c, t, r, n, b0, b1, b2, lt, ln, old;", ".reg .u64 a, d, w;", ".reg .pred p, q;",
+         "add.u32 c, $4, $5;", "add.u32 c, c, $6;", "add.u32 c, c, $7;"]
+    for k in range(3):   # the lane's count, bit by bit, across the warp
+        a += [f"and.b32 t, c, {1 << k};", "setp.ne.u32 p, t, 0;", f"vote.sync.ballot.b32 b{k}, p, -1;"]
+    a += ["mov.u32 lt, %lanemask_lt;", "and.b32 t, b0, lt;", "popc.b32 r, t;"]
+    for k in (1, 2):   # the lanes before this one
+        a += [f"and.b32 t, b{k}, lt;", "popc.b32 t, t;", f"shl.b32 t, t, {k};", "add.u32 r, r, t;"]
+    a += ["popc.b32 n, b0;"]
+    for k in (1, 2):   # the warp
+        a += [f"popc.b32 t, b{k};", f"shl.b32 t, t, {k};", "add.u32 n, n, t;"]
+    a += ["mov.u32 ln, %laneid;", "setp.eq.u32 p, ln, 0;", "setp.ne.u32 q, n, 0;", "and.pred p, p, q;",
+          "mov.b64 a, {$20, $24};", "mov.u32 old, 0;", "@p atom.global.add.u32 old, [a], n;",
+          "shfl.sync.idx.b32 old, old, 0, 0x1f, -1;", "add.u32 r, r, old;", "mov.b64 d, {$12, $16};"]
+    for e in range(4):   # each element: its slot out, stored if selected and below the capacity
+        if e:
+            a += [f"add.u32 r, r, ${3 + e};"]
+        a += [f"mov.u32 ${e}, r;", f"setp.ne.u32 p, ${4 + e}, 0;", "setp.lt.u32 q, r, $28;", "and.pred p, p, q;",
+              "mul.wide.u32 w, r, 8;", "add.u64 w, d, w;", f"@p st.global.b64 [w], ${8 + e};"]
+    return "\n".join(a + ["}"])
+
+
+_WARP_APPEND = tl.constexpr(_warp_append_ptx())
 
 
 _WARP_APPEND_IO = tl.constexpr(",".join(["=r"] * 4 + ["r"] * 4 + ["l"] * 4 + ["r"] * 20))
