@@ -935,9 +935,11 @@ def test_lane_histogram_only_where_it_applies():
     from impls.fused.ops import DEFAULTS, INTERPRETED, apply_tuning
     compiled = not INTERPRETED
     assert DEFAULTS["lane_hist"] == 16 and (DEFAULTS["block"], DEFAULTS["num_warps"]) == (1024, 8)
-    # 128256 logits in 1, 2 or 8 parts; 32000 in 8 parts (4,000 logits: 3.9 tiles); exactly 16 tiles
+    # 128256 logits in 1, 2 or 8 parts (16,032 logits: 15.7 tiles, under 16); 32000 in 8 parts (4,000 logits: 3.9
+    # tiles); exactly 16 tiles. (The 8-part case said `compiled` until 2026-12-07: under the interpreter every entry
+    # is False, so only a GPU run caught it)
     assert [lane_hist(ch, DEFAULTS) for ch in (128256, 64128, 16032, 4000, 16384, 16383)] == \
-        [compiled, compiled, compiled, False, compiled, False]
+        [compiled, compiled, False, False, compiled, False]
     assert lane_hist(128256, dict(DEFAULTS, lane_hist=True)) is compiled
     assert not lane_hist(128256, dict(DEFAULTS, lane_hist=False))
     assert not lane_hist(128256, dict(DEFAULTS, nb=128)) and not lane_hist(128256, dict(DEFAULTS, block=2048))
@@ -987,19 +989,19 @@ def _append_selected(x_ptr, sel_ptr, out_ptr, cnt_ptr, n, chunk, cap, BLOCK: tl.
 
 
 def test_warp_lists_only_where_they_apply():
-    """``warp_lists`` (one atomic per warp, inline PTX) is used compiled and with four logits a thread only, never
-    under the interpreter; a gather launch of rows split in 2 to ``part_offsets`` parts keeps the parts' offsets
-    instead; a non-bool is refused."""
+    """``warp_lists`` (one atomic per warp, inline PTX; on by default) is used for split rows only, compiled and
+    with four logits a thread, never under the interpreter; a gather launch of rows split in 2 to ``part_offsets``
+    parts keeps the parts' offsets instead; a non-bool is refused."""
     from impls.fused.kernel import launch_specs, warp_lists
     from impls.fused.ops import DEFAULTS, INTERPRETED, apply_tuning
     compiled = not INTERPRETED
-    assert DEFAULTS["warp_lists"] is False and not warp_lists(DEFAULTS)
-    on = apply_tuning(DEFAULTS, {"warp_lists": True, "part_offsets": 8})
-    assert warp_lists(on) is compiled and not warp_lists(dict(on, block=2048))
+    assert DEFAULTS["warp_lists"] is True and warp_lists(2, DEFAULTS) is compiled and not warp_lists(1, DEFAULTS)
+    assert not warp_lists(2, dict(DEFAULTS, block=2048)) and not warp_lists(2, dict(DEFAULTS, warp_lists=False))
+    on = apply_tuning(DEFAULTS, {"part_offsets": 8})
     for S, offs in ((1, False), (8, True), (16, False)):
         specs = {sp[0]: sp[4] for sp in launch_specs(16, 128256, 128256, S, -(-128256 // S), False, on)}
-        assert specs["hist"]["WARP"] is compiled and specs["gather"]["OFFS"] is offs, S
-        assert specs["gather"]["WARP"] is (compiled and not offs), S
+        assert specs["hist"]["WARP"] is (compiled and S > 1) and specs["gather"]["OFFS"] is offs, S
+        assert specs["gather"]["WARP"] is (compiled and S > 1 and not offs), S
     with pytest.raises(ValueError, match=r"warp_lists=1: True or False"):
         apply_tuning(DEFAULTS, {"warp_lists": 1})
 
@@ -1034,10 +1036,10 @@ def test_warp_append_lists_each_selected_entry_once():
 def test_warp_lists_give_the_same_tokens():
     """The gather pass and min-p lists with ``warp_lists=True`` hold the same entries (the same list lengths per
     row), so the same tokens, statuses and paths as the block scan, and the reference's tokens: rows in 8 parts
-    (batch 16) and in one (batch 300, where the scan used the owner's running count)."""
+    (batches 16 and 64) and in one (batch 300, where both keep the owner's running count)."""
     from impls.fused.ops import DEFAULTS, apply_tuning
     from impls.fused.workspace import allocate
-    for seed, B in ((5, 16), (6, 300)):
+    for seed, B in ((5, 16), (7, 64), (6, 300)):
         args = [a.cuda() for a in random_batch(seed, B, [32000, 128256])]
         out, lens = {}, {}
         for w in (True, False):

@@ -1683,12 +1683,17 @@ def lane_hist(CH: int, cfg: dict) -> bool:
             and cfg["block"] == 128 * cfg["num_warps"] and not INTERPRETED)
 
 
-def warp_lists(cfg: dict) -> bool:
-    """Whether the gather pass (and a min-p row's list in the histogram pass) appends with one atomic per warp
-    (:func:`_warp_append`): ``cfg["warp_lists"]`` True, and only where its PTX applies: compiled (not Triton's
-    interpreter) and four logits a thread (``block = 128 num_warps``). A gather launch whose split rows write from
-    the parts' offsets (``part_offsets``) does that instead. The tokens do not depend on it."""
-    return bool(cfg.get("warp_lists", False)) and cfg["block"] == 128 * cfg["num_warps"] and not INTERPRETED
+def warp_lists(S: int, cfg: dict) -> bool:
+    """Whether the gather pass (and a min-p row's list in the histogram pass) of a call whose rows are split in
+    ``S`` parts appends with one atomic per warp (:func:`_warp_append`): ``cfg["warp_lists"]`` True and ``S > 1``
+    (a row's only program keeps its running count: on an H100, 2026-12-07, 1024 x 128256 top-k 50 + top-p 0.9
+    gather 221 against 251 µs, min-p histogram pass 252 against 260; at 2-32 parts the warps won, e.g. 256 x
+    128256 top-p 0.9 gather 202 -> 158 µs, min-p histogram pass 125 -> 75: benchmarks/README.md "Lists appended
+    per warp"), and only where its PTX applies: compiled (not Triton's interpreter) and four logits a thread
+    (``block = 128 num_warps``). A gather launch whose split rows write from the parts' offsets (``part_offsets``)
+    does that instead. The tokens do not depend on it."""
+    return (bool(cfg.get("warp_lists", False)) and S > 1 and cfg["block"] == 128 * cfg["num_warps"]
+            and not INTERPRETED)
 
 
 def greedy_row_shape(cfg: dict) -> tuple:
@@ -1737,7 +1742,7 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     kbr = cfg.get("kbr", 0)
     # split rows write from the parts' offsets (part_offsets), other calls append per warp (warp_lists)
     offs = 1 < S <= cfg.get("part_offsets", 0)
-    warp = warp_lists(cfg)
+    warp = warp_lists(S, cfg)
     params = ("temperature", "top_k", "top_p", "min_p")
     ws = ("wsi", "wsf", "ws64")
     if greedy and B >= cfg.get("greedy_rows", B + 1):

@@ -79,14 +79,16 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: one atomic per warp, ranks from warp ballots (inline PTX, :func:`impls.fused.kernel._warp_append`), instead of
 #: a block scan with its barriers (and, for a row's only program, instead of its running count); a gather launch
 #: that takes ``part_offsets``' offsets (rows split in 2 to that many parts) keeps them. Used only where its PTX applies (compiled, four logits a thread:
-#: :func:`impls.fused.kernel.warp_lists`). Offline (Triton 3.6, sm_90) the gather loop with both lists goes from
-#: 391 to 244 instructions per 4 logits, with one list 240 -> 167, the min-p list 218 -> 134; off on the GPU until
-#: measured there (benchmarks/README.md "Lists appended per warp").
+#: :func:`impls.fused.kernel.warp_lists`), for split rows only. Offline (Triton 3.6, sm_90) the gather loop with
+#: both lists goes from 391 to 244 instructions per 4 logits, with one list 240 -> 167, the min-p list 218 -> 134;
+#: on an H100 (2026-12-07) calls of split rows took 0.72-0.95x their time (256 x 128256 top-p 0.9 460 -> 416 µs,
+#: min-p 180 -> 130; 64 x 32000 top-p 0.9 61 -> 55), a row's only program did better with its running count
+#: (benchmarks/README.md "Lists appended per warp"). On the GPU; the interpreter cannot run the PTX.
 #: Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
-            "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": False}
+            "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
