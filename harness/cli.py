@@ -793,8 +793,11 @@ def _cmd_check_impl(args) -> int:
     bad = [r for r in out.doc["results"] if r["status"] in ("fail", "error")]
     for r in bad:
         print(f"  {r['status'].upper():5} {r['case']}: {str(r['details'].get('message', ''))[:300]}")
+    for r in out.doc["results"]:
+        if r["status"] == "n/a":
+            print(f"  N/A   {r['case']}: {str(r['details'].get('message', ''))[:300]}")
     if c["n/a"]:
-        print(f"  {c['n/a']} of {len(out.doc['results'])} smoke cases are n/a (features it does not declare): the smoke "
+        print(f"  {c['n/a']} of {len(out.doc['results'])} smoke cases are n/a (each with its reason above): the smoke "
               f"corpus is a start; run the whole corpus next: sampcheck run --impl {args.impl}")
     print(f"wrote {out.results_path} and {out.html_path}")
     return 1 if bad else 0

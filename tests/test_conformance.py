@@ -14,6 +14,11 @@ class Good(Reference):
         super().__init__(TRTLLM, name="good")
 
 
+class Limited(Good):
+    """A :class:`Good` that allows no statistical draws on the CPU (``draw_limits``)."""
+    draw_limits = {"cpu": (0, "slow here")}
+
+
 def _with_step(fix):
     """A Reference whose session's step output passes through ``fix(rows, out) -> out``."""
     class Planted(Reference):
@@ -119,6 +124,16 @@ def test_assert_conforms_and_the_command(capsys):
     out = capsys.readouterr().out
     assert "reference: protocol checks: 0 problem(s)" in out and "smoke corpus (19 cases): 19 pass" in out
     assert main(["check-impl", "no-such-impl"]) == 2
+
+
+def test_the_kit_lists_each_n_a_smoke_case_with_its_reason(capsys, tmp_path):
+    """check-impl names every n/a smoke case and why (here the one statistical case, over ``draw_limits``), not
+    a guessed cause."""
+    assert main(["check-impl", "test_conformance:Limited", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert ("  N/A   filters/top-k-two-statistical: main:0: the check plans 99000 draws; good allows at most 0 per "
+            "row on cpu: slow here") in out
+    assert "1 of 19 smoke cases are n/a (each with its reason above)" in out
 
 
 def test_a_changed_profile_field_needs_a_citation():
