@@ -340,12 +340,17 @@ def declaration_problems(impl) -> list:
     if not isinstance(getattr(impl, "slow", None), bool):
         out.append(("slow", f"slow is {getattr(impl, 'slow', None)!r}: a bool (impls/base.py Implementation)"))
     limits = getattr(impl, "draw_limits", None)
-    if limits is not None and not (isinstance(limits, dict) and all(
-            k in DEVICES and isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], int)
-            and not isinstance(v[0], bool) and v[0] >= 0 and isinstance(v[1], str) and v[1].strip()
-            for k, v in limits.items())):
-        out.append(("draw_limits", f"draw_limits is {limits!r}: a dict of device kind ({', '.join(DEVICES)}) -> "
-                                   "(most draws per statistical row, an int >= 0; why, a non-empty str)"))
+    if limits is not None:
+        rule = (f"a dict of device kind ({', '.join(DEVICES)}) -> a tuple (most draws per statistical row, an int "
+                ">= 0; why, a non-empty str)")
+        bad = None if isinstance(limits, dict) else f"draw_limits is {limits!r}: {rule}"
+        for k, v in (limits.items() if isinstance(limits, dict) else ()):
+            if bad is None and not (k in DEVICES and isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], int)
+                                    and not isinstance(v[0], bool) and v[0] >= 0 and isinstance(v[1], str)
+                                    and v[1].strip()):
+                bad = f"draw_limits entry {k!r}: {v!r}: {rule}"
+        if bad:
+            out.append(("draw_limits", bad))
     try:
         stage_provenance(impl, scenario=True)
     except ValueError as e:

@@ -110,6 +110,21 @@ def test_the_declaration_is_checked():
                                "STAGES, PROVENANCE)")
 
 
+@pytest.mark.parametrize("limits,shown", [
+    ({"cpu": (-5, "slow")}, "draw_limits entry 'cpu': (-5, 'slow'): a dict of device kind (cpu, cuda) -> a tuple"),
+    ({"tpu": (10, "slow")}, "draw_limits entry 'tpu': (10, 'slow'): a dict"),
+    ({"cpu": (10, " ")}, "draw_limits entry 'cpu': (10, ' '): a dict"),
+    ({"cpu": [10, "slow"]}, "draw_limits entry 'cpu': [10, 'slow']: a dict"),
+    ({"cpu": (True, "slow")}, "draw_limits entry 'cpu': (True, 'slow'): a dict"),
+    ("cpu", "draw_limits is 'cpu': a dict of device kind (cpu, cuda) -> a tuple (most draws per statistical row, "
+            "an int >= 0; why, a non-empty str)"),
+])
+def test_draw_limits_are_checked_entry_by_entry(limits, shown):
+    impl = Good()
+    impl.draw_limits = limits
+    assert dict(_checks(impl))["draw_limits"].startswith(shown)
+
+
 def test_unavailable_stops_the_checks():
     impl = Good()
     impl.available = lambda device: "no engine here"
