@@ -117,14 +117,18 @@ class StatisticalKind(RowsKind):
         pred64 = self.predict(judge, case, impl.profile, torch.float64)
         epsilon = float(case.raw.get("epsilon", DEFAULT_EPSILON))
         rows, worst, errors, diffs, hand = [], [], [], [], []
+        # each drawable row's probabilities and sample size, planned once (before any draw: the draw limit)
+        plans = {}
+        for b, p64b in zip(case.batches, pred64):
+            for r, p64 in zip(b.rows, p64b):
+                if not p64.error:
+                    probs = p64.probs.to(torch.float64).cpu().numpy()
+                    plans[id(r)] = (probs, plan_draws(probs, judge.alpha, epsilon, case.draws))
         limit = draw_limit(impl, judge.device)
-        if limit is not None:
-            over = [(where(b, r), plan_draws(p64.probs.to(torch.float64).cpu().numpy(), judge.alpha, epsilon,
-                                             case.draws).n)
-                    for b, p64b in zip(case.batches, pred64) for r, p64 in zip(b.rows, p64b) if not p64.error]
-            over = [(label, n) for label, n in over if n > limit[0]]
-            if over:
-                label, n = max(over, key=lambda x: x[1])
+        if limit is not None and plans:
+            label, n = max(((where(b, r), plans[id(r)][1].n) for b in case.batches for r in b.rows if id(r) in plans),
+                           key=lambda x: x[1])
+            if n > limit[0]:
                 return Result(case.id, impl.name, "n/a", case.check, details={"message": (
                     f"{label}: the check plans {n} draws; {impl.name} allows at most {limit[0]} per row on "
                     f"{judge.device}: {limit[1]}")})
@@ -138,8 +142,7 @@ class StatisticalKind(RowsKind):
                 if p64.error:
                     errors.append(f"{label}: the prediction is an error ({p64.error}); nothing to draw")
                     continue
-                probs = p64.probs.to(torch.float64).cpu().numpy()
-                plan = plan_draws(probs, judge.alpha, epsilon, case.draws)
+                probs, plan = plans[id(r)]
                 seeds = range(case.draw_seed, case.draw_seed + plan.n)
                 tokenwise = token_for_token(impl.profile)
                 try:
