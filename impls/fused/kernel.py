@@ -929,11 +929,29 @@ def _survivors(h, NB1: tl.constexpr):
 
 @triton.jit
 def _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, NB1: tl.constexpr,
-               NBF: tl.constexpr, NSTG: tl.constexpr, LANE: tl.constexpr = False, UNIT: tl.constexpr = False):
+               NBF: tl.constexpr, NSTG: tl.constexpr, UNIT_T: tl.constexpr, LANE: tl.constexpr = False):
     """One part of a top-p row (early accept), read once: the level-1 histogram of its survivors, their count,
     their fixed-point mass, and their Gumbel-max (key, lowest id on ties), as in :func:`_gumbel_scan`. The count
     comes from the histogram (:func:`_survivors`) and the mass from per-thread sums, so a tile takes no block
-    reduction; ``UNIT``: a row at ``T == 1`` (its scaled logits ``x - m`` without a division)."""
+    reduction. With ``UNIT_T`` a row at ``T == 1`` takes a copy of the loop without the division, as in
+    :func:`_hist_plain`."""
+    if UNIT_T:
+        if T == 1.0:
+            h, n_a, e_a, best, tok = _hist_draw_loop(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1, NBF,
+                                                     NSTG, LANE, True)
+        else:
+            h, n_a, e_a, best, tok = _hist_draw_loop(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1, NBF,
+                                                     NSTG, LANE, False)
+    else:
+        h, n_a, e_a, best, tok = _hist_draw_loop(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1, NBF, NSTG,
+                                                 LANE, False)
+    return h, n_a, e_a, best, tok
+
+
+@triton.jit
+def _hist_draw_loop(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.constexpr, NB1: tl.constexpr,
+                    NBF: tl.constexpr, NSTG: tl.constexpr, LANE: tl.constexpr, UNIT: tl.constexpr):
+    # the loop of _hist_draw; UNIT: the row is at T == 1 (scaled logits x - m, no division)
     R4: tl.constexpr = BLOCK // 4
     h = tl.zeros([NB1], dtype=tl.int32)
     hc = tl.zeros([BLOCK], dtype=tl.int32)
@@ -1065,16 +1083,8 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
             if p_on & (k_on == 0):
                 seed = tl.load(seed_ptr + row)
                 offset = tl.load(offset_ptr + row)
-                if UNIT_T:
-                    if T == 1.0:
-                        h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1,
-                                                            NBF, NSTG, LANE, True)
-                    else:
-                        h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1,
-                                                            NBF, NSTG, LANE, False)
-                else:
-                    h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1,
-                                                        NBF, NSTG, LANE, False)
+                h, n_p, e_p, best, tok = _hist_draw(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK, NB1, NBF, NSTG,
+                                                    UNIT_T, LANE)
             else:
                 h, n_p, e_p = _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK, NB1, NBF, NSTG, UNIT_T, LANE)
                 best = tl.max(tl.full([1], float("-inf"), tl.float32), 0)   # no winner: the row is not accepted

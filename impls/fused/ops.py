@@ -128,7 +128,7 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         An option ``cfg`` does not have.
     ValueError
         A value out of its option's range (powers of two for block sizes, 1-8 stages, booleans for
-        ``local`` and ``unit_t``, ...), or a ``kbr`` not above ``kmax`` (but 0): the message names the option
+        ``local``, ``unit_t`` and ``warp_lists``, ...), or a ``kbr`` not above ``kmax`` (but 0): the message names the option
         and what it takes.
     """
     cfg = dict(cfg)
