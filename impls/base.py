@@ -317,8 +317,9 @@ class Implementation(Protocol):
 def declaration_problems(impl) -> list:
     """What is wrong with what ``impl`` declares: ``[(field, message)]`` (empty: nothing).
 
-    Checks: ``name`` a non-empty str; ``roles`` from :data:`ROLES`; ``devices`` a non-empty set
-    of :data:`DEVICES`; ``slow`` a bool; ``draw_limits`` when given; ``stages`` (:func:`stage_provenance`); and for the
+    Checks (an attribute whose reading raises is a problem of that field, with the error): ``name``
+    a non-empty str; ``roles`` from :data:`ROLES`; ``devices`` a non-empty set of :data:`DEVICES`;
+    ``slow`` a bool; ``draw_limits`` when given; ``stages`` (:func:`stage_provenance`); and for the
     ``conformance`` role: a :class:`~impls.profiles.Profile` whose every field that differs from
     the default profile carries a citation, ``features`` a set of names from :data:`FEATURES`, at
     least one stage. ``field`` is the attribute at fault (``citations`` for a missing citation).
@@ -327,19 +328,32 @@ def declaration_problems(impl) -> list:
     """
     from .profiles import TRTLLM, Profile, profile_diff
     out = []
-    name = getattr(impl, "name", None)
-    if not isinstance(name, str) or not name:
+    raised = set()
+
+    def read(field):
+        # the implementation's own property may raise: a problem of that field, not a traceback
+        try:
+            return getattr(impl, field, None)
+        except Exception as e:  # noqa: BLE001 - any error of the user's code is reported, located
+            out.append((field, f"reading {field} raised {type(e).__name__}: {e}"))
+            raised.add(field)
+            return None
+
+    name = read("name")
+    if "name" not in raised and (not isinstance(name, str) or not name):
         out.append(("name", f"name is {name!r}: a non-empty str (impls/base.py Implementation.name)"))
-    roles = frozenset(getattr(impl, "roles", None) or ("conformance",))
+    roles = frozenset(read("roles") or ("conformance",))
     if not roles <= set(ROLES):
         out.append(("roles", f"roles {sorted(roles)}: each one of {', '.join(ROLES)} (impls/base.py ROLES)"))
-    devices = getattr(impl, "devices", None)
-    if not isinstance(devices, (set, frozenset)) or not devices or not set(devices) <= set(DEVICES):
+    devices = read("devices")
+    if "devices" not in raised and (not isinstance(devices, (set, frozenset)) or not devices
+                                    or not set(devices) <= set(DEVICES)):
         out.append(("devices", f"devices is {devices!r}: a non-empty frozenset of {', '.join(DEVICES)} "
                                "(impls/base.py DEVICES)"))
-    if not isinstance(getattr(impl, "slow", None), bool):
-        out.append(("slow", f"slow is {getattr(impl, 'slow', None)!r}: a bool (impls/base.py Implementation)"))
-    limits = getattr(impl, "draw_limits", None)
+    slow = read("slow")
+    if "slow" not in raised and not isinstance(slow, bool):
+        out.append(("slow", f"slow is {slow!r}: a bool (impls/base.py Implementation)"))
+    limits = read("draw_limits")
     if limits is not None:
         rule = (f"a dict of device kind ({', '.join(DEVICES)}) -> a tuple (most draws per statistical row, an int "
                 ">= 0; why, a non-empty str)")
@@ -355,24 +369,28 @@ def declaration_problems(impl) -> list:
         stage_provenance(impl, scenario=True)
     except ValueError as e:
         out.append(("stages", f"{e} (impls/base.py STAGES, PROVENANCE)"))
+    except Exception as e:  # noqa: BLE001 - a stages property of the implementation's own raised
+        out.append(("stages", f"reading stages raised {type(e).__name__}: {e}"))
     if "conformance" in roles:
-        profile = getattr(impl, "profile", None)
-        if not isinstance(profile, Profile):
+        profile = read("profile")
+        if "profile" not in raised and not isinstance(profile, Profile):
             out.append(("profile", f"profile is {profile!r}: an impls.profiles.Profile (docs/adapters.md, section 5)"))
-        else:
+        elif "profile" not in raised:
             uncited = [f for f in profile_diff(TRTLLM, profile) if not str(profile.citations.get(f, "")).strip()]
             if uncited:
                 out.append(("citations", f"profile {profile.name!r}: field(s) {', '.join(uncited)} differ from the "
                                          "default profile without a citation (Profile.citations: where the engine's "
                                          "rule was read, 'repo:path@version Symbol'; docs/adapters.md, section 5)"))
-        feats = getattr(impl, "features", None)
-        if not isinstance(feats, (set, frozenset)):
+        feats = read("features")
+        if "features" in raised:
+            pass  # reported by read()
+        elif not isinstance(feats, (set, frozenset)):
             out.append(("features", f"features is {feats!r}: a frozenset of feature names"))
         else:
             unknown = sorted(set(feats) - set(FEATURES))
             if unknown:
                 out.append(("features", f"unknown feature(s) {unknown} (cases/features.txt lists the known)"))
-        if not getattr(impl, "stages", None):
+        if "stages" not in {f for f, _ in out} and not read("stages"):
             out.append(("stages", "declares no stage: say whose code performs each stage it performs "
                                   "(impls/base.py STAGES)"))
     return out

@@ -180,3 +180,18 @@ def test_the_run_skips_an_implementation_whose_declaration_is_wrong(tmp_path):
     assert [r["status"] for r in out.doc["results"]] == ["skip"]
     assert out.doc["run"]["impls"]["good"]["skip_reason"] == (
         "its declaration is invalid: unknown feature(s) ['top_kk'] (cases/features.txt lists the known)")
+
+
+class Raising(Good):
+    """A :class:`Good` whose ``draw_limits`` property raises (the user's own code)."""
+    @property
+    def draw_limits(self):
+        raise RuntimeError("limits not loaded")
+
+
+def test_a_raising_declaration_is_a_located_problem(tmp_path, capsys):
+    assert dict(_checks(Raising()))["draw_limits"] == "reading draw_limits raised RuntimeError: limits not loaded"
+    assert main(["check-impl", "test_conformance:Raising", "--out", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "draw_limits: reading draw_limits raised RuntimeError: limits not loaded" in out
+    assert "Traceback" not in out
