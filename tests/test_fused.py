@@ -655,9 +655,9 @@ def test_kernels_compile_for_sm90_offline():
     r = subprocess.run([sys.executable, str(Path(__file__).with_name("_compile_sm90.py"))], cwd=root, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
-    # 10 kernels: the histogram launch in 5 variants (EARLY x LANE, and with WARP), the statistics launch
-    # (ALL_GREEDY) in 2, the gather launch in 3 (OFFS, WARP), each for fp32 and bf16 logits
-    assert r.stdout.count(" ok") == 34, r.stdout
+    # 10 kernels: the histogram launch in 5 variants (EARLY x LANE, and with WARP), the statistics launch in 3
+    # (ALL_GREEDY, PDL), the gather launch in 3 (OFFS, WARP), the decide launch in 2 (PDL), each for fp32 and bf16
+    assert r.stdout.count(" ok") == 38, r.stdout
 
 
 @pytest.mark.parametrize("B,V,seed,row,path", [(64, 32000, 1, 10, 3), (8, 262144, 3, 0, 3)])
@@ -1004,6 +1004,55 @@ def test_warp_lists_only_where_they_apply():
         assert specs["gather"]["WARP"] is (compiled and S > 1 and not offs), S
     with pytest.raises(ValueError, match=r"warp_lists=1: True or False"):
         apply_tuning(DEFAULTS, {"warp_lists": 1})
+
+
+def test_pdl_only_where_it_applies(monkeypatch):
+    """``pdl`` (programmatic dependent launch; off by default) gives every launch of a call, general or all-greedy
+    (one launch or two), with or without probabilities, the constexpr that waits and the launch attribute; only
+    compiled (never under the interpreter); a non-bool is refused."""
+    from impls.fused import kernel as K
+    from impls.fused.ops import DEFAULTS, INTERPRETED, apply_tuning
+    on = apply_tuning(DEFAULTS, {"pdl": True})
+    assert DEFAULTS["pdl"] is False and not K.pdl(DEFAULTS) and K.pdl(on) is (not INTERPRETED)
+    monkeypatch.setattr(K, "INTERPRETED", False)
+    for greedy, rows in ((False, 256), (True, 256), (True, 1)):
+        for probs in (False, True):
+            with_pdl = K.launch_specs(16, 128256, 128256, 32, 4008, probs, dict(on, greedy_rows=rows), greedy)
+            without = K.launch_specs(16, 128256, 128256, 32, 4008, probs, dict(DEFAULTS, greedy_rows=rows), greedy)
+            assert [sp[0] for sp in with_pdl] == [sp[0] for sp in without] and len(with_pdl) >= 1 + probs
+            assert all(sp[4]["PDL"] is True and sp[5]["launch_pdl"] is True for sp in with_pdl)
+            assert all("PDL" not in sp[4] and "launch_pdl" not in sp[5] for sp in without)
+    with pytest.raises(ValueError, match=r"pdl=1: True or False"):
+        apply_tuning(DEFAULTS, {"pdl": 1})
+
+
+@pytest.mark.gpu
+def test_pdl_gives_the_same_tokens():
+    """With ``pdl=True`` each launch waits for the one before it at its start, so a call gives the same tokens,
+    statuses and paths as without it and the reference's tokens: eager calls (batches 16, 64 and 300) and CUDA
+    graph replays of a bound sampler on new logits (batch 64), where the launches overlap."""
+    from impls.fused.bound import FusedSampler
+    for seed, B in ((5, 16), (7, 64), (6, 300)):
+        args = [a.cuda() for a in random_batch(seed, B, [32000, 128256])]
+        on, off = fused_sample(*args, pdl=True), fused_sample(*args, pdl=False)
+        assert all(torch.equal(on[i], off[i]) for i in range(3)), seed
+        want, _ = reference_rows(*(t.cpu() for t in args))
+        assert on[0].tolist() == want, seed
+    logits, *params = [a.cuda() for a in random_batch(9, 64, [32000])]
+    sample = FusedSampler(*params, pdl=True)
+    x = logits.clone()
+    sample(x)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = sample(x)
+    for seed in (10, 11):
+        new = random_batch(seed, 64, [32000])[0].cuda()
+        x.copy_(new)
+        g.replay()
+        torch.cuda.synchronize()
+        want = fused_sample(new, *params, pdl=False)
+        assert all(torch.equal(out[i], want[i]) for i in range(3)), seed
 
 
 @pytest.mark.gpu

@@ -137,9 +137,10 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 __all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "SLOTS", "launch_args", "launch_specs", "greedy_row_shape",
-           "warp_lists"]
+           "warp_lists", "pdl"]
 
 STATUS_KINDS = {0: None, 1: "nan_logits", 2: "posinf_logits", 3: "no_valid_token", 4: "invalid_temperature",
                 5: "invalid_top_k", 6: "invalid_top_p", 7: "invalid_min_p"}
@@ -622,10 +623,22 @@ def _argmax_loop(base, lo, hi, V, BLOCK: tl.constexpr, NSTG: tl.constexpr):
     return nan_v, m_v, gidx_v
 
 
+@triton.jit
+def _pdl_start(PDL: tl.constexpr):
+    # Programmatic dependent launch (Hopper; tuning option ``pdl``): wait until the launch before this one has
+    # finished and its writes are visible (before any access to memory), then let the launch after this one
+    # start its programs, which wait the same way: its launch overlaps this one's work instead of following it.
+    # PTX ISA, "griddepcontrol"; Triton's triton/language/extra/cuda/gdc.py.
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+
+
 @triton.jit(do_not_specialize=["S"])
 def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
                   BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
-                  NSTG: tl.constexpr = 1, ALL_GREEDY: tl.constexpr = False):
+                  NSTG: tl.constexpr = 1, ALL_GREEDY: tl.constexpr = False, PDL: tl.constexpr = False):
+    _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -671,13 +684,14 @@ def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min
 
 @triton.jit(do_not_specialize=["S"])
 def _greedy_kernel(token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S, NB1: tl.constexpr, NBS: tl.constexpr,
-                   KMAX: tl.constexpr, KBIG: tl.constexpr, RMAX: tl.constexpr):
+                   KMAX: tl.constexpr, KBIG: tl.constexpr, RMAX: tl.constexpr, PDL: tl.constexpr = False):
     """An all-greedy call's second and last launch (``B`` programs): the parts' first argmax combined.
 
     The statistics of the parts are combined as for any greedy row (:func:`_row_stats`): status 1
     (``nan_logits``) for a row holding a NaN, else 3 (``no_valid_token``) when every logit is
     ``-inf``; the row record gets the status, the kind and the token for the probabilities launch.
     """
+    _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     NBF: tl.constexpr = (NB1 - 1) * _NB2
     bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
@@ -695,7 +709,7 @@ def _greedy_kernel(token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S, NB1: tl.c
 @triton.jit(do_not_specialize=["S"])
 def _greedy_row_kernel(logits_ptr, stride_row, V, token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S,
                        BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                       KBIG: tl.constexpr, NSTG: tl.constexpr = 1):
+                       KBIG: tl.constexpr, NSTG: tl.constexpr = 1, PDL: tl.constexpr = False):
     """A large all-greedy call in one launch (``B`` programs, a whole row each): first argmax, status, outputs.
 
     The same rule and outcomes as ``_stats_kernel`` with ``ALL_GREEDY`` followed by ``_greedy_kernel``
@@ -704,6 +718,7 @@ def _greedy_row_kernel(logits_ptr, stride_row, V, token_ptr, status_ptr, path_pt
     GPU with one program per row (tuning option ``greedy_rows``). ``S`` is the buffers' parts per row, used
     only to find the row's record (which the probabilities launch reads).
     """
+    _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     base = logits_ptr + row * stride_row
     bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
@@ -1034,7 +1049,8 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
                  RMAX: tl.constexpr, EARLY: tl.constexpr = False, NSTG: tl.constexpr = 1,
                  LOCAL: tl.constexpr = True, UNIT_T: tl.constexpr = True, KBR: tl.constexpr = 0,
-                 LANE: tl.constexpr = False, WARP: tl.constexpr = False):
+                 LANE: tl.constexpr = False, WARP: tl.constexpr = False, PDL: tl.constexpr = False):
+    _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -1143,7 +1159,8 @@ def _refine_loop(base, lo, hi, V, m, T, xA, C, f0, rsh, W, p_on, h, e_v, BLOCK: 
 @triton.jit(do_not_specialize=["S"])
 def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, UNIT_T: tl.constexpr = True):
+                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, UNIT_T: tl.constexpr = True, PDL: tl.constexpr = False):
+    _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -1226,7 +1243,8 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
 def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                    KBIG: tl.constexpr, NSTG: tl.constexpr = 1, LOCAL: tl.constexpr = True, KBR: tl.constexpr = 0,
-                   OFFS: tl.constexpr = False, WARP: tl.constexpr = False):
+                   OFFS: tl.constexpr = False, WARP: tl.constexpr = False, PDL: tl.constexpr = False):
+    _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -1455,7 +1473,9 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
 def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
                    token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, KBR: tl.constexpr = 0, NSUB: tl.constexpr = 512):
+                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, KBR: tl.constexpr = 0, NSUB: tl.constexpr = 512,
+                   PDL: tl.constexpr = False):
+    _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     base = logits_ptr + row * stride_row
     NBF: tl.constexpr = (NB1 - 1) * _NB2
@@ -1641,8 +1661,9 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
 @triton.jit(do_not_specialize=["S"])
 def _probs_kernel(logits_ptr, stride_row, V, probs_ptr, wsi, wsf, ws64, S, CH,
                   BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                  KBIG: tl.constexpr, NSTG: tl.constexpr = 1):
+                  KBIG: tl.constexpr, NSTG: tl.constexpr = 1, PDL: tl.constexpr = False):
     # the distribution sampled from (same filtering as the draw)
+    _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -1768,7 +1789,7 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     if greedy:
         if want_probs:
             out.append(("probs", _probs_kernel, grid, ("logits", sr, V, "probs", *ws, S, CH), c, kw))
-        return out
+        return _pdl(out, cfg)
     out = [
         ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c_stats, kw),
         ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH),
@@ -1784,7 +1805,23 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     ]
     if want_probs:
         out.append(("probs", _probs_kernel, grid, ("logits", sr, V, "probs", *ws, S, CH), c, kw))
-    return out
+    return _pdl(out, cfg)
+
+
+def pdl(cfg: dict) -> bool:
+    """Whether a call's launches use programmatic dependent launch (:func:`_pdl_start`): ``cfg["pdl"]`` and
+    compiled (not Triton's interpreter, which runs no PTX). Each launch then waits for the one before it at its
+    start, so the tokens do not depend on it; what it saves is the gap between launches (Hopper and later)."""
+    return bool(cfg.get("pdl", False)) and not INTERPRETED
+
+
+def _pdl(specs: list, cfg: dict) -> list:
+    # every launch of the call with PDL on: the constexpr that waits, and the launch attribute (Triton's
+    # CUDA option ``launch_pdl``)
+    if not pdl(cfg):
+        return specs
+    return [(name, kernel, grid, args, dict(meta, PDL=True), dict(options, launch_pdl=True))
+            for name, kernel, grid, args, meta, options in specs]
 
 
 def launch_args(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi, wsf, ws64,

@@ -39,10 +39,12 @@ KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", 
 #: Kernels compiled once per set of constexpr flags (the histogram launch with and without early accept, each
 #: with ``tl.histogram`` and with the per-lane counters of ``lane_hist``, and once with ``warp_lists``' appends;
 #: the statistics launch of a general and of an all-greedy call; the gather launch with and without its lists
-#: written from the parts' offsets, and with lists appended per warp). Others: once, as given.
+#: written from the parts' offsets, and with lists appended per warp; the first and the last launch of a call with
+#: programmatic dependent launch, ``pdl``, whose wait is the same in every kernel). Others: once, as given.
 VARIANTS = {"_hist_kernel": ({"EARLY": True}, {"EARLY": False}, {"EARLY": True, "LANE": True},
                              {"EARLY": False, "LANE": True}, {"EARLY": True, "LANE": True, "WARP": True}),
-            "_stats_kernel": ({"ALL_GREEDY": False}, {"ALL_GREEDY": True}),
+            "_stats_kernel": ({"ALL_GREEDY": False}, {"ALL_GREEDY": True}, {"PDL": True}),
+            "_decide_kernel": ({}, {"PDL": True}),
             "_gather_kernel": ({"OFFS": False}, {"OFFS": True}, {"WARP": True})}
 #: Kernels that stream rows of logits (or of rewritten logits): their loads of a row must be 16 bytes wide.
 STREAMING = ("_stats_kernel", "_greedy_row_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel",
@@ -110,6 +112,10 @@ def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None,
     meta, options = _launch_meta(name, c)
     cst.update(meta)
     cst.update(flags)
+    # a constexpr the launch leaves at its default (``PDL`` off) is that constant, as in a launch
+    for q in inspect.signature(fn.fn).parameters.values():
+        if q.name not in cst and q.default is not inspect.Parameter.empty and "constexpr" in str(q.annotation):
+            cst[q.name] = q.default
     sig = {p: "constexpr" if p in cst else POINTERS.get(p, logits if p == "logits_ptr" else "i32") for p in params}
     consts = {(params.index(p),): cst[p] for p in params if p in cst}
     # what the decorator lets Triton specialise (``do_not_specialize`` keeps an int unspecialised)

@@ -84,18 +84,22 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: on an H100 (2026-12-07) calls of split rows took 0.72-0.95x their time (256 x 128256 top-p 0.9 460 -> 416 µs,
 #: min-p 180 -> 130; 64 x 32000 top-p 0.9 61 -> 55), a row's only program did better with its running count
 #: (benchmarks/README.md "Lists appended per warp"). On the GPU; the interpreter cannot run the PTX.
+#: ``pdl``: programmatic dependent launch (Hopper): each launch of a call starts its programs while the one before it
+#: runs and waits for it at its start (:func:`impls.fused.kernel.pdl`), instead of the gap between launches (in
+#: graph replays on an H100, 2026-12-06, 13-19 µs a call over the sum of its five launches' GPU time at batch 64).
+#: Off until measured on the GPU; the interpreter runs no PTX.
 #: Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
-            "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True}
+            "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True, "pdl": False}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
 INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
                "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "stats_stages": 1,
                "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4, "kbr": 512,
-               "nsub": 32, "lane_hist": False, "part_offsets": 8, "warp_lists": False}
+               "nsub": 32, "lane_hist": False, "part_offsets": 8, "warp_lists": False, "pdl": False}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -128,7 +132,7 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         An option ``cfg`` does not have.
     ValueError
         A value out of its option's range (powers of two for block sizes, 1-8 stages, booleans for
-        ``local``, ``unit_t`` and ``warp_lists``, ...), or a ``kbr`` not above ``kmax`` (but 0): the message names the option
+        ``local``, ``unit_t``, ``warp_lists`` and ``pdl``, ...), or a ``kbr`` not above ``kmax`` (but 0): the message names the option
         and what it takes.
     """
     cfg = dict(cfg)
@@ -140,7 +144,7 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         elif name in POW2_OPTIONS and not (isinstance(v, int) and v >= 16 and v & (v - 1) == 0):
             raise ValueError(f"fused_sample option {name}={v!r}: must be a power of two >= 16"
                              + (" (or 0: off)" if name == "kbr" else ""))
-        if name in ("local", "unit_t", "warp_lists") and not isinstance(v, bool):
+        if name in ("local", "unit_t", "warp_lists", "pdl") and not isinstance(v, bool):
             raise ValueError(f"fused_sample option {name}={v!r}: True or False")
         if name in ("stages", "stats_stages") and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8):
             raise ValueError(f"fused_sample option {name}={v!r}: an int from 1 to 8")
