@@ -24,7 +24,7 @@ from .profiles import Profile
 
 __all__ = ["Row", "RowResult", "Session", "Implementation", "RowError", "FEATURES", "STAGES", "PROVENANCE", "ROLES",
            "DEVICES", "CliOption", "LatencyBatch", "LatencyUnsupported", "claim_slot", "active", "stage_provenance",
-           "declaration_problems", "error_kind"]
+           "declaration_problems", "read_declared", "error_kind"]
 
 #: The fixed feature list (:data:`impls.params.FEATURES`; ``cases/features.txt`` is generated from
 #: it). A case declares the features it needs; an implementation lacking one reports ``n/a``.
@@ -314,6 +314,24 @@ class Implementation(Protocol):
         ...
 
 
+def read_declared(impl, field: str) -> tuple:
+    """``(value, error)`` of attribute ``field`` of ``impl``: ``(None, None)`` when it has none; ``(None, "reading
+    FIELD raised Error: message")`` when reading it raises (a plug-in's property: its own code), AttributeError
+    included, which ``getattr(impl, field, None)`` would take for a missing attribute."""
+    import inspect
+    try:
+        return getattr(impl, field), None
+    except AttributeError as e:
+        if inspect.getattr_static(impl, field, _MISSING) is _MISSING:
+            return None, None
+        return None, f"reading {field} raised AttributeError: {e}"
+    except Exception as e:  # noqa: BLE001 - any error of the user's code is reported, located
+        return None, f"reading {field} raised {type(e).__name__}: {e}"
+
+
+_MISSING = object()
+
+
 def declaration_problems(impl) -> list:
     """What is wrong with what ``impl`` declares: ``[(field, message)]`` (empty: nothing).
 
@@ -332,12 +350,11 @@ def declaration_problems(impl) -> list:
 
     def read(field):
         # the implementation's own property may raise: a problem of that field, not a traceback
-        try:
-            return getattr(impl, field, None)
-        except Exception as e:  # noqa: BLE001 - any error of the user's code is reported, located
-            out.append((field, f"reading {field} raised {type(e).__name__}: {e}"))
+        value, error = read_declared(impl, field)
+        if error:
+            out.append((field, error))
             raised.add(field)
-            return None
+        return value
 
     name = read("name")
     if "name" not in raised and (not isinstance(name, str) or not name):
@@ -370,7 +387,7 @@ def declaration_problems(impl) -> list:
     except ValueError as e:
         out.append(("stages", f"{e} (impls/base.py STAGES, PROVENANCE)"))
     except Exception as e:  # noqa: BLE001 - a stages property of the implementation's own raised
-        out.append(("stages", f"reading stages raised {type(e).__name__}: {e}"))
+        out.append(("stages", f"reading stages or scenario_stages raised {type(e).__name__}: {e}"))
     if "conformance" in roles:
         profile = read("profile")
         if "profile" not in raised and not isinstance(profile, Profile):

@@ -195,3 +195,39 @@ def test_a_raising_declaration_is_a_located_problem(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "draw_limits: reading draw_limits raised RuntimeError: limits not loaded" in out
     assert "Traceback" not in out
+
+
+class RaisingAttribute(Good):
+    """A :class:`Good` whose ``draw_limits`` property raises AttributeError (not a missing attribute)."""
+    @property
+    def draw_limits(self):
+        return self.no_such_table
+
+
+class RaisingProfile(Good):
+    """A :class:`Good` whose ``profile`` property raises."""
+    @property
+    def profile(self):
+        raise KeyError("vllm")
+
+    @profile.setter
+    def profile(self, value):
+        pass
+
+
+def test_an_attribute_error_inside_a_property_is_not_a_missing_attribute():
+    assert dict(_checks(RaisingAttribute()))["draw_limits"] == (
+        "reading draw_limits raised AttributeError: 'RaisingAttribute' object has no attribute 'no_such_table'")
+
+
+def test_the_run_skips_an_implementation_whose_profile_raises(tmp_path):
+    """The run reads a raising ``profile`` once, as a declaration problem, and skips the implementation (the
+    results record the default profile for it), in process and in a worker."""
+    from harness.run.runner import run
+    for isolate in (False, True):
+        out = run([RaisingProfile()] if not isolate else ["test_conformance:RaisingProfile"],
+                  ["greedy/argmax-ties-lowest-id"], tmp_path / str(isolate), progress=False, isolate=isolate)
+        assert [r["status"] for r in out.doc["results"]] == ["skip"], isolate
+        meta = out.doc["run"]["impls"]["good"]
+        assert meta["skip_reason"] == "its declaration is invalid: reading profile raised KeyError: 'vllm'", isolate
+        assert meta["profile"] == "trtllm", isolate

@@ -163,10 +163,13 @@ def label_of(spec) -> str:
 
 
 def _describe(impl, device: str) -> WorkerInfo:
-    from impls.base import declaration_problems
+    from impls.base import declaration_problems, read_declared
     problems = declaration_problems(impl)
     if problems:  # an adapter whose declaration is wrong is not judged (sampcheck check-impl shows the same)
-        return WorkerInfo(name=getattr(impl, "name", "?"), version="unknown", profile=getattr(impl, "profile", None),
+        from impls.profiles import TRTLLM, Profile
+        name, profile = read_declared(impl, "name")[0], read_declared(impl, "profile")[0]
+        return WorkerInfo(name=name if isinstance(name, str) and name else "?", version="unknown",
+                          profile=profile if isinstance(profile, Profile) else TRTLLM,
                           skip_reason="its declaration is invalid: " + "; ".join(m for _, m in problems), facts={},
                           is_prediction=False, stages={})
     reason = impl.available(device)
@@ -548,11 +551,11 @@ class Worker:
                     impl = registry.create(self.spec)
                 except Exception:
                     impl = None
-            name = getattr(impl, "name", self.label)
-            profile = getattr(impl, "profile", None)
-            if profile is None:
-                from impls.profiles import TRTLLM
-                profile = TRTLLM
+            from impls.base import read_declared
+            from impls.profiles import TRTLLM, Profile
+            name, profile = read_declared(impl, "name")[0], read_declared(impl, "profile")[0]
+            name = name if isinstance(name, str) and name else self.label
+            profile = profile if isinstance(profile, Profile) else TRTLLM
             self.info = WorkerInfo(name=name, version="unknown", profile=profile,
                                    skip_reason=f"worker failed to start: {e}")
         return self.info
