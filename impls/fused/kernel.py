@@ -1281,7 +1281,7 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
         own = (S == 1) & (LOCAL and not WARP)
         used = _compact_start(cnt + 2, own)
         used_a = _compact_start(cnt + 3, own)
-        exact = own & False  # False, of own's type: both branches of `if OFFS` must give exact one type
+        exact = own & False  # False, typed as own: Triton needs exact to keep one type across `if OFFS`
         if OFFS:
             # a window or bracket on level-1 bounds (the histogram pass's): each part writes from its exact
             # offset, the entries of the parts before it (their histograms), with no atomic per tile
