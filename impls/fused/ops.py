@@ -86,9 +86,9 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: (benchmarks/README.md "Lists appended per warp"). On the GPU; the interpreter cannot run the PTX.
 #: ``pdl``: programmatic dependent launch (Hopper): each launch of a call starts its programs while the one before it
 #: runs and waits for it at its start (:func:`impls.fused.kernel.pdl`), instead of the gap between launches (in
-#: graph replays on an H100, 2026-12-06, 13-19 µs a call over the sum of its five launches' GPU time at batch 64).
-#: On the H200 (2026-12-07) every one of 40 latency points was faster with it, 0.83-0.99x (1-3 µs at graph-replayed
-#: batches, 5-12 at batch 256: benchmarks/README.md "Programmatic dependent launch"); off until the 10^6 sweep has
+#: graph replays on an H100, 2026-12-06, 7-19 µs a call over the sum of its five launches' GPU time at batch 64).
+#: On the H200 (2026-12-07) every one of 40 latency points was faster with it, 0.83-0.99x (0.4-9.1 µs at
+#: graph-replayed batches, 0.7-12.1 at batch 256: benchmarks/README.md "Programmatic dependent launch"); off until the 10^6 sweep has
 #: run with it on (the committed sweep and grid ran the default). The interpreter runs no PTX.
 #: Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
