@@ -376,10 +376,10 @@ def declaration_problems(impl) -> list:
                 ">= 0; why, a non-empty str)")
         bad = None if isinstance(limits, dict) else f"draw_limits is {limits!r}: {rule}"
         for k, v in (limits.items() if isinstance(limits, dict) else ()):
-            if bad is None and not (k in DEVICES and isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], int)
-                                    and not isinstance(v[0], bool) and v[0] >= 0 and isinstance(v[1], str)
-                                    and v[1].strip()):
-                bad = f"draw_limits entry {k!r}: {v!r}: {rule}"
+            if not (k in DEVICES and isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], int)
+                    and not isinstance(v[0], bool) and v[0] >= 0 and isinstance(v[1], str) and v[1].strip()):
+                bad = f"draw_limits entry {k!r}: {v!r}: {rule}"   # the first entry at fault
+                break
         if bad:
             out.append(("draw_limits", bad))
     try:

@@ -107,13 +107,14 @@ def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None,
         raise ValueError(f"unknown kernel {name!r}; known: {', '.join(KERNELS)}")
     fn = getattr(K, name) if hasattr(K, name) else getattr(SK, name)
     c = DEFAULTS if cfg is None else cfg
-    params = list(inspect.signature(fn.fn).parameters)
+    signature = inspect.signature(fn.fn).parameters
+    params = list(signature)
     cst = constants(c)
     meta, options = _launch_meta(name, c)
     cst.update(meta)
     cst.update(flags)
     # a constexpr the launch leaves at its default (``PDL`` off) is that constant, as in a launch
-    for q in inspect.signature(fn.fn).parameters.values():
+    for q in signature.values():
         if q.name not in cst and q.default is not inspect.Parameter.empty and "constexpr" in str(q.annotation):
             cst[q.name] = q.default
     sig = {p: "constexpr" if p in cst else POINTERS.get(p, logits if p == "logits_ptr" else "i32") for p in params}
