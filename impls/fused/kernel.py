@@ -466,6 +466,37 @@ def _compact(dst, cnt_ptr, cap, sel, packed, used, own, WARP: tl.constexpr = Fal
 
 
 @triton.jit
+def _compact2(dst, cnt_ptr, cap, sel, dst2, cnt2_ptr, cap2, sel2, packed, used, used2, own, WARP: tl.constexpr = False):
+    # _compact of two disjoint selections of one tile into two lists, with one block reduction and one block scan
+    # for both (each selection's per-row counts in one half of an int32: at most BLOCK <= 32768 per tile)
+    if WARP:
+        _warp_append(dst, cnt_ptr, cap, sel, packed)
+        _warp_append(dst2, cnt2_ptr, cap2, sel2, packed)
+    else:
+        si = sel.to(tl.int32)
+        si2 = sel2.to(tl.int32)
+        rs = tl.sum(si + (si2 << 16), 1)
+        n_both = tl.sum(rs, 0)
+        if n_both > 0:
+            n = n_both & 0xFFFF
+            n2 = n_both >> 16
+            if own:
+                base = used
+                base2 = used2
+            else:
+                base = tl.atomic_add(cnt_ptr, n, mask=n > 0)
+                base2 = tl.atomic_add(cnt2_ptr, n2, mask=n2 > 0)
+            before = tl.cumsum(rs, 0) - rs
+            pos = base + (before & 0xFFFF)[:, None] + tl.cumsum(si, 1) - 1
+            tl.store(dst + pos, packed, mask=sel & (pos < cap))
+            pos2 = base2 + (before >> 16)[:, None] + tl.cumsum(si2, 1) - 1
+            tl.store(dst2 + pos2, packed, mask=sel2 & (pos2 < cap2))
+            used = used + n
+            used2 = used2 + n2
+    return used, used2
+
+
+@triton.jit
 def _compact_start(cnt_ptr, own):
     # the list's length before a launch's first tile (read only by an owner, see _compact)
     used = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
@@ -1292,8 +1323,8 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
         if above == 1:
             for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
                 in_w, up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF, WARP)
-                used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact, WARP)
-                used_a = _compact(abv, cnt + 3, KBIG, up, packed, used_a, own | exact, WARP)
+                used, used_a = _compact2(dst, cnt + 2, cap, in_w, abv, cnt + 3, KBIG, up, packed, used, used_a,
+                                         own | exact, WARP)
             _compact_end(cnt + 3, used_a, own)
             if OFFS:
                 if exact:

@@ -146,6 +146,9 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         elif name in POW2_OPTIONS and not (isinstance(v, int) and v >= 16 and v & (v - 1) == 0):
             raise ValueError(f"fused_sample option {name}={v!r}: must be a power of two >= 16"
                              + (" (or 0: off)" if name == "kbr" else ""))
+        if name == "block" and isinstance(v, int) and v > 32768:
+            raise ValueError(f"fused_sample option block={v!r}: at most 32768 (the gather pass counts a tile's "
+                             "entries of two lists in the halves of one int32)")
         if name in ("local", "unit_t", "warp_lists", "pdl") and not isinstance(v, bool):
             raise ValueError(f"fused_sample option {name}={v!r}: True or False")
         if name in ("stages", "stats_stages") and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8):
