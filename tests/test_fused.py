@@ -284,6 +284,40 @@ def test_wide_window_is_refined_before_its_sort():
     assert [PATHS[p] for p in sub[2].tolist()[6:]] == ["boundary", "fast"]
 
 
+def test_listed_entries_above_the_window_are_lifted_or_drawn_in_place():
+    """The decide launch draws the bracket list's (and a wide window's) entries above the window from the
+    above-window list, appended after its own entries (*lifted*: a Philox per kept entry only), or in the list's
+    loop where they would not fit its ``kbig`` entries: the same tokens, paths and distributions both ways, equal to
+    the reference's. The rows of ``test_bracket_list_refines_as_the_refine_pass`` (``kbr=512``, ``nsub=32``):
+    with ``kbig=4096`` entries are lifted in every row but row 1, whose window holds the row's top (counter 4 of the
+    row record; row 7, top-k 900, then takes the slow path), with ``kbig=16`` in none."""
+    from impls.fused.ops import DEFAULTS, INTERPRETED, INTERPRETER, apply_tuning
+    from impls.fused.workspace import allocate
+    g = torch.Generator().manual_seed(0)
+    B, V = 8, 4000
+    logits = torch.randn(B, V, generator=g) * torch.tensor([3.0, 3.0, 2.0, 1.0, 3.0, 0.5, 3.0, 2.0])[:, None]
+    T = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.7, 1.0, 1.3, 1.0])
+    K = torch.tensor([0, 0, 0, 0, 0, 0, 1500, 900])
+    P = torch.tensor([0.9, 0.5, 0.95, 0.8, 0.9, 0.3, 1.0, 0.99])
+    M = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.01, 0.0, 0.0])
+    S, O = torch.arange(B) + 7, torch.arange(B)
+    args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
+    want, dists = reference_rows(logits, T, K, P, M, S, O)
+    runs = {}
+    for kbig in (16, 4096):
+        opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=512, nsub=32, kbig=kbig, early=False)
+        cfg = apply_tuning(INTERPRETER if INTERPRETED else DEFAULTS, opts)
+        a = allocate(B, V, torch.device(DEV), cfg, want_probs=True)
+        runs[kbig] = fused_sample(*args, buffers=a, want_probs=True, **opts), _row_counters(a, cfg, B, (4,))
+    (small, none), (big, lifted) = runs[16], runs[4096]
+    assert small[0].tolist() == big[0].tolist() == want
+    assert small[2].tolist() == big[2].tolist() and torch.equal(small[3], big[3])
+    for i in range(B):
+        assert torch.allclose(big[3][i].cpu(), dists[i], rtol=1e-5, atol=1e-7)
+    assert [n for (n,) in none] == [0] * B
+    assert [n for (n,) in lifted] == [59, 0, 234, 198, 41, 65, 121, 60]
+
+
 def test_boundary_path_large_nucleus():
     # A flat row (sigma 1, V 3000): the 0.9 nucleus holds ~2000 tokens, more than the
     # workspace (256), so only the boundary bins are gathered and the draw makes one

@@ -67,7 +67,8 @@ has nothing to do for exit at once):
 5. ``_decide_kernel`` (``B`` programs) — rows of mode 4 first refine their bracket
    list as the refine pass would (same refined bins and checks; the mass below the list
    is exact, where the refine pass bounds it), pack the
-   window into the window list and draw over the listed survivors above it; a window of more than
+   window into the window list and append the listed survivors above it to the above-window list, drawn
+   there (a Philox per kept entry only; in the list's loop when they would not fit); a window of more than
    ``NSUB`` entries is refined the same way from its own list to at most ``NSUB``; the window is sorted (``tl.sort`` on
    ``(key, -id)``) and min-p, top-k (ties kept) and top-p (keep a token iff
    the mass strictly above it is ``< top_p``; the most likely tokens always
@@ -158,7 +159,7 @@ _PI = tl.constexpr(8)
 _PF = tl.constexpr(8)
 _P64 = tl.constexpr(4)
 _RI = tl.constexpr(16)
-_CNT = tl.constexpr(8)  # counters: 0 histogram ticket, 1 refine ticket, 2/3 list lengths, 4-7 unused
+_CNT = tl.constexpr(8)  # counters: 0 histogram ticket, 1 refine ticket, 2/3 list lengths, 4 entries lifted, 5-7 unused
 _RF = tl.constexpr(8)
 _R64 = tl.constexpr(4)
 #: Sizes of the per-row records (the host allocates ``LAYOUT``-shaped workspaces).
@@ -1425,7 +1426,8 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
 
 @triton.jit
 def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh, f_end, n_ab0, mass0_q, EA_q,
-                 ab_best, ab_tok, NBS: tl.constexpr, NBF: tl.constexpr, KMAX: tl.constexpr, N: tl.constexpr):
+                 ab_best, ab_tok, abv, n_abv, NBS: tl.constexpr, NBF: tl.constexpr, KMAX: tl.constexpr,
+                 KBIG: tl.constexpr, N: tl.constexpr):
     """Refine a packed list ``brk`` of ``n_L`` survivors (fine bins up to ``f_end``: a bracket, mode 4, or a wide
     window) in the refine pass's way: refined bins of ``2**rsh`` fine bins from ``f0`` (listed entries above ``f0``
     count as above the range), the same bounds and checks; pack the window's entries into the window list ``cand``
@@ -1434,10 +1436,14 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
     ``n_ab0`` survivors above the list, of exact fixed-point mass ``mass0_q``; ``EA_q`` the survivors' (fixed
     point): with the list's own exact mass, the mass below the list is exact too, which bounds the bracket's low
     end as tightly as the histogram pass's (where every survivor is binned).
-    ``ab_best, ab_tok`` the Gumbel-max over the survivors above the list. Returns ``ok`` (else nothing is written
+    ``ab_best, ab_tok`` the Gumbel-max over the survivors above the list. The listed entries above the window are
+    appended to the above-window list ``abv`` after its first ``n_abv`` entries and drawn from there (a Philox per
+    entry kept, none for the window's and those below it: ``benchmarks/README.md`` "The decide launch's draws"),
+    or drawn in the loop where they would not fit its ``KBIG`` entries. Returns ``ok`` (else nothing is written
     nor drawn: a bracket list's row then takes the slow path, a wide window keeps its ``kmax``-wide sort), the
-    window's fine bins ``f_lo, f_hi``, the survivors above it, its size, and the Gumbel-max (key, token) and
-    fixed-point mass of all survivors above it (``ab_best, ab_tok`` and ``mass0_q`` with the listed ones).
+    window's fine bins ``f_lo, f_hi``, the survivors above it, its size, the Gumbel-max (key, token) and
+    fixed-point mass of all survivors above it (``ab_best, ab_tok`` and ``mass0_q`` with the listed ones), and the
+    entries of ``abv`` now used.
     """
     ar = tl.arange(0, N)
     mass_in = mass0_q
@@ -1479,25 +1485,53 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
     t_v = tl.full([N], _INT32_MAX, tl.int32)
     e_v = tl.zeros([N], dtype=tl.int64)
     used = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
+    # the listed entries above the window: appended to the above-window list when they fit (exact count)
+    n_lift = n_above - n_ab0 + n_up
+    lift = n_abv + n_lift <= KBIG
+    n_abv_out = n_abv
     if ok:
-        for i0 in range(0, n_L, N):
-            ok_i = i0 + ar < n_L
-            packed = tl.load(brk + (i0 + ar), mask=ok_i, other=0)
-            x = _unkey((packed >> 32).to(tl.int32))
-            idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
-            d = _fine(x, m, C, NBF) - f0
-            jj = tl.where(d < 0, -1, d >> rsh)
-            win = ok_i & (jj >= j_lo) & (jj <= j_hi)
-            up = ok_i & (jj < j_lo)
-            wi = win.to(tl.int32)
-            tl.store(cand + used + tl.cumsum(wi, 0) - 1, packed, mask=win)
-            used += tl.sum(wi, 0)
-            b_v, t_v, e_v = _draw_add(up, x, idx, m, T, seed, offset, b_v, t_v, e_v)
+        if lift:
+            dst = abv + n_abv
+            for i0 in range(0, n_L, N):
+                ok_i = i0 + ar < n_L
+                packed = tl.load(brk + (i0 + ar), mask=ok_i, other=0)
+                d = _fine(_unkey((packed >> 32).to(tl.int32)), m, C, NBF) - f0
+                jj = tl.where(d < 0, -1, d >> rsh)
+                wi = (ok_i & (jj >= j_lo) & (jj <= j_hi)).to(tl.int32)
+                ui = (ok_i & (jj < j_lo)).to(tl.int32)
+                # one block scan for both lists: the window's count in the low half, the lifted in the high
+                both = wi + (ui << 16)
+                before = tl.cumsum(both, 0) - both
+                tl.store(cand + used + (before & 0xFFFF), packed, mask=wi != 0)
+                lifted = n_abv_out - n_abv + (before >> 16)
+                tl.store(dst + lifted, packed, mask=ui != 0)
+                n_both = tl.sum(both, 0)
+                used += n_both & 0xFFFF
+                n_abv_out += n_both >> 16
+        else:
+            for i0 in range(0, n_L, N):
+                ok_i = i0 + ar < n_L
+                packed = tl.load(brk + (i0 + ar), mask=ok_i, other=0)
+                x = _unkey((packed >> 32).to(tl.int32))
+                idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
+                d = _fine(x, m, C, NBF) - f0
+                jj = tl.where(d < 0, -1, d >> rsh)
+                win = ok_i & (jj >= j_lo) & (jj <= j_hi)
+                up = ok_i & (jj < j_lo)
+                wi = win.to(tl.int32)
+                tl.store(cand + used + tl.cumsum(wi, 0) - 1, packed, mask=win)
+                used += tl.sum(wi, 0)
+                b_v, t_v, e_v = _draw_add(up, x, idx, m, T, seed, offset, b_v, t_v, e_v)
     best, tok, mass = _draw_result(b_v, t_v, e_v)
+    if n_abv_out > n_abv:
+        tl.debug_barrier()  # the lifted entries, written by every thread, are read below
+        l_best, l_tok, l_mass = _draw_unsorted(abv + n_abv, n_abv_out - n_abv, m, T, seed, offset, N)
+        best, tok = _pick(best, tok, l_best, l_tok)
+        mass += l_mass
     best, tok = _pick(ab_best, ab_tok, best, tok)
     f_lo = f0 + (j_lo << rsh)
     f_hi = tl.minimum(f0 + ((j_hi + 1) << rsh) - 1, f_end)
-    return ok, f_lo, f_hi, n_above, used, best, tok, mass_in + mass
+    return ok, f_lo, f_hi, n_above, used, best, tok, mass_in + mass, n_abv_out
 
 
 @triton.jit(do_not_specialize=["S"])
@@ -1528,6 +1562,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
     e_thr = tl.full([], 0.0, tl.float32)
     keep_q = tl.full([], 0, tl.int64)
     slow = kind == 4  # (never: set below for top-k/top-p rows)
+    lifted = zero  # listed entries the decide launch appended to the above-window list (_list_window)
     if kind == 1:
         best, token = _best_parts(bf + 2, bi + 3, S, 0)
         keep_q = _sum_col(b64, S, _P64, 1, tl.int64)
@@ -1563,16 +1598,17 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             mass_q = tl.full([], 0, tl.int64)
             brk = _brk(row, ws64, S, KMAX, KBIG, KBR)
             slow = (n_g > tl.where(mode == 4, KBR, KMAX)) | ((above == 1) & (n_ab != n_above))
+            n_abv = tl.where(above == 1, tl.minimum(n_ab, KBIG), 0)  # entries of the above-window list in use
             if above == 1:
-                ab_best, ab_tok, mass_q = _draw_unsorted(abv, tl.minimum(n_ab, KBIG), m, T, seed, offset, 1024)
+                ab_best, ab_tok, mass_q = _draw_unsorted(abv, n_abv, m, T, seed, offset, 1024)
             if above == 2:
                 ab_best, ab_tok = _best_parts(bf + 3, bi + 5, S, 0)
                 mass_q = _sum_col(b64, S, _P64, 3, tl.int64)
             if (mode == 4) & (slow == 0):
                 # the bracket's list: refine it here, then decide its window as any other
-                ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q = _list_window(
+                ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q, n_abv = _list_window(
                     brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, f_lo, tl.load(ri + _I_RSH), f_hi,
-                    n_above, mass_q, EA_q, ab_best, ab_tok, NBS, NBF, KMAX, 1024)
+                    n_above, mass_q, EA_q, ab_best, ab_tok, abv, n_abv, NBS, NBF, KMAX, KBIG, 1024)
                 slow = ok == 0
                 tl.debug_barrier()  # the window list, written by every thread, is read below
             src = cand
@@ -1583,9 +1619,9 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 # boundary needs: coarser bins, wider windows). Not rows with both top-k and top-p: refined around
                 # the k-th, the window could lose the top-p boundary above it (then the slow path)
                 f0 = tl.load(ri + _I_F0)
-                ok, f_lo2, f_hi2, n_above2, n_g2, ab_best, ab_tok, mass_q = _list_window(
+                ok, f_lo2, f_hi2, n_above2, n_g2, ab_best, ab_tok, mass_q, n_abv = _list_window(
                     cand, n_g, brk, m, T, C, seed, offset, k, k_act, top_p, f0, _refined_shift(f_hi - f0 + 1, NBS),
-                    f_hi, n_above, mass_q, EA_q, ab_best, ab_tok, NBS, NBF, NSUB, 1024)
+                    f_hi, n_above, mass_q, EA_q, ab_best, ab_tok, abv, n_abv, NBS, NBF, NSUB, KBIG, 1024)
                 if ok:
                     f_lo = f_lo2
                     f_hi = f_hi2
@@ -1593,6 +1629,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                     n_g = n_g2
                     src = brk
                 tl.debug_barrier()  # the sub-window, written by every thread, is read below
+            lifted = n_abv - tl.where(above == 1, tl.minimum(n_ab, KBIG), 0)
             n_below = n_A - n_above - n_g
             if slow == 0:
                 has_top = f_lo == 0
@@ -1683,6 +1720,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
     tl.store(token_ptr + row, token.to(tl.int64))
     tl.store(status_ptr + row, status)
     tl.store(path_ptr + row, path)
+    tl.store(cnt + 4, lifted)
     tl.store(rf + _F_ETHR, e_thr)
     tl.store(rf + _F_EKEEP, keep_q.to(tl.float32) * _UNFIX)
 
