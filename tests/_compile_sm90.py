@@ -5,8 +5,9 @@ Run by ``tests/test_fused.py::test_kernels_compile_for_sm90_offline`` in a subpr
 compiled with fp32 and bf16 logits and the constants of :data:`impls.fused.ops.DEFAULTS`, as
 :func:`impls.fused.kernel.launch_args` passes them, the histogram kernel with and without early
 accept (``EARLY``) and with ``lane_hist``'s counters (``LANE``), the statistics kernel with and without the all-greedy hint (``ALL_GREEDY``),
-the statistics and decide kernels with programmatic dependent launch (``PDL``: then, and only then, the PTX waits for
-the previous launch and lets the next one start, ``griddepcontrol`` once each); ``UNIT_T`` on, which compiles both of its loops (the row's temperature picks one on the
+every sampling kernel with programmatic dependent launch (``PDL``, the defaults' ``pdl``: then, and only then, the PTX
+waits for the previous launch and lets the next one start, ``griddepcontrol`` once each), the statistics and decide
+kernels without it as well; ``UNIT_T`` on, which compiles both of its loops (the row's temperature picks one on the
 device). Arguments get the specialisation Triton gives them on a GPU for the suite's shapes: pointers, the
 row stride, the vocabulary and the logits per program divisible by 16 (only ``S`` is never specialised). With
 fp32 logits, every streaming load of a row must then be 16 bytes wide (``cp.async`` of 16 bytes, or a
@@ -17,7 +18,7 @@ until 2026-12-06 (``benchmarks/README.md``, "Fused v6 on the H200"), fail the co
 
 import sys
 
-from impls.fused.offline import KERNELS, STREAMING, VARIANTS, compile_kernel, narrow_loads
+from impls.fused.offline import KERNELS, STREAMING, VARIANTS, compile_kernel, launch_constexprs, narrow_loads
 
 
 def main() -> int:
@@ -35,7 +36,7 @@ def main() -> int:
                         print(name + tag, logits, "FAILED", f"{narrow} loads narrower than 16 bytes", flush=True)
                         continue
                     gdc = [ck.asm["ptx"].count(f"griddepcontrol.{i}") for i in ("wait", "launch_dependents")]
-                    if gdc != ([1, 1] if flags.get("PDL") else [0, 0]):
+                    if gdc != ([1, 1] if flags.get("PDL", launch_constexprs(name).get("PDL", False)) else [0, 0]):
                         failed += 1
                         print(name + tag, logits, "FAILED", f"griddepcontrol wait, launch_dependents: {gdc}", flush=True)
                         continue

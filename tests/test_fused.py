@@ -690,7 +690,8 @@ def test_kernels_compile_for_sm90_offline():
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     # 10 kernels: the histogram launch in 5 variants (EARLY x LANE, and with WARP), the statistics launch in 3
-    # (ALL_GREEDY, PDL), the gather launch in 3 (OFFS, WARP), the decide launch in 2 (PDL), each for fp32 and bf16
+    # (ALL_GREEDY, without PDL), the gather launch in 3 (OFFS, WARP), the decide launch in 2 (with and without PDL),
+    # each for fp32 and bf16
     assert r.stdout.count(" ok") == 38, r.stdout
 
 
@@ -1042,23 +1043,33 @@ def test_warp_lists_only_where_they_apply():
 
 
 def test_pdl_only_where_it_applies(monkeypatch):
-    """``pdl`` (programmatic dependent launch; off by default) gives every launch of a call, general or all-greedy
+    """``pdl`` (programmatic dependent launch; on by default) gives every launch of a call, general or all-greedy
     (one launch or two), with or without probabilities, the constexpr that waits and the launch attribute; only
-    compiled (never under the interpreter); a non-bool is refused."""
-    from impls.fused import kernel as K
+    compiled (never under the interpreter) and on Hopper or later (a device of capability 8.x launches without
+    it); a non-bool is refused."""
+    from impls.fused import kernel as K, launch as L
     from impls.fused.ops import DEFAULTS, INTERPRETED, apply_tuning
-    on = apply_tuning(DEFAULTS, {"pdl": True})
-    assert DEFAULTS["pdl"] is False and not K.pdl(DEFAULTS) and K.pdl(on) is (not INTERPRETED)
+    off = apply_tuning(DEFAULTS, {"pdl": False})
+    assert DEFAULTS["pdl"] is True and K.pdl(DEFAULTS) is (not INTERPRETED) and not K.pdl(off)
     monkeypatch.setattr(K, "INTERPRETED", False)
     for greedy, rows in ((False, 256), (True, 256), (True, 1)):
         for probs in (False, True):
-            with_pdl = K.launch_specs(16, 128256, 128256, 32, 4008, probs, dict(on, greedy_rows=rows), greedy)
-            without = K.launch_specs(16, 128256, 128256, 32, 4008, probs, dict(DEFAULTS, greedy_rows=rows), greedy)
+            with_pdl = K.launch_specs(16, 128256, 128256, 32, 4008, probs, dict(DEFAULTS, greedy_rows=rows), greedy)
+            without = K.launch_specs(16, 128256, 128256, 32, 4008, probs, dict(off, greedy_rows=rows), greedy)
             assert [sp[0] for sp in with_pdl] == [sp[0] for sp in without] and len(with_pdl) >= 1 + probs
             assert all(sp[4]["PDL"] is True and sp[5]["launch_pdl"] is True for sp in with_pdl)
             assert all("PDL" not in sp[4] and "launch_pdl" not in sp[5] for sp in without)
     with pytest.raises(ValueError, match=r"pdl=1: True or False"):
         apply_tuning(DEFAULTS, {"pdl": 1})
+    # the device decides last: capability 8.0 (Ampere) has no griddepcontrol, 9.0 (Hopper) has; a CPU tensor and a
+    # call that turned it off are left as they are
+    caps = {0: (8, 0), 1: (9, 0)}
+    monkeypatch.setattr(L, "_PDL_OK", {})
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: caps[i])
+    assert L.device_cfg(DEFAULTS, torch.device("cuda", 0)) == off
+    assert L.device_cfg(DEFAULTS, torch.device("cuda", 1)) is DEFAULTS
+    assert L.device_cfg(DEFAULTS, torch.device("cpu")) is DEFAULTS and L.device_cfg(off, torch.device("cuda", 0)) is off
+    assert L._PDL_OK == {0: False, 1: True}
 
 
 @pytest.mark.gpu

@@ -59,7 +59,8 @@ from triton import knobs
 
 from .kernel import SLOTS, launch_specs
 
-__all__ = ["run_call", "Plan", "Bound", "bind", "LaunchRefused", "MODES", "FALLBACK", "plan_key", "single_launches"]
+__all__ = ["run_call", "Plan", "Bound", "bind", "LaunchRefused", "MODES", "FALLBACK", "plan_key", "single_launches",
+           "device_cfg"]
 
 #: Launcher modes: ``"cached"`` (a plan per call shape, the default) and ``"jit"`` (always ``kernel[grid]``).
 MODES = ("cached", "jit")
@@ -67,6 +68,7 @@ MODES = ("cached", "jit")
 FALLBACK: Optional[str] = None
 
 _PLANS: dict = {}
+_PDL_OK: dict = {}
 _INDEX = {name: i for i, name in enumerate(SLOTS)}
 _NSLOTS = len(SLOTS)
 
@@ -88,6 +90,26 @@ def _tail(kernel, nargs: int, meta: dict) -> tuple:
         else:
             raise TypeError(f"{kernel.fn.__name__}: no value for parameter {p.name}")
     return tuple(vals)
+
+
+def device_cfg(cfg: dict, device) -> dict:
+    """``cfg`` for launches on ``device``: ``pdl`` off before Hopper (compute capability 9.0), whose GPUs have no
+    ``griddepcontrol`` instructions (PTX ISA, sm_90 and later); else ``cfg`` itself.
+
+    Parameters
+    ----------
+    cfg : dict
+        Tuning constants (:data:`impls.fused.ops.DEFAULTS`).
+    device : torch.device
+        The logits' device (only a CUDA device is asked for its capability, once per process).
+    """
+    if not cfg.get("pdl", False) or device.type != "cuda":
+        return cfg
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    ok = _PDL_OK.get(index)
+    if ok is None:
+        ok = _PDL_OK[index] = torch.cuda.get_device_capability(index) >= (9, 0)
+    return cfg if ok else dict(cfg, pdl=False)
 
 
 def _stream(index: int) -> int:
@@ -266,6 +288,7 @@ def run_call(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, mode: st
         raise ValueError(f"unknown launcher mode {mode!r}; known: {', '.join(MODES)}")
     x = vals[0]
     B, V = x.shape
+    cfg = device_cfg(cfg, x.device)
     if mode == "jit" or FALLBACK is not None or x.device.type != "cuda":
         _jit(launch_specs(B, V, x.stride(0), S, CH, want_probs, cfg, greedy), vals)
         return
@@ -326,7 +349,7 @@ def bind(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, greedy: bool
     x = vals[0]
     if FALLBACK is not None or x.device.type != "cuda":
         return None
-    plan = _PLANS.get(plan_key(vals, S, CH, want_probs, cfg, greedy))
+    plan = _PLANS.get(plan_key(vals, S, CH, want_probs, device_cfg(cfg, x.device), greedy))
     return None if plan is None else Bound(plan, vals)
 
 
@@ -353,6 +376,7 @@ def single_launches(x, T, K, P, M, seed, off, cfg: dict, mode: str) -> list:
     from .workspace import allocate, call_tensors
 
     B, V = x.shape
+    cfg = device_cfg(cfg, x.device)
     a = allocate(B, V, x.device, cfg, empty=torch.zeros)  # defined content: the launches re-read stale parts
     vals = call_tensors(x, (T, K, P, M, seed, off), a)
     specs = launch_specs(B, V, x.stride(0), a["S"], a["CH"], False, cfg)

@@ -30,8 +30,8 @@ from . import kernel as K
 from . import step_kernel as SK
 from .ops import DEFAULTS
 
-__all__ = ["KERNELS", "VARIANTS", "STREAMING", "POINTERS", "DIV16", "constants", "compile_kernel", "narrow_loads",
-           "sass", "loops"]
+__all__ = ["KERNELS", "VARIANTS", "STREAMING", "POINTERS", "DIV16", "constants", "compile_kernel", "launch_constexprs",
+           "narrow_loads", "sass", "loops"]
 
 #: Every kernel of a fused call or step.
 KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_decide_kernel", "_probs_kernel",
@@ -39,12 +39,13 @@ KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", 
 #: Kernels compiled once per set of constexpr flags (the histogram launch with and without early accept, each
 #: with ``tl.histogram`` and with the per-lane counters of ``lane_hist``, and once with ``warp_lists``' appends;
 #: the statistics launch of a general and of an all-greedy call; the gather launch with and without its lists
-#: written from the parts' offsets, and with lists appended per warp; the first and the last launch of a call with
-#: programmatic dependent launch, ``pdl``, whose wait is the same in every kernel). Others: once, as given.
+#: written from the parts' offsets, and with lists appended per warp; the first and the last launch of a call
+#: without programmatic dependent launch, ``pdl``, which the defaults turn on and whose wait is the same in every
+#: kernel). Others: once, as given.
 VARIANTS = {"_hist_kernel": ({"EARLY": True}, {"EARLY": False}, {"EARLY": True, "LANE": True},
                              {"EARLY": False, "LANE": True}, {"EARLY": True, "LANE": True, "WARP": True}),
-            "_stats_kernel": ({"ALL_GREEDY": False}, {"ALL_GREEDY": True}, {"PDL": True}),
-            "_decide_kernel": ({}, {"PDL": True}),
+            "_stats_kernel": ({"ALL_GREEDY": False}, {"ALL_GREEDY": True}, {"PDL": False}),
+            "_decide_kernel": ({}, {"PDL": False}),
             "_gather_kernel": ({"OFFS": False}, {"OFFS": True}, {"WARP": True})}
 #: Kernels that stream rows of logits (or of rewritten logits): their loads of a row must be 16 bytes wide.
 STREAMING = ("_stats_kernel", "_greedy_row_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel",
@@ -126,6 +127,12 @@ def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None,
     return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                           target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": options.get("num_warps", c["num_warps"]), "enable_fp_fusion": False})
+
+
+def launch_constexprs(name: str, cfg: Optional[dict] = None) -> dict:
+    """The constexprs :func:`impls.fused.kernel.launch_specs` gives sampling kernel ``name`` for the tuning set
+    ``cfg`` (default :data:`DEFAULTS`), as :func:`compile_kernel` compiles it; ``{}`` for the step's kernels."""
+    return dict(_launch_meta(name, DEFAULTS if cfg is None else cfg)[0])
 
 
 def _launch_meta(name: str, cfg: dict) -> tuple:

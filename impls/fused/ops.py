@@ -88,13 +88,13 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: runs and waits for it at its start (:func:`impls.fused.kernel.pdl`), instead of the gap between launches (in
 #: graph replays on an H100, 2026-12-06, 7-19 µs a call over the sum of its five launches' GPU time at batch 64).
 #: On the H200 (2026-12-07) every one of 40 latency points was faster with it, 0.83-0.99x (0.4-9.1 µs at
-#: graph-replayed batches, 0.7-12.1 at batch 256: benchmarks/README.md "Programmatic dependent launch"); off until the 10^6 sweep has
-#: run with it on (the committed sweep and grid ran the default). The interpreter runs no PTX.
+#: graph-replayed batches, 0.7-12.1 at batch 256: benchmarks/README.md "Programmatic dependent launch"). On
+#: before Hopper it is turned off per device (:func:`impls.fused.launch.device_cfg`); the interpreter runs no PTX.
 #: Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
-            "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True, "pdl": False}
+            "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True, "pdl": True}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
