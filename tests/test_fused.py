@@ -318,6 +318,39 @@ def test_listed_entries_above_the_window_are_lifted_or_drawn_in_place():
     assert [n for (n,) in lifted] == [59, 0, 234, 198, 41, 65, 121, 60]
 
 
+def test_survivors_above_the_window_drawn_in_the_gather_pass_at_small_batches():
+    """``draw_above``: at batches of at most that many rows the survivors above a top-k/top-p row's window are
+    drawn in the gather pass (record field ``_I_ABOVE`` 2) instead of listed for the decide launch (1): the same
+    tokens, paths and distributions, equal to the reference's. The rows of
+    ``test_listed_entries_above_the_window_are_lifted_or_drawn_in_place``: 8 rows, so ``draw_above=8`` draws in
+    the pass and ``draw_above=7`` does not; rows 0, 1 and 4 have their bracket or window from the row's top (field 0
+    both ways: nothing above it)."""
+    from impls.fused.ops import DEFAULTS, INTERPRETED, INTERPRETER, apply_tuning
+    from impls.fused.workspace import allocate
+    g = torch.Generator().manual_seed(0)
+    B, V = 8, 4000
+    logits = torch.randn(B, V, generator=g) * torch.tensor([3.0, 3.0, 2.0, 1.0, 3.0, 0.5, 3.0, 2.0])[:, None]
+    T = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.7, 1.0, 1.3, 1.0])
+    K = torch.tensor([0, 0, 0, 0, 0, 0, 1500, 900])
+    P = torch.tensor([0.9, 0.5, 0.95, 0.8, 0.9, 0.3, 1.0, 0.99])
+    M = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.01, 0.0, 0.0])
+    S, O = torch.arange(B) + 7, torch.arange(B)
+    args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
+    want, dists = reference_rows(logits, T, K, P, M, S, O)
+    runs = {}
+    for rows in (7, 8):
+        opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=512, nsub=32, kbig=4096, early=False, draw_above=rows)
+        cfg = apply_tuning(INTERPRETER if INTERPRETED else DEFAULTS, opts)
+        a = allocate(B, V, torch.device(DEV), cfg, want_probs=True)
+        runs[rows] = fused_sample(*args, buffers=a, want_probs=True, **opts), _row_ints(a, cfg, B, (12,))
+    (listed, above_l), (drawn, above_d) = runs[7], runs[8]
+    assert listed[0].tolist() == drawn[0].tolist() == want
+    assert listed[2].tolist() == drawn[2].tolist() and torch.equal(listed[3], drawn[3])
+    for i in range(B):
+        assert torch.allclose(drawn[3][i].cpu(), dists[i], rtol=1e-5, atol=1e-7)
+    assert [f for (f,) in above_l] == [0, 0, 1, 1, 0, 1, 1, 1] and [f for (f,) in above_d] == [0, 0, 2, 2, 0, 2, 2, 2]
+
+
 def test_boundary_path_large_nucleus():
     # A flat row (sigma 1, V 3000): the 0.9 nucleus holds ~2000 tokens, more than the
     # workspace (256), so only the boundary bins are gathered and the draw makes one
@@ -742,6 +775,7 @@ def test_bad_arguments_get_located_errors_before_any_launch(monkeypatch):
         (dict(kmax=8), ValueError, "kmax=8: must be a power of two >= 16"),
         (dict(kbr=0.0), ValueError, "kbr=0.0: must be a power of two >= 16 \\(or 0: off\\)"),
         (dict(block=65536), ValueError, "block=65536: at most 32768"),
+        (dict(draw_above=-1), ValueError, "draw_above=-1: the largest batch"),
         (dict(kbr=64, kmax=128), ValueError, "kbr=64: at most kmax=128, the bracket list would never be used"),
         (dict(warps=4), TypeError, "unknown fused_sample option 'warps'"),
         (dict(stages=0), ValueError, "stages=0: an int from 1 to 8"),

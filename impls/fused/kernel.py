@@ -921,7 +921,7 @@ def _pick(b1, t1, b2, t2):
 
 @triton.jit
 def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_bin, w_top, w_ok,
-                   NB1: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr, NBF: tl.constexpr, NBS: tl.constexpr,
+                   NB1: tl.constexpr, KMAX: tl.constexpr, KAB: tl.constexpr, NBF: tl.constexpr, NBS: tl.constexpr,
                    EARLY: tl.constexpr, KBR: tl.constexpr):
     """Last program of a top-k/top-p row: choose the window of fine bins, or have it refined: from the list of
     the bracket's survivors when they fit its ``KBR`` entries (mode 4: the gather pass packs them, the decide
@@ -961,7 +961,7 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
     tl.store(ri + _I_FLO, f_lo)
     tl.store(ri + _I_FHI, f_hi)
     tl.store(ri + _I_NABOVE, n_above)
-    tl.store(ri + _I_ABOVE, tl.where(f_lo == 0, 0, tl.where(n_above <= KBIG, 1, 2)))
+    tl.store(ri + _I_ABOVE, tl.where(f_lo == 0, 0, tl.where(n_above <= KAB, 1, 2)))
     tl.store(ri + _I_F0, b_lo * _NB2)
     tl.store(ri + _I_RSH, rsh)
     tl.store(ri + _I_NABOVE0, before)
@@ -1079,7 +1079,7 @@ def _hist_plain(base, lo, hi, V, m, T, xA, C, p_on, BLOCK: tl.constexpr, NB1: tl
 def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, offset_ptr,
                  wsi, wsf, ws64, S, CH,
                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
-                 RMAX: tl.constexpr, EARLY: tl.constexpr = False, NSTG: tl.constexpr = 1,
+                 RMAX: tl.constexpr, KAB: tl.constexpr, EARLY: tl.constexpr = False, NSTG: tl.constexpr = 1,
                  LOCAL: tl.constexpr = True, UNIT_T: tl.constexpr = True, KBR: tl.constexpr = 0,
                  LANE: tl.constexpr = False, WARP: tl.constexpr = False, PDL: tl.constexpr = False):
     _pdl_start(PDL)
@@ -1168,7 +1168,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                 w_bin = _fine(x_w, m, C, NBF) >> 8
                 tl.store(ri + _I_ETOK, tok)
             _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_bin, w_top, w_ok, NB1, KMAX,
-                           KBIG, NBF, NBS, EARLY, KBR)
+                           KAB, NBF, NBS, EARLY, KBR)
 
 
 # ----------------------------------------------------------------------------- 3: refine
@@ -1191,7 +1191,8 @@ def _refine_loop(base, lo, hi, V, m, T, xA, C, f0, rsh, W, p_on, h, e_v, BLOCK: 
 @triton.jit(do_not_specialize=["S"])
 def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                   KBIG: tl.constexpr, NSTG: tl.constexpr = 1, UNIT_T: tl.constexpr = True, PDL: tl.constexpr = False):
+                   KBIG: tl.constexpr, KAB: tl.constexpr, NSTG: tl.constexpr = 1, UNIT_T: tl.constexpr = True,
+                   PDL: tl.constexpr = False):
     _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
@@ -1266,7 +1267,7 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             tl.store(ri + _I_FLO, f_lo)
             tl.store(ri + _I_FHI, f0 + ((j_hi + 1) << rsh) - 1)
             tl.store(ri + _I_NABOVE, n_above)
-            tl.store(ri + _I_ABOVE, tl.where(f_lo == 0, 0, tl.where(n_above <= KBIG, 1, 2)))
+            tl.store(ri + _I_ABOVE, tl.where(f_lo == 0, 0, tl.where(n_above <= KAB, 1, 2)))
 
 
 # ----------------------------------------------------------------------------- 4: gather
@@ -1836,6 +1837,9 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     # early accept leaves no kept set (threshold, mass) for the probabilities launch
     e = cfg.get("early", False)
     early = (e if isinstance(e, bool) else B <= int(e)) and not want_probs
+    # the most survivors above the window listed for the decide launch (more are drawn in the gather pass, over
+    # the row's parts): none at batches of at most cfg["draw_above"] rows
+    kab = 0 if B <= cfg.get("draw_above", 0) else cfg["kbig"]
     kw = dict(num_warps=cfg["num_warps"], enable_fp_fusion=False)
     c_stats = dict(c, NSTG=cfg.get("stats_stages", c["NSTG"]))
     grid = (B, S)
@@ -1862,10 +1866,10 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     out = [
         ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c_stats, kw),
         ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH),
-         dict(c, RMAX=cfg["r"], EARLY=early, LOCAL=cfg.get("local", True), UNIT_T=cfg.get("unit_t", True),
+         dict(c, RMAX=cfg["r"], KAB=kab, EARLY=early, LOCAL=cfg.get("local", True), UNIT_T=cfg.get("unit_t", True),
               KBR=kbr, LANE=lane_hist(CH, cfg), WARP=warp), kw),
         ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH),
-         dict(c, UNIT_T=cfg.get("unit_t", True)), kw),
+         dict(c, KAB=kab, UNIT_T=cfg.get("unit_t", True)), kw),
         ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH),
          dict(c, LOCAL=cfg.get("local", True), KBR=kbr, WARP=warp and not offs, OFFS=offs), kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,

@@ -90,18 +90,22 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: On the H200 (2026-12-07) every one of 40 latency points was faster with it, 0.83-0.99x (0.4-9.1 µs at
 #: graph-replayed batches, 0.7-12.1 at batch 256: benchmarks/README.md "Programmatic dependent launch"). On
 #: before Hopper it is turned off per device (:func:`impls.fused.launch.device_cfg`); the interpreter runs no PTX.
+#: ``draw_above``: the largest batch whose top-k/top-p rows have the survivors above their window drawn in the
+#: gather pass, where a row's parts share the work (a Philox per 4 logits of the part), instead of listed and
+#: drawn by the row's one decide program (a Philox per entry); 0: never (an A/B candidate for small batches, where
+#: one boundary row's decide is the call's latency: benchmarks/README.md "The ninth session").
 #: Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
-            "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True, "pdl": True}
+            "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True, "pdl": True, "draw_above": 0}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
 INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
                "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "stats_stages": 1,
                "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4, "kbr": 512,
-               "nsub": 32, "lane_hist": False, "part_offsets": 8, "warp_lists": False, "pdl": False}
+               "nsub": 32, "lane_hist": False, "part_offsets": 8, "warp_lists": False, "pdl": False, "draw_above": 0}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -161,6 +165,8 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         if name in ("num_warps", "decide_warps", "greedy_warps") and not (
                 isinstance(v, int) and not isinstance(v, bool) and v in (1, 2, 4, 8, 16, 32)):
             raise ValueError(f"fused_sample option {name}={v!r}: a power of two from 1 to 32")
+        if name == "draw_above" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            raise ValueError(f"fused_sample option draw_above={v!r}: the largest batch (an int >= 0; 0: never)")
         if name in ("programs", "max_splits", "greedy_rows") and not (
                 isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             raise ValueError(f"fused_sample option {name}={v!r}: an int >= 1")
