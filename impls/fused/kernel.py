@@ -1439,7 +1439,7 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
     end as tightly as the histogram pass's (where every survivor is binned).
     ``ab_best, ab_tok`` the Gumbel-max over the survivors above the list. The listed entries above the window are
     appended to the above-window list ``abv`` after its first ``n_abv`` entries and drawn from there (a Philox per
-    entry kept, none for the window's and those below it: ``benchmarks/README.md`` "The decide launch's draws"),
+    entry kept, none for the window's and those below it: ``benchmarks/README.md`` "The ninth session"),
     or drawn in the loop where they would not fit its ``KBIG`` entries. Returns ``ok`` (else nothing is written
     nor drawn: a bracket list's row then takes the slow path, a wide window keeps its ``kmax``-wide sort), the
     window's fine bins ``f_lo, f_hi``, the survivors above it, its size, the Gumbel-max (key, token) and
