@@ -531,11 +531,13 @@ def test_launcher_mode_is_checked_and_constexpr_tail_follows_the_signature():
         fused_sample(x.cpu(), *random_batch(1, 2, [300])[1:], launcher="fast")
     # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY, NSTG, LOCAL,
     # UNIT_T, KBR, LANE, WARP and PDL: their defaults)
-    tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
+    tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "KAB": 0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
                                           "KBIG": 256})
-    assert tail == (128, 64, 64, 128, 256, 40.0, False, 1, True, True, 0, False, False, False)
+    assert tail == (128, 64, 64, 128, 256, 40.0, 0, False, 1, True, True, 0, False, False, False)
     with pytest.raises(TypeError, match="no value for parameter RMAX"):
-        launch._tail(_hist_kernel, 14, {"BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
+        launch._tail(_hist_kernel, 14, {"KAB": 0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
+    with pytest.raises(TypeError, match="no value for parameter KAB"):
+        launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
     from impls.fused.ops import INTERPRETER
     names = [a[0] for a in launch_args(x, *([None] * 13), 1, 512, True, INTERPRETER)]
     assert names == ["stats", "hist", "refine", "gather", "decide", "probs"]
