@@ -284,13 +284,17 @@ def test_wide_window_is_refined_before_its_sort():
     assert [PATHS[p] for p in sub[2].tolist()[6:]] == ["boundary", "fast"]
 
 
-def test_listed_entries_above_the_window_are_lifted_or_drawn_in_place():
-    """The decide launch draws the bracket list's (and a wide window's) entries above the window from the
-    above-window list, appended after its own entries (*lifted*: a Philox per kept entry only), or in the list's
-    loop where they would not fit its ``kbig`` entries: the same tokens, paths and distributions both ways, equal to
-    the reference's. The rows of ``test_bracket_list_refines_as_the_refine_pass`` (``kbr=512``, ``nsub=32``):
-    with ``kbig=4096`` entries are lifted in every row but row 1, whose window holds the row's top (counter 4 of the
-    row record; row 7, top-k 900, then takes the slow path), with ``kbig=16`` in none."""
+def test_survivors_above_the_window_lifted_listed_or_drawn_in_the_gather_pass():
+    """Where a top-k/top-p row's survivors above its window are drawn, three ways with the same tokens, paths and
+    distributions, equal to the reference's. The decide launch draws a bracket list's (and a wide window's) entries
+    above the refined window from the above-window list, appended after its own entries (*lifted*: a Philox per kept
+    entry only; counter 4 of the row record), or in the list's loop where they would not fit its ``kbig`` entries;
+    with ``draw_above`` at least the batch the survivors above the window are drawn in the gather pass instead
+    (record field ``_I_ABOVE`` 2, not 1: listed). Rows of 4000 logits as in
+    ``test_bracket_list_refines_as_the_refine_pass`` (``kbr=512``, ``nsub=32``): with ``kbig=4096`` entries are
+    lifted in every row but row 1, whose window holds the row's top (row 7, top-k 900, then takes the slow path),
+    with ``kbig=16`` in none; rows 0, 1 and 4 have their bracket or window from the row's top (field 0: nothing
+    above it), the other five switch from 1 to 2 with ``draw_above=8``."""
     from impls.fused.ops import DEFAULTS, INTERPRETED, INTERPRETER, apply_tuning
     from impls.fused.workspace import allocate
     g = torch.Generator().manual_seed(0)
@@ -304,51 +308,21 @@ def test_listed_entries_above_the_window_are_lifted_or_drawn_in_place():
     args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
     want, dists = reference_rows(logits, T, K, P, M, S, O)
     runs = {}
-    for kbig in (16, 4096):
-        opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=512, nsub=32, kbig=kbig, early=False)
+    for name, more in (("in place", dict(kbig=16)), ("lifted", dict(kbig=4096)),
+                       ("gather", dict(kbig=4096, draw_above=8))):
+        opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=512, nsub=32, early=False, **more)
         cfg = apply_tuning(INTERPRETER if INTERPRETED else DEFAULTS, opts)
         a = allocate(B, V, torch.device(DEV), cfg, want_probs=True)
-        runs[kbig] = fused_sample(*args, buffers=a, want_probs=True, **opts), _row_counters(a, cfg, B, (4,))
-    (small, none), (big, lifted) = runs[16], runs[4096]
-    assert small[0].tolist() == big[0].tolist() == want
-    assert small[2].tolist() == big[2].tolist() and torch.equal(small[3], big[3])
-    for i in range(B):
-        assert torch.allclose(big[3][i].cpu(), dists[i], rtol=1e-5, atol=1e-7)
-    assert [n for (n,) in none] == [0] * B
-    assert [n for (n,) in lifted] == [59, 0, 234, 198, 41, 65, 121, 60]
-
-
-def test_survivors_above_the_window_drawn_in_the_gather_pass_at_small_batches():
-    """``draw_above``: at batches of at most that many rows the survivors above a top-k/top-p row's window are
-    drawn in the gather pass (record field ``_I_ABOVE`` 2) instead of listed for the decide launch (1): the same
-    tokens, paths and distributions, equal to the reference's. The rows of
-    ``test_listed_entries_above_the_window_are_lifted_or_drawn_in_place``: 8 rows, so ``draw_above=8`` draws in
-    the pass and ``draw_above=7`` does not; rows 0, 1 and 4 have their bracket or window from the row's top (field 0
-    both ways: nothing above it)."""
-    from impls.fused.ops import DEFAULTS, INTERPRETED, INTERPRETER, apply_tuning
-    from impls.fused.workspace import allocate
-    g = torch.Generator().manual_seed(0)
-    B, V = 8, 4000
-    logits = torch.randn(B, V, generator=g) * torch.tensor([3.0, 3.0, 2.0, 1.0, 3.0, 0.5, 3.0, 2.0])[:, None]
-    T = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.7, 1.0, 1.3, 1.0])
-    K = torch.tensor([0, 0, 0, 0, 0, 0, 1500, 900])
-    P = torch.tensor([0.9, 0.5, 0.95, 0.8, 0.9, 0.3, 1.0, 0.99])
-    M = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.01, 0.0, 0.0])
-    S, O = torch.arange(B) + 7, torch.arange(B)
-    args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
-    want, dists = reference_rows(logits, T, K, P, M, S, O)
-    runs = {}
-    for rows in (7, 8):
-        opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=512, nsub=32, kbig=4096, early=False, draw_above=rows)
-        cfg = apply_tuning(INTERPRETER if INTERPRETED else DEFAULTS, opts)
-        a = allocate(B, V, torch.device(DEV), cfg, want_probs=True)
-        runs[rows] = fused_sample(*args, buffers=a, want_probs=True, **opts), _row_ints(a, cfg, B, (12,))
-    (listed, above_l), (drawn, above_d) = runs[7], runs[8]
-    assert listed[0].tolist() == drawn[0].tolist() == want
-    assert listed[2].tolist() == drawn[2].tolist() and torch.equal(listed[3], drawn[3])
-    for i in range(B):
-        assert torch.allclose(drawn[3][i].cpu(), dists[i], rtol=1e-5, atol=1e-7)
-    assert [f for (f,) in above_l] == [0, 0, 1, 1, 0, 1, 1, 1] and [f for (f,) in above_d] == [0, 0, 2, 2, 0, 2, 2, 2]
+        out = fused_sample(*args, buffers=a, want_probs=True, **opts)
+        runs[name] = out, [n for (n,) in _row_counters(a, cfg, B, (4,))], [f for (f,) in _row_ints(a, cfg, B, (12,))]
+    for name, (out, _lifted, _above) in runs.items():
+        assert out[0].tolist() == want, name
+        assert out[2].tolist() == runs["lifted"][0][2].tolist(), name
+        for i in range(B):
+            assert torch.allclose(out[3][i].cpu(), dists[i], rtol=1e-5, atol=1e-7), (name, i)
+    assert runs["in place"][1] == [0] * B
+    assert runs["lifted"][1] == [59, 0, 234, 198, 41, 65, 121, 60]
+    assert runs["lifted"][2] == [0, 0, 1, 1, 0, 1, 1, 1] and runs["gather"][2] == [0, 0, 2, 2, 0, 2, 2, 2]
 
 
 def test_boundary_path_large_nucleus():
