@@ -9,7 +9,9 @@ HBM floor of the point (one read of the logits at the copy bandwidth measured he
 Usage: ``python -m benchmarks.kernel_times --out FILE.json [--points B:V ...] [--calls N] [--mixes m ...]
 [--dtype bf16] [--configs stages=3,block=1024 ...]``. Each ``--configs`` entry is a set of tuning options of
 ``fused_sample`` (:data:`impls.fused.ops.DEFAULTS`; ``default`` for none), timed at every point and mix: the
-tuning sweeps of issue #18 (each result row names its options). Needs CUDA.
+tuning sweeps of issue #18 (each result row names its options). Programmatic dependent launch (``pdl``) is off
+unless a set turns it on: with it each launch starts early and waits for the one before, so its profiled time
+would include that wait. Needs CUDA.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 
 from benchmarks.latency import LOGITS_DTYPES, MIXES
 
-__all__ = ["DEFAULT_POINTS", "parse_point", "main"]
+__all__ = ["DEFAULT_POINTS", "parse_point", "call_options", "main"]
 
 DEFAULT_POINTS = ("256:128256", "1024:128256", "1024:262144")
 
@@ -43,6 +45,13 @@ def parse_point(spec: str, option: str = "--points") -> tuple:
     if B < 1 or V < 1:
         raise ValueError(f"{option} entry {spec!r}: expected batch:vocab, two positive integers")
     return B, V
+
+
+def call_options(opts: dict, mix: str) -> dict:
+    """The ``fused_sample`` options of a timed call: the set ``opts``, ``pdl`` off unless it says otherwise (with
+    programmatic dependent launch a launch's profiled time includes its wait for the one before), and the caller's
+    all-greedy hint for the ``greedy`` mix, as the latency suite's fused peer passes it."""
+    return {"pdl": False, **opts, "greedy": mix == "greedy"}
 
 
 def main(argv=None) -> int:
@@ -81,6 +90,7 @@ def main(argv=None) -> int:
            "python": platform.python_version(), "hbm_bandwidth_gbps": round(gbps, 1), "calls": args.calls,
            "dtype": args.dtype, "fused_config": dict(DEFAULTS),
            "unit": "µs of GPU time per call (mean over calls); each point's options replace fused_config's",
+           "pdl": "off unless a point's options turn it on (a launch's profiled time would include its wait)",
            "points": []}
     for (B, V), opts in ((p, o) for o in configs for p in points):
         x = make_inputs(B, V, dev, dtype=args.dtype)[0]
@@ -88,8 +98,7 @@ def main(argv=None) -> int:
             T, K, P, M = mix_tensors(mix, B, dev)
             seed = torch.arange(B, device=dev)
             off = torch.zeros(B, dtype=torch.int64, device=dev)
-            # the all-greedy mix passes the caller's hint, as the latency suite's fused peer does
-            hint = dict(opts, greedy=mix == "greedy")
+            hint = call_options(opts, mix)
             out = fused_sample(x, T, K, P, M, seed, off, **hint)  # compile and build the plan outside the profile
             torch.cuda.synchronize()
             with profile(activities=[ProfilerActivity.CUDA]) as prof:

@@ -147,6 +147,14 @@ def test_kernel_times_options():
         parse_options("local=yes")
 
 
+def test_kernel_times_profiles_without_programmatic_dependent_launch():
+    """A timed call turns ``pdl`` off unless its set turns it on (a launch's profiled time would include its wait
+    for the one before); the greedy mix passes the all-greedy hint."""
+    from benchmarks.kernel_times import call_options
+    assert call_options({}, "p09") == {"pdl": False, "greedy": False}
+    assert call_options({"pdl": True, "stages": 3}, "greedy") == {"pdl": True, "stages": 3, "greedy": True}
+
+
 def test_kernel_times_refuses_bad_sets_and_points_before_timing(capsys):
     """A bad set or point is a usage error (exit 2) before the CUDA check: a typo never loses a sweep."""
     from benchmarks.kernel_times import main as kt
