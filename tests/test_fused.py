@@ -222,6 +222,22 @@ def _row_modes(a: dict, cfg: dict, B: int) -> list:
     return [m for (m,) in _row_ints(a, cfg, B, (3,))]
 
 
+def _bracket_rows(seed: int) -> tuple:
+    """8 rows of 4000 logits, sigma 0.5 to 3, top-p 0.3 to 0.99 (rows 6 and 7 with top-k 1500 and 900, wider than a
+    128-entry window), whose brackets outgrow a 128-entry window: ``(B, V, args on DEV, reference tokens, reference
+    distributions)``."""
+    g = torch.Generator().manual_seed(seed)
+    B, V = 8, 4000
+    logits = torch.randn(B, V, generator=g) * torch.tensor([3.0, 3.0, 2.0, 1.0, 3.0, 0.5, 3.0, 2.0])[:, None]
+    T = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.7, 1.0, 1.3, 1.0])
+    K = torch.tensor([0, 0, 0, 0, 0, 0, 1500, 900])
+    P = torch.tensor([0.9, 0.5, 0.95, 0.8, 0.9, 0.3, 1.0, 0.99])
+    M = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.01, 0.0, 0.0])
+    S, O = torch.arange(B) + 7, torch.arange(B)
+    want, dists = reference_rows(logits, T, K, P, M, S, O)
+    return B, V, [a.to(DEV) for a in (logits, T, K, P, M, S, O)], want, dists
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_bracket_list_refines_as_the_refine_pass(seed):
     """A top-k/top-p row whose bracket holds more survivors than the window list (``kmax``) but at most ``kbr``
@@ -232,16 +248,7 @@ def test_bracket_list_refines_as_the_refine_pass(seed):
     window is refined again before its sort, which needs the bracket list's space.)"""
     from impls.fused.ops import DEFAULTS, INTERPRETED, INTERPRETER, apply_tuning
     from impls.fused.workspace import allocate
-    g = torch.Generator().manual_seed(seed)
-    B, V = 8, 4000
-    logits = torch.randn(B, V, generator=g) * torch.tensor([3.0, 3.0, 2.0, 1.0, 3.0, 0.5, 3.0, 2.0])[:, None]
-    T = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.7, 1.0, 1.3, 1.0])
-    K = torch.tensor([0, 0, 0, 0, 0, 0, 1500, 900])
-    P = torch.tensor([0.9, 0.5, 0.95, 0.8, 0.9, 0.3, 1.0, 0.99])
-    M = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.01, 0.0, 0.0])
-    S, O = torch.arange(B) + 7, torch.arange(B)
-    args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
-    want, dists = reference_rows(logits, T, K, P, M, S, O)
+    B, V, args, want, dists = _bracket_rows(seed)
     runs = {}
     for kbr in (0, 512):
         opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=kbr, nsub=128, early=False, want_probs=True)
@@ -297,16 +304,7 @@ def test_survivors_above_the_window_lifted_listed_or_drawn_in_the_gather_pass():
     above it), the other five switch from 1 to 2 with ``draw_above=8``."""
     from impls.fused.ops import DEFAULTS, INTERPRETED, INTERPRETER, apply_tuning
     from impls.fused.workspace import allocate
-    g = torch.Generator().manual_seed(0)
-    B, V = 8, 4000
-    logits = torch.randn(B, V, generator=g) * torch.tensor([3.0, 3.0, 2.0, 1.0, 3.0, 0.5, 3.0, 2.0])[:, None]
-    T = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.7, 1.0, 1.3, 1.0])
-    K = torch.tensor([0, 0, 0, 0, 0, 0, 1500, 900])
-    P = torch.tensor([0.9, 0.5, 0.95, 0.8, 0.9, 0.3, 1.0, 0.99])
-    M = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.01, 0.0, 0.0])
-    S, O = torch.arange(B) + 7, torch.arange(B)
-    args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
-    want, dists = reference_rows(logits, T, K, P, M, S, O)
+    B, V, args, want, dists = _bracket_rows(0)
     runs = {}
     for name, more in (("in place", dict(kbig=16)), ("lifted", dict(kbig=4096)),
                        ("gather", dict(kbig=4096, draw_above=8))):
