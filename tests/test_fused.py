@@ -748,7 +748,7 @@ def test_bad_arguments_get_located_errors_before_any_launch(monkeypatch):
         (dict(block=100), ValueError, "block=100: must be a power of two >= 16"),
         (dict(kmax=8), ValueError, "kmax=8: must be a power of two >= 16"),
         (dict(kbr=0.0), ValueError, "kbr=0.0: must be a power of two >= 16 \\(or 0: off\\)"),
-        (dict(block=65536), ValueError, "block=65536: at most 32768"),
+        (dict(block=32768), ValueError, "block=32768: at most 16384"),
         (dict(draw_above=-1), ValueError, "draw_above=-1: the largest batch"),
         (dict(kbr=64, kmax=128), ValueError, "kbr=64: at most kmax=128, the bracket list would never be used"),
         (dict(warps=4), TypeError, "unknown fused_sample option 'warps'"),

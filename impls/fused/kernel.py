@@ -469,7 +469,8 @@ def _compact(dst, cnt_ptr, cap, sel, packed, used, own, WARP: tl.constexpr = Fal
 @triton.jit
 def _compact2(dst, cnt_ptr, cap, sel, dst2, cnt2_ptr, cap2, sel2, packed, used, used2, own, WARP: tl.constexpr = False):
     # _compact of two disjoint selections of one tile into two lists, with one block reduction and one block scan
-    # for both (each selection's per-row counts in one half of an int32: at most BLOCK <= 32768 per tile)
+    # for both (each selection's per-row counts in one half of an int32: BLOCK <= 16384 keeps the upper half's
+    # count, up to BLOCK, below the sign bit; ops.apply_tuning refuses larger blocks)
     if WARP:
         _warp_append(dst, cnt_ptr, cap, sel, packed)
         _warp_append(dst2, cnt2_ptr, cap2, sel2, packed)
@@ -1837,8 +1838,9 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     # early accept leaves no kept set (threshold, mass) for the probabilities launch
     e = cfg.get("early", False)
     early = (e if isinstance(e, bool) else B <= int(e)) and not want_probs
-    # the most survivors above the window listed for the decide launch (more are drawn in the gather pass, over
-    # the row's parts): none at batches of at most cfg["draw_above"] rows
+    # the most survivors above the histogram (or refine) pass's window listed for the decide launch (more are drawn
+    # in the gather pass, over the row's parts): none at batches of at most cfg["draw_above"] rows (a bracket
+    # list's entries above its refined window are still drawn by the decide launch, lifted)
     kab = 0 if B <= cfg.get("draw_above", 0) else cfg["kbig"]
     kw = dict(num_warps=cfg["num_warps"], enable_fp_fusion=False)
     c_stats = dict(c, NSTG=cfg.get("stats_stages", c["NSTG"]))
@@ -1902,7 +1904,8 @@ def launch_args(logits, temperature, top_k, top_p, min_p, seed, offset, tokens, 
     """The launches of one call, in order: ``(name, kernel, grid, args, constexprs, options)`` each.
 
     :func:`launch_specs` with the tensors put in. All tensors are allocated by the caller
-    (:func:`impls.fused.ops.fused_sample`).
+    (:func:`impls.fused.ops.fused_sample`). ``cfg`` is taken as given: a caller launching on a GPU older than
+    Hopper passes it through :func:`impls.fused.launch.device_cfg` first, as ``run_call`` does.
     """
     vals = dict(zip(SLOTS, (logits, temperature, top_k, top_p, min_p, seed, offset, tokens, status, path, probs, wsi,
                             wsf, ws64)))

@@ -93,15 +93,15 @@ def _tail(kernel, nargs: int, meta: dict) -> tuple:
 
 
 def device_cfg(cfg: dict, device) -> dict:
-    """``cfg`` for launches on ``device``: ``pdl`` off before Hopper (compute capability 9.0), whose GPUs have no
-    ``griddepcontrol`` instructions (PTX ISA, sm_90 and later); else ``cfg`` itself.
+    """``cfg`` for launches on ``device``: ``pdl`` off on a GPU older than Hopper (compute capability below 9.0:
+    ``griddepcontrol`` exists from sm_90 on, PTX ISA); else ``cfg`` itself.
 
     Parameters
     ----------
     cfg : dict
         Tuning constants (:data:`impls.fused.ops.DEFAULTS`).
     device : torch.device
-        The logits' device (only a CUDA device is asked for its capability, once per process).
+        The logits' device (only a CUDA device is asked for its capability, once per device index).
     """
     if not cfg.get("pdl", False) or device.type != "cuda":
         return cfg

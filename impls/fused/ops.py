@@ -88,8 +88,9 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: runs and waits for it at its start (:func:`impls.fused.kernel.pdl`), instead of the gap between launches (in
 #: graph replays on an H100, 2026-12-06, 7-19 µs a call over the sum of its five launches' GPU time at batch 64).
 #: On the H200 (2026-12-07) every one of 40 latency points was faster with it, 0.83-0.99x (0.4-9.1 µs at
-#: graph-replayed batches, 0.7-12.1 at batch 256: benchmarks/README.md "Programmatic dependent launch"). On
-#: before Hopper it is turned off per device (:func:`impls.fused.launch.device_cfg`); the interpreter runs no PTX.
+#: graph-replayed batches, 0.7-12.1 at batch 256: benchmarks/README.md "Programmatic dependent launch"). On by
+#: default since 2026-12-07 (the ninth session), before its first 10^6 sweep (the next GPU run's first step); a
+#: GPU older than Hopper launches without it (:func:`impls.fused.launch.device_cfg`); the interpreter runs no PTX.
 #: ``draw_above``: the largest batch whose top-k/top-p rows have the survivors above their window drawn in the
 #: gather pass, where a row's parts share the work (a Philox per 4 logits of the part), instead of listed and
 #: drawn by the row's one decide program (a Philox per entry); 0: never (an A/B candidate for small batches, where
@@ -150,9 +151,9 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         elif name in POW2_OPTIONS and not (isinstance(v, int) and v >= 16 and v & (v - 1) == 0):
             raise ValueError(f"fused_sample option {name}={v!r}: must be a power of two >= 16"
                              + (" (or 0: off)" if name == "kbr" else ""))
-        if name == "block" and isinstance(v, int) and v > 32768:
-            raise ValueError(f"fused_sample option block={v!r}: at most 32768 (the gather pass counts a tile's "
-                             "entries of two lists in the halves of one int32)")
+        if name == "block" and isinstance(v, int) and v > 16384:
+            raise ValueError(f"fused_sample option block={v!r}: at most 16384 (the gather pass counts a tile's "
+                             "entries of two lists in the halves of one int32, the upper one signed)")
         if name in ("local", "unit_t", "warp_lists", "pdl") and not isinstance(v, bool):
             raise ValueError(f"fused_sample option {name}={v!r}: True or False")
         if name in ("stages", "stats_stages") and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8):
