@@ -14,6 +14,7 @@ wraps a session in a worker process without changing this interface.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Sequence
 
@@ -318,7 +319,6 @@ def read_declared(impl, field: str) -> tuple:
     """``(value, error)`` of attribute ``field`` of ``impl``: ``(None, None)`` when it has none; ``(None, "reading
     FIELD raised Error: message")`` when reading it raises (a plug-in's property: its own code), AttributeError
     included, which ``getattr(impl, field, None)`` would take for a missing attribute."""
-    import inspect
     try:
         return getattr(impl, field), None
     except AttributeError as e:

@@ -1493,7 +1493,6 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
     n_abv_out = n_abv
     if ok:
         if lift:
-            dst = abv + n_abv
             for i0 in range(0, n_L, N):
                 ok_i = i0 + ar < n_L
                 packed = tl.load(brk + (i0 + ar), mask=ok_i, other=0)
@@ -1505,8 +1504,7 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
                 both = wi + (ui << 16)
                 before = tl.cumsum(both, 0) - both
                 tl.store(cand + used + (before & 0xFFFF), packed, mask=wi != 0)
-                lifted = n_abv_out - n_abv + (before >> 16)
-                tl.store(dst + lifted, packed, mask=ui != 0)
+                tl.store(abv + n_abv_out + (before >> 16), packed, mask=ui != 0)
                 n_both = tl.sum(both, 0)
                 used += n_both & 0xFFFF
                 n_abv_out += n_both >> 16
@@ -1600,7 +1598,8 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             mass_q = tl.full([], 0, tl.int64)
             brk = _brk(row, ws64, S, KMAX, KBIG, KBR)
             slow = (n_g > tl.where(mode == 4, KBR, KMAX)) | ((above == 1) & (n_ab != n_above))
-            n_abv = tl.where(above == 1, tl.minimum(n_ab, KBIG), 0)  # entries of the above-window list in use
+            n_abv0 = tl.where(above == 1, tl.minimum(n_ab, KBIG), 0)  # entries of the above-window list in use
+            n_abv = n_abv0
             if above == 1:
                 ab_best, ab_tok, mass_q = _draw_unsorted(abv, n_abv, m, T, seed, offset, 1024)
             if above == 2:
@@ -1631,7 +1630,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                     n_g = n_g2
                     src = brk
                 tl.debug_barrier()  # the sub-window, written by every thread, is read below
-            lifted = n_abv - tl.where(above == 1, tl.minimum(n_ab, KBIG), 0)
+            lifted = n_abv - n_abv0
             n_below = n_A - n_above - n_g
             if slow == 0:
                 has_top = f_lo == 0

@@ -102,6 +102,12 @@ def device_cfg(cfg: dict, device) -> dict:
         Tuning constants (:data:`impls.fused.ops.DEFAULTS`).
     device : torch.device
         The logits' device (only a CUDA device is asked for its capability, once per device index).
+
+    Returns
+    -------
+    dict
+        ``cfg`` itself, or a copy with ``pdl`` False; nothing raises beyond what ``torch.cuda`` raises for a
+        device index that does not exist.
     """
     if not cfg.get("pdl", False) or device.type != "cuda":
         return cfg
