@@ -750,6 +750,8 @@ def test_bad_arguments_get_located_errors_before_any_launch(monkeypatch):
         (dict(kbr=0.0), ValueError, "kbr=0.0: must be a power of two >= 16 \\(or 0: off\\)"),
         (dict(block=32768), ValueError, "block=32768: at most 16384"),
         (dict(draw_above=-1), ValueError, "draw_above=-1: the largest batch"),
+        (dict(decide_regs=16), ValueError, "decide_regs=16: 0 \\(the compiler's choice\\) or an int from 24 to 255"),
+        (dict(hist_regs=True), ValueError, "hist_regs=True: 0 \\(the compiler's choice\\)"),
         (dict(kbr=64, kmax=128), ValueError, "kbr=64: at most kmax=128, the bracket list would never be used"),
         (dict(warps=4), TypeError, "unknown fused_sample option 'warps'"),
         (dict(stages=0), ValueError, "stages=0: an int from 1 to 8"),
@@ -1078,6 +1080,23 @@ def test_pdl_only_where_it_applies(monkeypatch):
     assert L.device_cfg(DEFAULTS, torch.device("cuda", 1)) is DEFAULTS
     assert L.device_cfg(DEFAULTS, torch.device("cpu")) is DEFAULTS and L.device_cfg(off, torch.device("cuda", 0)) is off
     assert L._PDL_OK == {0: False, 1: True}
+
+
+def test_register_caps_go_to_their_launches(monkeypatch):
+    """``hist_regs``, ``gather_regs`` and ``decide_regs`` become Triton's ``maxnreg`` launch option of that launch
+    alone (80, 64 and 128 by default), 0 leaves it out; the interpreter gets none."""
+    from impls.fused import kernel as K
+    from impls.fused.ops import DEFAULTS, apply_tuning
+
+    def caps(cfg):
+        return {sp[0]: sp[5].get("maxnreg") for sp in K.launch_specs(256, 128256, 128256, 2, 64128, False, cfg)}
+    none = {"stats": None, "hist": None, "refine": None, "gather": None, "decide": None}
+    default = dict(none, hist=80, gather=64, decide=128)
+    assert caps(DEFAULTS) == (none if K.INTERPRETED else default)
+    monkeypatch.setattr(K, "INTERPRETED", False)
+    assert caps(DEFAULTS) == default
+    assert caps(apply_tuning(DEFAULTS, {"hist_regs": 0, "gather_regs": 0, "decide_regs": 0})) == none
+    assert caps(apply_tuning(DEFAULTS, {"hist_regs": 96, "decide_regs": 0})) == dict(none, hist=96, gather=64)
 
 
 @pytest.mark.gpu

@@ -1830,7 +1830,8 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     Returns
     -------
     list of (name, kernel, grid, args, constexprs, options)
-        ``args`` holds a :data:`SLOTS` name for each tensor and the value of each scalar.
+        ``args`` holds a :data:`SLOTS` name for each tensor and the value of each scalar; ``options`` are Triton's
+        launch options (warps, ``maxnreg`` where a :data:`REG_OPTIONS` cap is set, ``launch_pdl``).
     """
     c = dict(BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"],
              NSTG=cfg.get("stages", 1))
@@ -1879,7 +1880,20 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     ]
     if want_probs:
         out.append(("probs", _probs_kernel, grid, ("logits", sr, V, "probs", *ws, S, CH), c, kw))
-    return _pdl(out, cfg)
+    return _pdl(_regs(out, cfg), cfg)
+
+
+#: Tuning options that cap a launch's registers per thread (Triton's ``maxnreg``), by the launch they apply to.
+REG_OPTIONS = {"hist_regs": "hist", "gather_regs": "gather", "decide_regs": "decide"}
+
+
+def _regs(specs: list, cfg: dict) -> list:
+    # a launch whose cap (REG_OPTIONS) is set compiles with Triton's ``maxnreg``; the interpreter has no registers
+    if INTERPRETED:
+        return specs
+    cap = {launch: cfg.get(option, 0) for option, launch in REG_OPTIONS.items()}
+    return [(name, kernel, grid, args, meta, dict(options, maxnreg=cap[name]) if cap.get(name) else options)
+            for name, kernel, grid, args, meta, options in specs]
 
 
 def pdl(cfg: dict) -> bool:

@@ -88,7 +88,7 @@ def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None,
         The logits' pointer type, ``"*fp32"`` or ``"*bf16"`` (``"*fp16"``).
     cfg : dict, optional
         A tuning set (:data:`DEFAULTS`' keys); a sampling launch gets the constexprs and warps that
-        :func:`impls.fused.kernel.launch_specs` gives it for that set.
+        :func:`impls.fused.kernel.launch_specs` gives it for that set (with its register cap, ``maxnreg``).
     **flags
         Constexpr overrides (``EARLY=False``, ``ALL_GREEDY=True``, ``NSTG=1``, ...).
 
@@ -126,7 +126,8 @@ def compile_kernel(name: str, logits: str = "*fp32", cfg: Optional[dict] = None,
              if p not in cst and p in free and (sig[p].startswith("*") or p in DIV16)}
     return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                           target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": options.get("num_warps", c["num_warps"]), "enable_fp_fusion": False})
+                          options={"num_warps": options.get("num_warps", c["num_warps"]), "enable_fp_fusion": False,
+                                   **({"maxnreg": options["maxnreg"]} if "maxnreg" in options else {})})
 
 
 def launch_constexprs(name: str, cfg: Optional[dict] = None) -> dict:

@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from .kernel import INTERPRETED
+from .kernel import INTERPRETED, REG_OPTIONS
 from .launch import MODES, run_call
 from .workspace import allocate, call_tensors, layout_key, splits
 
@@ -95,18 +95,28 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: gather pass, where a row's parts share the work (a Philox per 4 logits of the part), instead of listed and
 #: drawn by the row's one decide program (a Philox per entry); 0: never (an A/B candidate for small batches, where
 #: one boundary row's decide is the call's latency: benchmarks/README.md "The ninth session").
+#: ``hist_regs``, ``gather_regs``, ``decide_regs``: the most registers a thread of that launch may use (Triton's
+#: ``maxnreg`` launch option, PTX ``.maxnreg``; 0: ptxas's choice), which sets how many programs of 8 warps an SM
+#: holds: 80 for the histogram launch (95 by choice: 3 programs instead of 2), 64 for the gather launch (74: 4
+#: instead of 3), 128 for the decide launch (226 after the lifted draws: 2 instead of 1); offline (Triton 3.6,
+#: sm_90) their streaming loops keep their instruction counts (the histogram pass's top-p loop 202 -> 203 per 4
+#: logits). On an H100 (2026-12-07) top-p 0.9 at 1024 x 128256 took 1,321 µs of GPU time without the caps and
+#: 1,175 with them (decide 379 -> 260, histogram 351 -> 334, gather 418 -> 409), at 256 x 128256 462 -> 372; the
+#: least summed time of five sets (benchmarks/README.md "The tenth session"). Compiled launches only.
 #: Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
-            "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True, "pdl": True, "draw_above": 0}
+            "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True, "pdl": True, "draw_above": 0,
+            "hist_regs": 80, "gather_regs": 64, "decide_regs": 128}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
 INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs": 64, "num_warps": 4,
                "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "stats_stages": 1,
                "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4, "kbr": 512,
-               "nsub": 32, "lane_hist": False, "part_offsets": 8, "warp_lists": False, "pdl": False, "draw_above": 0}
+               "nsub": 32, "lane_hist": False, "part_offsets": 8, "warp_lists": False, "pdl": False, "draw_above": 0,
+               "hist_regs": 0, "gather_regs": 0, "decide_regs": 0}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -168,6 +178,9 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
             raise ValueError(f"fused_sample option {name}={v!r}: a power of two from 1 to 32")
         if name == "draw_above" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
             raise ValueError(f"fused_sample option draw_above={v!r}: the largest batch (an int >= 0; 0: never)")
+        if name in REG_OPTIONS and not (isinstance(v, int) and not isinstance(v, bool) and (v == 0 or 24 <= v <= 255)):
+            raise ValueError(f"fused_sample option {name}={v!r}: 0 (the compiler's choice) or an int from 24 to 255, "
+                             "registers per thread")
         if name in ("programs", "max_splits", "greedy_rows") and not (
                 isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             raise ValueError(f"fused_sample option {name}={v!r}: an int >= 1")
