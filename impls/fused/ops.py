@@ -89,12 +89,14 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: graph replays on an H100, 2026-12-06, 7-19 µs a call over the sum of its five launches' GPU time at batch 64).
 #: On the H200 (2026-12-07) every one of 40 latency points was faster with it, 0.83-0.99x (0.4-9.1 µs at
 #: graph-replayed batches, 0.7-12.1 at batch 256: benchmarks/README.md "Programmatic dependent launch"). On by
-#: default since 2026-12-07 (the ninth session), before its first 10^6 sweep (the next GPU run's first step); a
+#: default since 2026-12-07 (the ninth session; its 10^6 sweep on an H100 in the tenth: 0 mismatches; there too it
+#: was faster at 19 of 20 graph-replayed points, benchmarks/README.md "The tenth session"); a
 #: GPU older than Hopper launches without it (:func:`impls.fused.launch.device_cfg`); the interpreter runs no PTX.
 #: ``draw_above``: the largest batch whose top-k/top-p rows have the survivors above their window drawn in the
 #: gather pass, where a row's parts share the work (a Philox per 4 logits of the part), instead of listed and
 #: drawn by the row's one decide program (a Philox per entry); 0: never (an A/B candidate for small batches, where
-#: one boundary row's decide is the call's latency: benchmarks/README.md "The ninth session").
+#: one boundary row's decide is the call's latency: benchmarks/README.md "The ninth session"); measured on an H100
+#: (the tenth session) 0.97-1.07x the default's time at batches 16-64: off.
 #: ``hist_regs``, ``gather_regs``, ``decide_regs``: the most registers a thread of that launch may use (Triton's
 #: ``maxnreg`` launch option, PTX ``.maxnreg``; 0: ptxas's choice), which sets how many programs of 8 warps an SM
 #: holds: 80 for the histogram launch (95 by choice: 3 programs instead of 2), 64 for the gather launch (74: 4
