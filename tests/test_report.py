@@ -341,6 +341,12 @@ def test_counts_are_cases_and_engines_are_apart_from_the_reference(tmp_path):
     bycat = html.split('<table class="bycat">')[1].split("</table>")[0]
     assert 'title="wrong, borrow">engines <span class="muted">(2 implementations)</span>' in bycat
     assert 'the reference under each profile <span class="muted">(2 implementations)</span>' in bycat
+    # the implementations' table says which profile is the default (the reference's, trtllm), and only there
+    table = html.split('<h2 id="implementations">')[1].split("</table>")[0]
+    profile_cells = re.findall(r'<td><a href="#profiles">([\w-]+)</a>( <span class="muted"[^>]*>\(default\)</span>)?</td>',
+                               table)
+    assert [(p, bool(d)) for p, d in profile_cells] == [("trtllm", True), ("flashinfer", False), ("trtllm", True),
+                                                         ("trtllm", True)], profile_cells
     greedy = bycat.split("<tr><td>greedy</td>")[1].split("</tr>")[0]
     assert re.findall(r'data-show-status="(\S+)" data-show-category="greedy" data-show-impl="([^"]+)"[^>]*>(\d+)</a>',
                       greedy) == [("pass", "wrong,borrow", "2"), ("fail", "wrong,borrow", "2"),
