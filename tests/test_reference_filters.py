@@ -152,26 +152,31 @@ def test_top_p_near_one_has_no_float32_overshoot_in_any_profile():
     seeds 0-199, T = 1, top_p = 0.9999999. The float64 check beside it: the smallest
     probability of every row is >= 1.139e-7 (seed 152; computed with numpy float64), so the
     mass above every token is <= 1 - 1.139e-7 < top_p and exact arithmetic keeps all 32000.
-    Power: a plain float32 pipeline (softmax, stable descending sort, exclusive cumsum) drops
-    token 5627 (p = 2.33e-7) of seed 42, which this sweep contains."""
+    Power: a plain float32 pipeline (the probabilities rounded to float32, a stable descending
+    sort, an exclusive cumsum accumulated in float32 in order) drops tokens in 106 of these 200
+    rows (10 of seed 0). The cumsum is numpy's, sequential on every machine: torch's CPU cumsum
+    and softmax are not bit-stable across CPUs (seed 42 dropped token 5627 on the machine this was
+    written on, nothing on an AMD EPYC on 2026-12-07)."""
     np = pytest.importorskip("numpy")
     from impls.profiles import PROFILES
     res = Resolved(SAMPLING, temperature=1.0, top_k=0, top_p=0.9999999, min_p=0.0)
-    smallest = []
+    smallest, dropped = [], []
     for seed in range(200):
         x = np.random.default_rng(seed).standard_normal(32000).astype(np.float32)
         x64 = x.astype(np.float64)
         e = np.exp(x64 - x64.max())
         smallest.append(float((e / e.sum()).min()))
+        # the float32 pipeline the reference must not be
+        p32 = (e / e.sum()).astype(np.float32)
+        order = np.argsort(-p32, kind="stable")
+        above = np.cumsum(p32[order], dtype=np.float32) - p32[order]
+        dropped.append(int((above >= np.float32(0.9999999)).sum()))
         t = torch.from_numpy(x)
         for name, prof in PROFILES.items():
             assert int(kept_set(t, res, prof).sum()) == 32000, (seed, name)
     assert min(smallest) == pytest.approx(1.1391161701705749e-07, rel=1e-9)
     assert smallest.index(min(smallest)) == 152
-    x = torch.from_numpy(np.random.default_rng(42).standard_normal(32000).astype(np.float32))
-    s, order = torch.sort(torch.softmax(x, -1), descending=True, stable=True)
-    overshoot = (torch.cumsum(s, 0) - s) >= 0.9999999
-    assert order[overshoot].tolist() == [5627]
+    assert sum(d > 0 for d in dropped) == 106 and dropped[0] == 10
 
 
 def test_top_p_one_keeps_all():
