@@ -518,6 +518,8 @@ def _list_impls(verbose: bool) -> int:
     """``sampcheck list impls``: one line per registry entry (name, roles, profile, version, devices, availability)."""
     from impls import registry
     from impls.base import stage_provenance
+    from impls.profiles import TRTLLM
+    default_profile = TRTLLM.name   # whose predictions are the cases' own truths
     rows, details = [], []
     for e in registry.entries():
         try:
@@ -535,7 +537,8 @@ def _list_impls(verbose: bool) -> int:
         profile = getattr(impl, "profile", None)
         devices = ",".join(sorted(getattr(impl, "devices", ()) or ())) or "-"
         origin = "" if e.origin.startswith("impls.") else f" ({e.origin})"
-        rows.append((e.name, roles, f"profile={profile.name if profile else '-'}", f"version={ver}", devices,
+        pname = "-" if not profile else profile.name + (" (default)" if profile.name == default_profile else "")
+        rows.append((e.name, roles, f"profile={pname}", f"version={ver}", devices,
                      ("available" if why is None else "unavailable: " + why) + origin))
         extra = []
         if verbose:

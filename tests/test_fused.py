@@ -938,6 +938,17 @@ def test_tuning_from_the_environment_replaces_the_defaults():
     env["SAMPCHECK_FUSED_TUNING"] = "stages=9"
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
     assert "ValueError: SAMPCHECK_FUSED_TUNING='stages=9': fused_sample option stages=9: an int from 1 to 8" in r.stderr
+    # a signed int stays an int; the adapter says a bad value once, as why it cannot run (sampcheck list impls,
+    # and a run's skip reason), instead of an error per case
+    env["SAMPCHECK_FUSED_TUNING"] = "hist_regs=+64"
+    r = subprocess.run([sys.executable, "-c", "from impls.fused.ops import DEFAULTS as D; print(repr(D['hist_regs']))"],
+                       env=env, capture_output=True, text=True, cwd=root)
+    assert r.stdout.split() == ["64"], r.stderr
+    env.update(SAMPCHECK_FUSED_TUNING="hist_regs=16", TRITON_INTERPRET="1")
+    code = "from impls.fused import FusedImpl; print(FusedImpl().available('cpu'))"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    assert r.stdout.strip() == ("SAMPCHECK_FUSED_TUNING='hist_regs=16': fused_sample option hist_regs=16: 0 (the "
+                                "compiler's choice) or an int from 24 to 255, registers per thread"), r.stderr
 
 
 def test_workspace_bytes_per_row_at_the_gpu_defaults():

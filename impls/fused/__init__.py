@@ -74,6 +74,10 @@ def _triton_state(device: str) -> Optional[str]:
         return "no CUDA device"
     if device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") == "1":
         return "TRITON_INTERPRET=1 is set: compiled GPU kernels need a process without it"
+    try:
+        from . import ops  # noqa: F401  (reads SAMPCHECK_FUSED_TUNING when first imported)
+    except ValueError as e:   # a bad SAMPCHECK_FUSED_TUNING: said once, not once per case
+        return str(e)
     return None
 
 

@@ -225,7 +225,7 @@ def parse_tuning(text: str) -> dict:
             out[name] = low == "true"
             continue
         try:
-            out[name] = int(val) if val.lstrip("-").isdigit() else float(val)
+            out[name] = int(val) if val.lstrip("+-").isdigit() else float(val)
         except ValueError:
             raise ValueError(f"tuning entry {item!r}: the value is not a number or True/False") from None
     return out
@@ -353,8 +353,9 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         whose shape is not ``(batch,)`` or that is on another device than the
         logits, logits on a CPU without Triton's interpreter
         (``TRITON_INTERPRET=1`` when Triton was imported) or on another device
-        type, a vocabulary of ``2**23`` or more, a tuning option that is not a
-        power of two where one is needed (:data:`POW2_OPTIONS`), an unknown
+        type, a vocabulary of ``2**23`` or more, a tuning option out of its range
+        (:func:`apply_tuning`: powers of two where one is needed, :data:`POW2_OPTIONS`; 0 or
+        24-255 registers for the register caps; ...), an unknown
         ``launcher``, ``buffers`` of another shape, device, tuning or ``want_probs``.
     """
     if launcher not in MODES:
