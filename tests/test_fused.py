@@ -944,6 +944,15 @@ def test_tuning_from_the_environment_replaces_the_defaults():
     r = subprocess.run([sys.executable, "-c", "from impls.fused.ops import DEFAULTS as D; print(repr(D['hist_regs']))"],
                        env=env, capture_output=True, text=True, cwd=root)
     assert r.stdout.split() == ["64"], r.stderr
+    # the run records the constants a device's calls use, and says where the variable applies
+    env.update(SAMPCHECK_FUSED_TUNING="hist_regs=96", TRITON_INTERPRET="1")
+    code = "from impls.fused import FusedImpl; f = FusedImpl(); print(f.describe('cpu')); print(f.describe('cuda'))"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    cpu, gpu = (eval(line) for line in r.stdout.splitlines())
+    assert "block=128," in cpu["tuning"] and "hist_regs=0," in cpu["tuning"], r.stderr
+    assert "block=1024," in gpu["tuning"] and "hist_regs=96," in gpu["tuning"]
+    assert cpu["tuning_env"].endswith("not applied on a CPU (it tunes GPU calls; the interpreter's constants are used)")
+    assert gpu["tuning_env"] == "SAMPCHECK_FUSED_TUNING='hist_regs=96': applied"
     env.update(SAMPCHECK_FUSED_TUNING="hist_regs=16", TRITON_INTERPRET="1")
     code = "from impls.fused import FusedImpl; print(FusedImpl().available('cpu'))"
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)

@@ -268,6 +268,28 @@ class FusedImpl:
         """``None`` when the kernel can run on ``device``, else the reason."""
         return _triton_state(device)
 
+    def describe(self, device: str = "cpu") -> dict:
+        """Facts recorded with the run: the tuning constants the kernel runs with on ``device``.
+
+        Returns
+        -------
+        dict
+            ``tuning``: ``name=value`` pairs of :data:`impls.fused.ops.DEFAULTS` on a GPU (with
+            ``SAMPCHECK_FUSED_TUNING`` applied), of :data:`impls.fused.ops.INTERPRETER` on a CPU (Triton's
+            interpreter: small blocks and workspaces, which that variable does not change); ``tuning_env``, when
+            the variable is set: its value and whether it applies here.
+        """
+        from . import ops
+        on_gpu = device.startswith("cuda")
+        cfg = ops.DEFAULTS if on_gpu else ops.INTERPRETER
+        facts = {"tuning": ",".join(f"{k}={v}" for k, v in cfg.items())}
+        env = os.environ.get(ops.TUNING_ENV)
+        if env:
+            facts["tuning_env"] = f"{ops.TUNING_ENV}={env!r}: " + (
+                "applied" if on_gpu else "not applied on a CPU (it tunes GPU calls; the interpreter's constants "
+                                         "are used)")
+        return facts
+
     def unsupported(self, row: Row) -> Optional[str]:
         """``None`` for a row the device step expresses; else why not (a field outside :attr:`features`).
 
