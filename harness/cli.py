@@ -518,8 +518,8 @@ def _list_impls(verbose: bool) -> int:
     """``sampcheck list impls``: one line per registry entry (name, roles, profile, version, devices, availability)."""
     from impls import registry
     from impls.base import stage_provenance
-    from impls.profiles import TRTLLM
-    default_profile = TRTLLM.name   # whose predictions are the cases' own truths
+    from harness.corpus.truths import default_profile_name
+    default_profile = default_profile_name()   # whose predictions are the cases' own truths
     rows, details = [], []
     for e in registry.entries():
         try:

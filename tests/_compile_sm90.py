@@ -7,7 +7,8 @@ compiled with fp32 and bf16 logits and the constants of :data:`impls.fused.ops.D
 accept (``EARLY``) and with ``lane_hist``'s counters (``LANE``), the statistics kernel with and without the all-greedy hint (``ALL_GREEDY``),
 every sampling kernel with programmatic dependent launch (``PDL``, the defaults' ``pdl``: then, and only then, the PTX
 waits for the previous launch and lets the next one start, ``griddepcontrol`` once each), the statistics and decide
-kernels without it as well; ``UNIT_T`` on, which compiles both of its loops (the row's temperature picks one on the
+kernels without it as well; a launch with a register cap (the defaults' ``hist_regs``, ``gather_regs``,
+``decide_regs``) has ``.maxnreg`` of that value in its PTX, and only such a launch; ``UNIT_T`` on, which compiles both of its loops (the row's temperature picks one on the
 device). Arguments get the specialisation Triton gives them on a GPU for the suite's shapes: pointers, the
 row stride, the vocabulary and the logits per program divisible by 16 (only ``S`` is never specialised). With
 fp32 logits, every streaming load of a row must then be 16 bytes wide (``cp.async`` of 16 bytes, or a
@@ -16,9 +17,11 @@ until 2026-12-06 (``benchmarks/README.md``, "Fused v6 on the H200"), fail the co
 ``<kernel> <logits type> ok`` per compile; exits 1 when one fails (with the compiler's message).
 """
 
+import re
 import sys
 
-from impls.fused.offline import KERNELS, STREAMING, VARIANTS, compile_kernel, launch_constexprs, narrow_loads
+from impls.fused.offline import (KERNELS, STREAMING, VARIANTS, compile_kernel, launch_constexprs, launch_options,
+                                 narrow_loads)
 
 
 def main() -> int:
@@ -39,6 +42,12 @@ def main() -> int:
                     if gdc != ([1, 1] if flags.get("PDL", launch_constexprs(name).get("PDL", False)) else [0, 0]):
                         failed += 1
                         print(name + tag, logits, "FAILED", f"griddepcontrol wait, launch_dependents: {gdc}", flush=True)
+                        continue
+                    cap = launch_options(name).get("maxnreg")
+                    regs = [int(n) for n in re.findall(r"\.maxnreg (\d+)", ck.asm["ptx"])]
+                    if regs != ([cap] if cap else []):
+                        failed += 1
+                        print(name + tag, logits, "FAILED", f".maxnreg {regs}, the launch's cap {cap}", flush=True)
                         continue
                     print(name + tag, logits, "ok", flush=True)
                 except Exception as e:  # reported with the compiler's message

@@ -948,10 +948,12 @@ def test_tuning_from_the_environment_replaces_the_defaults():
     env.update(SAMPCHECK_FUSED_TUNING="hist_regs=96", TRITON_INTERPRET="1")
     code = "from impls.fused import FusedImpl; f = FusedImpl(); print(f.describe('cpu')); print(f.describe('cuda'))"
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    assert r.returncode == 0, r.stderr
     cpu, gpu = (eval(line) for line in r.stdout.splitlines())
     assert "block=128," in cpu["tuning"] and "hist_regs=0," in cpu["tuning"], r.stderr
     assert "block=1024," in gpu["tuning"] and "hist_regs=96," in gpu["tuning"]
-    assert cpu["tuning_env"].endswith("not applied on a CPU (it tunes GPU calls; the interpreter's constants are used)")
+    assert cpu["tuning_env"].endswith("checked but not applied on a CPU (it tunes GPU calls; the interpreter's "
+                                      "constants are used)")
     assert gpu["tuning_env"] == "SAMPCHECK_FUSED_TUNING='hist_regs=96': applied"
     env.update(SAMPCHECK_FUSED_TUNING="hist_regs=16", TRITON_INTERPRET="1")
     code = "from impls.fused import FusedImpl; print(FusedImpl().available('cpu'))"
@@ -1117,6 +1119,12 @@ def test_register_caps_go_to_their_launches(monkeypatch):
     assert caps(DEFAULTS) == default
     assert caps(apply_tuning(DEFAULTS, {"hist_regs": 0, "gather_regs": 0, "decide_regs": 0})) == none
     assert caps(apply_tuning(DEFAULTS, {"hist_regs": 96, "decide_regs": 0})) == dict(none, hist=96, gather=64)
+    # the probabilities launch and the all-greedy launches (two, or one a row) are never capped
+    specs = K.launch_specs(256, 128256, 128256, 2, 64128, True, DEFAULTS)
+    assert [(sp[0], sp[5].get("maxnreg")) for sp in specs][-1] == ("probs", None)
+    for rows in (1, 1 << 20):
+        for sp in K.launch_specs(256, 128256, 128256, 2, 64128, True, dict(DEFAULTS, greedy_rows=rows), True):
+            assert "maxnreg" not in sp[5], (rows, sp[0])
 
 
 @pytest.mark.gpu

@@ -156,7 +156,9 @@ def test_top_p_near_one_has_no_float32_overshoot_in_any_profile():
     sort, an exclusive cumsum accumulated in float32 in order) drops tokens in 106 of these 200
     rows (10 of seed 0). The cumsum is numpy's, sequential on every machine: torch's CPU cumsum
     and softmax are not bit-stable across CPUs (seed 42 dropped token 5627 on the machine this was
-    written on, nothing on an AMD EPYC on 2026-12-07)."""
+    written on, nothing on an AMD EPYC on 2026-12-07). numpy's float64 exp may differ in the last
+    bit between CPUs (its code is chosen by CPU features), far below the float32 rounding these
+    counts depend on (same counts with AVX-512 on and off, 2026-12-07)."""
     np = pytest.importorskip("numpy")
     from impls.profiles import PROFILES
     res = Resolved(SAMPLING, temperature=1.0, top_k=0, top_p=0.9999999, min_p=0.0)

@@ -44,6 +44,7 @@ import jinja2
 from impls.profiles import TRTLLM
 
 from harness.corpus.ids import is_external
+from harness.corpus.truths import default_profile_name
 from harness.judge.blame import show_value
 from harness.judge.provenance import VERDICTS
 from harness.judge.result import STATUSES
@@ -755,7 +756,7 @@ def render_html(doc: dict, cases: dict, profiles: list, command: Optional[str] =
         row["any_differs"] = any(row["differs"])
     return _ENV.get_template("report.html.j2").render(
         run=doc["run"], impls=impls, statuses=STATUSES, per_impl=per_impl, decided=decided, all_counts=all_counts,
-        groups=groups, per_cat=per_cat, verdicts=VERDICTS, default_profile=TRTLLM.name,
+        groups=groups, per_cat=per_cat, verdicts=VERDICTS, default_profile=default_profile_name(),
         cases=case_list, profiles=plist, prof_rows=prof_rows, n_results=len(doc["results"]),
         n_external=len({r["case"] for r in doc["results"] if is_external(r["case"])}),
         fmt=_short, n_cases_per_cat=n_cases_per_cat, attention=attention, open_statuses=OPEN_STATUSES,

@@ -75,9 +75,14 @@ def _triton_state(device: str) -> Optional[str]:
     if device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") == "1":
         return "TRITON_INTERPRET=1 is set: compiled GPU kernels need a process without it"
     try:
-        from . import ops  # noqa: F401  (reads SAMPCHECK_FUSED_TUNING when first imported)
+        from . import ops  # reads SAMPCHECK_FUSED_TUNING (checked on every device) when first imported
     except ValueError as e:   # a bad SAMPCHECK_FUSED_TUNING: said once, not once per case
         return str(e)
+    except Exception as e:    # e.g. a Triton too old for the kernels: a reason, not a crash of `list impls`
+        return f"impls.fused.ops cannot be imported: {type(e).__name__}: {e}"
+    if (device == "cpu") != ops.INTERPRETED:
+        return ("Triton's mode (interpreter or compiled) was fixed when this process first imported the kernels, "
+                "before TRITON_INTERPRET had its current value: start a new process")
     return None
 
 
@@ -276,18 +281,22 @@ class FusedImpl:
         dict
             ``tuning``: ``name=value`` pairs of :data:`impls.fused.ops.DEFAULTS` on a GPU (with
             ``SAMPCHECK_FUSED_TUNING`` applied), of :data:`impls.fused.ops.INTERPRETER` on a CPU (Triton's
-            interpreter: small blocks and workspaces, which that variable does not change); ``tuning_env``, when
-            the variable is set: its value and whether it applies here.
+            interpreter: small blocks and workspaces, which that variable does not change; a GPU before Hopper
+            without ``pdl``, as :func:`impls.fused.launch.device_cfg` gives its calls); ``tuning_env``, when the
+            variable is set: its value and whether it applies here (it is checked on every device).
         """
-        from . import ops
+        from . import launch, ops
         on_gpu = device.startswith("cuda")
+        # a GPU before Hopper launches without PDL (launch.device_cfg), as its calls do
         cfg = ops.DEFAULTS if on_gpu else ops.INTERPRETER
+        if on_gpu and torch.cuda.is_available():
+            cfg = launch.device_cfg(cfg, torch.device(device))
         facts = {"tuning": ",".join(f"{k}={v}" for k, v in cfg.items())}
         env = os.environ.get(ops.TUNING_ENV)
         if env:
             facts["tuning_env"] = f"{ops.TUNING_ENV}={env!r}: " + (
-                "applied" if on_gpu else "not applied on a CPU (it tunes GPU calls; the interpreter's constants "
-                                         "are used)")
+                "applied" if on_gpu else "checked but not applied on a CPU (it tunes GPU calls; the interpreter's "
+                                         "constants are used)")
         return facts
 
     def unsupported(self, row: Row) -> Optional[str]:

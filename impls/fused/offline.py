@@ -30,7 +30,7 @@ from . import kernel as K
 from . import step_kernel as SK
 from .ops import DEFAULTS
 
-__all__ = ["KERNELS", "VARIANTS", "STREAMING", "POINTERS", "DIV16", "constants", "compile_kernel", "launch_constexprs",
+__all__ = ["KERNELS", "VARIANTS", "STREAMING", "POINTERS", "DIV16", "constants", "compile_kernel", "launch_constexprs", "launch_options",
            "narrow_loads", "sass", "loops"]
 
 #: Every kernel of a fused call or step.
@@ -134,6 +134,12 @@ def launch_constexprs(name: str, cfg: Optional[dict] = None) -> dict:
     """The constexprs :func:`impls.fused.kernel.launch_specs` gives sampling kernel ``name`` for the tuning set
     ``cfg`` (default :data:`DEFAULTS`), as :func:`compile_kernel` compiles it; ``{}`` for the step's kernels."""
     return dict(_launch_meta(name, DEFAULTS if cfg is None else cfg)[0])
+
+
+def launch_options(name: str, cfg: Optional[dict] = None) -> dict:
+    """The launch options (warps, ``maxnreg``, ``launch_pdl``) :func:`impls.fused.kernel.launch_specs` gives
+    sampling kernel ``name`` for the tuning set ``cfg`` (default :data:`DEFAULTS`); ``{}`` for the step's kernels."""
+    return dict(_launch_meta(name, DEFAULTS if cfg is None else cfg)[1])
 
 
 def _launch_meta(name: str, cfg: dict) -> tuple:
