@@ -76,6 +76,7 @@ class Recorder:
         from benchmarks.latency import environment, hbm_bandwidth
         self.config = config
         self.rows: list = []
+        self.skipped: list = []   # points not run: impl, batch, vocab, mix, reason
         self.env = environment()
         self.on_gpu = torch.cuda.is_available()
         self.bandwidth = round(hbm_bandwidth(torch.device("cuda")), 1) if self.on_gpu else None
@@ -110,7 +111,7 @@ class Recorder:
                          "(Sampler.forward): each input is copied back after the call, untimed"),
                "date": time.strftime("%Y-%m-%d"), "duration_s": round(time.time() - self.started, 1),
                "cpu_load": {"start": self.load_start, "end": _loadavg()},
-               "rows": self.rows}
+               "rows": self.rows, "skipped": self.skipped}
         path.write_text(json.dumps(doc, indent=1) + "\n")
         return path
 

@@ -10,7 +10,7 @@ the inputs (rotated beyond L2), times single calls under
 ``benchmark.pedantic`` with CUDA events taken from the same calls
 (:func:`benchmarks.latency.time_point`) and records the row for the
 project's results file; ``benchmark.extra_info`` carries the same numbers.
-A point an implementation cannot run is skipped with the reason.
+A point an implementation cannot run is skipped with the reason, which the results file keeps (``skipped``).
 
 Without a CUDA device the CPU implementations run on the CPU grid
 (:data:`benchmarks.latency.CPU_GRID`): ``vllm-cpu`` (vLLM's own ``Sampler``,
@@ -72,19 +72,26 @@ def _inputs(batch: int, vocab: int, dev, dtype: str = "fp32"):
     return held[1]
 
 
+def _skip(point, recorder, reason: str):
+    # a point not run is said in the results file too (``skipped``), so its report does not count it as missing
+    recorder.skipped.append({"impl": point.impl, "batch": point.batch, "vocab": point.vocab, "mix": point.mix,
+                             "reason": reason})
+    pytest.skip(reason)
+
+
 def test_latency(point, benchmark, latency_recorder, request):
     on_gpu = torch.cuda.is_available()
     if DEVICE[point.impl] == "cpu" or not on_gpu:
         dev = torch.device("cpu")
         if DEVICE[point.impl] == "cuda":
-            pytest.skip(f"{point.impl} is timed on a CUDA device only")
+            _skip(point, latency_recorder, f"{point.impl} is timed on a CUDA device only")
         if point.batch * point.vocab > CPU_MAX_ELEMENTS:
-            pytest.skip(f"CPU timing is limited to batch * vocab <= {CPU_MAX_ELEMENTS} (64 * 128256)")
+            _skip(point, latency_recorder, f"CPU timing is limited to batch * vocab <= {CPU_MAX_ELEMENTS} (64 * 128256)")
     else:
         dev = torch.device("cuda")
     fn, graphable, reason = build(point, dev)
     if fn is None:
-        pytest.skip(reason)
+        _skip(point, latency_recorder, reason)
     dtype = request.config.getoption("--latency-dtype")
     inputs = _inputs(point.batch, point.vocab, dev, dtype)
     reps, warmup = request.config.getoption("--latency-reps"), 3

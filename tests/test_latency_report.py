@@ -181,6 +181,32 @@ def test_a_grid_cut_short_says_what_is_missing_and_why():
     assert summarise(_doc(whole))["missing"] == {} and "missing" not in render_html(_doc(whole), "x.json")
 
 
+def test_points_skipped_by_design_are_not_missing(tmp_path):
+    # the ROWS grid (8 points, fused and argmax lacking one each): the file says why argmax has no batch-1 point
+    # (skipped), so only fused's is missing; a skipped entry for a point outside the grid (argmax has no k50_p09)
+    # or one that was timed after all is not counted
+    skipped = [{"impl": "argmax", "mix": "greedy", "batch": 1, "vocab": 128256, "reason": "no batch 1"},
+               {"impl": "argmax", "mix": "k50_p09", "batch": 1, "vocab": 128256, "reason": "greedy only"},
+               {"impl": "fused", "mix": "k50_p09", "batch": 1, "vocab": 128256, "reason": "timed anyway"}]
+    doc = dict(_doc(ROWS), skipped=skipped)
+    s = summarise(doc)
+    assert (s["expected"], s["missing"], s["skipped"]) == (8, {"fused": 1}, {"argmax": {"no batch 1": 1}})
+    assert ("6 timed points of the 8 of this file's grid (each implementation's mixes at every vocabulary and batch "
+            "in it): missing fused 1; not run by design argmax 1 <span title=\"1: no batch 1\">(no batch 1)</span></p>"
+            ) in render_html(doc, "lat.json")
+    # with fused's greedy point at batch 1 timed, nothing is missing: the line says only what was skipped
+    whole = ROWS + [_row("fused", "greedy", 1, 128256, 9.0, 0.1)]
+    html = render_html(dict(_doc(whole), skipped=skipped), "x.json")
+    assert "7 timed points of the 8 of this file's grid (each implementation's mixes at every vocabulary and " \
+           "batch in it): not run by design argmax 1 " in html and "missing" not in html
+    path = tmp_path / "lat.json"
+    for bad, msg in (([1], "skipped[0]: expected an object"), ([dict(skipped[0], batch=0)], "skipped[0].batch"),
+                     ({"a": 1}, "'skipped' must be a list")):
+        path.write_text(json.dumps(dict(_doc(ROWS), skipped=bad)))
+        with pytest.raises(LatencyError, match=re.escape(msg)):
+            load_bench(path)
+
+
 def test_committed_h200_results_load():
     for path in sorted((ROOT / "benchmarks" / "results").glob("h200-latency*.json")):
         doc = load_bench(path)

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
+from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 __all__ = ["LatencyError", "load_bench", "summarise", "latency_chart_svg", "render_html", "write_report",
@@ -202,6 +203,19 @@ def load_bench(path) -> dict:
                                "(one file holds one dtype)")
         if r.get("floor_us") is not None and not _num(r["floor_us"]):
             raise LatencyError(f"{where}.floor_us: expected a number or null, got {r.get('floor_us')!r}")
+    skipped = doc.get("skipped", [])
+    if not isinstance(skipped, list):
+        raise LatencyError(f"{p}: 'skipped' must be a list of the points not run, got {type(skipped).__name__}")
+    for i, r in enumerate(skipped):
+        where = f"{p}: skipped[{i}]"
+        if not isinstance(r, dict):
+            raise LatencyError(f"{where}: expected an object")
+        for k in ("impl", "mix", "reason"):
+            if not isinstance(r.get(k), str) or not r.get(k):
+                raise LatencyError(f"{where}.{k}: expected a non-empty string, got {r.get(k)!r}")
+        for k in ("batch", "vocab"):
+            if not isinstance(r.get(k), int) or isinstance(r.get(k), bool) or r[k] <= 0:
+                raise LatencyError(f"{where}.{k}: expected a positive integer, got {r.get(k)!r}")
     return doc
 
 
@@ -229,7 +243,9 @@ def summarise(doc: dict) -> dict:
         (implementations with a point timed on the CPU), ``missing``
         (``{impl: n}``, the points of this file's grid an implementation lacks:
         its mixes x every vocabulary x every batch in the file; a run cut short
-        shows here), ``expected`` (the grid's size, summed so), and ``targets``:
+        shows here; points the file lists as ``skipped`` are not missing), ``skipped`` (``{impl: {reason: n}}``,
+        those of the grid the suite skipped with its reason), ``expected`` (the grid's size, summed so), and
+        ``targets``:
         ``[{name, text, checked, met, worst}]`` (``checked`` 0 when the file
         has no point the target applies to).
     """
@@ -291,12 +307,23 @@ def summarise(doc: dict) -> dict:
     impl_mixes = {i: {r["mix"] for r in rows if r["impl"] == i} for i in impls}
     expected = {i: len(ms) * len(vocabs) * len(batches) for i, ms in impl_mixes.items()}
     have = {i: len({(r["mix"], r["batch"], r["vocab"]) for r in rows if r["impl"] == i}) for i in impls}
-    missing = {i: expected[i] - have[i] for i in impls if expected[i] > have[i]}
+    # points of this grid the suite skipped on purpose (with a reason) are not missing
+    grid = {(i, m, B, V) for i in impls for m in impl_mixes[i] for V in vocabs for B in batches}
+    skipped = {}
+    for r in doc.get("skipped", []):
+        key = (r["impl"], r["mix"], r["batch"], r["vocab"])
+        if key in grid and key not in at:
+            grid.discard(key)   # once, should a point be listed twice
+            skipped.setdefault(r["impl"], Counter())[r["reason"]] += 1
+    n_skipped = {i: sum(c.values()) for i, c in skipped.items()}
+    missing = {i: expected[i] - have[i] - n_skipped.get(i, 0) for i in impls
+               if expected[i] > have[i] + n_skipped.get(i, 0)}
     has_floor = any(ln["floor_us"] for lines in table.values() for ln in lines)
     cpu_impls = [i for i in impls if any(r["impl"] == i and r.get("device") == "cpu" for r in rows)]
     return {"impls": impls, "mixes": mixes, "vocabs": vocabs, "batches": batches, "table": table,
             "targets": targets, "has_floor": has_floor, "has_flashinfer": RATIO_PEER in impls,
-            "cpu_impls": cpu_impls, "missing": missing, "expected": sum(expected.values())}
+            "cpu_impls": cpu_impls, "missing": missing, "expected": sum(expected.values()),
+            "skipped": {i: dict(c) for i, c in skipped.items()}}
 
 
 def latency_chart_svg(doc: dict, vocab: int, summary: Optional[dict] = None) -> str:
