@@ -4,7 +4,8 @@
 compiles each kernel (default: the streaming ones) as :func:`impls.fused.offline.compile_kernel` does, with the
 tuning set ``--options`` applied to :data:`impls.fused.ops.DEFAULTS` and constexpr overrides ``--set`` (e.g.
 ``EARLY=False``, ``NSTG=1``), disassembles it (Triton's bundled ``cuobjdump``) and prints every loop: its
-instructions per iteration and the most frequent opcodes. A streaming loop handles ``BLOCK / (32 num_warps)``
+instructions per iteration and the most frequent opcodes, after the kernel's registers a thread, stack and spill
+instructions (:func:`impls.fused.offline.resources`: what sets how many programs an SM holds). A streaming loop handles ``BLOCK / (32 num_warps)``
 logits per thread per iteration (4 at the defaults), times its unroll: count its 16-byte loads (``LDG``, or
 ``LDGSTS`` with pipelining) to see which. Cost what the GPU runs: its Triton is 3.6.0, so install that version
 somewhere (``pip install --target DIR triton==3.6.0``) and pass ``--triton DIR``.
@@ -50,12 +51,15 @@ def main(argv=None) -> int:
     for name in args.kernels:
         try:
             ck = offline.compile_kernel(name, "*" + args.logits, cfg, **flags)
-            found = offline.loops(offline.sass(ck))
+            listing = offline.sass(ck)
+            found = offline.loops(listing)
+            res = offline.resources(ck, listing)
         except Exception as e:  # reported, the other kernels go on
             failed = 1
             print(f"{name}: {type(e).__name__}: {e}")
             continue
-        print(f"{name}: {len(found)} loop(s)")
+        print(f"{name}: {len(found)} loop(s); {res['registers']} registers a thread, {res['stack']} bytes of stack, "
+              f"{res['spill_stores']} spill stores, {res['spill_loads']} spill loads")
         for lo, hi, ops in found:
             top = ", ".join(f"{op} {n}" for op, n in ops.most_common(args.top))
             print(f"  0x{lo:04x}-0x{hi:04x}: {sum(ops.values())} instructions ({top})")

@@ -1,6 +1,7 @@
 """impls/fused/offline.py's loop finder and the benchmarks.sass_loops command (no GPU)."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,23 @@ def test_sass_loops_refuses_bad_options_with_the_option_named():
     r = subprocess.run([sys.executable, "-m", "benchmarks.sass_loops", "--set", "EARLY"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "tuning entry 'EARLY': expected name=value" in r.stderr
+
+
+
+def test_resources_show_a_register_cap_and_its_spills():
+    """``benchmarks.sass_loops`` prints each kernel's registers and spills (``offline.resources``; Triton's offline
+    sm_90 compile in a process without the interpreter, no GPU): the gather launch capped at 32 registers a thread
+    (``gather_regs=32``) uses at most 32 and spills; with ptxas's choice (``gather_regs=0``) it uses more and spills
+    nothing (56-74 with Triton 3.6 and 3.9). The tenth session found the decide launch's 226 this way."""
+    pytest.importorskip("triton")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    got = {}
+    for cap in (32, 0):
+        r = subprocess.run([sys.executable, "-m", "benchmarks.sass_loops", "_gather_kernel", "--options",
+                            f"gather_regs={cap}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        m = re.search(r"_gather_kernel: \d+ loop\(s\); (\d+) registers a thread, (\d+) bytes of stack, (\d+) spill "
+                      r"stores, (\d+) spill loads", r.stdout)
+        assert r.returncode == 0 and m, (r.stdout, r.stderr)
+        got[cap] = [int(g) for g in m.groups()]
+    assert got[32][0] <= 32 and got[32][2] > 0 and got[32][3] > 0, got
+    assert got[0][0] > 32 and got[0][2:] == [0, 0], got

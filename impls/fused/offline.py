@@ -30,7 +30,7 @@ from . import kernel as K
 from . import step_kernel as SK
 from .ops import DEFAULTS
 
-__all__ = ["KERNELS", "VARIANTS", "STREAMING", "POINTERS", "DIV16", "constants", "compile_kernel", "launch_constexprs", "launch_options",
+__all__ = ["KERNELS", "VARIANTS", "STREAMING", "POINTERS", "DIV16", "constants", "compile_kernel", "launch_constexprs", "launch_options", "resources",
            "narrow_loads", "sass", "loops"]
 
 #: Every kernel of a fused call or step.
@@ -160,6 +160,17 @@ def narrow_loads(ptx: str) -> int:
     return sum(1 for w in re.findall(r"cp\.async\.\w+\.shared\.global[^;]*,\s*(0x[0-9a-f]+)", ptx) if int(w, 16) < 16)
 
 
+def _cuobjdump(ck, flag: str) -> str:
+    # Triton's bundled cuobjdump on the kernel's cubin
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        raise FileNotFoundError(f"no cuobjdump in this Triton wheel ({tool})")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(ck.asm["cubin"])
+        f.flush()
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True, check=True).stdout
+
+
 def sass(ck) -> str:
     """The SASS listing of a compiled kernel: ``cuobjdump -sass`` (the one bundled with Triton) of its cubin.
 
@@ -170,13 +181,32 @@ def sass(ck) -> str:
     subprocess.CalledProcessError
         ``cuobjdump`` failed.
     """
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    if not os.path.exists(tool):
-        raise FileNotFoundError(f"no cuobjdump in this Triton wheel ({tool})")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(ck.asm["cubin"])
-        f.flush()
-        return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    return _cuobjdump(ck, "-sass")
+
+
+def resources(ck, listing: Optional[str] = None) -> dict:
+    """Registers a thread, stack bytes and spill instructions of a compiled kernel (its cubin, offline).
+
+    ``registers`` and ``stack`` from ``cuobjdump --dump-resource-usage``; ``spill_stores`` and ``spill_loads``
+    count the ``STL`` and ``LDL`` instructions of its SASS (``listing``, else :func:`sass`). With 8 warps, an SM
+    holds ``65536 // (256 * registers)`` programs by registers (the decide launch's 226 -> 1 program was the tenth
+    session's miss: ``benchmarks/README.md`` "The tenth session").
+
+    Raises
+    ------
+    FileNotFoundError, subprocess.CalledProcessError
+        As :func:`sass`.
+    ValueError
+        ``cuobjdump`` printed no resource line.
+    """
+    usage = _cuobjdump(ck, "--dump-resource-usage")
+    m = re.search(r"REG:(\d+)\s+STACK:(\d+)", usage)
+    if m is None:
+        raise ValueError(f"no REG/STACK line in cuobjdump --dump-resource-usage: {usage[:200]!r}")
+    listing = sass(ck) if listing is None else listing
+    return {"registers": int(m.group(1)), "stack": int(m.group(2)),
+            "spill_stores": len(re.findall(r"\bSTL(?:\.\w+)*\s", listing)),
+            "spill_loads": len(re.findall(r"\bLDL(?:\.\w+)*\s", listing))}
 
 
 def loops(listing: str) -> list:
