@@ -3,11 +3,11 @@
 ``python -m benchmarks.sass_loops [KERNEL ...] [--options k=v,...] [--set NAME=VALUE ...] [--logits fp32|bf16]``
 compiles each kernel (default: the streaming ones) as :func:`impls.fused.offline.compile_kernel` does, with the
 tuning set ``--options`` applied to :data:`impls.fused.ops.DEFAULTS` and constexpr overrides ``--set`` (e.g.
-``EARLY=False``, ``NSTG=1``), disassembles it (Triton's bundled ``cuobjdump``) and prints every loop: its
-instructions per iteration and the most frequent opcodes, after the kernel's registers a thread, stack and spill
-instructions (:func:`impls.fused.offline.resources`: what sets how many programs an SM holds). A streaming loop handles ``BLOCK / (32 num_warps)``
-logits per thread per iteration (4 at the defaults), times its unroll: count its 16-byte loads (``LDG``, or
-``LDGSTS`` with pipelining) to see which. Cost what the GPU runs: its Triton is 3.6.0, so install that version
+``EARLY=False``, ``NSTG=1``), disassembles it (Triton's bundled ``cuobjdump``) and prints its registers a thread,
+stack and spill instructions (:func:`impls.fused.offline.resources`: what sets how many programs an SM holds), then
+every loop: its instructions per iteration and the most frequent opcodes. A streaming loop handles
+``BLOCK / (32 num_warps)`` logits per thread per iteration (4 at the defaults), times its unroll: count its 16-byte
+loads (``LDG``, or ``LDGSTS`` with pipelining) to see which. Cost what the GPU runs: its Triton is 3.6.0, so install that version
 somewhere (``pip install --target DIR triton==3.6.0``) and pass ``--triton DIR``.
 
 Used on 2026-12-06 to cost the statistics pass and the histograms (``benchmarks/README.md``, "The statistics

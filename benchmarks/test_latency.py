@@ -86,7 +86,8 @@ def test_latency(point, benchmark, latency_recorder, request):
         if DEVICE[point.impl] == "cuda":
             _skip(point, latency_recorder, f"{point.impl} is timed on a CUDA device only")
         if point.batch * point.vocab > CPU_MAX_ELEMENTS:
-            _skip(point, latency_recorder, f"CPU timing is limited to batch * vocab <= {CPU_MAX_ELEMENTS} (64 * 128256)")
+            _skip(point, latency_recorder,
+                  f"CPU timing is limited to batch * vocab <= {CPU_MAX_ELEMENTS} (64 * 128256)")
     else:
         dev = torch.device("cuda")
     fn, graphable, reason = build(point, dev)

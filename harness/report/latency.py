@@ -188,14 +188,7 @@ def load_bench(path) -> dict:
         raise LatencyError(f"{p}: 'versions' must be an object (name -> version), got {type(doc['versions']).__name__}")
     for i, r in enumerate(rows):
         where = f"{p}: rows[{i}]"
-        if not isinstance(r, dict):
-            raise LatencyError(f"{where}: expected an object")
-        for k in ("impl", "mix"):
-            if not isinstance(r.get(k), str) or not r.get(k):
-                raise LatencyError(f"{where}.{k}: expected a non-empty string, got {r.get(k)!r}")
-        for k in ("batch", "vocab"):
-            if not isinstance(r.get(k), int) or isinstance(r.get(k), bool) or r[k] <= 0:
-                raise LatencyError(f"{where}.{k}: expected a positive integer, got {r.get(k)!r}")
+        _check_point(r, where)
         if not _num(r.get("median_us")) or r["median_us"] <= 0:
             raise LatencyError(f"{where}.median_us: expected a positive number, got {r.get('median_us')!r}")
         if "dtype" in r and r["dtype"] != doc.get("dtype", "fp32"):
@@ -207,16 +200,21 @@ def load_bench(path) -> dict:
     if not isinstance(skipped, list):
         raise LatencyError(f"{p}: 'skipped' must be a list of the points not run, got {type(skipped).__name__}")
     for i, r in enumerate(skipped):
-        where = f"{p}: skipped[{i}]"
-        if not isinstance(r, dict):
-            raise LatencyError(f"{where}: expected an object")
-        for k in ("impl", "mix", "reason"):
-            if not isinstance(r.get(k), str) or not r.get(k):
-                raise LatencyError(f"{where}.{k}: expected a non-empty string, got {r.get(k)!r}")
-        for k in ("batch", "vocab"):
-            if not isinstance(r.get(k), int) or isinstance(r.get(k), bool) or r[k] <= 0:
-                raise LatencyError(f"{where}.{k}: expected a positive integer, got {r.get(k)!r}")
+        _check_point(r, f"{p}: skipped[{i}]", ("impl", "mix", "reason"))
     return doc
+
+
+def _check_point(r, where: str, texts: tuple = ("impl", "mix")) -> None:
+    # a point of the grid (a timed row or a skipped one): an object, ``texts`` non-empty strings, batch and vocab
+    # positive ints; LatencyError at ``where`` otherwise
+    if not isinstance(r, dict):
+        raise LatencyError(f"{where}: expected an object")
+    for k in texts:
+        if not isinstance(r.get(k), str) or not r.get(k):
+            raise LatencyError(f"{where}.{k}: expected a non-empty string, got {r.get(k)!r}")
+    for k in ("batch", "vocab"):
+        if not isinstance(r.get(k), int) or isinstance(r.get(k), bool) or r[k] <= 0:
+            raise LatencyError(f"{where}.{k}: expected a positive integer, got {r.get(k)!r}")
 
 
 def _order(values, preferred) -> list:

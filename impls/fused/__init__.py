@@ -287,9 +287,8 @@ class FusedImpl:
         """
         from . import launch, ops
         on_gpu = device.startswith("cuda")
-        # a GPU before Hopper launches without PDL (launch.device_cfg), as its calls do
         cfg = ops.DEFAULTS if on_gpu else ops.INTERPRETER
-        if on_gpu and torch.cuda.is_available():
+        if on_gpu and torch.cuda.is_available():   # a GPU before Hopper launches without PDL, as its calls do
             cfg = launch.device_cfg(cfg, torch.device(device))
         facts = {"tuning": ",".join(f"{k}={v}" for k, v in cfg.items())}
         env = os.environ.get(ops.TUNING_ENV)

@@ -30,8 +30,8 @@ from . import kernel as K
 from . import step_kernel as SK
 from .ops import DEFAULTS
 
-__all__ = ["KERNELS", "VARIANTS", "STREAMING", "POINTERS", "DIV16", "constants", "compile_kernel", "launch_constexprs", "launch_options", "resources",
-           "narrow_loads", "sass", "loops"]
+__all__ = ["KERNELS", "VARIANTS", "STREAMING", "POINTERS", "DIV16", "constants", "compile_kernel", "launch_constexprs",
+           "launch_options", "resources", "narrow_loads", "sass", "loops"]
 
 #: Every kernel of a fused call or step.
 KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_decide_kernel", "_probs_kernel",
