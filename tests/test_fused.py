@@ -1106,14 +1106,14 @@ def test_pdl_only_where_it_applies(monkeypatch):
 
 def test_register_caps_go_to_their_launches(monkeypatch):
     """``hist_regs``, ``gather_regs`` and ``decide_regs`` become Triton's ``maxnreg`` launch option of that launch
-    alone (80, 64 and 128 by default), 0 leaves it out; the interpreter gets none."""
+    alone (64, 64 and 128 by default), 0 leaves it out; the interpreter gets none."""
     from impls.fused import kernel as K
     from impls.fused.ops import DEFAULTS, apply_tuning
 
     def caps(cfg):
         return {sp[0]: sp[5].get("maxnreg") for sp in K.launch_specs(256, 128256, 128256, 2, 64128, False, cfg)}
     none = {"stats": None, "hist": None, "refine": None, "gather": None, "decide": None}
-    default = dict(none, hist=80, gather=64, decide=128)
+    default = dict(none, hist=64, gather=64, decide=128)
     assert caps(DEFAULTS) == (none if K.INTERPRETED else default)
     monkeypatch.setattr(K, "INTERPRETED", False)
     assert caps(DEFAULTS) == default

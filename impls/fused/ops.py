@@ -99,18 +99,21 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: (the tenth session) 0.97-1.07x the default's time at batches 16-64: off.
 #: ``hist_regs``, ``gather_regs``, ``decide_regs``: the most registers a thread of that launch may use (Triton's
 #: ``maxnreg`` launch option, PTX ``.maxnreg``; 0: ptxas's choice), which sets how many programs of 8 warps an SM
-#: holds: 80 for the histogram launch (95 by choice: 3 programs instead of 2), 64 for the gather launch (74: 4
+#: holds: 64 for the histogram launch (95 by choice: 4 programs instead of 2), 64 for the gather launch (74: 4
 #: instead of 3), 128 for the decide launch (226 after the lifted draws: 2 instead of 1); offline (Triton 3.6,
 #: sm_90) their streaming loops keep their instruction counts (the histogram pass's top-p loop 202 -> 203 per 4
 #: logits). On an H100 (2026-12-07) top-p 0.9 at 1024 x 128256 took 1,321 µs of GPU time without the caps and
 #: 1,175 with them (decide 379 -> 260, histogram 351 -> 334, gather 418 -> 409), at 256 x 128256 462 -> 372; the
-#: least summed time of five sets (benchmarks/README.md "The tenth session"). Compiled launches only.
+#: least summed time of five sets (benchmarks/README.md "The tenth session"). ``hist_regs`` 80 -> 64 in the
+#: eleventh session (H100): the histogram launch 1-6 µs faster at 1024 x 128256 (min-p 228 -> 214), 13 at
+#: 256 x 128256 min-p (78 -> 64), summed time of 8 points 3,329 -> 3,289 µs; its 2 x 10^5 sweep 0 mismatches,
+#: compute-sanitizer 0 errors (benchmarks/README.md "The eleventh session"). Compiled launches only.
 #: Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
             "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True, "pdl": True, "draw_above": 0,
-            "hist_regs": 80, "gather_regs": 64, "decide_regs": 128}
+            "hist_regs": 64, "gather_regs": 64, "decide_regs": 128}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
