@@ -87,7 +87,8 @@ def uniforms_at(seeds: torch.Tensor, offsets: torch.Tensor, idx: torch.Tensor) -
 
 
 def step_request(rng: random.Random, V: int) -> dict:
-    """Random rewrite fields of one row for ``--step``: bias, penalties over a history, bans, min_length.
+    """Random rewrite fields of one row for ``--step``: bias, penalties over a history (or its last
+    ``penalty_last_n``), bans, min_length, a grammar bitmask and ``allowed_token_ids``.
 
     Returns
     -------
@@ -116,6 +117,11 @@ def step_request(rng: random.Random, V: int) -> dict:
     if rng.random() < 0.5:
         kw.update(end_id=rng.randrange(V), min_length=rng.randrange(0, 2 * len(kw["generated"]) + 2))
     kw["no_repeat_ngram_size"] = rng.choice([None, 0, 2, 3])
+    kw["penalty_last_n"] = rng.choice([None, None, 0, 1, 16, n])
+    if rng.random() < 0.2:   # a grammar bitmask allowing about 3/4 of the ids (each bit set with p = 3/4)
+        kw["token_bitmask"] = [rng.getrandbits(32) | rng.getrandbits(32) for _ in range((V + 31) // 32)]
+    if rng.random() < 0.2:
+        kw["allowed_token_ids"] = rng.sample(range(V), rng.randrange(1, min(V, 4096) + 1))
     return kw
 
 
@@ -133,21 +139,23 @@ def step_check(row: torch.Tensor, kw: dict, mix_p: tuple, seeds, offs, n_top: in
     from impls.base import Row
     from impls.fused.step import StepInputs, fused_step, pack_rows
     from impls.reference.logprobs import ranks, top_logprobs
-    from impls.reference.sampler import rewrite_logits
+    from impls.reference.sampler import model_logits, rewrite_logits
 
     T, K, P, M = mix_p
     N, V = len(seeds), row.shape[0]
     r = Row(logits=row, **kw)
     # the reference's rewrites on the CPU: PyTorch's CUDA division by a Python scalar multiplies by its
     # reciprocal (1 ulp from IEEE division at times); the kernel divides as the CPU does
-    x_ref = rewrite_logits(row.float().cpu(), r.replace(logits=row.cpu()), TRTLLM, allow_nan=True).to(dev)
+    rc = r.replace(logits=row.cpu())
+    x_ref = rewrite_logits(model_logits(rc, TRTLLM).float(), rc, TRTLLM, allow_nan=True).to(dev)
     if bool(torch.isnan(x_ref).any()) or not bool((x_ref > float("-inf")).any()):
         return None
     one, errs = pack_rows([r], V, dev)
     assert errs == [None], errs
     rep = lambda t: t.expand(N, *t.shape[1:]).contiguous()
     inputs = StepInputs(rep(one.ids), rep(one.vals), rep(one.tags), rep(one.meta_i), rep(one.meta_f),
-                        torch.full((N,), n_top, dtype=torch.int32, device=dev), n_top)
+                        torch.full((N,), n_top, dtype=torch.int32, device=dev), n_top,
+                        None if one.mask is None else rep(one.mask))
     full = lambda v, dt: torch.full((N,), v, dtype=dt, device=dev)
     o = fused_step(row.expand(N, V), full(T, torch.float32), full(K, torch.int64), full(P, torch.float64),
                    full(M, torch.float32), seeds, offs, inputs=inputs, want_probs=False, want_logprobs=True)

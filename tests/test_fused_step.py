@@ -124,6 +124,45 @@ def test_min_length_bans_the_end_id_even_with_ignore_eos_and_nothing_without_one
     assert out[1].token == 1
 
 
+def test_penalty_last_n_penalises_the_last_positions_only():
+    # history [1, 2, 2] + [3, 1]; a window of 3 is [2, 3, 1]: frequency 1 subtracts 1 from ids 1, 2, 3 (the whole
+    # history would subtract 2 from 1 and 2); prompt_ignore_length 3 leaves [3, 1] counted; a window of 0: no
+    # penalty. Repetition 2 over the window [3, 1] of 2: 2 / 2 = 1 at ids 1 and 3.
+    h = dict(prompt=[1, 2, 2], generated=[3, 1])
+    out = greedy_step([row([0.0] * 5, frequency_penalty=1.0, penalty_last_n=3, **h),
+                       row([0.0] * 5, frequency_penalty=1.0, penalty_last_n=3, prompt_ignore_length=3, **h),
+                       row([0.0] * 5, frequency_penalty=1.0, penalty_last_n=0, **h),
+                       row([0.0] * 5, frequency_penalty=1.0, **h),
+                       row([2.0] * 5, repetition_penalty=2.0, penalty_last_n=2, **h)])
+    assert [o.rewritten_logits.cpu().tolist() for o in out] == [
+        [0.0, -1.0, -1.0, -1.0, 0.0], [0.0, -1.0, 0.0, -1.0, 0.0], [0.0] * 5, [0.0, -2.0, -2.0, -1.0, 0.0],
+        [2.0, 1.0, 2.0, 1.0, 2.0]]
+    bad = greedy_step([row([0.0] * 5, frequency_penalty=1.0, penalty_last_n=-1, **h)])[0]
+    assert bad.error == "invalid_penalty"
+
+
+def test_bitmask_and_allowed_ids_are_one_mask_before_the_bias():
+    # V = 40 (two words): word 0 allows ids 5 and 31 (bit 31: a uint32 word above 2**31), word 1 id 35 (bit 3)
+    x = [float(i) for i in range(40)]
+    words = [(1 << 5) | (1 << 31), 1 << 3]
+    allowed = lambda o: [i for i, v in enumerate(o.rewritten_logits.cpu().tolist()) if v != NEG]
+    out = greedy_step([row(x, token_bitmask=words), row(x, token_bitmask=words, allowed_token_ids=[5, 6, 5]),
+                       row(x, allowed_token_ids=[2, 7], logit_bias=[(7, -6.0), (9, 100.0)])])
+    assert allowed(out[0]) == [5, 31, 35] and out[0].token == 35
+    assert allowed(out[1]) == [5] and out[1].token == 5
+    # the bias moves an allowed id (7 - 6 = 1 < 2) and cannot bring back a banned one (9)
+    assert out[2].rewritten_logits.cpu().tolist()[:10] == [NEG, NEG, 2.0, NEG, NEG, NEG, NEG, 1.0, NEG, NEG]
+    assert out[2].token == 2
+    # a NaN under a 0 bit is banned with it (the bitmask applies to the model's logits); outside allowed_token_ids
+    # it is nan_logits (the list is a rewrite, after the check); an empty list or an id past V is rejected
+    y = list(x)
+    y[7] = float("nan")
+    out = greedy_step([row(y, token_bitmask=words), row(y, allowed_token_ids=[5]), row(x, allowed_token_ids=[]),
+                       row(x, allowed_token_ids=[40])])
+    assert out[0].token == 35
+    assert [o.error for o in out[1:]] == ["nan_logits", "invalid_allowed_token_ids", "invalid_allowed_token_ids"]
+
+
 def test_logprobs_of_a_greedy_row_with_ties_rank_and_top_list():
     # log_softmax([1, 2, 2, 0]): logsumexp = log(e + 2 e^2 + 1) = 2.9175797; token 1 (lowest id of the tie),
     # logprob 2 - 2.9175797 = -0.9175797, rank 1 (no logprob strictly greater), top 2: (1, ...), (2, ...);
@@ -180,6 +219,12 @@ def _random_rows(gen, n, V):
         if i % 3 == 1:
             kw.update(bad_words=[[int(hist[-1]) % V if hist else 1], [3, 4]], end_id=0, min_length=cut + 1,
                       no_repeat_ngram_size=2)
+        if i % 4 == 2:
+            kw.update(penalty_last_n=(5, 0)[i // 4 % 2])
+        if i % 5 == 1:
+            kw.update(allowed_token_ids=torch.randperm(V, generator=gen)[:V // 3].tolist())
+        if i % 5 == 3:
+            kw.update(token_bitmask=torch.randint(0, 1 << 32, ((V + 31) // 32,), generator=gen).tolist())
         if i % 4 == 0:
             kw.update(temperature=0.0)
         else:
@@ -274,7 +319,7 @@ def test_declared_stages_and_version():
     st = FusedImpl.stages
     assert st == dict.fromkeys(("validation", "logit_bias", "penalties", "bans", "filters", "draw", "seeds",
                                 "logprobs", "finish", "decode", "beam"), "own")
-    assert FUSED_VERSION == "6"
+    assert FUSED_VERSION == "7"
     assert FusedImpl().unsupported(row([0.0], logprobs_mode="processed_logprobs")) is not None
 
 

@@ -7,11 +7,12 @@ Pipeline of :meth:`FusedSession.step`, in order:
    fused sampler's own validation and mode resolution (:func:`impls.fused.admit.admit`),
    which turns unset parameters into the kernel's sentinels (a greedy row gets
    ``temperature = 0``), and the row's sparse rewrite entries
-   (:func:`impls.fused.step.row_entries`: bias pairs, validated; the history;
-   single-token bans and the end ids under ``min_length``; the ids banned by
-   multi-token bad words and no-repeat-ngram, matched on the host);
+   (:func:`impls.fused.step.row_entries`: bias pairs, validated; the history, or
+   its last ``penalty_last_n`` positions; single-token bans and the end ids under
+   ``min_length``; the ids banned by multi-token bad words and no-repeat-ngram,
+   matched on the host; the grammar bitmask and ``allowed_token_ids`` as one mask);
 2. per vocabulary size, the step's rewrite launch (:func:`impls.fused.step.prepare_step`:
-   logit bias, repetition/presence/frequency penalties and bans,
+   the allowed-ids mask, logit bias, repetition/presence/frequency penalties and bans,
    :mod:`impls.fused.step_kernel`), whose rewritten logits tell, on the device, which
    rows the kernel will reject (:func:`impls.fused.slots.row_flags`);
 3. ``(seed, offset)`` per sampling row from its per-slot counters on the device
@@ -50,7 +51,9 @@ __all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS"]
 #: its H100 measurement only top-p rows without top-k, in batches of at most 64 rows by default).
 #: 6: validation and modes (:mod:`.admit`), seeds (:mod:`.slots`) and finish reasons (:mod:`.finish`) are the
 #: package's own code instead of the reference's.
-FUSED_VERSION = "6"
+#: 7: the grammar bitmask and ``allowed_token_ids`` (one mask in the rewrite launch), ``penalty_last_n`` (the
+#: history's window), ``logprob_token_ids`` declared (the step computed them already).
+FUSED_VERSION = "7"
 
 
 #: The per-row filter arguments of :func:`impls.fused.ops.fused_sample` (:class:`impls.fused.admit.Admitted`
@@ -59,8 +62,21 @@ _PARAM_DTYPES = {"temperature": torch.float32, "top_k": torch.int64, "top_p": to
 
 
 #: Row fields the fused step does not apply (unset: ``None``).
-_OUTSIDE = ("logits_processors", "allowed_token_ids", "token_bitmask", "penalty_last_n", "dry_multiplier",
-            "mirostat", "logprobs_mode")
+_OUTSIDE = ("logits_processors", "dry_multiplier", "mirostat", "logprobs_mode")
+
+
+def _nan_ids(row: Row) -> list:
+    """The ids of the row's NaN logits that its grammar bitmask allows (ascending; ``[]``: none).
+
+    Profile ``trtllm`` applies the bitmask to the model's logits (``token_bitmask_stage = "logits"``), so a NaN
+    under a 0 bit is banned before the NaN check sees it (SEMANTICS §1.4a, §5); ``allowed_token_ids`` is a
+    rewrite, after the check.
+    """
+    ids = torch.nonzero(torch.isnan(row.logits)).flatten().tolist()
+    words = row.token_bitmask
+    if words is None:
+        return ids
+    return [j for j in ids if j >> 5 < len(words) and (int(words[j >> 5]) >> (j & 31)) & 1]
 
 
 def _triton_state(device: str) -> Optional[str]:
@@ -113,10 +129,10 @@ class FusedSession:
         for i, row in enumerate(rows):
             try:
                 claim_slot(row, used)
-                if bool(torch.isnan(row.logits).any()):
+                nan = _nan_ids(row)
+                if nan:
                     # before admission, as the profile orders it (a NaN row with a bad parameter is nan_logits)
-                    raise RowError("nan_logits", "NaN at token ids "
-                                   f"{torch.nonzero(torch.isnan(row.logits)).flatten()[:5].tolist()}")
+                    raise RowError("nan_logits", f"NaN at token ids {nan[:5]}")
                 adm = admit(row)
                 staged[i] = (adm, row_entries(row, row.vocab, TRTLLM))
             except RowError as e:
@@ -241,9 +257,9 @@ class FusedImpl:
     #: leaves out).
     features = frozenset({
         "temperature", "top_k", "top_p", "min_p", "top_p_decay", "beam_search", "repetition_penalty",
-        "presence_penalty", "frequency_penalty", "prompt_ignore_length", "logit_bias", "min_length", "bad_words",
-        "no_repeat_ngram", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens", "max_seq_len",
-        "seed", "logprobs", "processed_logits", "canonical_rng", "low_precision_logits", "finish_reason",
+        "presence_penalty", "frequency_penalty", "prompt_ignore_length", "penalty_last_n", "logit_bias",
+        "min_length", "bad_words", "no_repeat_ngram", "allowed_token_ids", "token_bitmask", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens", "max_seq_len",
+        "seed", "logprobs", "logprob_token_ids", "processed_logits", "canonical_rng", "low_precision_logits", "finish_reason",
     })
     devices = frozenset({"cpu", "cuda"})
     #: Timed on a GPU only (on a CPU it runs under Triton's interpreter, a correctness tool).
@@ -301,9 +317,10 @@ class FusedImpl:
     def unsupported(self, row: Row) -> Optional[str]:
         """``None`` for a row the device step expresses; else why not (a field outside :attr:`features`).
 
-        The rewrite launch applies the logit bias, the penalties and the bans (SEMANTICS §1.2-§1.4);
-        a row asking for another rewrite or logprob vector (custom processors, allowed ids, a grammar
-        bitmask, DRY, a penalty window, mirostat, a ``logprobs_mode``) is not run.
+        The rewrite launch applies the allowed-ids mask, the logit bias, the penalties and the bans
+        (SEMANTICS §1.2-§1.4a);
+        a row asking for another rewrite or logprob vector (custom processors, DRY, mirostat, a
+        ``logprobs_mode``) is not run.
         """
         for name in _OUTSIDE:
             if getattr(row, name, None) is not None:

@@ -10,8 +10,8 @@ Validation (SEMANTICS §1.1 rule 5, §5), in this order; the first failure rejec
 * ``temperature`` NaN or ``< 0``: ``invalid_temperature``; ``top_p`` outside ``[0, 1]`` or NaN:
   ``invalid_top_p`` (0 is greedy, seed 000 § 采样参数); ``top_k`` not an integer or ``< 0``:
   ``invalid_top_k``; ``min_p`` outside ``[0, 1]`` or NaN: ``invalid_min_p``;
-* a NaN repetition, presence or frequency penalty, or a repetition penalty ``<= 0``:
-  ``invalid_penalty``;
+* a NaN repetition, presence or frequency penalty, a repetition penalty ``<= 0`` or a negative
+  ``penalty_last_n``: ``invalid_penalty``;
 * ``top_p_decay`` outside ``(0, 1]``, or below 1 on a beam row (SEMANTICS §2: rejected per
   request with beam search): ``invalid_top_p_decay``; ``top_p_min`` outside ``(0, 1]``:
   ``invalid_top_p_min``;
@@ -20,7 +20,9 @@ Validation (SEMANTICS §1.1 rule 5, §5), in this order; the first failure rejec
   ``invalid_length``;
 * an end id (or an id of an EOS set) outside ``[-1, V)``: ``invalid_end_id``; an empty bad or
   stop word, or one with an id outside ``[0, V)``: ``invalid_bad_words`` /
-  ``invalid_stop_words``; a ``logprob_token_ids`` id outside ``[0, V)``: ``invalid_logprobs``.
+  ``invalid_stop_words``; a ``logprob_token_ids`` id outside ``[0, V)``: ``invalid_logprobs``; an
+  empty ``allowed_token_ids`` or one with an id outside ``[0, V)``: ``invalid_allowed_token_ids``
+  (vLLM 0.32.0 ``SamplingParams._validate_allowed_token_ids``, the reference's order).
 
 Mode (SEMANTICS §1.1 rules 1-4, seed 000 § 采样参数): a beam row is BEAM (at its temperature,
 1 when unset or 0); ``top_k == 1``,
@@ -91,6 +93,7 @@ def _check_scalars(row: Row) -> None:
              ("repetition_penalty", "invalid_penalty", lambda v: v > 0, "> 0"),
              ("presence_penalty", "invalid_penalty", lambda v: v == v, "a number"),
              ("frequency_penalty", "invalid_penalty", lambda v: v == v, "a number"),
+             ("penalty_last_n", "invalid_penalty", lambda v: v >= 0, ">= 0"),
              ("top_p_decay", "invalid_top_p_decay", lambda v: 0 < v <= 1, "in (0, 1]"),
              ("top_p_min", "invalid_top_p_min", lambda v: 0 < v <= 1, "in (0, 1]"))
     for name, kind, ok, rule in table:
@@ -145,6 +148,9 @@ def _check_ids(row: Row, V: int) -> None:
     ids = row.logprob_token_ids
     if ids is not None and not all(0 <= t < V for t in ids):
         raise _bad("invalid_logprobs", "logprob_token_ids", list(ids)[:8], f"ids in [0, {V})")
+    ids = row.allowed_token_ids
+    if ids is not None and (not len(ids) or not all(0 <= t < V for t in ids)):
+        raise _bad("invalid_allowed_token_ids", "allowed_token_ids", list(ids)[:8], f"non-empty with ids in [0, {V})")
 
 
 def _decay_on(row: Row) -> bool:

@@ -41,12 +41,13 @@ KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", 
 #: the statistics launch of a general and of an all-greedy call; the gather launch with and without its lists
 #: written from the parts' offsets, and with lists appended per warp; the first and the last launch of a call
 #: without programmatic dependent launch, ``pdl``, which the defaults turn on and whose wait is the same in every
-#: kernel). Others: once, as given.
+#: kernel; the step's rewrite launch without and with the allowed-ids mask). Others: once, as given.
 VARIANTS = {"_hist_kernel": ({"EARLY": True}, {"EARLY": False}, {"EARLY": True, "LANE": True},
                              {"EARLY": False, "LANE": True}, {"EARLY": True, "LANE": True, "WARP": True}),
             "_stats_kernel": ({"ALL_GREEDY": False}, {"ALL_GREEDY": True}, {"PDL": False}),
             "_decide_kernel": ({}, {"PDL": False}),
-            "_gather_kernel": ({"OFFS": False}, {"OFFS": True}, {"WARP": True})}
+            "_gather_kernel": ({"OFFS": False}, {"OFFS": True}, {"WARP": True}),
+            "_rewrite_kernel": ({}, {"HAS_MASK": True})}
 #: Kernels that stream rows of logits (or of rewritten logits): their loads of a row must be 16 bytes wide.
 STREAMING = ("_stats_kernel", "_greedy_row_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel",
              "_probs_kernel", "_rewrite_kernel", "_logprobs_kernel")
@@ -58,7 +59,7 @@ POINTERS = {"temp_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min
             "y_ptr": "*fp32", "sp_ids": "*i32", "sp_val": "*fp32", "sp_tag": "*i32", "meta_i": "*i32",
             "meta_f": "*fp32", "lpw": "*fp32", "lpc": "*i32", "ntop_ptr": "*i32", "topw": "*i64",
             "lp_tok_ptr": "*fp32", "rank_ptr": "*i32", "plp_ptr": "*fp64", "top_id_ptr": "*i32",
-            "top_lp_ptr": "*fp32", "vec_ptr": "*fp32"}
+            "top_lp_ptr": "*fp32", "vec_ptr": "*fp32", "mask_ptr": "*i32"}
 #: Integer arguments a GPU call specialises as multiples of 16 (Triton's default for ints, as every vocabulary
 #: of the latency suite and every part length, a multiple of the block, are).
 DIV16 = ("stride_row", "V", "CH")

@@ -50,7 +50,7 @@ from .step_kernel import (META_F, META_I, TAG_BAN, TAG_BIAS, TAG_EOS_MIN_LENGTH,
                           _logprobs_kernel, _rewrite_kernel)
 from .workspace import allocate
 
-__all__ = ["StepInputs", "row_entries", "pack_entries", "pack_rows", "fused_rewrite", "allocate_step", "prepare_step",
+__all__ = ["StepInputs", "row_entries", "allowed_words", "pack_entries", "pack_rows", "fused_rewrite", "allocate_step", "prepare_step",
            "fused_step", "host_bans", "penalty_active", "pow2", "launch_count"]
 
 
@@ -129,6 +129,9 @@ class StepInputs:
     max_top : int
         The largest of ``n_top``, kept on the host (sizes the top-logprob workspace without reading
         the device).
+    mask : torch.Tensor or None
+        ``(B, ceil(V / 32))`` int32 allowed-ids words (:func:`allowed_words`; ``-1``, every bit set, on a row
+        without one); None: no row of the batch has one (the launch is compiled without the mask and reads none).
     """
 
     ids: torch.Tensor
@@ -138,6 +141,7 @@ class StepInputs:
     meta_f: torch.Tensor
     n_top: torch.Tensor
     max_top: int = 0
+    mask: Optional[torch.Tensor] = None
 
     @property
     def NU(self) -> int:
@@ -155,7 +159,13 @@ def _row_entries(row: Row, V: int, profile: Profile) -> tuple:
         vals.append(float(val))
         tags.append(TAG_BIAS)
     n_bias = len(ids)
-    hist = list(row.prompt) + list(row.generated) if penalty_active(row) else []
+    full = list(row.prompt) + list(row.generated)
+    # penalty_last_n: only the window of the last n positions is penalised (0: no penalty, §1.3); the kernel
+    # sees the window as the whole history, its prompt part and ignored prefix shifted to the window's start
+    start = 0 if row.penalty_last_n is None else max(len(full) - int(row.penalty_last_n), 0)
+    hist = full[start:] if penalty_active(row) and row.penalty_last_n != 0 else []
+    prompt_len = max(len(row.prompt) - start, 0)
+    ignored = max(min(max(int(row.prompt_ignore_length or 0), 0), len(row.prompt)) - start, 0)
     # an id outside [0, V) counts for nothing (trtllm: history_out_of_range "ignore") but keeps its position
     # (prompt_ignore_length counts positions); -1 is the kernel's "no token" and fits int32 where 2**40 would not
     ids += [int(t) if 0 <= t < V else -1 for t in hist]
@@ -170,11 +180,46 @@ def _row_entries(row: Row, V: int, profile: Profile) -> tuple:
     vals += [0.0] * len(eos)
     tags += [TAG_EOS_MIN_LENGTH] * len(eos)
     gen = len(row.generated) + int(row.draft_position or 0)
-    meta = [len(ids), n_bias, len(hist), 0, len(row.prompt), int(row.prompt_ignore_length or 0), gen,
-            int(row.min_length or 0)]
+    words = allowed_words(row, V)
+    meta = [len(ids), n_bias, len(hist), 0, prompt_len, ignored, gen, int(row.min_length or 0)]
     pen = [1.0 if row.repetition_penalty is None else float(row.repetition_penalty),
            float(row.presence_penalty or 0.0), float(row.frequency_penalty or 0.0), 0.0]
-    return ids, vals, tags, meta, pen
+    return ids, vals, tags, meta, pen, words
+
+
+def allowed_words(row: Row, V: int) -> Optional[list]:
+    """The row's allowed-ids mask as ``ceil(V / 32)`` int32 words (bit ``j % 32`` of word ``j // 32``), or None.
+
+    The grammar bitmask (``token_bitmask``, profile ``trtllm``: ``token_bitmask_stage = "logits"``, applied to
+    the model's logits before the sampler) and ``allowed_token_ids`` (the first rewrite of its
+    ``rewrite_order``) both only ban, and both come before the logit bias and every other rewrite, so one
+    mask, their intersection, applied as the rewrite launch reads the logits, is both (SEMANTICS §1.4a).
+    Ids outside ``[0, V)`` in ``allowed_token_ids`` are rejected by admission first
+    (:func:`impls.fused.admit.admit`).
+
+    Returns
+    -------
+    list of int or None
+        Signed int32 bit patterns; None when the row has neither.
+
+    Raises
+    ------
+    ValueError
+        A ``token_bitmask`` of another length than ``ceil(V / 32)`` words (the case loader's check).
+    """
+    if row.token_bitmask is None and row.allowed_token_ids is None:
+        return None
+    n = (V + 31) // 32
+    if row.token_bitmask is not None and len(row.token_bitmask) != n:
+        raise ValueError(f"token_bitmask has {len(row.token_bitmask)} words; a vocabulary of {V} needs {n}")
+    words = [int(w) & 0xFFFFFFFF for w in row.token_bitmask] if row.token_bitmask is not None else [0xFFFFFFFF] * n
+    if row.allowed_token_ids is not None:
+        listed = [0] * n
+        for t in row.allowed_token_ids:
+            if 0 <= int(t) < V:
+                listed[int(t) >> 5] |= 1 << (int(t) & 31)
+        words = [a & b for a, b in zip(words, listed)]
+    return [w - (1 << 32) if w >= 1 << 31 else w for w in words]
 
 
 def row_entries(row: Row, V: int, profile: Profile = TRTLLM) -> tuple:
@@ -183,7 +228,8 @@ def row_entries(row: Row, V: int, profile: Profile = TRTLLM) -> tuple:
     Returns
     -------
     tuple
-        ``(ids, values, tags, meta_i, meta_f)``: Python lists (the rows of :class:`StepInputs`).
+        ``(ids, values, tags, meta_i, meta_f, mask)``: Python lists (the rows of :class:`StepInputs`), ``mask``
+        None or :func:`allowed_words`.
 
     Raises
     ------
@@ -211,7 +257,7 @@ def pack_entries(entries: Sequence[tuple], rows: Sequence[Row], device, NU: Opti
     ValueError
         A given ``NU`` smaller than a row's entries.
     """
-    empty = ([], [], [], [0] * META_I, [1.0, 0.0, 0.0, 0.0])
+    empty = ([], [], [], [0] * META_I, [1.0, 0.0, 0.0, 0.0], None)
     packed = [e if e is not None else empty for e in entries]
     need = max([len(p[0]) for p in packed] + [1])
     if NU is None:
@@ -222,7 +268,15 @@ def pack_entries(entries: Sequence[tuple], rows: Sequence[Row], device, NU: Opti
     ids = torch.full((B, NU), -1, dtype=torch.int32)
     vals = torch.zeros((B, NU), dtype=torch.float32)
     tags = torch.zeros((B, NU), dtype=torch.int32)
-    for i, (a, v, t, _m, _p) in enumerate(packed):
+    words = [p[5] for p in packed]
+    mask = None
+    if any(w is not None for w in words):
+        mw = max(len(w) for w in words if w is not None)
+        mask = torch.full((B, mw), -1, dtype=torch.int32)
+        for i, w in enumerate(words):
+            if w is not None:
+                mask[i, :len(w)] = torch.tensor(w, dtype=torch.int32)
+    for i, (a, v, t, _m, _p, _w) in enumerate(packed):
         if a:
             ids[i, :len(a)] = torch.tensor(a, dtype=torch.int32)
             vals[i, :len(v)] = torch.tensor(v, dtype=torch.float32)
@@ -232,7 +286,7 @@ def pack_entries(entries: Sequence[tuple], rows: Sequence[Row], device, NU: Opti
     n_top = torch.tensor([max(int(r.logprobs), 0) if r.logprobs is not None else 0 for r in rows], dtype=torch.int32)
     dev = torch.device(device)
     return StepInputs(ids.to(dev), vals.to(dev), tags.to(dev), meta_i.to(dev), meta_f.to(dev), n_top.to(dev),
-                      int(n_top.max()) if B else 0)
+                      int(n_top.max()) if B else 0, None if mask is None else mask.to(dev))
 
 
 def pack_rows(rows: Sequence[Row], V: int, device, profile: Profile = TRTLLM, NU: Optional[int] = None) -> tuple:
@@ -304,8 +358,10 @@ def _launch_rewrite(logits, inputs: StepInputs, y, lpw, lpc, S: int, CH: int, cf
     # logprobs' per-part row statistics into lpw/lpc
     B, V = logits.shape
     if B:
+        mask = inputs.mask if inputs.mask is not None else inputs.meta_i   # a placeholder the launch never reads
         _rewrite_kernel[(B, S)](logits, logits.stride(0), V, y, inputs.ids, inputs.vals, inputs.tags, inputs.meta_i,
-                                inputs.meta_f, lpw, lpc, S, CH, BLOCK=cfg["block"], NU=inputs.NU, WANT_LP=want_lp,
+                                inputs.meta_f, lpw, lpc, S, CH, mask, mask.shape[1], BLOCK=cfg["block"],
+                                NU=inputs.NU, WANT_LP=want_lp, HAS_MASK=inputs.mask is not None,
                                 num_warps=cfg["num_warps"], enable_fp_fusion=False)
 
 

@@ -62,8 +62,9 @@ TAG_BIAS = 1
 TAG_HISTORY = 2  # becomes 3 in the kernel where the position counts for presence/frequency
 TAG_BAN = 4
 TAG_EOS_MIN_LENGTH = 5
-#: int32 columns per row of ``meta_i``: entries, bias entries, history entries, (unused), prompt length,
-#: prompt_ignore_length, generated length (plus draft position), min_length.
+#: int32 columns per row of ``meta_i``: entries, bias entries, history entries, (unused), prompt length (in the
+#: history given: ``penalty_last_n`` may cut it), prompt_ignore_length (the same), generated length (plus draft
+#: position), min_length.
 META_I = 8
 #: float32 columns per row of ``meta_f``: repetition, presence, frequency penalty, (unused).
 META_F = 4
@@ -82,9 +83,17 @@ def _clamp_finite(x_in, y):
     return tl.where(fin, c, x_in)
 
 
+@triton.jit
+def _allowed(mask_ptr, MW, row, offs, inb):
+    # bit offs % 32 of the row's word offs // 32 (a row without a mask has every bit set)
+    w = tl.load(mask_ptr + row * MW + (offs >> 5), mask=inb, other=-1)
+    return ((w >> (offs & 31)) & 1) != 0
+
+
 @triton.jit(do_not_specialize=["S"])
 def _rewrite_kernel(logits_ptr, stride_row, V, y_ptr, sp_ids, sp_val, sp_tag, meta_i, meta_f, lpw, lpc, S, CH,
-                    BLOCK: tl.constexpr, NU: tl.constexpr, WANT_LP: tl.constexpr):
+                    mask_ptr, MW, BLOCK: tl.constexpr, NU: tl.constexpr, WANT_LP: tl.constexpr,
+                    HAS_MASK: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     base = logits_ptr + row * stride_row
@@ -96,6 +105,9 @@ def _rewrite_kernel(logits_ptr, stride_row, V, y_ptr, sp_ids, sp_val, sp_tag, me
         offs = st + ar
         inb = offs < hi
         x = tl.load(base + offs, mask=inb, other=0.0).to(tl.float32)
+        if HAS_MASK:
+            # the allowed-ids mask (§1.4a): a 0 bit bans its token, whatever its logit (NaN included)
+            x = tl.where(_allowed(mask_ptr, MW, row, offs, inb), x, float("-inf"))
         tl.store(ybase + offs, x, mask=inb)
     mi = meta_i + row * 8
     n_sp = tl.load(mi + 0)
@@ -120,6 +132,8 @@ def _rewrite_kernel(logits_ptr, stride_row, V, y_ptr, sp_ids, sp_val, sp_tag, me
         sid = tl.where(ok, sk >> 3, 0)
         stag = sk & 7
         x0 = tl.load(base + sid, mask=ok, other=0.0).to(tl.float32)
+        if HAS_MASK:
+            x0 = tl.where(_allowed(mask_ptr, MW, row, sid, ok), x0, float("-inf"))
         # logit bias (§1.2 step 1), in the request's order: a repeated id adds its values one by one
         xb = x0
         for j in range(0, n_bias):
