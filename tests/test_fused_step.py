@@ -163,6 +163,22 @@ def test_bitmask_and_allowed_ids_are_one_mask_before_the_bias():
     assert [o.error for o in out[1:]] == ["nan_logits", "invalid_allowed_token_ids", "invalid_allowed_token_ids"]
 
 
+def test_custom_processors_run_first_on_the_bitmasked_logits():
+    from impls.processors import parse
+    # x = [0, 1, 2, 3], the bitmask bans 3 (word 0b0111). step_bias on id 0, 1.0 a step, after 3 generated
+    # tokens: 0 + 3 = 3; then the bias -0.5 on id 0: 2.5, still the best. cycle over [3, 1] at step 2 keeps id 3,
+    # which the bitmask banned: no token left. A greedy row gets its processors too.
+    x = [0.0, 1.0, 2.0, 3.0]
+    sb = parse([{"kind": "step_bias", "token": 0, "per_step": 1.0}])
+    cyc = parse([{"kind": "cycle", "tokens": [3, 1]}])
+    out = greedy_step([row(x, token_bitmask=[7], logits_processors=sb, generated=[1, 1, 1], logit_bias=[(0, -0.5)]),
+                       row(x, token_bitmask=[7], logits_processors=cyc, generated=[2, 2]),
+                       row(x, logits_processors=cyc, generated=[2, 2])])
+    assert out[0].rewritten_logits.cpu().tolist() == [2.5, 1.0, 2.0, NEG] and out[0].token == 0
+    assert out[1].error == "no_valid_token"
+    assert out[2].rewritten_logits.cpu().tolist() == [NEG, NEG, NEG, 3.0] and out[2].token == 3
+
+
 def test_logprobs_of_a_greedy_row_with_ties_rank_and_top_list():
     # log_softmax([1, 2, 2, 0]): logsumexp = log(e + 2 e^2 + 1) = 2.9175797; token 1 (lowest id of the tie),
     # logprob 2 - 2.9175797 = -0.9175797, rank 1 (no logprob strictly greater), top 2: (1, ...), (2, ...);
@@ -225,6 +241,10 @@ def _random_rows(gen, n, V):
             kw.update(allowed_token_ids=torch.randperm(V, generator=gen)[:V // 3].tolist())
         if i % 5 == 3:
             kw.update(token_bitmask=torch.randint(0, 1 << 32, ((V + 31) // 32,), generator=gen).tolist())
+        if i % 3 == 2:
+            from impls.processors import parse
+            kw.update(logits_processors=parse([{"kind": "step_bias", "token": int(i * 5 % V), "per_step": 0.75},
+                                               {"kind": "margin", "margin": 6.0}]))
         if i % 4 == 0:
             kw.update(temperature=0.0)
         else:

@@ -11,7 +11,9 @@ Pipeline of :meth:`FusedSession.step`, in order:
    its last ``penalty_last_n`` positions; single-token bans and the end ids under
    ``min_length``; the ids banned by multi-token bad words and no-repeat-ngram,
    matched on the host; the grammar bitmask and ``allowed_token_ids`` as one mask);
-2. per vocabulary size, the step's rewrite launch (:func:`impls.fused.step.prepare_step`:
+2. per vocabulary size, the rows' custom logits processors on the device
+   (:func:`impls.fused.step.custom_logits`: each kind's rule from :mod:`impls.processors`,
+   run first, as TensorRT-LLM runs them on the model's logits), then the step's rewrite launch (:func:`impls.fused.step.prepare_step`:
    the allowed-ids mask, logit bias, repetition/presence/frequency penalties and bans,
    :mod:`impls.fused.step_kernel`), whose rewritten logits tell, on the device, which
    rows the kernel will reject (:func:`impls.fused.slots.row_flags`);
@@ -52,7 +54,8 @@ __all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS"]
 #: 6: validation and modes (:mod:`.admit`), seeds (:mod:`.slots`) and finish reasons (:mod:`.finish`) are the
 #: package's own code instead of the reference's.
 #: 7: the grammar bitmask and ``allowed_token_ids`` (one mask in the rewrite launch), ``penalty_last_n`` (the
-#: history's window), ``logprob_token_ids`` declared (the step computed them already).
+#: history's window), custom logits processors (run first, on the device), ``logprob_token_ids`` declared (the
+#: step computed them already).
 FUSED_VERSION = "7"
 
 
@@ -62,7 +65,7 @@ _PARAM_DTYPES = {"temperature": torch.float32, "top_k": torch.int64, "top_p": to
 
 
 #: Row fields the fused step does not apply (unset: ``None``).
-_OUTSIDE = ("logits_processors", "dry_multiplier", "mirostat", "logprobs_mode")
+_OUTSIDE = ("dry_multiplier", "mirostat", "logprobs_mode")
 
 
 def _nan_ids(row: Row) -> list:
@@ -121,7 +124,7 @@ class FusedSession:
         from .finish import REASONS, finish_codes, pack_finish
         from .kernel import STATUS_KINDS, PATHS
         from .slots import row_flags
-        from .step import fused_step, pack_entries, prepare_step, row_entries
+        from .step import custom_logits, fused_step, pack_entries, prepare_step, row_entries
 
         out: list = [None] * len(rows)
         staged = {}
@@ -146,7 +149,7 @@ class FusedSession:
         drawable = observed.clone()
         where = {i: j for j, i in enumerate(order)}
         for V, idx in by_vocab.items():
-            logits = [rows[i].logits for i in idx]
+            logits = [custom_logits(rows[i], self.device) for i in idx]
             dt = logits[0].dtype if all(x.dtype == logits[0].dtype for x in logits) else torch.float32
             x = torch.stack([v.to(dt) for v in logits]).to(self.device)
             if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
@@ -210,7 +213,7 @@ class FusedSession:
     def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 4096) -> torch.Tensor:
         """``(V,)`` int64 counts of one draw per seed (offset 0), in batched launches.
 
-        The row's bias, penalties and bans are applied once by the rewrite launch
+        The row's custom processors, bias, penalties and bans are applied once (the rewrite launch)
         (:func:`impls.fused.step.fused_rewrite`); only the filters and the draw repeat.
 
         Raises
@@ -221,13 +224,13 @@ class FusedSession:
         from .admit import admit, signed_seed
         from .kernel import STATUS_KINDS
         from .ops import fused_sample
-        from .step import fused_rewrite, pack_rows
+        from .step import custom_logits, fused_rewrite, pack_rows
 
         adm = admit(row)
         inputs, errs = pack_rows([row], row.vocab, self.device)
         if errs[0] is not None:
             raise errs[0]
-        x = fused_rewrite(row.logits.to(self.device)[None], inputs)[0]
+        x = fused_rewrite(custom_logits(row, self.device).to(self.device)[None], inputs)[0]
         V = x.shape[-1]
         counts = torch.zeros(V, dtype=torch.int64)
         for start in range(0, len(seeds), chunk):
@@ -258,7 +261,7 @@ class FusedImpl:
     features = frozenset({
         "temperature", "top_k", "top_p", "min_p", "top_p_decay", "beam_search", "repetition_penalty",
         "presence_penalty", "frequency_penalty", "prompt_ignore_length", "penalty_last_n", "logit_bias",
-        "min_length", "bad_words", "no_repeat_ngram", "allowed_token_ids", "token_bitmask", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens", "max_seq_len",
+        "min_length", "bad_words", "no_repeat_ngram", "allowed_token_ids", "token_bitmask", "logits_processors", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens", "max_seq_len",
         "seed", "logprobs", "logprob_token_ids", "processed_logits", "canonical_rng", "low_precision_logits", "finish_reason",
     })
     devices = frozenset({"cpu", "cuda"})
@@ -319,8 +322,7 @@ class FusedImpl:
 
         The rewrite launch applies the allowed-ids mask, the logit bias, the penalties and the bans
         (SEMANTICS §1.2-§1.4a);
-        a row asking for another rewrite or logprob vector (custom processors, DRY, mirostat, a
-        ``logprobs_mode``) is not run.
+        a row asking for another rewrite or logprob vector (DRY, mirostat, a ``logprobs_mode``) is not run.
         """
         for name in _OUTSIDE:
             if getattr(row, name, None) is not None:

@@ -40,6 +40,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from .. import processors
 from ..base import Row, RowError
 from ..params import end_id_set
 from ..profiles import Profile, TRTLLM
@@ -50,7 +51,7 @@ from .step_kernel import (META_F, META_I, TAG_BAN, TAG_BIAS, TAG_EOS_MIN_LENGTH,
                           _logprobs_kernel, _rewrite_kernel)
 from .workspace import allocate
 
-__all__ = ["StepInputs", "row_entries", "allowed_words", "pack_entries", "pack_rows", "fused_rewrite", "allocate_step", "prepare_step",
+__all__ = ["StepInputs", "row_entries", "allowed_words", "custom_logits", "pack_entries", "pack_rows", "fused_rewrite", "allocate_step", "prepare_step",
            "fused_step", "host_bans", "penalty_active", "pow2", "launch_count"]
 
 
@@ -106,6 +107,34 @@ def host_bans(row: Row, V: int, profile: Profile = TRTLLM) -> list:
                 if full[i:i + n - 1] == pre and 0 <= full[i + n - 1] < V:
                     out.append(full[i + n - 1])
     return out
+
+
+def custom_logits(row: Row, device) -> torch.Tensor:
+    """The ``(V,)`` logits the rewrite launch reads for ``row``: after its custom logits processors, if any.
+
+    Profile ``trtllm`` runs a request's processors first, on the model's logits (every row, greedy
+    included), before the sampler's bias, penalties and bans (``rewrite_order`` starts with ``"custom"``:
+    TensorRT-LLM ``PyTorchModelEngine.forward``, ``_execute_logit_post_processors``, SEMANTICS §1.4b); the
+    model's logits already carry the grammar bitmask (``token_bitmask_stage = "logits"``), so a processor
+    sees its bans. Each kind's rule is :meth:`impls.processors.Processor.apply`, at the request's steps
+    (:func:`impls.processors.steps`), in float32 (the working dtype) on ``device``; the rewrite launch then
+    applies the bitmask again (a no-op) with ``allowed_token_ids``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``row.logits`` itself (on its device, its dtype) without processors; else a new float32 tensor on
+        ``device``.
+    """
+    if not row.logits_processors:
+        return row.logits
+    x = row.logits.to(device=device, dtype=torch.float32)
+    words = allowed_words(row.replace(allowed_token_ids=None), x.shape[-1])
+    if words is not None:
+        j = torch.arange(x.shape[-1], device=device)
+        w = torch.tensor(words, dtype=torch.int64, device=device)[j >> 5]
+        x = x.masked_fill(((w >> (j & 31)) & 1) == 0, float("-inf"))
+    return processors.apply_all(x, row.logits_processors, processors.steps(row))
 
 
 @dataclass
