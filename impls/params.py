@@ -33,7 +33,7 @@ from . import processors as _processors
 __all__ = ["Param", "PARAMS", "FEATURES", "ERRORS", "param", "row_fields", "row_schema", "request_schema",
            "field_feature", "step_fields", "request_fields", "markdown_table", "template_comment",
            "parse_seed", "end_id_set", "SCOPES", "bitmask_words", "bitmask_word_count", "bitmask_allows",
-           "MAX_VOCAB", "MAX_N", "MAX_SEED_CHARS", "GENERATOR", "MODEL"]
+           "MAX_VOCAB", "MAX_N", "MAX_SEED_CHARS", "GENERATOR", "MODEL", "LOGPROBS_MODES"]
 
 #: Where a field may appear: ``row`` (single-step rows, their ``defaults``, and scenario
 #: requests), ``step`` (single-step rows only: the logits, the history and the slot of one
@@ -298,6 +298,8 @@ class Param:
 
 _NUM = {"type": "number"}
 _INT = {"type": "integer"}
+#: The values of a row's ``logprobs_mode`` (vLLM's ``LogprobsMode``, v1/sample/sampler.py@v0.32.0).
+LOGPROBS_MODES = ("raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits")
 _BOOL = {"type": "boolean"}
 _INTS = {"type": "array", "items": _INT}
 _WORDS = {"type": "array", "items": _INTS}
@@ -584,7 +586,7 @@ PARAMS = (
           citation="vllm-project/vllm:vllm/v1/sample/sampler.py@v0.32.0 Sampler.forward (num_logprobs == -1: the "
                    "full unsorted logprobs)",
           annotation=_O[int]),
-    Param("logprobs_mode", {"enum": ["raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits"]},
+    Param("logprobs_mode", {"enum": list(LOGPROBS_MODES)},
           '`"raw_logprobs"`, `"raw_logits"`, `"processed_logprobs"`, `"processed_logits"`',
           "which vector logprob, rank, top_logprobs, vocab_logprobs and token_logprobs are read from",
           unset="raw_logprobs", feature="logprobs_mode", scope="step",

@@ -179,6 +179,36 @@ def test_custom_processors_run_first_on_the_bitmasked_logits():
     assert out[2].rewritten_logits.cpu().tolist() == [NEG, NEG, NEG, 3.0] and out[2].token == 3
 
 
+def test_logprobs_modes_read_the_token_rank_and_vector_from_their_vector():
+    # x = [0, -200, 5, 1]. T = 2, top_k 3 keeps {0, 2, 3}: processed_logits = [0, -inf, 2.5, 0.5]. T = 1 without
+    # a filter keeps every token, id 1 included although its probability exp(-205) / E is 0 in float32: its
+    # processed logit is -200, its processed logprob log 0 = -inf; the others log(exp(x - 5) / E), E = 1 + e^-4 +
+    # e^-5. A greedy row: processed_logits = x, processed_logprobs = log_softmax(x). raw_logits: x.
+    x = [0.0, -200.0, 5.0, 1.0]
+    E = 1 + math.exp(-4) + math.exp(-5)
+    sess = FusedSession(DEV)
+    rows = [row(x, temperature=2.0, top_k=3, seed=1, slot=0, logprobs=-1, logprobs_mode="processed_logits"),
+            row(x, temperature=1.0, seed=2, slot=1, logprobs=-1, logprobs_mode="processed_logits"),
+            row(x, temperature=1.0, seed=3, slot=2, logprobs=-1, logprobs_mode="processed_logprobs"),
+            row(x, temperature=0.0, slot=3, logprobs=2, logprobs_mode="processed_logprobs"),
+            row(x, temperature=0.0, slot=4, logprobs=2, logprobs_mode="raw_logits", logprob_token_ids=[1, 0])]
+    out = sess.step(rows)
+    assert out[0].vocab_logprobs.cpu().tolist() == [0.0, NEG, 2.5, 0.5]
+    assert out[1].vocab_logprobs.cpu().tolist() == x
+    got = out[2].vocab_logprobs.cpu().tolist()
+    assert got[1] == NEG and got[0] == pytest.approx(-5 - math.log(E), abs=1e-6)
+    assert got[2] == pytest.approx(-math.log(E), abs=1e-6) and got[3] == pytest.approx(-4 - math.log(E), abs=1e-6)
+    for o in out[:3]:   # the token's logprob and rank are read from the same vector
+        v = o.vocab_logprobs.cpu().tolist()
+        assert o.logprob == v[o.token] and o.rank == 1 + sum(u > v[o.token] for u in v)
+    lse = 5 + math.log(E)
+    assert out[3].token == 2 and out[3].logprob == pytest.approx(5 - lse, abs=1e-6) and out[3].rank == 1
+    assert [i for i, _ in out[3].top_logprobs] == [2, 3]
+    assert out[3].top_logprobs[1][1] == pytest.approx(1 - lse, abs=1e-6)
+    assert out[4].logprob == 5.0 and out[4].top_logprobs == [(2, 5.0), (3, 1.0)]
+    assert out[4].token_logprobs == [(1, -200.0), (0, 0.0)]
+
+
 def test_logprobs_of_a_greedy_row_with_ties_rank_and_top_list():
     # log_softmax([1, 2, 2, 0]): logsumexp = log(e + 2 e^2 + 1) = 2.9175797; token 1 (lowest id of the tie),
     # logprob 2 - 2.9175797 = -0.9175797, rank 1 (no logprob strictly greater), top 2: (1, ...), (2, ...);
@@ -245,6 +275,8 @@ def _random_rows(gen, n, V):
             from impls.processors import parse
             kw.update(logits_processors=parse([{"kind": "step_bias", "token": int(i * 5 % V), "per_step": 0.75},
                                                {"kind": "margin", "margin": 6.0}]))
+        if i % 4 == 1:
+            kw.update(logprobs_mode=("processed_logits", "processed_logprobs", "raw_logits")[i // 4 % 3])
         if i % 4 == 0:
             kw.update(temperature=0.0)
         else:

@@ -25,8 +25,8 @@ Pipeline of :meth:`FusedSession.step`, in order:
    temperature, min-p, top-k, top-p,
    greedy and the canonical draw (:mod:`impls.fused.kernel`), with the
    probabilities of the same filtering, a beam row's one step of width 1,
-   then the drawn token's RAW and
-   PROCESSED logprobs, its rank and the top logprobs;
+   then the drawn token's logprob, its rank and the top logprobs, read from the
+   vector its ``logprobs_mode`` names (RAW logprobs by default), and its PROCESSED logprob;
 5. finish reasons on the device at the token the kernel drew
    (:func:`impls.fused.finish.finish_codes`).
 
@@ -65,7 +65,7 @@ _PARAM_DTYPES = {"temperature": torch.float32, "top_k": torch.int64, "top_p": to
 
 
 #: Row fields the fused step does not apply (unset: ``None``).
-_OUTSIDE = ("dry_multiplier", "mirostat", "logprobs_mode")
+_OUTSIDE = ("dry_multiplier", "mirostat")
 
 
 def _nan_ids(row: Row) -> list:
@@ -261,8 +261,10 @@ class FusedImpl:
     features = frozenset({
         "temperature", "top_k", "top_p", "min_p", "top_p_decay", "beam_search", "repetition_penalty",
         "presence_penalty", "frequency_penalty", "prompt_ignore_length", "penalty_last_n", "logit_bias",
-        "min_length", "bad_words", "no_repeat_ngram", "allowed_token_ids", "token_bitmask", "logits_processors", "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens", "max_seq_len",
-        "seed", "logprobs", "logprob_token_ids", "processed_logits", "canonical_rng", "low_precision_logits", "finish_reason",
+        "min_length", "bad_words", "no_repeat_ngram", "allowed_token_ids", "token_bitmask", "logits_processors",
+        "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens", "max_seq_len",
+        "seed", "logprobs", "logprob_token_ids", "logprobs_mode", "processed_logits", "canonical_rng",
+        "low_precision_logits", "finish_reason",
     })
     devices = frozenset({"cpu", "cuda"})
     #: Timed on a GPU only (on a CPU it runs under Triton's interpreter, a correctness tool).
@@ -322,7 +324,7 @@ class FusedImpl:
 
         The rewrite launch applies the allowed-ids mask, the logit bias, the penalties and the bans
         (SEMANTICS §1.2-§1.4a);
-        a row asking for another rewrite or logprob vector (DRY, mirostat, a ``logprobs_mode``) is not run.
+        a row asking for another rewrite (DRY, mirostat) is not run.
         """
         for name in _OUTSIDE:
             if getattr(row, name, None) is not None:

@@ -47,7 +47,7 @@ from ..profiles import Profile, TRTLLM
 from .kernel import launch_specs
 from .launch import run_call
 from .ops import DEFAULTS, INTERPRETER, check_call
-from .step_kernel import (META_F, META_I, TAG_BAN, TAG_BIAS, TAG_EOS_MIN_LENGTH, TAG_HISTORY,
+from .step_kernel import (LP_MODES, META_F, META_I, TAG_BAN, TAG_BIAS, TAG_EOS_MIN_LENGTH, TAG_HISTORY,
                           _logprobs_kernel, _rewrite_kernel)
 from .workspace import allocate
 
@@ -161,6 +161,9 @@ class StepInputs:
     mask : torch.Tensor or None
         ``(B, ceil(V / 32))`` int32 allowed-ids words (:func:`allowed_words`; ``-1``, every bit set, on a row
         without one); None: no row of the batch has one (the launch is compiled without the mask and reads none).
+    modes : bool
+        Whether a row's ``logprobs_mode`` (``meta_i`` column 3) is not ``raw_logprobs``, kept on the host (the
+        logprobs launch is compiled with the other modes only then).
     """
 
     ids: torch.Tensor
@@ -171,6 +174,7 @@ class StepInputs:
     n_top: torch.Tensor
     max_top: int = 0
     mask: Optional[torch.Tensor] = None
+    modes: bool = False
 
     @property
     def NU(self) -> int:
@@ -210,7 +214,10 @@ def _row_entries(row: Row, V: int, profile: Profile) -> tuple:
     tags += [TAG_EOS_MIN_LENGTH] * len(eos)
     gen = len(row.generated) + int(row.draft_position or 0)
     words = allowed_words(row, V)
-    meta = [len(ids), n_bias, len(hist), 0, prompt_len, ignored, gen, int(row.min_length or 0)]
+    mode = row.logprobs_mode or "raw_logprobs"
+    if mode not in LP_MODES:
+        raise ValueError(f"unknown logprobs_mode {mode!r}; known: {', '.join(LP_MODES)}")
+    meta = [len(ids), n_bias, len(hist), LP_MODES[mode], prompt_len, ignored, gen, int(row.min_length or 0)]
     pen = [1.0 if row.repetition_penalty is None else float(row.repetition_penalty),
            float(row.presence_penalty or 0.0), float(row.frequency_penalty or 0.0), 0.0]
     return ids, vals, tags, meta, pen, words
@@ -315,7 +322,8 @@ def pack_entries(entries: Sequence[tuple], rows: Sequence[Row], device, NU: Opti
     n_top = torch.tensor([max(int(r.logprobs), 0) if r.logprobs is not None else 0 for r in rows], dtype=torch.int32)
     dev = torch.device(device)
     return StepInputs(ids.to(dev), vals.to(dev), tags.to(dev), meta_i.to(dev), meta_f.to(dev), n_top.to(dev),
-                      int(n_top.max()) if B else 0, None if mask is None else mask.to(dev))
+                      int(n_top.max()) if B else 0, None if mask is None else mask.to(dev),
+                      any(p[3][3] != 0 for p in packed))
 
 
 def pack_rows(rows: Sequence[Row], V: int, device, profile: Profile = TRTLLM, NU: Optional[int] = None) -> tuple:
@@ -583,8 +591,9 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
     if want_logprobs:
         _logprobs_kernel[(B, S)](y, V, a["tokens"], a["status"], inputs.n_top, a["lpw"], a["lpc"], a["topw"],
                                  a["wsi"], a["wsf"], a["ws64"], a["lp"], a["rank"], a["plp"], a["top_id"],
-                                 a["top_lp"], a["vec"], S, CH, BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"],
-                                 KMAX=cfg["kmax"], KBIG=cfg["kbig"], KL=KL, WANT_VEC=want_vector, **kw)
+                                 a["top_lp"], a["vec"], S, CH, inputs.meta_i, BLOCK=cfg["block"], NB1=cfg["nb"],
+                                 NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"], KL=KL, WANT_VEC=want_vector,
+                                 MODES=inputs.modes, **kw)
         out.update(logprob=a["lp"], rank=a["rank"], processed_logprob=a["plp"], top_ids=a["top_id"],
                    top_logprobs=a["top_lp"], vector=a["vec"] if want_vector else None)
     return out

@@ -53,7 +53,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .kernel import _INT32_MAX, _key, _latest_combine, _unkey, _ws
+from .kernel import _F_EKEEP, _F_ETHR, _F_M, _F_T, _F_XA, _I_KIND, _INT32_MAX, _key, _latest_combine, _unkey, _ws
 
 __all__ = ["TAG_BIAS", "TAG_HISTORY", "TAG_BAN", "TAG_EOS_MIN_LENGTH", "META_I", "META_F", "LP_COUNTERS"]
 
@@ -62,14 +62,17 @@ TAG_BIAS = 1
 TAG_HISTORY = 2  # becomes 3 in the kernel where the position counts for presence/frequency
 TAG_BAN = 4
 TAG_EOS_MIN_LENGTH = 5
-#: int32 columns per row of ``meta_i``: entries, bias entries, history entries, (unused), prompt length (in the
-#: history given: ``penalty_last_n`` may cut it), prompt_ignore_length (the same), generated length (plus draft
-#: position), min_length.
+#: int32 columns per row of ``meta_i``: entries, bias entries, history entries, the logprobs mode
+#: (:data:`LP_MODES`), prompt length (in the history given: ``penalty_last_n`` may cut it), prompt_ignore_length
+#: (the same), generated length (plus draft position), min_length.
 META_I = 8
 #: float32 columns per row of ``meta_f``: repetition, presence, frequency penalty, (unused).
 META_F = 4
 #: int32 counters per row: logprobs ticket, rank count.
 LP_COUNTERS = 4
+#: The code of each ``logprobs_mode`` (:data:`impls.params.LOGPROBS_MODES`) in ``meta_i`` column 3: the vector
+#: the logprobs launch reads the token's logprob, rank, top list and whole vector from (:func:`_mode_lp`).
+LP_MODES = {"raw_logprobs": 0, "raw_logits": 1, "processed_logits": 2, "processed_logprobs": 3}
 
 _INT64_MIN = tl.constexpr(-9223372036854775808)
 _FMAX = tl.constexpr(3.4028234663852886e38)
@@ -210,15 +213,35 @@ def _merge_top(best, pk, KL: tl.constexpr):
     return best
 
 
+@triton.jit
+def _mode_lp(y, M, L, mode, kind, m, T, E, e_thr, xA):
+    # the logprobs_mode vector at rewritten logits y (SEMANTICS §1.7, the reference's mode_vector): 0 RAW
+    # logprobs; 1 the rewritten logits; 2 a sampling row's y / T on its kept set (the probabilities launch's
+    # membership), -inf elsewhere, a greedy row's y; 3 the log of the probability the draw used, a greedy row's
+    # RAW logprobs (log_softmax of y)
+    raw = (y - M) - L
+    e = tl.exp(tl.div_rn(y - m, T))
+    kept = (y > float("-inf")) & (y < float("inf")) & (y >= xA) & (e >= e_thr)
+    greedy = kind == 0
+    pl = tl.where(greedy, y, tl.where(kept, tl.div_rn(y, T), float("-inf")))
+    plp = tl.where(greedy, raw, tl.where(kept, tl.log(tl.div_rn(e, E)), float("-inf")))
+    return tl.where(mode == 1, y, tl.where(mode == 2, pl, tl.where(mode == 3, plp, raw)))
+
+
 @triton.jit(do_not_specialize=["S"])
 def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, wsi, wsf, ws64,
-                     lp_tok_ptr, rank_ptr, plp_ptr, top_id_ptr, top_lp_ptr, vec_ptr, S, CH,
+                     lp_tok_ptr, rank_ptr, plp_ptr, top_id_ptr, top_lp_ptr, vec_ptr, S, CH, meta_i,
                      BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                     KBIG: tl.constexpr, KL: tl.constexpr, WANT_VEC: tl.constexpr):
+                     KBIG: tl.constexpr, KL: tl.constexpr, WANT_VEC: tl.constexpr, MODES: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     status = tl.load(status_ptr + row)
     if status == 0:
+        bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
+        kind = tl.load(ri + _I_KIND)
+        m = tl.load(rf + _F_M)
+        T = tl.load(rf + _F_T)
+        E = tl.load(rf + _F_EKEEP)
         ybase = y_ptr + row * V
         # M and Z of the row from the parts' (max, sum exp(y - max))
         M = tl.full([], float("-inf"), tl.float32)
@@ -231,7 +254,13 @@ def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, 
             Z += tl.where(mp > float("-inf"), sp * tl.exp(mp - M), 0.0)
         L = tl.log(Z)
         tok = tl.load(token_ptr + row)
-        lpt = (tl.load(ybase + tok) - M) - L
+        if MODES:
+            mode = tl.load(meta_i + row * 8 + 3)
+            e_thr = tl.load(rf + _F_ETHR)
+            xA = tl.load(rf + _F_XA)
+            lpt = _mode_lp(tl.load(ybase + tok), M, L, mode, kind, m, T, E, e_thr, xA)
+        else:
+            lpt = (tl.load(ybase + tok) - M) - L
         k_row = tl.load(ntop_ptr + row)
         ar = tl.arange(0, BLOCK)
         lo = part * CH
@@ -242,7 +271,10 @@ def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, 
             offs = st + ar
             inb = offs < hi
             yv = tl.load(ybase + offs, mask=inb, other=float("-inf"))
-            lp = (yv - M) - L
+            if MODES:
+                lp = _mode_lp(yv, M, L, mode, kind, m, T, E, e_thr, xA)
+            else:
+                lp = (yv - M) - L
             if WANT_VEC:
                 tl.store(vec_ptr + row * V + offs, lp, mask=inb)
             n_gt += (inb & (lp > lpt)).to(tl.int32)
@@ -263,11 +295,6 @@ def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, 
                 tl.store(top_id_ptr + row * KL + kl, (4294967295 - (allb & 4294967295)).to(tl.int32))
                 tl.store(top_lp_ptr + row * KL + kl, _unkey((allb >> 32).to(tl.int32)))
             # PROCESSED logprob: log of the probability the draw used (the probabilities launch's formula)
-            bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
-            kind = tl.load(ri + 1)
-            m = tl.load(rf + 0)
-            T = tl.load(rf + 1)
-            E = tl.load(rf + 4)
             e = tl.exp(tl.div_rn(tl.load(ybase + tok) - m, T))
             p = tl.where(kind == 0, 1.0, tl.div_rn(e, E))
             tl.store(plp_ptr + row, tl.log(p.to(tl.float64)))

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["raw_logprobs", "posinf_point_mass", "top_logprobs", "rank", "ranks", "mode_vector", "LOGPROBS_MODES"]
+from ..params import LOGPROBS_MODES
 
-#: The values of a row's ``logprobs_mode`` (vLLM's ``LogprobsMode``, v1/sample/sampler.py@v0.32.0).
-LOGPROBS_MODES = ("raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits")
+__all__ = ["raw_logprobs", "posinf_point_mass", "top_logprobs", "rank", "ranks", "mode_vector", "LOGPROBS_MODES"]
 
 
 def posinf_point_mass(x: torch.Tensor) -> torch.Tensor:
