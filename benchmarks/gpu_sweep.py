@@ -88,7 +88,8 @@ def uniforms_at(seeds: torch.Tensor, offsets: torch.Tensor, idx: torch.Tensor) -
 
 def step_request(rng: random.Random, V: int) -> dict:
     """Random rewrite fields of one row for ``--step``: bias, penalties over a history (or its last
-    ``penalty_last_n``), bans, min_length, a grammar bitmask and ``allowed_token_ids``.
+    ``penalty_last_n``), DRY over a history that ends with a repetition, bans, min_length, a grammar bitmask and
+    ``allowed_token_ids``.
 
     Returns
     -------
@@ -97,6 +98,11 @@ def step_request(rng: random.Random, V: int) -> dict:
     """
     n = rng.randrange(0, 300)
     hist = [rng.randrange(-2, V + 2) if rng.random() < 0.03 else rng.randrange(0, V) for _ in range(n)]
+    dry = rng.random() < 0.3
+    if dry and n:   # the history ends with a repetition of an earlier stretch, for DRY to penalise
+        c = rng.randrange(0, n)
+        hist += hist[c:c + rng.randrange(1, 12)]
+        n = len(hist)
     cut = rng.randrange(0, n + 1)
     kw = {"prompt": hist[:cut], "generated": hist[cut:]}
     if rng.random() < 0.7:
@@ -118,6 +124,10 @@ def step_request(rng: random.Random, V: int) -> dict:
         kw.update(end_id=rng.randrange(V), min_length=rng.randrange(0, 2 * len(kw["generated"]) + 2))
     kw["no_repeat_ngram_size"] = rng.choice([None, 0, 2, 3])
     kw["penalty_last_n"] = rng.choice([None, None, 0, 1, 16, n])
+    if dry:
+        kw.update(dry_multiplier=rng.choice([0.5, 1.0]), dry_base=rng.choice([1.1, 1.75, 3.0]),
+                  dry_allowed_length=rng.choice([1, 2, 3]), dry_penalty_last_n=rng.choice([None, 64]),
+                  dry_sequence_breakers=[[rng.randrange(V)], [rng.randrange(V), rng.randrange(V)]])
     if rng.random() < 0.2:   # a grammar bitmask allowing about 3/4 of the ids (each bit set with p = 3/4)
         kw["token_bitmask"] = [rng.getrandbits(32) | rng.getrandbits(32) for _ in range((V + 31) // 32)]
     if rng.random() < 0.2:

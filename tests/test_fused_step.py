@@ -209,6 +209,53 @@ def test_logprobs_modes_read_the_token_rank_and_vector_from_their_vector():
     assert out[4].token_logprobs == [(1, -200.0), (0, 0.0)]
 
 
+def test_dry_penalises_the_token_that_extends_a_repetition():
+    from impls.fused.step import dry_penalties
+    # window [1, 2, 3, 1, 2]: its end "1 2" occurred before, followed by 3: n = 2 = allowed length, penalty
+    # 1.5 * 2 ** 0 = 1.5 on id 3. A one-token breaker 2 at the end stops every repetition (limit 0); breaker 3 is
+    # never penalised itself; a window of the last 2 tokens is too short (2 <= allowed).
+    h = dict(prompt=[1, 2, 3], generated=[1, 2], dry_multiplier=1.5, dry_base=2.0, dry_allowed_length=2)
+    assert dry_penalties(row([0.0] * 5, **h), 5) == [(3, 1.5)]
+    assert dry_penalties(row([0.0] * 5, dry_sequence_breakers=[[2]], **h), 5) == []
+    assert dry_penalties(row([0.0] * 5, dry_sequence_breakers=[[3]], **h), 5) == []
+    assert dry_penalties(row([0.0] * 5, dry_penalty_last_n=2, **h), 5) == []
+    # "1 2 1 2 1 2" + allowed 1: the occurrence ending k = 2 tokens before the end repeats the last n = 4 tokens
+    # (1 2 1 2 = positions 0-3 against 2-5), the one at k = 4 the last 2; both were followed by 1: id 1 gets
+    # base ** (4 - 1) = 8; breaker [9, 1] never occurs; k odd: no match
+    r = row([0.0] * 10, prompt=[1, 2, 1, 2], generated=[1, 2], dry_multiplier=1.0, dry_base=2.0, dry_allowed_length=1,
+            dry_sequence_breakers=[[9, 1]])
+    assert dry_penalties(r, 10) == [(1, 8.0)]
+    out = greedy_step([row([3.0, 0.0, 0.0, 2.5, 0.0], **h), r.replace(logits=torch.full((10,), 1.0))])
+    assert out[0].rewritten_logits.cpu().tolist() == [3.0, 0.0, 0.0, 1.0, 0.0]
+    assert out[1].rewritten_logits.cpu().tolist()[:3] == [1.0, -7.0, 1.0]
+    assert [o.error for o in greedy_step([row([0.0] * 5, dry_sequence_breakers=[[]], **h),
+                                          row([0.0] * 5, **dict(h, dry_base=float("nan")))])] == \
+        ["invalid_sampler_param"] * 2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_dry_penalties_match_the_reference_rewrite(seed):
+    """The Z-array matching against the reference's direct comparison (impls.reference.rewrites.apply_dry)."""
+    from impls.fused.step import dry_penalties
+    from impls.reference.rewrites import apply_dry
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(60):
+        V = 6
+        n = int(torch.randint(0, 40, (1,), generator=gen))
+        hist = torch.randint(0, V + 1, (n,), generator=gen).tolist()   # id V: outside the vocabulary
+        r = row([0.0] * V, prompt=hist[:n // 2], generated=hist[n // 2:], dry_multiplier=0.8,
+                dry_base=float(torch.rand(1, generator=gen)) * 2 + 0.9,
+                dry_allowed_length=int(torch.randint(-1, 4, (1,), generator=gen)),
+                dry_penalty_last_n=(None, 0, 5, 17)[int(torch.randint(0, 4, (1,), generator=gen))],
+                dry_sequence_breakers=[torch.randint(0, V, (int(torch.randint(1, 3, (1,), generator=gen)),),
+                                                     generator=gen).tolist() for _ in range(2)])
+        want = apply_dry(torch.zeros(V), r, TRTLLM)
+        got = torch.zeros(V)
+        for t, v in dry_penalties(r, V):
+            got[t] -= v
+        assert torch.equal(got, want), r
+
+
 def test_logprobs_of_a_greedy_row_with_ties_rank_and_top_list():
     # log_softmax([1, 2, 2, 0]): logsumexp = log(e + 2 e^2 + 1) = 2.9175797; token 1 (lowest id of the tie),
     # logprob 2 - 2.9175797 = -0.9175797, rank 1 (no logprob strictly greater), top 2: (1, ...), (2, ...);
@@ -275,6 +322,8 @@ def _random_rows(gen, n, V):
             from impls.processors import parse
             kw.update(logits_processors=parse([{"kind": "step_bias", "token": int(i * 5 % V), "per_step": 0.75},
                                                {"kind": "margin", "margin": 6.0}]))
+        if i % 3 == 0:
+            kw.update(dry_multiplier=0.9, dry_base=1.5, dry_allowed_length=1, dry_sequence_breakers=[[5]])
         if i % 4 == 1:
             kw.update(logprobs_mode=("processed_logits", "processed_logprobs", "raw_logits")[i // 4 % 3])
         if i % 4 == 0:
@@ -372,7 +421,8 @@ def test_declared_stages_and_version():
     assert st == dict.fromkeys(("validation", "logit_bias", "penalties", "bans", "filters", "draw", "seeds",
                                 "logprobs", "finish", "decode", "beam"), "own")
     assert FUSED_VERSION == "7"
-    assert FusedImpl().unsupported(row([0.0], logprobs_mode="processed_logprobs")) is not None
+    assert FusedImpl().unsupported(row([0.0], mirostat=2)) is not None
+    assert FusedImpl().unsupported(row([0.0], logprobs_mode="processed_logprobs", dry_multiplier=0.5)) is None
 
 
 def test_one_beam_step_is_the_argmax_of_log_softmax_at_its_temperature():

@@ -54,8 +54,9 @@ __all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS"]
 #: 6: validation and modes (:mod:`.admit`), seeds (:mod:`.slots`) and finish reasons (:mod:`.finish`) are the
 #: package's own code instead of the reference's.
 #: 7: the grammar bitmask and ``allowed_token_ids`` (one mask in the rewrite launch), ``penalty_last_n`` (the
-#: history's window), custom logits processors (run first, on the device), ``logprob_token_ids`` declared (the
-#: step computed them already).
+#: history's window), custom logits processors (run first, on the device), ``logprobs_mode``, DRY (penalties
+#: matched on the host, subtracted in the rewrite launch), ``logprob_token_ids`` declared (the step computed
+#: them already).
 FUSED_VERSION = "7"
 
 
@@ -65,7 +66,7 @@ _PARAM_DTYPES = {"temperature": torch.float32, "top_k": torch.int64, "top_p": to
 
 
 #: Row fields the fused step does not apply (unset: ``None``).
-_OUTSIDE = ("dry_multiplier", "mirostat")
+_OUTSIDE = ("mirostat",)
 
 
 def _nan_ids(row: Row) -> list:
@@ -260,7 +261,7 @@ class FusedImpl:
     #: leaves out).
     features = frozenset({
         "temperature", "top_k", "top_p", "min_p", "top_p_decay", "beam_search", "repetition_penalty",
-        "presence_penalty", "frequency_penalty", "prompt_ignore_length", "penalty_last_n", "logit_bias",
+        "presence_penalty", "frequency_penalty", "prompt_ignore_length", "penalty_last_n", "dry", "logit_bias",
         "min_length", "bad_words", "no_repeat_ngram", "allowed_token_ids", "token_bitmask", "logits_processors",
         "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens", "max_seq_len",
         "seed", "logprobs", "logprob_token_ids", "logprobs_mode", "processed_logits", "canonical_rng",
@@ -322,9 +323,9 @@ class FusedImpl:
     def unsupported(self, row: Row) -> Optional[str]:
         """``None`` for a row the device step expresses; else why not (a field outside :attr:`features`).
 
-        The rewrite launch applies the allowed-ids mask, the logit bias, the penalties and the bans
-        (SEMANTICS §1.2-§1.4a);
-        a row asking for another rewrite (DRY, mirostat) is not run.
+        The rewrite launch applies the allowed-ids mask, the logit bias, the penalties (DRY included) and
+        the bans (SEMANTICS §1.2-§1.4a);
+        a row asking for mirostat (which replaces the penalties and filters) is not run.
         """
         for name in _OUTSIDE:
             if getattr(row, name, None) is not None:

@@ -16,15 +16,19 @@ the device (which history positions count for presence/frequency, whether
 * the logit bias, in the request's order (validated here: an id outside
   ``[0, V)`` or a NaN value is ``invalid_logit_bias``, as
   :func:`impls.reference.rewrites.apply_logit_bias`);
-* the history ``prompt + generated`` when a penalty is active
-  (``r != 1 or a != 0 or f != 0``, §1.3);
+* the history ``prompt + generated`` (its last ``penalty_last_n`` positions) when a
+  penalty is active (``r != 1 or a != 0 or f != 0``, §1.3);
 * the one-token bad words, the end ids (tagged: banned on the device while
   ``generated + draft_position < min_length``), and the ids banned by
   **multi-token** bad words whose prefix ends the history and by
   **no-repeat-ngram**: both need a match of a token sequence against the
   history, done here from the history as an index list (the same rules as
   :mod:`impls.reference.bans`: SEMANTICS §1.4, profile ``trtllm``:
-  ``bad_words_see_prompt``, ``min_length`` counts generated tokens only).
+  ``bad_words_see_prompt``, ``min_length`` counts generated tokens only);
+* the DRY penalties (:func:`dry_penalties`: a match of the history's end against
+  its earlier stretches, done here), one value per penalised id;
+* the grammar bitmask and ``allowed_token_ids`` as one allowed-ids mask
+  (:func:`allowed_words`), dense, ``ceil(V / 32)`` words a row.
 
 Workspace per row (stated for :func:`allocate_step`): the rewritten logits
 ``V`` float32, the filters' workspace (:func:`impls.fused.workspace.allocate`,
@@ -38,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
 from .. import processors
@@ -47,11 +52,11 @@ from ..profiles import Profile, TRTLLM
 from .kernel import launch_specs
 from .launch import run_call
 from .ops import DEFAULTS, INTERPRETER, check_call
-from .step_kernel import (LP_MODES, META_F, META_I, TAG_BAN, TAG_BIAS, TAG_EOS_MIN_LENGTH, TAG_HISTORY,
+from .step_kernel import (LP_MODES, META_F, META_I, TAG_BAN, TAG_BIAS, TAG_DRY, TAG_EOS_MIN_LENGTH, TAG_HISTORY,
                           _logprobs_kernel, _rewrite_kernel)
 from .workspace import allocate
 
-__all__ = ["StepInputs", "row_entries", "allowed_words", "custom_logits", "pack_entries", "pack_rows", "fused_rewrite", "allocate_step", "prepare_step",
+__all__ = ["StepInputs", "row_entries", "allowed_words", "custom_logits", "dry_penalties", "pack_entries", "pack_rows", "fused_rewrite", "allocate_step", "prepare_step",
            "fused_step", "host_bans", "penalty_active", "pow2", "launch_count"]
 
 
@@ -137,6 +142,82 @@ def custom_logits(row: Row, device) -> torch.Tensor:
     return processors.apply_all(x, row.logits_processors, processors.steps(row))
 
 
+def _z_array(s: list) -> list:
+    # z[k] = length of the longest common prefix of s and s[k:] (z[0] = len(s)); the Z-algorithm, O(len(s))
+    n = len(s)
+    z = [0] * n
+    if n:
+        z[0] = n
+    lo = hi = 0
+    for k in range(1, n):
+        if k < hi:
+            z[k] = min(hi - k, z[k - lo])
+        while k + z[k] < n and s[z[k]] == s[k + z[k]]:
+            z[k] += 1
+        if k + z[k] > hi:
+            lo, hi = k, k + z[k]
+    return z
+
+
+def _dry_limit(window: list, breakers: list) -> int:
+    # the longest repetition DRY may see: the tokens after the most recent sequence breaker (its first token at
+    # the scanned position, the rest following it inside the window), the longest breaker there; none: all
+    L = len(window)
+    for i in range(L):
+        start = L - 1 - i
+        tails = [len(b) - 1 for b in breakers if b[0] == window[start] and len(b) - 1 <= i
+                 and window[start + 1:start + len(b)] == b[1:]]
+        if tails:
+            return i - max(tails)
+    return L
+
+
+def dry_penalties(row: Row, V: int) -> list:
+    """The DRY penalty of each id that would extend a repetition of the history's end (SEMANTICS §1.3).
+
+    Over the window, the last ``dry_penalty_last_n`` tokens of ``prompt + generated`` (unset: all), an earlier
+    occurrence ending ``k`` tokens before the end repeats the window's final ``n`` tokens, ``n`` the ``k``-th value
+    of the Z-array of the reversed window (llama.cpp computes the same lengths with a reverse Z-algorithm), capped
+    by the restart limit of ``dry_sequence_breakers``; the token that followed it, ``window[L - k]``, is penalised
+    ``dry_multiplier * dry_base ** min(n - dry_allowed_length, cap)`` for its longest ``n >= dry_allowed_length``
+    (``cap = floor(88.7228391 / ln base)`` in float32 when ``base > 1.000001``, else no cap). Off unless
+    ``dry_multiplier != 0``, ``dry_base >= 1``, the window is not 0 and longer than ``dry_allowed_length``; ids
+    outside ``[0, V)`` and one-token breakers are never penalised.
+
+    Returns
+    -------
+    list of (int, float)
+        ``(id, penalty)`` by ascending id; the rewrite launch subtracts each in float32, unclamped.
+
+    Source: ggml-org/llama.cpp ``llama_sampler_dry_apply`` (llama-cpp-python 0.3.36's bundle: defaults base 1.75,
+    allowed length 2, common/common.h).
+    """
+    m = row.dry_multiplier
+    base = 1.75 if row.dry_base is None else row.dry_base
+    allowed = 2 if row.dry_allowed_length is None else row.dry_allowed_length
+    last_n = row.dry_penalty_last_n
+    if not m or not base >= 1 or last_n == 0:
+        return []
+    full = list(row.prompt) + list(row.generated)
+    window = full[max(len(full) - last_n, 0):] if last_n is not None else full
+    L = len(window)
+    breakers = [list(b) for b in row.dry_sequence_breakers or ()]
+    limit = _dry_limit(window, breakers) if L > allowed else -1
+    if limit < allowed:
+        return []
+    z = _z_array(window[::-1])
+    longest = {}
+    for k in range(1, L):
+        n = min(z[k], limit)
+        if n >= allowed:
+            t = window[L - k]
+            longest[t] = max(longest.get(t, n), n)
+    cap = int(np.float32(88.7228391) / np.log(np.float32(base))) if base > 1.000001 else 0
+    single = {b[0] for b in breakers if len(b) == 1}
+    return [(t, m * base ** (min(n - allowed, cap) if cap > 0 else n - allowed))
+            for t, n in sorted(longest.items()) if 0 <= t < V and t not in single]
+
+
 @dataclass
 class StepInputs:
     """The per-row tensors of the rewrite launch (fixed shapes: rewrite them in place to replay a graph).
@@ -213,11 +294,16 @@ def _row_entries(row: Row, V: int, profile: Profile) -> tuple:
     vals += [0.0] * len(eos)
     tags += [TAG_EOS_MIN_LENGTH] * len(eos)
     gen = len(row.generated) + int(row.draft_position or 0)
+    dry = dry_penalties(row, V)
+    ids += [t for t, _ in dry]
+    vals += [v for _, v in dry]
+    tags += [TAG_DRY] * len(dry)
     words = allowed_words(row, V)
     mode = row.logprobs_mode or "raw_logprobs"
     if mode not in LP_MODES:
         raise ValueError(f"unknown logprobs_mode {mode!r}; known: {', '.join(LP_MODES)}")
-    meta = [len(ids), n_bias, len(hist), LP_MODES[mode], prompt_len, ignored, gen, int(row.min_length or 0)]
+    meta = [len(ids), n_bias, len(hist), LP_MODES[mode], prompt_len, ignored, gen, int(row.min_length or 0),
+            len(dry), 0, 0, 0]
     pen = [1.0 if row.repetition_penalty is None else float(row.repetition_penalty),
            float(row.presence_penalty or 0.0), float(row.frequency_penalty or 0.0), 0.0]
     return ids, vals, tags, meta, pen, words

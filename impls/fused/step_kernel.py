@@ -21,8 +21,9 @@ CUDA stream, with no host synchronisation between them:
 The sparse rewrites of a row (SEMANTICS §1.2-§1.4, profile ``trtllm``) come
 as one list of ``NU`` entries ``(id, value, tag)``: the logit bias first
 (tag 1, in the request's order), then the history ``prompt + generated``
-(tag 2, in order), then the unconditional bans (tag 4) and the end ids
-banned under ``min_length`` (tag 5). Each program sorts the entries by id
+(tag 2, in order), then the unconditional bans (tag 4), the end ids
+banned under ``min_length`` (tag 5) and the DRY penalties (tag 6, one
+entry per penalised id, matched on the host). Each program sorts the entries by id
 (``tl.sort`` on ``id * 8 + tag``), so the entries of one token form a run;
 per run it derives, from the run's tags: the bias (the values added one by
 one in the request's order, so repeated ids add up exactly as the
@@ -31,7 +32,7 @@ reference's sequential ``out[t] + v``), whether the token was *seen*
 history positions ``>= min(max(prompt_ignore_length, 0), len(prompt))``,
 decided here from the position), and whether it is banned (tag 4, or tag 5
 while ``generated < min_length``). The run's last entry computes
-``bias -> repetition -> presence/frequency -> ban`` exactly as
+``bias -> repetition -> presence/frequency -> DRY -> ban`` exactly as
 :mod:`impls.reference.rewrites` does in float32 on the CPU (IEEE division,
 no FMA; PyTorch's CUDA division by a Python scalar multiplies by its
 reciprocal instead, which can be 1 ulp away) and writes it when the id lies
@@ -55,17 +56,19 @@ import triton.language as tl
 
 from .kernel import _F_EKEEP, _F_ETHR, _F_M, _F_T, _F_XA, _I_KIND, _INT32_MAX, _key, _latest_combine, _unkey, _ws
 
-__all__ = ["TAG_BIAS", "TAG_HISTORY", "TAG_BAN", "TAG_EOS_MIN_LENGTH", "META_I", "META_F", "LP_COUNTERS"]
+__all__ = ["TAG_BIAS", "TAG_HISTORY", "TAG_BAN", "TAG_EOS_MIN_LENGTH", "TAG_DRY", "META_I", "META_F", "LP_COUNTERS"]
 
 #: Tags of the sparse entries of a row.
 TAG_BIAS = 1
 TAG_HISTORY = 2  # becomes 3 in the kernel where the position counts for presence/frequency
 TAG_BAN = 4
 TAG_EOS_MIN_LENGTH = 5
+TAG_DRY = 6
 #: int32 columns per row of ``meta_i``: entries, bias entries, history entries, the logprobs mode
 #: (:data:`LP_MODES`), prompt length (in the history given: ``penalty_last_n`` may cut it), prompt_ignore_length
-#: (the same), generated length (plus draft position), min_length.
-META_I = 8
+#: (the same), generated length (plus draft position), min_length, DRY entries (the list's last), 3 unused.
+META_I = 12
+_META_I = tl.constexpr(META_I)
 #: float32 columns per row of ``meta_f``: repetition, presence, frequency penalty, (unused).
 META_F = 4
 #: int32 counters per row: logprobs ticket, rank count.
@@ -112,7 +115,7 @@ def _rewrite_kernel(logits_ptr, stride_row, V, y_ptr, sp_ids, sp_val, sp_tag, me
             # the allowed-ids mask (§1.4a): a 0 bit bans its token, whatever its logit (NaN included)
             x = tl.where(_allowed(mask_ptr, MW, row, offs, inb), x, float("-inf"))
         tl.store(ybase + offs, x, mask=inb)
-    mi = meta_i + row * 8
+    mi = meta_i + row * _META_I
     n_sp = tl.load(mi + 0)
     if n_sp > 0:
         n_bias = tl.load(mi + 1)
@@ -143,6 +146,13 @@ def _rewrite_kernel(logits_ptr, stride_row, V, y_ptr, sp_ids, sp_val, sp_tag, me
             bid = tl.load(sp_ids + row * NU + j)
             bv = tl.load(sp_val + row * NU + j)
             xb = tl.where(sid == bid, xb + bv, xb)
+        # DRY (§1.3): the row's last n_dry entries, one per penalised id, value the penalty
+        n_dry = tl.load(mi + 8)
+        dry = tl.zeros([NU], dtype=tl.float32)
+        for j in range(n_sp - n_dry, n_sp):
+            did = tl.load(sp_ids + row * NU + j)
+            dv = tl.load(sp_val + row * NU + j)
+            dry = tl.where(sid == did, dv, dry)
         # runs of one id: totals up to each entry, from the run's start (segmented by the start flags)
         prev = tl.gather(sk, tl.maximum(u - 1, 0), 0) >> 3
         start = ((u == 0) | (prev != (sk >> 3))).to(tl.int32)
@@ -152,12 +162,14 @@ def _rewrite_kernel(logits_ptr, stride_row, V, y_ptr, sp_ids, sp_val, sp_tag, me
         c_cnt = tl.cumsum((stag == 3).to(tl.int32), 0)
         ban_e = (stag == 4) | ((stag == 5) & (gen_len < min_len))
         c_ban = tl.cumsum(ban_e.to(tl.int32), 0)
+        c_dry = tl.cumsum((stag == 6).to(tl.int32), 0)
         first = tl.where(start != 0, u, 0)
         _f, s_pos = tl.associative_scan((start, first), 0, _latest_combine)
         at = tl.maximum(s_pos - 1, 0)
         before_seen = tl.where(s_pos > 0, tl.gather(c_seen, at, 0), 0)
         before_cnt = tl.where(s_pos > 0, tl.gather(c_cnt, at, 0), 0)
         before_ban = tl.where(s_pos > 0, tl.gather(c_ban, at, 0), 0)
+        before_dry = tl.where(s_pos > 0, tl.gather(c_dry, at, 0), 0)
         seen = (c_seen - before_seen) > 0
         cnt = c_cnt - before_cnt
         banned = (c_ban - before_ban) > 0
@@ -169,6 +181,9 @@ def _rewrite_kernel(logits_ptr, stride_row, V, y_ptr, sp_ids, sp_val, sp_tag, me
         pf = ((cnt > 0).to(tl.int32) * ((a != 0.0) | (f != 0.0)).to(tl.int32)) != 0
         w = x1 - (a + f * cnt.to(tl.float32))
         x2 = tl.where(pf, _clamp_finite(x1, w), x1)
+        # DRY: x -= penalty, unclamped (llama.cpp subtracts in float)
+        has_dry = (c_dry - before_dry) > 0
+        x2 = tl.where(has_dry, x2 - dry, x2)
         # bans (§1.4): -inf
         x3 = tl.where(banned, float("-inf"), x2)
         tl.debug_barrier()  # the part's copy is stored before its patched entries
@@ -255,7 +270,7 @@ def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, 
         L = tl.log(Z)
         tok = tl.load(token_ptr + row)
         if MODES:
-            mode = tl.load(meta_i + row * 8 + 3)
+            mode = tl.load(meta_i + row * _META_I + 3)
             e_thr = tl.load(rf + _F_ETHR)
             xA = tl.load(rf + _F_XA)
             lpt = _mode_lp(tl.load(ybase + tok), M, L, mode, kind, m, T, E, e_thr, xA)
