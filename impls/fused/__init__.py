@@ -152,7 +152,7 @@ class FusedSession:
         for V, idx in by_vocab.items():
             logits = [custom_logits(rows[i], self.device) for i in idx]
             dt = logits[0].dtype if all(x.dtype == logits[0].dtype for x in logits) else torch.float32
-            x = torch.stack([v.to(dt) for v in logits]).to(self.device)
+            x = torch.stack([v.to(device=self.device, dtype=dt) for v in logits])
             if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
                 x = x.to(torch.float32)
             sub = [rows[i] for i in idx]
