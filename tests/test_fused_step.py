@@ -256,6 +256,27 @@ def test_dry_penalties_match_the_reference_rewrite(seed):
         assert torch.equal(got, want), r
 
 
+def test_processed_logits_keep_the_top_k_when_its_probability_rounds_to_zero():
+    # x = [200, 0, 0, -1, -3], top_k 2 at T = 1: the second largest (0, tied twice) has e = exp(-200) = 0 in
+    # float32, as has every token below it; the filters keep all of them (tied at e = 0, never drawn) but the
+    # processed logits are exact arithmetic's top-k: 200 and both 0s (ties kept), -inf below. At T = 0.3 and
+    # top_k 50 over linspace(0, -800, 1100), the 50th logit is 35.7 (119 T) below the largest: 50 finite
+    # entries. A row with e_thr > 0 keeps its set as before (processed logits [2, 1, -inf, -inf] at T = 2).
+    sess = FusedSession(DEV)
+    rows = [row([200.0, 0.0, 0.0, -1.0, -3.0], temperature=1.0, top_k=2, seed=1, slot=0, logprobs=-1,
+                logprobs_mode="processed_logits"),
+            Row(logits=torch.linspace(0.0, -800.0, 1100), temperature=0.3, top_k=50, seed=3, slot=1, logprobs=-1,
+                logprobs_mode="processed_logits"),
+            row([4.0, 2.0, 0.0, -2.0], temperature=2.0, top_k=2, seed=2, slot=2, logprobs=-1,
+                logprobs_mode="processed_logits")]
+    out = sess.step(rows)
+    assert out[0].token == 0 and out[0].vocab_logprobs.cpu().tolist() == [200.0, 0.0, 0.0, NEG, NEG]
+    assert out[0].rank == 1
+    v = out[1].vocab_logprobs.cpu()
+    assert int(torch.isfinite(v).sum()) == 50 and bool(torch.isfinite(v[:50]).all())
+    assert out[2].vocab_logprobs.cpu().tolist() == [2.0, 1.0, NEG, NEG]
+
+
 def test_logprobs_of_a_greedy_row_with_ties_rank_and_top_list():
     # log_softmax([1, 2, 2, 0]): logsumexp = log(e + 2 e^2 + 1) = 2.9175797; token 1 (lowest id of the tie),
     # logprob 2 - 2.9175797 = -0.9175797, rank 1 (no logprob strictly greater), top 2: (1, ...), (2, ...);
@@ -324,8 +345,10 @@ def _random_rows(gen, n, V):
                                                {"kind": "margin", "margin": 6.0}]))
         if i % 3 == 0:
             kw.update(dry_multiplier=0.9, dry_base=1.5, dry_allowed_length=1, dry_sequence_breakers=[[5]])
-        if i % 4 == 1:
-            kw.update(logprobs_mode=("processed_logits", "processed_logprobs", "raw_logits")[i // 4 % 3])
+        if i % 2 == 1:
+            kw.update(logprobs_mode=("processed_logits", "processed_logprobs", "raw_logits")[i // 2 % 3])
+        if i % 4 == 3:
+            kw.update(logprobs=-1)
         if i % 4 == 0:
             kw.update(temperature=0.0)
         else:
@@ -353,9 +376,11 @@ def test_random_rows_match_the_reference_step(V):
         assert g.processed_logprob == pytest.approx(w.processed_logprob, abs=1e-6, rel=1e-6)
         assert g.rank == w.rank
         assert g.finish_reason == w.finish_reason
-        if r.logprobs is not None:
+        if r.logprobs is not None and r.logprobs >= 0:
             assert [i for i, _ in g.top_logprobs] == [i for i, _ in w.top_logprobs]
             assert [v for _, v in g.top_logprobs] == pytest.approx([v for _, v in w.top_logprobs], abs=1e-6)
+        if r.logprobs == -1:   # the whole vector of the row's mode (infinities where the reference has them)
+            assert torch.allclose(g.vocab_logprobs.cpu(), w.vocab_logprobs.cpu(), rtol=1e-6, atol=1e-6)
 
 
 def test_whole_vector_and_bf16_input():

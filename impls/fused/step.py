@@ -4,7 +4,7 @@
 synchronisation: the rewrite launch (:mod:`impls.fused.step_kernel`), the
 filter and draw launches of :mod:`impls.fused.kernel` on the rewritten
 float32 logits, and the logprobs launch. Every per-row input is a tensor of
-fixed shape (``(B,)``, ``(B, NU)``, ``(B, 8)``), so a call can be captured
+fixed shape (``(B,)``, ``(B, NU)``, ``(B, 12)``), so a call can be captured
 in a CUDA graph once its :class:`StepInputs` and its workspace
 (:func:`allocate_step`) are kept and rewritten in place.
 
@@ -56,7 +56,8 @@ from .step_kernel import (LP_MODES, META_F, META_I, TAG_BAN, TAG_BIAS, TAG_DRY, 
                           _logprobs_kernel, _rewrite_kernel)
 from .workspace import allocate
 
-__all__ = ["StepInputs", "row_entries", "allowed_words", "custom_logits", "dry_penalties", "pack_entries", "pack_rows", "fused_rewrite", "allocate_step", "prepare_step",
+__all__ = ["StepInputs", "row_entries", "allowed_words", "custom_logits", "dry_penalties", "pack_entries", "pack_rows",
+           "fused_rewrite", "allocate_step", "prepare_step",
            "fused_step", "host_bans", "penalty_active", "pow2", "launch_count"]
 
 
@@ -231,7 +232,7 @@ class StepInputs:
     tags : torch.Tensor
         ``(B, NU)`` int32 :data:`impls.fused.step_kernel.TAG_BIAS` ... (0 pads).
     meta_i : torch.Tensor
-        ``(B, 8)`` int32 (:data:`impls.fused.step_kernel.META_I`).
+        ``(B, 12)`` int32 (:data:`impls.fused.step_kernel.META_I`).
     meta_f : torch.Tensor
         ``(B, 4)`` float32 repetition, presence, frequency penalty.
     n_top : torch.Tensor
@@ -327,14 +328,16 @@ def allowed_words(row: Row, V: int) -> Optional[list]:
     Raises
     ------
     ValueError
-        A ``token_bitmask`` of another length than ``ceil(V / 32)`` words (the case loader's check).
+        A ``token_bitmask`` of fewer than ``ceil(V / 32)`` words (the case loader checks the length; the
+        reference cannot read such a mask either).
     """
     if row.token_bitmask is None and row.allowed_token_ids is None:
         return None
     n = (V + 31) // 32
-    if row.token_bitmask is not None and len(row.token_bitmask) != n:
+    if row.token_bitmask is not None and len(row.token_bitmask) < n:
         raise ValueError(f"token_bitmask has {len(row.token_bitmask)} words; a vocabulary of {V} needs {n}")
-    words = [int(w) & 0xFFFFFFFF for w in row.token_bitmask] if row.token_bitmask is not None else [0xFFFFFFFF] * n
+    # words past ceil(V / 32) are ignored, as the reference reads them (impls.params.bitmask_allows)
+    words = [int(w) & 0xFFFFFFFF for w in row.token_bitmask[:n]] if row.token_bitmask is not None else [0xFFFFFFFF] * n
     if row.allowed_token_ids is not None:
         listed = [0] * n
         for t in row.allowed_token_ids:
@@ -449,7 +452,8 @@ def pack_rows(rows: Sequence[Row], V: int, device, profile: Profile = TRTLLM, NU
 
 
 def fused_rewrite(logits: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
-    """The rewrite launch alone: ``(B, V)`` float32 logits after bias, penalties and bans.
+    """The rewrite launch alone: ``(B, V)`` float32 logits after the allowed-ids mask, bias, penalties (DRY
+    included) and bans (the custom logits processors, run before it, are the caller's: :func:`custom_logits`).
 
     Parameters
     ----------
@@ -677,7 +681,7 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
     if want_logprobs:
         _logprobs_kernel[(B, S)](y, V, a["tokens"], a["status"], inputs.n_top, a["lpw"], a["lpc"], a["topw"],
                                  a["wsi"], a["wsf"], a["ws64"], a["lp"], a["rank"], a["plp"], a["top_id"],
-                                 a["top_lp"], a["vec"], S, CH, inputs.meta_i, BLOCK=cfg["block"], NB1=cfg["nb"],
+                                 a["top_lp"], a["vec"], S, CH, inputs.meta_i, top_k, BLOCK=cfg["block"], NB1=cfg["nb"],
                                  NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"], KL=KL, WANT_VEC=want_vector,
                                  MODES=inputs.modes, **kw)
         out.update(logprob=a["lp"], rank=a["rank"], processed_logprob=a["plp"], top_ids=a["top_id"],

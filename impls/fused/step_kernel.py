@@ -5,7 +5,8 @@ CUDA stream, with no host synchronisation between them:
 
 1. ``_rewrite_kernel`` (``B x S`` programs, the filters' split of a row into
    parts): copies its part of the row to the float32 rewritten-logits buffer
-   ``y`` (any input dtype, upcast), then applies the row's **sparse rewrites**
+   ``y`` (any input dtype, upcast; with ``HAS_MASK`` the ids the row's
+   allowed-ids mask bans become ``-inf``, NaN included), then applies the row's **sparse rewrites**
    in registers and writes the entries that fall in its part, and (with
    logprobs) takes the part's ``(max, sum exp(y - max))`` of the rewritten
    part for the log-softmax. Program part 0 zeroes the row's logprob counters.
@@ -13,9 +14,10 @@ CUDA stream, with no host synchronisation between them:
    launch) on ``y``: temperature, min-p, top-k, top-p, greedy and the
    canonical draw.
 3. ``_logprobs_kernel`` (``B x S``): RAW logprobs ``(y - M) - log Z`` of its
-   part (the whole vector when asked), the count of tokens with a strictly
-   greater logprob than the drawn token's (rank), and the part's top-``KL``
-   logprobs; the last program of the row (atomic ticket) merges the parts'
+   part (with ``MODES``, the vector of each row's ``logprobs_mode`` instead:
+   :func:`_mode_lp`; the whole vector when asked), the count of tokens with a strictly
+   greater value than the drawn token's (rank), and the part's top-``KL``
+   values; the last program of the row (atomic ticket) merges the parts'
    lists and writes the row's logprob, rank, PROCESSED logprob and top list.
 
 The sparse rewrites of a row (SEMANTICS §1.2-§1.4, profile ``trtllm``) come
@@ -229,14 +231,38 @@ def _merge_top(best, pk, KL: tl.constexpr):
 
 
 @triton.jit
-def _mode_lp(y, M, L, mode, kind, m, T, E, e_thr, xA):
+def _kth_logit(ybase, V, xA, k, BLOCK: tl.constexpr):
+    # the k-th largest survivor (finite, >= xA) of the whole row: the smallest key t with fewer than k survivors
+    # above it, 32 bisections of a pass each; -inf when k <= 0 or the row has fewer than k survivors
+    ar = tl.arange(0, BLOCK)
+    lo = tl.full([], -2147483648, tl.int64)
+    hi = tl.full([], 2147483647, tl.int64)
+    n_it = tl.where(k > 0, 32, 0)
+    for _it in range(0, n_it):
+        mid = lo + (hi - lo) // 2
+        c = tl.zeros([BLOCK], dtype=tl.int32)
+        for st in range(0, V, BLOCK):
+            offs = st + ar
+            y = tl.load(ybase + offs, mask=offs < V, other=float("-inf"))
+            A = (y > float("-inf")) & (y < float("inf")) & (y >= xA)
+            c += (A & (_key(y).to(tl.int64) > mid)).to(tl.int32)
+        ok = tl.sum(c, 0) < k
+        hi = tl.where(ok, mid, hi)
+        lo = tl.where(ok, lo, mid)
+    # the least finite key is -FLT_MAX's (-2139095040): below it, fewer than k survivors
+    return tl.where((k > 0) & (hi >= -2139095040), _unkey(hi.to(tl.int32)), float("-inf"))
+
+
+@triton.jit
+def _mode_lp(y, M, L, mode, kind, m, T, E, e_thr, xA, x_k):
     # the logprobs_mode vector at rewritten logits y (SEMANTICS §1.7, the reference's mode_vector): 0 RAW
     # logprobs; 1 the rewritten logits; 2 a sampling row's y / T on its kept set (the probabilities launch's
-    # membership), -inf elsewhere, a greedy row's y; 3 the log of the probability the draw used, a greedy row's
-    # RAW logprobs (log_softmax of y)
+    # membership, and y >= x_k: the k-th largest survivor where that membership cannot tell, e_thr 0), -inf
+    # elsewhere, a greedy row's y; 3 the log of the probability the draw used, a greedy row's RAW logprobs
+    # (log_softmax of y)
     raw = (y - M) - L
     e = tl.exp(tl.div_rn(y - m, T))
-    kept = (y > float("-inf")) & (y < float("inf")) & (y >= xA) & (e >= e_thr)
+    kept = (y > float("-inf")) & (y < float("inf")) & (y >= xA) & (e >= e_thr) & (y >= x_k)
     greedy = kind == 0
     pl = tl.where(greedy, y, tl.where(kept, tl.div_rn(y, T), float("-inf")))
     plp = tl.where(greedy, raw, tl.where(kept, tl.log(tl.div_rn(e, E)), float("-inf")))
@@ -245,7 +271,7 @@ def _mode_lp(y, M, L, mode, kind, m, T, E, e_thr, xA):
 
 @triton.jit(do_not_specialize=["S"])
 def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, wsi, wsf, ws64,
-                     lp_tok_ptr, rank_ptr, plp_ptr, top_id_ptr, top_lp_ptr, vec_ptr, S, CH, meta_i,
+                     lp_tok_ptr, rank_ptr, plp_ptr, top_id_ptr, top_lp_ptr, vec_ptr, S, CH, meta_i, top_k_ptr,
                      BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                      KBIG: tl.constexpr, KL: tl.constexpr, WANT_VEC: tl.constexpr, MODES: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
@@ -273,7 +299,13 @@ def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, 
             mode = tl.load(meta_i + row * _META_I + 3)
             e_thr = tl.load(rf + _F_ETHR)
             xA = tl.load(rf + _F_XA)
-            lpt = _mode_lp(tl.load(ybase + tok), M, L, mode, kind, m, T, E, e_thr, xA)
+            # a top-k boundary whose e = exp((x_k - m) / T) rounds to 0 in float32 (x_k some 104 T below the
+            # largest) keeps, by the filters' membership, every survivor tied with it at e = 0; the processed
+            # logits need exact arithmetic's set (the reference's, float64): the k-th largest logit, found here
+            x_k = tl.full([], float("-inf"), tl.float32)
+            if (mode == 2) & (kind == 3) & (e_thr == 0.0):
+                x_k = _kth_logit(ybase, V, xA, tl.load(top_k_ptr + row), BLOCK)
+            lpt = _mode_lp(tl.load(ybase + tok), M, L, mode, kind, m, T, E, e_thr, xA, x_k)
         else:
             lpt = (tl.load(ybase + tok) - M) - L
         k_row = tl.load(ntop_ptr + row)
@@ -287,7 +319,7 @@ def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, 
             inb = offs < hi
             yv = tl.load(ybase + offs, mask=inb, other=float("-inf"))
             if MODES:
-                lp = _mode_lp(yv, M, L, mode, kind, m, T, E, e_thr, xA)
+                lp = _mode_lp(yv, M, L, mode, kind, m, T, E, e_thr, xA, x_k)
             else:
                 lp = (yv - M) - L
             if WANT_VEC:
