@@ -43,6 +43,7 @@ from typing import Optional, Sequence
 import torch
 
 from ..base import LatencyBatch, Row, RowError, RowResult, claim_slot
+from ..params import PARAMS, field_feature
 from ..profiles import TRTLLM
 from ..registry import Entry
 
@@ -65,8 +66,6 @@ FUSED_VERSION = "7"
 _PARAM_DTYPES = {"temperature": torch.float32, "top_k": torch.int64, "top_p": torch.float64, "min_p": torch.float32}
 
 
-#: Row fields the fused step does not apply (unset: ``None``).
-_OUTSIDE = ("mirostat",)
 
 
 def _nan_ids(row: Row) -> list:
@@ -321,15 +320,20 @@ class FusedImpl:
         return facts
 
     def unsupported(self, row: Row) -> Optional[str]:
-        """``None`` for a row the device step expresses; else why not (a field outside :attr:`features`).
-
-        The rewrite launch applies the allowed-ids mask, the logit bias, the penalties (DRY included) and
-        the bans (SEMANTICS §1.2-§1.4a);
-        a row asking for mirostat (which replaces the penalties and filters) is not run.
+        """``None`` for a row the device step expresses; else why not: a field it sets whose feature
+        (:func:`impls.params.field_feature`) is not in :attr:`features` (llama.cpp's other samplers: XTC,
+        mirostat, dynamic temperature, top-n-sigma, typical-p, ``min_keep``), so that a row given through the
+        API, not a case, is never sampled with one of its fields ignored.
         """
-        for name in _OUTSIDE:
-            if getattr(row, name, None) is not None:
-                return f"{name}: not a rewrite of the fused step"
+        for p in PARAMS:
+            if not p.row_field or p.feature is None:
+                continue
+            v = getattr(row, p.name, None)
+            if v is None or (p.factory is not None and v == p.factory()) or v == p.default:
+                continue
+            feature = field_feature(p.name, v)
+            if feature is not None and feature not in self.features:
+                return f"{p.name}={v!r}: feature {feature!r} is not one the fused step expresses"
         return None
 
     def open_session(self, device: str = "cpu") -> FusedSession:
