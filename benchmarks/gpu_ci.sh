@@ -2,7 +2,7 @@
 # The project's GPU session on a machine without network (the H200 of GPU.md):
 # carried wheels, then `tox -e gpu` itself, then the extras that produce committed files.
 #   STAGES="tox"            tox -e gpu (TOX_ARGS after --, e.g. "--latency-quick")
-#   STAGES="records"        FlashInfer, vLLM-GPU (vllm-triton, vllm-flashinfer, vllm-rejection: the source bundle
+#   STAGES="records"        fused (golden/engines/fused-<version>.json), FlashInfer, vLLM-GPU (vllm-triton, vllm-flashinfer, vllm-rejection: the source bundle
 #                           .whl/vllm-src of impls/vllm_gpu) and sglang-flashinfer (the source bundle .whl/sglang-src
 #                           of impls/sglang_gpu) run records for golden/engines/
 #   STAGES="latency"        the full latency grid (same suite as tox -e gpu) and its report
@@ -65,9 +65,9 @@ for stage in ${STAGES:-tox}; do
     cp reports/latency.json "$OUT/latency-quick.json" 2>/dev/null
     ;;
   records)
-    echo "== run records (in parallel, OMP_NUM_THREADS=2 each: with torch's default thread count the six"
+    echo "== run records (in parallel, OMP_NUM_THREADS=2 each: with torch's default thread count the seven"
     echo "   processes starve each other; on an H100 each took 40-60 s after FlashInfer's JIT build, 2026-12-05)"
-    impls="flashinfer flashinfer-joint vllm-triton vllm-flashinfer vllm-rejection sglang-flashinfer"
+    impls="fused flashinfer flashinfer-joint vllm-triton vllm-flashinfer vllm-rejection sglang-flashinfer"
     # build FlashInfer's sampling module once (JIT, about 130 s) before four processes need it
     python3 -c "import torch, flashinfer.sampling as s; p = torch.softmax(torch.randn(4, 1000, device='cuda'), -1); \
 s.top_k_top_p_sampling_from_probs(p, 5, 0.9); s.min_p_sampling_from_probs(p, 0.1); s.top_k_renorm_probs(p, 5); \
