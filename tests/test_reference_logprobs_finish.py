@@ -72,6 +72,18 @@ def test_raw_is_at_temperature_one_and_processed_at_the_row_temperature():
     assert r.processed_logprob == approx(log_softmax64(z, 0.5)[tok])
 
 
+def test_processed_logits_are_at_the_dynamic_temperature_the_draw_used():
+    """§1.7 with §1.5a: a row with a dynamic temperature draws at T' (logits [2, 1, 0.5, -1], T 1, range 0.5:
+    H / ln 4 = 0.7317369268, T' = 0.5 + 0.7317369268 = 1.231736927), so its processed logits are x / T', as its
+    processed logprobs are log softmax(x / T')."""
+    z = [2.0, 1.0, 0.5, -1.0]
+    t = 1.231736927
+    (r,) = step(row(z, temperature=1.0, dynatemp_range=0.5, seed=1, logprobs=-1, logprobs_mode="processed_logits"))
+    assert r.vocab_logprobs.tolist() == approx([v / t for v in z])
+    (r,) = step(row(z, temperature=1.0, dynatemp_range=0.5, seed=1, logprobs=-1, logprobs_mode="processed_logprobs"))
+    assert r.vocab_logprobs.tolist() == approx(log_softmax64(z, t))
+
+
 def test_processed_logprob_is_over_the_filtered_renormalised_distribution():
     """§1.7: PROCESSED = log of the distribution actually sampled from. The SEMANTICS
     example keeps {0, 1}: log(1/(1+e^-0.5)) or log(e^-0.5/(1+e^-0.5))."""

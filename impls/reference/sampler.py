@@ -579,7 +579,10 @@ class ReferenceSession:
         raw_src = x0 if stage == "before_processing" else x
         if stage == "after_temperature" and keep is not None and res.temperature != 1.0:
             raw_src = x / res.temperature
-        lp = mode_vector(row.logprobs_mode, raw_src, x, keep, res.temperature, probs, self.profile.posinf_logits)
+        # processed logits at the temperature of the draw: a dynamic one where the row has it (one outcome)
+        outs = self._outcomes(keep) if keep is not None else None
+        t = outs[0].temperature if outs is not None and len(outs) == 1 else res.temperature
+        lp = mode_vector(row.logprobs_mode, raw_src, x, keep, t, probs, self.profile.posinf_logits)
         result.raw_logprobs = lp
         for k, v in (*vector_outputs(row, lp).items(), *token_outputs(row, tok, lp, probs, self.profile).items()):
             setattr(result, k, v)
