@@ -277,6 +277,30 @@ def test_processed_logits_keep_the_top_k_when_its_probability_rounds_to_zero():
     assert out[2].vocab_logprobs.cpu().tolist() == [2.0, 1.0, NEG, NEG]
 
 
+def test_dynamic_temperature_from_the_entropy_of_every_finite_logit(monkeypatch):
+    from impls.fused import ops
+    from impls.fused.temperature import dynamic_temperature
+    # x = [2, 1, 0.5, -1], T = 1, range 0.5 (lo 0.5, hi 1.5), exponent 1: H / ln 4 = 0.7317369268, T' =
+    # 1.231736927 (cases/filters/dynatemp-entropy-before-filters); top_k 2 keeps {0, 1}: probs [1, e^(-1/T')] /
+    # (1 + e^(-1/T')) = [0.6925060732, 0.3074939268]. A -inf logit is not counted (n = 4 of 5); range <= 0
+    # and greedy rows keep their temperature; exponent -1: 0.5 + 1 / 0.7317369268 = 1.866611364.
+    x = [2.0, 1.0, 0.5, -1.0]
+    y = torch.tensor([x + [NEG]] * 4)
+    f64 = lambda v: torch.tensor(v, dtype=torch.float64)
+    t = dynamic_temperature(y, torch.tensor([1.0, 1.0, 0.0, 1.0]), f64([0.5, -0.5, 0.5, 0.5]), f64([1.0, 1.0, 1.0, -1.0]))
+    assert t.tolist() == pytest.approx([1.231736927, 1.0, 0.0, 1.866611364], abs=1e-7)
+    out = FusedSession(DEV).step([row(x, temperature=1.0, dynatemp_range=0.5, top_k=2, seed=111, slot=0),
+                                  row(x, temperature=1.0, dynatemp_range=float("nan"), seed=1, slot=1)])
+    assert out[0].probs.cpu().tolist() == pytest.approx([0.6925060732, 0.3074939268, 0.0, 0.0], abs=1e-6)
+    assert out[1].error == "invalid_sampler_param"
+    # sample_many draws at T' too
+    seen = []
+    real = ops.fused_sample
+    monkeypatch.setattr(ops, "fused_sample", lambda x, **kw: seen.append(kw["temperature"]) or real(x, **kw))
+    FusedSession(DEV).sample_many(row(x, temperature=1.0, dynatemp_range=0.5), seeds=range(4))
+    assert seen[0].cpu().tolist() == pytest.approx([1.231736927] * 4, abs=1e-7)
+
+
 def test_logprobs_of_a_greedy_row_with_ties_rank_and_top_list():
     # log_softmax([1, 2, 2, 0]): logsumexp = log(e + 2 e^2 + 1) = 2.9175797; token 1 (lowest id of the tie),
     # logprob 2 - 2.9175797 = -0.9175797, rank 1 (no logprob strictly greater), top 2: (1, ...), (2, ...);
@@ -343,6 +367,8 @@ def _random_rows(gen, n, V):
             from impls.processors import parse
             kw.update(logits_processors=parse([{"kind": "step_bias", "token": int(i * 5 % V), "per_step": 0.75},
                                                {"kind": "margin", "margin": 6.0}]))
+        if i % 5 == 2:
+            kw.update(dynatemp_range=0.4, dynatemp_exponent=1.3)
         if i % 3 == 0:
             kw.update(dry_multiplier=0.9, dry_base=1.5, dry_allowed_length=1, dry_sequence_breakers=[[5]])
         if i % 2 == 1:

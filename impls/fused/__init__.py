@@ -22,7 +22,8 @@ Pipeline of :meth:`FusedSession.step`, in order:
    whole step at once, in row order;
 4. the rest of :func:`impls.fused.step.fused_step` per vocabulary size (its rewrite
    launch already run), all on the device and without a host synchronisation:
-   temperature, min-p, top-k, top-p,
+   temperature (a dynamic one from the rewritten logits' entropy,
+   :func:`impls.fused.temperature.dynamic_temperature`), min-p, top-k, top-p,
    greedy and the canonical draw (:mod:`impls.fused.kernel`), with the
    probabilities of the same filtering, a beam row's one step of width 1,
    then the drawn token's logprob, its rank and the top logprobs, read from the
@@ -57,7 +58,7 @@ __all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS"]
 #: 7: the grammar bitmask and ``allowed_token_ids`` (one mask in the rewrite launch), ``penalty_last_n`` (the
 #: history's window), custom logits processors (run first, on the device), ``logprobs_mode``, DRY (penalties
 #: matched on the host, subtracted in the rewrite launch), ``logprob_token_ids`` declared (the step computed
-#: them already).
+#: them already), dynamic temperature (:mod:`.temperature`).
 FUSED_VERSION = "7"
 
 
@@ -66,6 +67,14 @@ FUSED_VERSION = "7"
 _PARAM_DTYPES = {"temperature": torch.float32, "top_k": torch.int64, "top_p": torch.float64, "min_p": torch.float32}
 
 
+
+
+def _dynatemp(rows: Sequence[Row], device) -> tuple:
+    """``(range, exponent)``: ``(B,)`` float64 ``dynatemp_range`` (0 unset: off) and ``dynatemp_exponent`` (1 unset)."""
+    rng = [float(r.dynatemp_range) if r.dynatemp_range is not None else 0.0 for r in rows]
+    exp = [float(r.dynatemp_exponent) if r.dynatemp_exponent is not None else 1.0 for r in rows]
+    return (torch.tensor(rng, dtype=torch.float64, device=device),
+            torch.tensor(exp, dtype=torch.float64, device=device))
 
 
 def _nan_ids(row: Row) -> list:
@@ -125,6 +134,7 @@ class FusedSession:
         from .kernel import STATUS_KINDS, PATHS
         from .slots import row_flags
         from .step import custom_logits, fused_step, pack_entries, prepare_step, row_entries
+        from .temperature import dynamic_temperature
 
         out: list = [None] * len(rows)
         staged = {}
@@ -171,6 +181,8 @@ class FusedSession:
             args = {name: torch.tensor([getattr(staged[i][0], name) for i in idx], dtype=dt_, device=self.device)
                     for name, dt_ in _PARAM_DTYPES.items()}
             args.update(seed=seeds[pick], offset=offsets[pick])
+            if any(r.dynatemp_range is not None and r.dynatemp_range > 0 for r in sub):
+                args["temperature"] = dynamic_temperature(buf["y"], args["temperature"], *_dynatemp(sub, self.device))
             beam = [staged[i][0].beam_temperature for i in idx]
             beam_t = torch.tensor(beam, dtype=torch.float32, device=self.device) if max(beam) >= 0 else None
             o = fused_step(x, **args, inputs=inputs, want_probs=True, want_logprobs=True, want_vector=want_vec,
@@ -225,6 +237,7 @@ class FusedSession:
         from .kernel import STATUS_KINDS
         from .ops import fused_sample
         from .step import custom_logits, fused_rewrite, pack_rows
+        from .temperature import dynamic_temperature
 
         adm = admit(row)
         inputs, errs = pack_rows([row], row.vocab, self.device)
@@ -232,12 +245,16 @@ class FusedSession:
             raise errs[0]
         x = fused_rewrite(custom_logits(row, self.device).to(self.device)[None], inputs)[0]
         V = x.shape[-1]
+        temp = adm.temperature
+        if row.dynatemp_range is not None and row.dynatemp_range > 0:
+            t0 = torch.tensor([adm.temperature], dtype=torch.float32, device=self.device)
+            temp = float(dynamic_temperature(x[None], t0, *_dynatemp([row], self.device))[0])
         counts = torch.zeros(V, dtype=torch.int64)
         for start in range(0, len(seeds), chunk):
             part = [signed_seed(int(s)) for s in seeds[start:start + chunk]]
             n = len(part)
             full = lambda v, dt: torch.full((n,), v, dtype=dt, device=self.device)
-            tok, status, _, _ = fused_sample(x.expand(n, V), temperature=full(adm.temperature, torch.float32),
+            tok, status, _, _ = fused_sample(x.expand(n, V), temperature=full(temp, torch.float32),
                                              top_k=full(adm.top_k, torch.int64), top_p=full(adm.top_p, torch.float64),
                                              min_p=full(adm.min_p, torch.float32),
                                              seed=torch.tensor(part, dtype=torch.int64, device=self.device),
@@ -260,7 +277,8 @@ class FusedImpl:
     #: leaves out).
     features = frozenset({
         "temperature", "top_k", "top_p", "min_p", "top_p_decay", "beam_search", "repetition_penalty",
-        "presence_penalty", "frequency_penalty", "prompt_ignore_length", "penalty_last_n", "dry", "logit_bias",
+        "presence_penalty", "frequency_penalty", "prompt_ignore_length", "penalty_last_n", "dry", "dynatemp",
+        "logit_bias",
         "min_length", "bad_words", "no_repeat_ngram", "allowed_token_ids", "token_bitmask", "logits_processors",
         "end_id", "end_id_set", "ignore_eos", "stop_words", "max_new_tokens", "max_seq_len",
         "seed", "logprobs", "logprob_token_ids", "logprobs_mode", "processed_logits", "canonical_rng",

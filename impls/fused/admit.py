@@ -12,9 +12,9 @@ Validation (SEMANTICS §1.1 rule 5, §5), in this order; the first failure rejec
   ``invalid_top_k``; ``min_p`` outside ``[0, 1]`` or NaN: ``invalid_min_p``;
 * a NaN repetition, presence or frequency penalty, a repetition penalty ``<= 0`` or a negative
   ``penalty_last_n``: ``invalid_penalty``;
-* an empty DRY sequence breaker, a NaN ``dry_multiplier`` or ``dry_base``, a negative or NaN
-  ``dry_penalty_last_n``: ``invalid_sampler_param`` (llama.cpp's parameters; the reference's
-  ``_validate_chain_params`` order);
+* an empty DRY sequence breaker, a NaN ``dynatemp_range``, ``dynatemp_exponent``, ``dry_multiplier``
+  or ``dry_base``, a negative or NaN ``dry_penalty_last_n``: ``invalid_sampler_param`` (llama.cpp's
+  parameters; the reference's ``_validate_chain_params`` order);
 * ``top_p_decay`` outside ``(0, 1]``, or below 1 on a beam row (SEMANTICS §2: rejected per
   request with beam search): ``invalid_top_p_decay``; ``top_p_min`` outside ``(0, 1]``:
   ``invalid_top_p_min``;
@@ -99,6 +99,8 @@ def _check_scalars(row: Row) -> None:
              ("penalty_last_n", "invalid_penalty", lambda v: v >= 0, ">= 0"),
              ("dry_sequence_breakers", "invalid_sampler_param", lambda v: all(len(b) for b in v),
               "sequences that are not empty"),
+             ("dynatemp_range", "invalid_sampler_param", lambda v: v == v, "a number"),
+             ("dynatemp_exponent", "invalid_sampler_param", lambda v: v == v, "a number"),
              ("dry_multiplier", "invalid_sampler_param", lambda v: v == v, "a number"),
              ("dry_base", "invalid_sampler_param", lambda v: v == v, "a number"),
              ("dry_penalty_last_n", "invalid_sampler_param", lambda v: v >= 0, ">= 0"),
