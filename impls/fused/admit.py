@@ -10,8 +10,8 @@ Validation (SEMANTICS §1.1 rule 5, §5), in this order; the first failure rejec
 * ``temperature`` NaN or ``< 0``: ``invalid_temperature``; ``top_p`` outside ``[0, 1]`` or NaN:
   ``invalid_top_p`` (0 is greedy, seed 000 § 采样参数); ``top_k`` not an integer or ``< 0``:
   ``invalid_top_k``; ``min_p`` outside ``[0, 1]`` or NaN: ``invalid_min_p``;
-* a NaN repetition, presence or frequency penalty, a repetition penalty ``<= 0`` or a negative
-  ``penalty_last_n``: ``invalid_penalty``;
+* a NaN repetition, presence or frequency penalty, a repetition penalty ``<= 0`` or a
+  ``penalty_last_n`` that is not an integer ``>= 0``: ``invalid_penalty``;
 * an empty DRY sequence breaker, a NaN ``dynatemp_range``, ``dynatemp_exponent``, ``dry_multiplier``
   or ``dry_base``, a negative or NaN ``dry_penalty_last_n``: ``invalid_sampler_param`` (llama.cpp's
   parameters; the reference's ``_validate_chain_params`` order);
@@ -23,7 +23,10 @@ Validation (SEMANTICS §1.1 rule 5, §5), in this order; the first failure rejec
   ``invalid_length``;
 * an end id (or an id of an EOS set) outside ``[-1, V)``: ``invalid_end_id``; an empty bad or
   stop word, or one with an id outside ``[0, V)``: ``invalid_bad_words`` /
-  ``invalid_stop_words``; a ``logprob_token_ids`` id outside ``[0, V)``: ``invalid_logprobs``; an
+  ``invalid_stop_words``; a ``logprobs`` below -1 or not an integer, a ``logprobs_mode`` that is not one
+  of :data:`impls.params.LOGPROBS_MODES` or a ``logprob_token_ids`` id outside ``[0, V)``:
+  ``invalid_logprobs`` (the case schema refuses the first two; a row given through the API gets this
+  error, where the reference takes such a count as 0 and raises on such a mode); an
   empty ``allowed_token_ids`` or one with an id outside ``[0, V)``: ``invalid_allowed_token_ids``
   (vLLM 0.32.0 ``SamplingParams._validate_allowed_token_ids``, the reference's order).
 
@@ -44,7 +47,7 @@ from typing import Optional
 import numpy as np
 
 from ..base import Row, RowError
-from ..params import end_id_set
+from ..params import LOGPROBS_MODES, end_id_set
 
 __all__ = ["Admitted", "admit", "signed_seed", "decayed_top_p", "GREEDY", "SAMPLING", "BEAM", "TOP_P_MIN"]
 
@@ -96,7 +99,7 @@ def _check_scalars(row: Row) -> None:
              ("repetition_penalty", "invalid_penalty", lambda v: v > 0, "> 0"),
              ("presence_penalty", "invalid_penalty", lambda v: v == v, "a number"),
              ("frequency_penalty", "invalid_penalty", lambda v: v == v, "a number"),
-             ("penalty_last_n", "invalid_penalty", lambda v: v >= 0, ">= 0"),
+             ("penalty_last_n", "invalid_penalty", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
              ("dry_sequence_breakers", "invalid_sampler_param", lambda v: all(len(b) for b in v),
               "sequences that are not empty"),
              ("dynatemp_range", "invalid_sampler_param", lambda v: v == v, "a number"),
@@ -155,6 +158,10 @@ def _check_ids(row: Row, V: int) -> None:
         for w in getattr(row, name) or ():
             if not len(w) or not all(0 <= t < V for t in w):
                 raise _bad(f"invalid_{name}", f"{name} entry", list(w), f"non-empty with ids in [0, {V})")
+    if row.logprobs is not None and not (isinstance(row.logprobs, int) and row.logprobs >= -1):
+        raise _bad("invalid_logprobs", "logprobs", row.logprobs, "an integer >= -1 (-1: the whole vector)")
+    if row.logprobs_mode is not None and row.logprobs_mode not in LOGPROBS_MODES:
+        raise _bad("invalid_logprobs", "logprobs_mode", row.logprobs_mode, f"one of {', '.join(LOGPROBS_MODES)}")
     ids = row.logprob_token_ids
     if ids is not None and not all(0 <= t < V for t in ids):
         raise _bad("invalid_logprobs", "logprob_token_ids", list(ids)[:8], f"ids in [0, {V})")
