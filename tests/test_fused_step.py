@@ -143,7 +143,7 @@ def test_penalty_last_n_penalises_the_last_positions_only():
 
 def test_api_values_the_case_schema_refuses_are_errors_of_their_row():
     # a row given through the API, not a case: a fractional window, a logprobs count below -1 and an unknown
-    # logprobs_mode reject that row alone (the reference takes the count as 0 and raises on the others)
+    # logprobs_mode reject that row alone, as in the reference (impls/reference/modes.py validate)
     out = greedy_step([row([0.0, 1.0], repetition_penalty=1.5, penalty_last_n=2.5, generated=[1]),
                        row([0.0, 1.0], logprobs=-2), row([0.0, 1.0], logprobs_mode="bogus"), row([0.0, 1.0])])
     assert [o.error for o in out] == ["invalid_penalty", "invalid_logprobs", "invalid_logprobs", None]

@@ -307,3 +307,14 @@ def test_top_p_decay_runtime_top_p(kw, generated, expected):
     (r,) = step(row(DECAY_LOGITS, seed=9, generated=generated, **kw))
     assert r.mode == "sampling"
     assert support(r) == expected
+
+
+def test_api_values_the_case_schema_refuses_are_errors_of_their_row():
+    """A row given through the API, not a case: a fractional ``penalty_last_n`` (``invalid_penalty``; it crashed
+    the step with a TypeError), a ``logprobs`` count below -1 (``invalid_logprobs``; it was taken as 0) and an
+    unknown ``logprobs_mode`` (``invalid_logprobs``; it raised for the whole batch) reject their row alone."""
+    out = step(row([0.0, 1.0], repetition_penalty=1.5, penalty_last_n=2.5, generated=[1], slot=0),
+               row([0.0, 1.0], logprobs=-2, slot=1), row([0.0, 1.0], logprobs_mode="bogus", slot=2),
+               row([0.0, 1.0], temperature=0.0, slot=3))
+    assert [o.error for o in out] == ["invalid_penalty", "invalid_logprobs", "invalid_logprobs", None]
+    assert out[3].token == 1

@@ -308,5 +308,5 @@ def test_penalty_last_n_windows_the_history_for_every_penalty():
 
 def test_a_negative_penalty_last_n_is_invalid():
     from impls.reference.modes import resolve
-    with pytest.raises(RowError, match=r"invalid_penalty: penalty_last_n=-1: must be >= 0"):
+    with pytest.raises(RowError, match=r"invalid_penalty: penalty_last_n=-1: must be an integer >= 0"):
         resolve(row([1.0, 2.0], penalty_last_n=-1), TRTLLM)

@@ -26,7 +26,7 @@ Validation (SEMANTICS §1.1 rule 5, §5), in this order; the first failure rejec
   ``invalid_stop_words``; a ``logprobs`` below -1 or not an integer, a ``logprobs_mode`` that is not one
   of :data:`impls.params.LOGPROBS_MODES` or a ``logprob_token_ids`` id outside ``[0, V)``:
   ``invalid_logprobs`` (the case schema refuses the first two; a row given through the API gets this
-  error, where the reference takes such a count as 0 and raises on such a mode); an
+  error, as from the reference); an
   empty ``allowed_token_ids`` or one with an id outside ``[0, V)``: ``invalid_allowed_token_ids``
   (vLLM 0.32.0 ``SamplingParams._validate_allowed_token_ids``, the reference's order).
 

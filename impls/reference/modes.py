@@ -19,6 +19,7 @@ import torch
 
 from .. import processors
 from ..base import Row, RowError
+from ..params import LOGPROBS_MODES
 from ..profiles import Profile
 from .philox import seed_bits
 
@@ -131,7 +132,7 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         (outside ``[0, 1]`` or NaN; ``(0, 1]`` when the profile rejects 0),
         ``invalid_top_k`` (below the profile's lower bound),
         ``invalid_min_p`` (outside ``[0, 1]`` or NaN),
-        ``invalid_penalty`` (NaN, repetition ``<= 0``, ``penalty_last_n < 0``),
+        ``invalid_penalty`` (NaN, repetition ``<= 0``, ``penalty_last_n`` not an integer ``>= 0``),
         ``invalid_top_p_decay`` (outside ``(0, 1]``, or active together with
         ``use_beam_search``, SEMANTICS §2), ``invalid_top_p_min`` (outside
         ``(0, 1]``), ``invalid_seed``
@@ -142,7 +143,9 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         word or an id outside ``[0, V)``), ``invalid_allowed_token_ids`` (an empty list or
         an id outside ``[0, V)``: vLLM ``SamplingParams._validate_allowed_token_ids``;
         transformers' ``PrefixConstrainedLogitsProcessor`` raises for an empty list),
-        ``invalid_logprobs`` (a ``logprob_token_ids`` id outside ``[0, V)``: vLLM
+        ``invalid_logprobs`` (a ``logprobs`` count below -1 or not an integer, a ``logprobs_mode``
+        not in :data:`impls.params.LOGPROBS_MODES`: the case schema's bounds, for rows given
+        through the API; a ``logprob_token_ids`` id outside ``[0, V)``: vLLM
         ``SamplingParams._validate_logprobs``), ``invalid_token_id`` (history id
         outside ``[0, V)`` when the profile says ``history_out_of_range =
         "error"``).
@@ -176,8 +179,8 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         if r is not None and not r > 0 and not (lazy and r == 1.0):
             raise RowError("invalid_penalty", f"repetition_penalty={r!r}: must be > 0")
         n = row.penalty_last_n
-        if n is not None and n < 0:
-            raise RowError("invalid_penalty", f"penalty_last_n={n}: must be >= 0")
+        if n is not None and not (isinstance(n, int) and n >= 0):
+            raise RowError("invalid_penalty", f"penalty_last_n={n!r}: must be an integer >= 0")
         bound = profile.penalty_abs_max
         if bound is not None:
             for name in ("presence_penalty", "frequency_penalty"):
@@ -255,6 +258,13 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
                 continue
             if len(w) == 0 or any(not 0 <= t_ < V for t_ in w):
                 raise RowError(f"invalid_{name}", f"{name} entry {list(w)}: must be non-empty with ids in [0, {V})")
+    # the case schema refuses these; a row given through the API gets its own error, not a crash of the step
+    lp = row.logprobs
+    if lp is not None and not (isinstance(lp, int) and lp >= -1):
+        raise RowError("invalid_logprobs", f"logprobs={lp!r}: must be an integer >= -1 (-1: the whole vector)")
+    if row.logprobs_mode is not None and row.logprobs_mode not in LOGPROBS_MODES:
+        raise RowError("invalid_logprobs", f"logprobs_mode={row.logprobs_mode!r}: must be one of "
+                                           f"{', '.join(LOGPROBS_MODES)}")
     ids = row.logprob_token_ids
     if ids is not None and any(not 0 <= t_ < V for t_ in ids):
         raise RowError("invalid_logprobs", f"logprob_token_ids={list(ids)[:8]}: ids must be in [0, {V})")
