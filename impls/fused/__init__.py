@@ -84,11 +84,12 @@ def _nan_ids(row: Row) -> list:
     under a 0 bit is banned before the NaN check sees it (SEMANTICS §1.4a, §5); ``allowed_token_ids`` is a
     rewrite, after the check.
     """
-    ids = torch.nonzero(torch.isnan(row.logits)).flatten().tolist()
-    words = row.token_bitmask
-    if words is None:
-        return ids
-    return [j for j in ids if j >> 5 < len(words) and (int(words[j >> 5]) >> (j & 31)) & 1]
+    from .step import bitmask_keep
+    nan = torch.isnan(row.logits)
+    if not bool(nan.any()):
+        return []
+    keep = bitmask_keep(row, row.logits.device)
+    return torch.nonzero(nan if keep is None else nan & keep).flatten().tolist()
 
 
 def _triton_state(device: str) -> Optional[str]:

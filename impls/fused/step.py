@@ -56,8 +56,8 @@ from .step_kernel import (LP_MODES, META_F, META_I, TAG_BAN, TAG_BIAS, TAG_DRY, 
                           _logprobs_kernel, _rewrite_kernel)
 from .workspace import allocate
 
-__all__ = ["StepInputs", "row_entries", "allowed_words", "custom_logits", "dry_penalties", "pack_entries", "pack_rows",
-           "fused_rewrite", "allocate_step", "prepare_step",
+__all__ = ["StepInputs", "row_entries", "allowed_words", "bitmask_keep", "custom_logits", "dry_penalties",
+           "pack_entries", "pack_rows", "fused_rewrite", "allocate_step", "prepare_step",
            "fused_step", "host_bans", "penalty_active", "pow2", "launch_count"]
 
 
@@ -135,12 +135,30 @@ def custom_logits(row: Row, device) -> torch.Tensor:
     if not row.logits_processors:
         return row.logits
     x = row.logits.to(device=device, dtype=torch.float32)
-    words = allowed_words(row.replace(allowed_token_ids=None), x.shape[-1])
-    if words is not None:
-        j = torch.arange(x.shape[-1], device=device)
-        w = torch.tensor(words, dtype=torch.int64, device=device)[j >> 5]
-        x = x.masked_fill(((w >> (j & 31)) & 1) == 0, float("-inf"))
+    keep = bitmask_keep(row, device)
+    if keep is not None:
+        x = x.masked_fill(~keep, float("-inf"))
     return processors.apply_all(x, row.logits_processors, processors.steps(row))
+
+
+def bitmask_keep(row: Row, device) -> Optional[torch.Tensor]:
+    """The ids the row's grammar bitmask alone allows, as a ``(V,)`` bool tensor on ``device``; None without one.
+
+    The bits of :func:`allowed_words` (``allowed_token_ids`` left out: a rewrite, not the model's logits), for the
+    host's NaN check and :func:`custom_logits`, which see the model's logits as profile ``trtllm`` masks them
+    (``token_bitmask_stage = "logits"``, SEMANTICS §1.4a).
+
+    Raises
+    ------
+    ValueError
+        As :func:`allowed_words`.
+    """
+    if row.token_bitmask is None:
+        return None
+    V = row.logits.shape[-1]
+    words = torch.tensor(allowed_words(row.replace(allowed_token_ids=None), V), dtype=torch.int64, device=device)
+    j = torch.arange(V, device=device)
+    return ((words[j >> 5] >> (j & 31)) & 1) != 0
 
 
 def _z_array(s: list) -> list:
