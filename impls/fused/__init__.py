@@ -23,7 +23,10 @@ Pipeline of :meth:`FusedSession.step`, in order:
 4. the rest of :func:`impls.fused.step.fused_step` per vocabulary size (its rewrite
    launch already run), all on the device and without a host synchronisation:
    temperature (a dynamic one from the rewritten logits' entropy,
-   :func:`impls.fused.temperature.dynamic_temperature`), min-p, top-k, top-p,
+   :func:`impls.fused.temperature.dynamic_temperature`); the rows with one of llama.cpp's extra
+   filters (``min_keep``, top-n-sigma, typical-p, XTC) take their whole filter chain in
+   :func:`impls.fused.chain.apply_chain` and reach the kernel as its outcome with its filters off;
+   then min-p, top-k, top-p,
    greedy and the canonical draw (:mod:`impls.fused.kernel`), with the
    probabilities of the same filtering, a beam row's one step of width 1,
    then the drawn token's logprob, its rank and the top logprobs, read from the
@@ -59,7 +62,8 @@ __all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS"]
 #: history's window), custom logits processors (run first, on the device), ``logprobs_mode``, DRY (penalties
 #: matched on the host, subtracted in the rewrite launch), ``logprob_token_ids`` declared (the step computed
 #: them already), dynamic temperature (:mod:`.temperature`).
-FUSED_VERSION = "7"
+#: 8: llama.cpp's extra filters, ``min_keep``, top-n-sigma, typical-p and XTC (:mod:`.chain`).
+FUSED_VERSION = "8"
 
 
 #: The per-row filter arguments of :func:`impls.fused.ops.fused_sample` (:class:`impls.fused.admit.Admitted`
@@ -75,6 +79,46 @@ def _dynatemp(rows: Sequence[Row], device) -> tuple:
     exp = [float(r.dynatemp_exponent) if r.dynatemp_exponent is not None else 1.0 for r in rows]
     return (torch.tensor(rng, dtype=torch.float64, device=device),
             torch.tensor(exp, dtype=torch.float64, device=device))
+
+
+def _filters(y: torch.Tensor, adms: Sequence, rows: Sequence[Row], args: dict, device) -> tuple:
+    """The temperatures the kernel draws at, and the logits its filters read.
+
+    Each row's float64 temperature (a dynamic one where set: :func:`impls.fused.temperature.dynamic_temperature`);
+    then the sampling rows that set one of llama.cpp's extra filters take :func:`impls.fused.chain.apply_chain`,
+    whose outcome the kernel draws from with their top-k, top-p and min-p turned off in ``args`` (in place).
+
+    Parameters
+    ----------
+    y : torch.Tensor
+        ``(B, V)`` float32 rewritten logits.
+    adms, rows : sequence
+        The rows' :class:`impls.fused.admit.Admitted` and :class:`impls.base.Row`, in ``y``'s order.
+    args : dict
+        ``(B,)`` tensors ``top_k``, ``top_p``, ``min_p`` of :data:`_PARAM_DTYPES`, modified for the chain's rows.
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor or None)
+        ``(B,)`` float32 temperatures; the ``filtered`` logits of :func:`impls.fused.step.fused_step`, or None
+        when no row takes the chain.
+    """
+    from .admit import SAMPLING
+    from .chain import apply_chain, chain_params, needs_chain
+    from .temperature import dynamic_temperature
+    t64 = torch.tensor([a.temperature for a in adms], dtype=torch.float64, device=device)
+    if any(r.dynatemp_range is not None and r.dynatemp_range > 0 for r in rows):
+        t64 = dynamic_temperature(y, t64, *_dynatemp(rows, device))
+    temp = t64.to(torch.float32)
+    ext = [j for j, a in enumerate(adms) if a.mode == SAMPLING and needs_chain(a)]
+    if not ext:
+        return temp, None
+    pick = torch.tensor(ext, dtype=torch.int64, device=device)
+    filtered, t_ext = apply_chain(y, pick, chain_params([adms[j] for j in ext], t64.index_select(0, pick)))
+    temp.index_copy_(0, pick, t_ext)
+    for name, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0)):
+        args[name].index_fill_(0, pick, off)
+    return temp, filtered
 
 
 def _nan_ids(row: Row) -> list:
@@ -135,7 +179,6 @@ class FusedSession:
         from .kernel import STATUS_KINDS, PATHS
         from .slots import row_flags
         from .step import custom_logits, fused_step, pack_entries, prepare_step, row_entries
-        from .temperature import dynamic_temperature
 
         out: list = [None] * len(rows)
         staged = {}
@@ -182,12 +225,11 @@ class FusedSession:
             args = {name: torch.tensor([getattr(staged[i][0], name) for i in idx], dtype=dt_, device=self.device)
                     for name, dt_ in _PARAM_DTYPES.items()}
             args.update(seed=seeds[pick], offset=offsets[pick])
-            if any(r.dynatemp_range is not None and r.dynatemp_range > 0 for r in sub):
-                args["temperature"] = dynamic_temperature(buf["y"], args["temperature"], *_dynatemp(sub, self.device))
+            args["temperature"], filtered = _filters(buf["y"], [staged[i][0] for i in idx], sub, args, self.device)
             beam = [staged[i][0].beam_temperature for i in idx]
             beam_t = torch.tensor(beam, dtype=torch.float32, device=self.device) if max(beam) >= 0 else None
             o = fused_step(x, **args, inputs=inputs, want_probs=True, want_logprobs=True, want_vector=want_vec,
-                           beam_temperature=beam_t, buffers=buf, rewritten=True)
+                           beam_temperature=beam_t, buffers=buf, rewritten=True, filtered=filtered)
             o["finish"] = finish_codes(o["tokens"], pack_finish(sub, self.device))
             o["seed"], o["offset"] = args["seed"], args["offset"]
             host = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in o.items()}
@@ -238,26 +280,27 @@ class FusedSession:
         from .kernel import STATUS_KINDS
         from .ops import fused_sample
         from .step import custom_logits, fused_rewrite, pack_rows
-        from .temperature import dynamic_temperature
 
         adm = admit(row)
         inputs, errs = pack_rows([row], row.vocab, self.device)
         if errs[0] is not None:
             raise errs[0]
-        x = fused_rewrite(custom_logits(row, self.device).to(self.device)[None], inputs)[0]
+        x = fused_rewrite(custom_logits(row, self.device).to(self.device)[None], inputs)
         V = x.shape[-1]
-        temp = adm.temperature
-        if row.dynatemp_range is not None and row.dynatemp_range > 0:
-            t0 = torch.tensor([adm.temperature], dtype=torch.float32, device=self.device)
-            temp = float(dynamic_temperature(x[None], t0, *_dynatemp([row], self.device))[0])
+        params = {name: torch.tensor([getattr(adm, name)], dtype=dt_, device=self.device)
+                  for name, dt_ in _PARAM_DTYPES.items()}
+        temp, filtered = _filters(x, [adm], [row], params, self.device)
+        x = (x if filtered is None else filtered)[0]
+        temp = float(temp[0])
         counts = torch.zeros(V, dtype=torch.int64)
         for start in range(0, len(seeds), chunk):
             part = [signed_seed(int(s)) for s in seeds[start:start + chunk]]
             n = len(part)
             full = lambda v, dt: torch.full((n,), v, dtype=dt, device=self.device)
             tok, status, _, _ = fused_sample(x.expand(n, V), temperature=full(temp, torch.float32),
-                                             top_k=full(adm.top_k, torch.int64), top_p=full(adm.top_p, torch.float64),
-                                             min_p=full(adm.min_p, torch.float32),
+                                             top_k=full(int(params["top_k"][0]), torch.int64),
+                                             top_p=full(float(params["top_p"][0]), torch.float64),
+                                             min_p=full(float(params["min_p"][0]), torch.float32),
                                              seed=torch.tensor(part, dtype=torch.int64, device=self.device),
                                              offset=full(0, torch.int64))
             bad = status != 0
@@ -277,7 +320,8 @@ class FusedImpl:
     #: The single-step features its step expresses (no scenarios; :meth:`unsupported` names the row fields it
     #: leaves out).
     features = frozenset({
-        "temperature", "top_k", "top_p", "min_p", "top_p_decay", "beam_search", "repetition_penalty",
+        "temperature", "top_k", "top_p", "min_p", "min_keep", "top_n_sigma", "typical_p", "xtc", "top_p_decay",
+        "beam_search", "repetition_penalty",
         "presence_penalty", "frequency_penalty", "prompt_ignore_length", "penalty_last_n", "dry", "dynatemp",
         "logit_bias",
         "min_length", "bad_words", "no_repeat_ngram", "allowed_token_ids", "token_bitmask", "logits_processors",
@@ -340,10 +384,16 @@ class FusedImpl:
 
     def unsupported(self, row: Row) -> Optional[str]:
         """``None`` for a row the device step expresses; else why not: a field it sets whose feature
-        (:func:`impls.params.field_feature`) is not in :attr:`features` (llama.cpp's other samplers: XTC,
-        mirostat, dynamic temperature, top-n-sigma, typical-p, ``min_keep``), so that a row given through the
-        API, not a case, is never sampled with one of its fields ignored.
+        (:func:`impls.params.field_feature`) is not in :attr:`features` (mirostat, a scenario's fields), so
+        that a row given through the API, not a case, is never sampled with one of its fields ignored; and
+        ``logprobs_mode = "processed_logits"`` on a row whose XTC may draw from a mixture (``0 <
+        xtc_probability < 1``): the kernel's processed logits are then the mixture's log-probabilities, not the
+        reference's ``x / T`` on the union of the two kept sets.
         """
+        xp = row.xtc_probability
+        if row.logprobs_mode == "processed_logits" and xp is not None and 0 < xp < 1:
+            return (f"logprobs_mode='processed_logits' with xtc_probability={xp!r}: the fused step draws XTC's "
+                    "mixture from its log-probabilities and has no processed logits for it")
         for p in PARAMS:
             if not p.row_field or p.feature is None:
                 continue

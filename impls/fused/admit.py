@@ -12,9 +12,12 @@ Validation (SEMANTICS §1.1 rule 5, §5), in this order; the first failure rejec
   ``invalid_top_k``; ``min_p`` outside ``[0, 1]`` or NaN: ``invalid_min_p``;
 * a NaN repetition, presence or frequency penalty, a repetition penalty ``<= 0`` or a
   ``penalty_last_n`` that is not an integer ``>= 0``: ``invalid_penalty``;
-* an empty DRY sequence breaker, a NaN ``dynatemp_range``, ``dynatemp_exponent``, ``dry_multiplier``
-  or ``dry_base``, a negative or NaN ``dry_penalty_last_n``: ``invalid_sampler_param`` (llama.cpp's
-  parameters; the reference's ``_validate_chain_params`` order);
+* a ``mirostat`` version other than 0, 1, 2, an empty DRY sequence breaker, a ``min_keep`` that is not an
+  integer ``>= 0``, a ``typical_p`` outside ``(0, 1]``, a NaN ``top_n_sigma``, an ``xtc_probability``
+  outside ``[0, 1]``, a NaN ``xtc_threshold``, ``dynatemp_range``, ``dynatemp_exponent``, ``dry_multiplier``
+  or ``dry_base``, a negative or NaN ``dry_penalty_last_n``, a NaN ``mirostat_tau`` or ``mirostat_eta``:
+  ``invalid_sampler_param`` (llama.cpp's parameters, SEMANTICS §1.5a: NaN and out-of-domain values are
+  rejected under the default profile; the reference's ``_validate_chain_params`` order);
 * ``top_p_decay`` outside ``(0, 1]``, or below 1 on a beam row (SEMANTICS §2: rejected per
   request with beam search): ``invalid_top_p_decay``; ``top_p_min`` outside ``(0, 1]``:
   ``invalid_top_p_min``;
@@ -75,6 +78,9 @@ class Admitted:
     beam_temperature : float
         A beam row's temperature (1 unset; the ``beam_temperature`` of
         :func:`impls.fused.step.fused_step`); -1 on other rows.
+    min_keep, top_n_sigma, typical_p, xtc_probability, xtc_threshold : int, float, float, float, float
+        A sampling row's parameters of llama.cpp's extra filters (:mod:`impls.fused.chain`): ``0, 0, 1, 0``
+        are off, ``xtc_threshold`` 0.1 unset.
     """
 
     mode: str
@@ -84,6 +90,11 @@ class Admitted:
     min_p: float = 0.0
     seed: Optional[int] = None
     beam_temperature: float = -1.0
+    min_keep: int = 0
+    top_n_sigma: float = 0.0
+    typical_p: float = 1.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
 
 
 def _bad(kind: str, name: str, value, rule: str) -> RowError:
@@ -100,13 +111,21 @@ def _check_scalars(row: Row) -> None:
              ("presence_penalty", "invalid_penalty", lambda v: v == v, "a number"),
              ("frequency_penalty", "invalid_penalty", lambda v: v == v, "a number"),
              ("penalty_last_n", "invalid_penalty", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
+             ("mirostat", "invalid_sampler_param", lambda v: v in (0, 1, 2), "0, 1 or 2"),
              ("dry_sequence_breakers", "invalid_sampler_param", lambda v: all(len(b) for b in v),
               "sequences that are not empty"),
+             ("min_keep", "invalid_sampler_param", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
+             ("typical_p", "invalid_sampler_param", lambda v: 0 < v <= 1, "in (0, 1]"),
+             ("top_n_sigma", "invalid_sampler_param", lambda v: v == v, "a number"),
+             ("xtc_probability", "invalid_sampler_param", lambda v: 0 <= v <= 1, "in [0, 1]"),
+             ("xtc_threshold", "invalid_sampler_param", lambda v: v == v, "a number"),
              ("dynatemp_range", "invalid_sampler_param", lambda v: v == v, "a number"),
              ("dynatemp_exponent", "invalid_sampler_param", lambda v: v == v, "a number"),
              ("dry_multiplier", "invalid_sampler_param", lambda v: v == v, "a number"),
              ("dry_base", "invalid_sampler_param", lambda v: v == v, "a number"),
              ("dry_penalty_last_n", "invalid_sampler_param", lambda v: v >= 0, ">= 0"),
+             ("mirostat_tau", "invalid_sampler_param", lambda v: v == v, "a number"),
+             ("mirostat_eta", "invalid_sampler_param", lambda v: v == v, "a number"),
              ("top_p_decay", "invalid_top_p_decay", lambda v: 0 < v <= 1, "in (0, 1]"),
              ("top_p_min", "invalid_top_p_min", lambda v: 0 < v <= 1, "in (0, 1]"))
     for name, kind, ok, rule in table:
@@ -234,5 +253,10 @@ def admit(row: Row) -> Admitted:
     top_p = 1.0 if p is None else float(p)
     if _decay_on(row):
         top_p = decayed_top_p(row, top_p)
+    sigma = row.top_n_sigma
     return Admitted(SAMPLING, temperature=float(t) if t is not None else 1.0, top_k=int(k or 0), top_p=top_p,
-                    min_p=float(m) if m is not None and m > 0 else 0.0, seed=seed)
+                    min_p=float(m) if m is not None and m > 0 else 0.0, seed=seed, min_keep=int(row.min_keep or 0),
+                    top_n_sigma=float(sigma) if sigma is not None and sigma > 0 else 0.0,
+                    typical_p=float(row.typical_p) if row.typical_p is not None else 1.0,
+                    xtc_probability=float(row.xtc_probability or 0.0),
+                    xtc_threshold=float(row.xtc_threshold) if row.xtc_threshold is not None else 0.1)

@@ -42,14 +42,14 @@ KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", 
 #: written from the parts' offsets, and with lists appended per warp; the first and the last launch of a call
 #: without programmatic dependent launch, ``pdl``, which the defaults turn on and whose wait is the same in every
 #: kernel; the step's rewrite launch without and with the allowed-ids mask, its logprobs launch without and with
-#: the logprobs modes). Others: once, as given.
+#: the logprobs modes, and with them reading a second buffer, impls.fused.chain's outcome). Others: once, as given.
 VARIANTS = {"_hist_kernel": ({"EARLY": True}, {"EARLY": False}, {"EARLY": True, "LANE": True},
                              {"EARLY": False, "LANE": True}, {"EARLY": True, "LANE": True, "WARP": True}),
             "_stats_kernel": ({"ALL_GREEDY": False}, {"ALL_GREEDY": True}, {"PDL": False}),
             "_decide_kernel": ({}, {"PDL": False}),
             "_gather_kernel": ({"OFFS": False}, {"OFFS": True}, {"WARP": True}),
             "_rewrite_kernel": ({}, {"HAS_MASK": True}),
-            "_logprobs_kernel": ({}, {"MODES": True})}
+            "_logprobs_kernel": ({}, {"MODES": True}, {"MODES": True, "SPLIT": True})}
 #: Kernels that stream rows of logits (or of rewritten logits): their loads of a row must be 16 bytes wide.
 STREAMING = ("_stats_kernel", "_greedy_row_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel",
              "_probs_kernel", "_rewrite_kernel", "_logprobs_kernel")
@@ -58,7 +58,7 @@ POINTERS = {"temp_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min
             "offset_ptr": "*i64", "wsi": "*i32", "wsf": "*fp32", "ws64": "*i64", "token_ptr": "*i64",
             "status_ptr": "*i32", "path_ptr": "*i32", "probs_ptr": "*fp32",
             # the step's rewrite and logprobs launches (impls/fused/step_kernel.py)
-            "y_ptr": "*fp32", "sp_ids": "*i32", "sp_val": "*fp32", "sp_tag": "*i32", "meta_i": "*i32",
+            "y_ptr": "*fp32", "yp_ptr": "*fp32", "sp_ids": "*i32", "sp_val": "*fp32", "sp_tag": "*i32", "meta_i": "*i32",
             "meta_f": "*fp32", "lpw": "*fp32", "lpc": "*i32", "ntop_ptr": "*i32", "topw": "*i64",
             "lp_tok_ptr": "*fp32", "rank_ptr": "*i32", "plp_ptr": "*fp64", "top_id_ptr": "*i32",
             "top_lp_ptr": "*fp32", "vec_ptr": "*fp32", "mask_ptr": "*i32"}

@@ -617,7 +617,8 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
                min_p: torch.Tensor, seed: torch.Tensor, offset: torch.Tensor, inputs: StepInputs,
                want_probs: bool = True, want_logprobs: bool = True, want_vector: bool = False,
                buffers: Optional[dict] = None, launcher: str = "cached",
-               beam_temperature: Optional[torch.Tensor] = None, rewritten: bool = False) -> dict:
+               beam_temperature: Optional[torch.Tensor] = None, rewritten: bool = False,
+               filtered: Optional[torch.Tensor] = None) -> dict:
     """One sampling step on the device: bias, penalties, bans, filters, draw and logprobs.
 
     Parameters
@@ -653,6 +654,11 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
         ``buffers`` come from :func:`prepare_step` of these logits and inputs with the same
         ``want_*`` flags: the rewrite launch has run (a caller that needs the rewritten logits
         before it chooses the seeds, as :class:`impls.fused.FusedSession`), so it is not run again.
+    filtered : torch.Tensor, optional
+        ``(B, V)`` float32, the logits the filter launches, the draw, the probabilities and the PROCESSED
+        values of the logprobs launch read instead of the rewritten ones (:func:`impls.fused.chain.apply_chain`:
+        the rows of llama.cpp's extra filters hold their outcome, the others the rewritten logits); the RAW
+        logprobs, rank and top list stay the rewritten logits'. None: the rewritten logits.
 
     Returns
     -------
@@ -690,18 +696,21 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
                 "probs": a["probs"] if want_probs else None}
     kw = dict(num_warps=cfg["num_warps"], enable_fp_fusion=False)
     y = a["y"]
-    run_call((y, temperature, top_k, top_p, min_p, seed, offset, a["tokens"], a["status"], a["path"], a["probs"],
+    yf = y if filtered is None else filtered
+    if yf.shape != y.shape or yf.dtype != torch.float32 or yf.device != y.device or not yf.is_contiguous():
+        raise ValueError(f"filtered: a contiguous ({B}, {V}) float32 tensor on {y.device} is needed")
+    run_call((yf, temperature, top_k, top_p, min_p, seed, offset, a["tokens"], a["status"], a["path"], a["probs"],
               a["wsi"], a["wsf"], a["ws64"]), S, CH, want_probs, cfg, launcher)
     if beam_temperature is not None:
         _beam_step(y, beam_temperature, a["tokens"], a["status"])
     out = {"tokens": a["tokens"], "status": a["status"], "path": a["path"], "rewritten": y,
            "probs": a["probs"] if want_probs else None}
     if want_logprobs:
-        _logprobs_kernel[(B, S)](y, V, a["tokens"], a["status"], inputs.n_top, a["lpw"], a["lpc"], a["topw"],
+        _logprobs_kernel[(B, S)](y, yf, V, a["tokens"], a["status"], inputs.n_top, a["lpw"], a["lpc"], a["topw"],
                                  a["wsi"], a["wsf"], a["ws64"], a["lp"], a["rank"], a["plp"], a["top_id"],
                                  a["top_lp"], a["vec"], S, CH, inputs.meta_i, top_k, BLOCK=cfg["block"], NB1=cfg["nb"],
                                  NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"], KL=KL, WANT_VEC=want_vector,
-                                 MODES=inputs.modes, **kw)
+                                 MODES=inputs.modes or filtered is not None, SPLIT=filtered is not None, **kw)
         out.update(logprob=a["lp"], rank=a["rank"], processed_logprob=a["plp"], top_ids=a["top_id"],
                    top_logprobs=a["top_lp"], vector=a["vec"] if want_vector else None)
     return out

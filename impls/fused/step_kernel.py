@@ -18,7 +18,10 @@ CUDA stream, with no host synchronisation between them:
    :func:`_mode_lp`; the whole vector when asked), the count of tokens with a strictly
    greater value than the drawn token's (rank), and the part's top-``KL``
    values; the last program of the row (atomic ticket) merges the parts'
-   lists and writes the row's logprob, rank, PROCESSED logprob and top list.
+   lists and writes the row's logprob, rank, PROCESSED logprob and top list. With ``SPLIT``
+   the processed values (the PROCESSED logprob, the processed ``logprobs_mode`` vectors) read a
+   second buffer, the logits the filters read (:mod:`impls.fused.chain`'s outcome for its rows),
+   the RAW values the rewritten logits.
 
 The sparse rewrites of a row (SEMANTICS §1.2-§1.4, profile ``trtllm``) come
 as one list of ``NU`` entries ``(id, value, tag)``: the logit bias first
@@ -254,26 +257,27 @@ def _kth_logit(ybase, V, xA, k, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _mode_lp(y, M, L, mode, kind, m, T, E, e_thr, xA, x_k):
+def _mode_lp(y, yp, M, L, mode, kind, m, T, E, e_thr, xA, x_k):
     # the logprobs_mode vector at rewritten logits y (SEMANTICS §1.7, the reference's mode_vector): 0 RAW
-    # logprobs; 1 the rewritten logits; 2 a sampling row's y / T on its kept set (the probabilities launch's
-    # membership, and y >= x_k: the k-th largest survivor where that membership cannot tell, e_thr 0), -inf
+    # logprobs; 1 the rewritten logits; 2 a sampling row's yp / T on its kept set (the probabilities launch's
+    # membership, and yp >= x_k: the k-th largest survivor where that membership cannot tell, e_thr 0), -inf
     # elsewhere, a greedy row's y; 3 the log of the probability the draw used, a greedy row's RAW logprobs
-    # (log_softmax of y)
+    # (log_softmax of y). yp: the logits the filters read (y, or impls.fused.chain's outcome)
     raw = (y - M) - L
-    e = tl.exp(tl.div_rn(y - m, T))
-    kept = (y > float("-inf")) & (y < float("inf")) & (y >= xA) & (e >= e_thr) & (y >= x_k)
+    e = tl.exp(tl.div_rn(yp - m, T))
+    kept = (yp > float("-inf")) & (yp < float("inf")) & (yp >= xA) & (e >= e_thr) & (yp >= x_k)
     greedy = kind == 0
-    pl = tl.where(greedy, y, tl.where(kept, tl.div_rn(y, T), float("-inf")))
+    pl = tl.where(greedy, y, tl.where(kept, tl.div_rn(yp, T), float("-inf")))
     plp = tl.where(greedy, raw, tl.where(kept, tl.log(tl.div_rn(e, E)), float("-inf")))
     return tl.where(mode == 1, y, tl.where(mode == 2, pl, tl.where(mode == 3, plp, raw)))
 
 
 @triton.jit(do_not_specialize=["S"])
-def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, wsi, wsf, ws64,
+def _logprobs_kernel(y_ptr, yp_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, wsi, wsf, ws64,
                      lp_tok_ptr, rank_ptr, plp_ptr, top_id_ptr, top_lp_ptr, vec_ptr, S, CH, meta_i, top_k_ptr,
                      BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
-                     KBIG: tl.constexpr, KL: tl.constexpr, WANT_VEC: tl.constexpr, MODES: tl.constexpr = False):
+                     KBIG: tl.constexpr, KL: tl.constexpr, WANT_VEC: tl.constexpr, MODES: tl.constexpr = False,
+                     SPLIT: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     status = tl.load(status_ptr + row)
@@ -284,6 +288,11 @@ def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, 
         T = tl.load(rf + _F_T)
         E = tl.load(rf + _F_EKEEP)
         ybase = y_ptr + row * V
+        # the logits the filters read (SPLIT: impls.fused.chain's outcome for some rows), for the processed values
+        if SPLIT:
+            ypbase = yp_ptr + row * V
+        else:
+            ypbase = ybase
         # M and Z of the row from the parts' (max, sum exp(y - max))
         M = tl.full([], float("-inf"), tl.float32)
         for s in range(0, S):
@@ -304,8 +313,8 @@ def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, 
             # logits need exact arithmetic's set (the reference's, float64): the k-th largest logit, found here
             x_k = tl.full([], float("-inf"), tl.float32)
             if (mode == 2) & (kind == 3) & (e_thr == 0.0):
-                x_k = _kth_logit(ybase, V, xA, tl.load(top_k_ptr + row), BLOCK)
-            lpt = _mode_lp(tl.load(ybase + tok), M, L, mode, kind, m, T, E, e_thr, xA, x_k)
+                x_k = _kth_logit(ypbase, V, xA, tl.load(top_k_ptr + row), BLOCK)
+            lpt = _mode_lp(tl.load(ybase + tok), tl.load(ypbase + tok), M, L, mode, kind, m, T, E, e_thr, xA, x_k)
         else:
             lpt = (tl.load(ybase + tok) - M) - L
         k_row = tl.load(ntop_ptr + row)
@@ -319,7 +328,11 @@ def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, 
             inb = offs < hi
             yv = tl.load(ybase + offs, mask=inb, other=float("-inf"))
             if MODES:
-                lp = _mode_lp(yv, M, L, mode, kind, m, T, E, e_thr, xA, x_k)
+                if SPLIT:
+                    ypv = tl.load(ypbase + offs, mask=inb, other=float("-inf"))
+                else:
+                    ypv = yv
+                lp = _mode_lp(yv, ypv, M, L, mode, kind, m, T, E, e_thr, xA, x_k)
             else:
                 lp = (yv - M) - L
             if WANT_VEC:
@@ -342,7 +355,7 @@ def _logprobs_kernel(y_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, 
                 tl.store(top_id_ptr + row * KL + kl, (4294967295 - (allb & 4294967295)).to(tl.int32))
                 tl.store(top_lp_ptr + row * KL + kl, _unkey((allb >> 32).to(tl.int32)))
             # PROCESSED logprob: log of the probability the draw used (the probabilities launch's formula)
-            e = tl.exp(tl.div_rn(tl.load(ybase + tok) - m, T))
+            e = tl.exp(tl.div_rn(tl.load(ypbase + tok) - m, T))
             p = tl.where(kind == 0, 1.0, tl.div_rn(e, E))
             tl.store(plp_ptr + row, tl.log(p.to(tl.float64)))
             tl.store(lp_tok_ptr + row, lpt)

@@ -25,17 +25,19 @@ def dynamic_temperature(y: torch.Tensor, temperature: torch.Tensor, dyn_range: t
     y : torch.Tensor
         ``(B, V)`` float32 rewritten logits (the rewrite launch's output).
     temperature : torch.Tensor
-        ``(B,)`` float32 admitted temperatures (0: a greedy or beam row, left as it is).
+        ``(B,)`` admitted temperatures, float64 (the rows' own values) or float32 (0: a greedy or beam
+        row, left as it is).
     dyn_range, exponent : torch.Tensor
         ``(B,)`` float64 ``dynatemp_range`` (0 where unset: off) and ``dynatemp_exponent`` (1 where unset).
 
     Returns
     -------
     torch.Tensor
-        ``(B,)`` float32: ``T'`` (computed in float64, then rounded) on the rows with ``range > 0``,
+        ``(B,)`` float64: ``T'`` on the rows with ``range > 0``,
         ``temperature > 0`` and at least two finite logits; ``temperature`` elsewhere (a NaN range is
         rejected at admission). ``T' <= 0`` (``H = 0`` with ``T <= range``) makes the row greedy, as the
-        reference's argmax outcome.
+        reference's argmax outcome. The kernel draws at its float32 rounding; :mod:`impls.fused.chain`
+        decides its filters at the float64 value.
 
     Source: ggml-org/llama.cpp ``llama_sampler_temp_ext_apply`` (llama-cpp-python 0.3.36's bundle); the rule
     as SEMANTICS §1.5a states it. The entropy is summed over the whole row with ``-inf`` where a logit is
@@ -54,4 +56,4 @@ def dynamic_temperature(y: torch.Tensor, temperature: torch.Tensor, dyn_range: t
     lo = torch.clamp(T - r, min=0.0)
     t_dyn = lo + (T + r - lo) * (H / torch.log(n.to(torch.float64).clamp(min=2.0))) ** e
     on = (r > 0) & (T > 0) & (n > 1)
-    return torch.where(on, torch.clamp(t_dyn, min=0.0), T).to(torch.float32)
+    return torch.where(on, torch.clamp(t_dyn, min=0.0), T)

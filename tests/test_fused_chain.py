@@ -1,0 +1,155 @@
+"""llama.cpp's extra filters in the fused step: min_keep, top-n-sigma, typical-p, XTC (:mod:`impls.fused.chain`).
+
+Kept sets and probabilities worked out by hand below; then rows of the chain beside plain rows in one
+step, against the reference's pipeline. On a machine without CUDA the step runs under Triton's
+interpreter (``conftest.py``).
+"""
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="triton is not installed (the tox env installs it)")
+
+from impls.base import Row  # noqa: E402
+from impls.fused import FusedImpl, FusedSession  # noqa: E402
+from impls.fused.admit import admit  # noqa: E402
+from impls.fused.chain import apply_chain, chain_keep, chain_params, needs_chain  # noqa: E402
+from impls.reference.sampler import ReferenceSession  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+NEG = float("-inf")
+
+
+def row(x, **kw):
+    return Row(logits=torch.tensor(x, dtype=torch.float32), **kw)
+
+
+def keep_of(x, **kw):
+    """The chain's kept set (ids) and its mixture flag for one row of logits ``x`` and parameters ``kw``."""
+    r = row(x, **kw)
+    adm = admit(r)
+    prm = chain_params([adm], torch.tensor([adm.temperature], dtype=torch.float64))
+    keep, cut, mix = chain_keep(torch.tensor([x], dtype=torch.float32), prm)
+    return torch.nonzero(keep[0]).flatten().tolist(), torch.nonzero(cut[0]).flatten().tolist(), bool(mix[0])
+
+
+def test_min_keep_unions_the_most_likely_into_min_p_and_top_p():
+    # x = [2, 1, 0, -1], T = 1: min-p 0.5 keeps e^(x - 2) >= 0.5, token 0 alone (e^-1 = 0.368); min_keep 3 adds
+    # tokens 1, 2. Top-p 0.5: p = [0.6439, 0.2369, 0.0871, 0.0321]: token 0 alone; min_keep 2 adds token 1.
+    # Top-k ignores min_keep: top_k 1 with min_keep 3 keeps token 0 (a greedy row: top_k 1 resolves greedy, so
+    # top_k 2 with min_keep 3 keeps {0, 1}).
+    x = [2.0, 1.0, 0.0, -1.0]
+    assert keep_of(x, temperature=1.0, min_p=0.5)[0] == [0]
+    assert keep_of(x, temperature=1.0, min_p=0.5, min_keep=3)[0] == [0, 1, 2]
+    assert keep_of(x, temperature=1.0, top_p=0.5, min_keep=2)[0] == [0, 1]
+    assert keep_of(x, temperature=1.0, top_k=2, min_keep=3)[0] == [0, 1]
+    # ties in min_keep's order go to the lowest id: [1, 3, 3, 0] min-p 0.9 keeps {1, 2}; min_keep 2 adds nothing
+    assert keep_of([1.0, 3.0, 3.0, 0.0], temperature=1.0, min_p=0.9, min_keep=2)[0] == [1, 2]
+    assert keep_of([1.0, 3.0, 3.0, 0.0], temperature=1.0, min_p=0.9, min_keep=3)[0] == [0, 1, 2]
+
+
+def test_top_n_sigma_population_std_of_the_survivors():
+    # x = [3, 1, 0, -inf]: finite z = x - 3 = [0, -2, -3], mean -5/3, population variance (25 + 1 + 16) / 27 =
+    # 14/9, sigma = 1.247219129. n = 1: z >= -1.2472 keeps {0}; n = 2: z >= -2.4944 keeps {0, 1}; n = 3 keeps all
+    # three. After top-k 2 the survivors are {0, 1}: z = [0, -2], sigma 1, n = 1.5 keeps z >= -1.5: {0}.
+    x = [3.0, 1.0, 0.0, NEG]
+    assert keep_of(x, temperature=1.0, top_n_sigma=1.0)[0] == [0]
+    assert keep_of(x, temperature=1.0, top_n_sigma=2.0)[0] == [0, 1]
+    assert keep_of(x, temperature=0.5, top_n_sigma=2.0)[0] == [0, 1]   # scale-invariant
+    assert keep_of(x, temperature=1.0, top_n_sigma=3.0)[0] == [0, 1, 2]
+    assert keep_of(x, temperature=1.0, top_k=2, top_n_sigma=1.5)[0] == [0]
+    assert keep_of(x, temperature=1.0, top_k=2, top_n_sigma=2.5)[0] == [0, 1]
+
+
+def test_typical_p_keeps_a_band_around_the_entropy():
+    # cases/filters/typical-p-drops-most-likely: x = [2, 1, 0.5, 0, -1], typical order 1, 0, 2, 3, 4 with
+    # inclusive masses 0.2071, 0.7701, 0.8958, 0.9720, 1: typical_p 0.15 -> {1}, 0.5 -> {0, 1}, 0.95 ->
+    # {0, 1, 2, 3}; min_keep 3 with 0.15 -> the three most typical {0, 1, 2}.
+    x = [2.0, 1.0, 0.5, 0.0, -1.0]
+    assert keep_of(x, temperature=1.0, typical_p=0.15)[0] == [1]
+    assert keep_of(x, temperature=1.0, typical_p=0.5)[0] == [0, 1]
+    assert keep_of(x, temperature=1.0, typical_p=0.95)[0] == [0, 1, 2, 3]
+    assert keep_of(x, temperature=1.0, typical_p=0.15, min_keep=3)[0] == [0, 1, 2]
+    # two tokens tie in typicality (equal logits): both kept at the boundary ("mass_above")
+    assert keep_of([1.0, 1.0], temperature=1.0, typical_p=0.3)[0] == [0, 1]
+
+
+def test_xtc_cut_and_mixture_flags():
+    # x = [2, 1, 0, -1, -2], threshold 0.1: p = [0.636, 0.234, 0.086, ...]: the leading run is {0, 1}, cut
+    # removes token 0. probability 1: the cut is the outcome; 0.5: a mixture of {1..4} and all five; a run of one
+    # token ([3, 1, 0, -1] at 0.2) cuts nothing; min_keep 5 (4 would remain) cuts nothing.
+    x = [2.0, 1.0, 0.0, -1.0, -2.0]
+    assert keep_of(x, temperature=1.0, xtc_probability=1.0, xtc_threshold=0.1) == ([1, 2, 3, 4], [1, 2, 3, 4], False)
+    assert keep_of(x, temperature=1.0, xtc_probability=0.5, xtc_threshold=0.1) == ([0, 1, 2, 3, 4], [1, 2, 3, 4], True)
+    assert keep_of([3.0, 1.0, 0.0, -1.0], temperature=1.0, xtc_probability=0.5, xtc_threshold=0.2)[2] is False
+    assert keep_of(x, temperature=1.0, xtc_probability=1.0, xtc_threshold=0.1, min_keep=5)[0] == [0, 1, 2, 3, 4]
+    assert keep_of(x, temperature=1.0, xtc_probability=1.0, xtc_threshold=0.51)[0] == [0, 1, 2, 3, 4]  # inactive
+
+
+def test_apply_chain_hands_the_kernel_masked_logits_or_mixture_logprobs():
+    # row 0: XTC probability 1 at threshold 0.1 on [2, 1, 0, -1, -2]: token 0 becomes -inf, T stays 0.7.
+    # row 1: probability 0.5: log of 0.5 * softmax([1, 0, -1, -2]) on 1..4 + 0.5 * softmax(x), at T = 1:
+    # [0.3182043233, 0.4390179586, 0.1615056813, 0.0594146198, 0.0218574171] (T = 1 there).
+    x = [2.0, 1.0, 0.0, -1.0, -2.0]
+    adms = [admit(row(x, temperature=0.7, xtc_probability=1.0, xtc_threshold=0.1)),
+            admit(row(x, temperature=1.0, xtc_probability=0.5, xtc_threshold=0.1))]
+    y = torch.tensor([x, x, x], dtype=torch.float32)
+    prm = chain_params(adms, torch.tensor([0.7, 1.0], dtype=torch.float64))
+    out, temp = apply_chain(y, torch.tensor([0, 2]), prm)
+    assert out[0].tolist() == [NEG, 1.0, 0.0, -1.0, -2.0]
+    assert out[1].tolist() == x   # not a chain row: untouched
+    mix = [0.3182043233, 0.4390179586, 0.1615056813, 0.0594146198, 0.0218574171]
+    assert out[2].tolist() == pytest.approx([math.log(v) for v in mix], abs=1e-6)
+    assert temp.tolist() == pytest.approx([0.7, 1.0])
+    assert y[0].tolist() == x   # the rewritten logits are not modified
+
+
+def test_needs_chain_only_for_the_extra_filters():
+    assert not needs_chain(admit(row([0.0, 1.0], temperature=1.0, top_p=0.9, min_p=0.1)))
+    assert needs_chain(admit(row([0.0, 1.0], temperature=1.0, min_keep=1)))
+    assert not needs_chain(admit(row([0.0, 1.0], temperature=1.0, xtc_probability=0.5, xtc_threshold=0.6)))
+
+
+@pytest.mark.parametrize("field,value", [("typical_p", 0.0), ("typical_p", 1.5), ("min_keep", -1),
+                                         ("top_n_sigma", float("nan")), ("xtc_probability", 1.5),
+                                         ("xtc_threshold", float("nan")), ("mirostat", 3)])
+def test_admission_rejects_out_of_domain_extra_filter_values(field, value):
+    out = FusedSession(DEV).step([row([0.0, 1.0], temperature=1.0, **{field: value})])[0]
+    assert out.error == "invalid_sampler_param"
+
+
+def test_step_matches_the_reference_beside_plain_rows():
+    # a batch of plain and chain rows, seeded: tokens, probabilities, RAW and PROCESSED logprobs, rank and the top
+    # list against the reference's step (which decides each filter by its own code, impls/reference/filters.py)
+    g = torch.Generator().manual_seed(7)
+    V = 40
+    xs = [torch.randn(V, generator=g) * 2 for _ in range(6)]
+    kws = [dict(temperature=0.8, top_p=0.9),
+           dict(temperature=0.8, typical_p=0.6, min_keep=2),
+           dict(temperature=1.2, top_k=20, top_n_sigma=1.0),
+           dict(temperature=1.0, xtc_probability=0.5, xtc_threshold=0.05, top_p=0.95),
+           dict(temperature=0.9, min_p=0.2, min_keep=6),
+           dict(temperature=1.0, xtc_probability=1.0, xtc_threshold=0.05, logprobs_mode="processed_logprobs")]
+    rows = [Row(logits=x, seed=100 + i, slot=i, logprobs=3, **kw) for i, (x, kw) in enumerate(zip(xs, kws))]
+    got = FusedSession(DEV).step(rows)
+    ref = ReferenceSession().step(rows)
+    for i, (a, b) in enumerate(zip(got, ref)):
+        assert a.error is None and b.error is None, i
+        assert a.token == b.token, i
+        assert a.probs.cpu().tolist() == pytest.approx(b.probs.tolist(), abs=1e-6), i
+        assert a.logprob == pytest.approx(b.logprob, abs=1e-5), i
+        assert a.processed_logprob == pytest.approx(b.processed_logprob, abs=1e-5), i
+        assert a.rank == b.rank, i
+        assert [t for t, _ in a.top_logprobs] == [t for t, _ in b.top_logprobs], i
+    # the cut tokens of the XTC row (row 5) are still in its RAW top list, and its processed vector is -inf there
+    assert got[5].probs[int(torch.argmax(xs[5]))] == 0.0
+
+
+def test_unsupported_names_the_mixture_with_processed_logits():
+    f = FusedImpl()
+    assert f.unsupported(row([0.0, 1.0], xtc_probability=0.5, logprobs_mode="processed_logits")) is not None
+    assert f.unsupported(row([0.0, 1.0], xtc_probability=1.0, logprobs_mode="processed_logits")) is None
+    assert f.unsupported(row([0.0, 1.0], typical_p=0.5, min_keep=2, top_n_sigma=1.0)) is None
+    assert "mirostat" in f.unsupported(row([0.0, 1.0], mirostat=2))
