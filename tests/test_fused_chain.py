@@ -152,4 +152,68 @@ def test_unsupported_names_the_mixture_with_processed_logits():
     assert f.unsupported(row([0.0, 1.0], xtc_probability=0.5, logprobs_mode="processed_logits")) is not None
     assert f.unsupported(row([0.0, 1.0], xtc_probability=1.0, logprobs_mode="processed_logits")) is None
     assert f.unsupported(row([0.0, 1.0], typical_p=0.5, min_keep=2, top_n_sigma=1.0)) is None
-    assert "mirostat" in f.unsupported(row([0.0, 1.0], mirostat=2))
+    assert f.unsupported(row([0.0, 1.0], mirostat=2)) is None
+
+
+ZIPF = [0.0, -1.3862943611198906, -2.1972245773362196, -2.772588722239781, -3.2188758248682006]
+
+
+def _sizes(x, T, version, mus):
+    from impls.fused.mirostat import mirostat_keep
+    R = len(mus)
+    keep = mirostat_keep(torch.tensor([x] * R, dtype=torch.float32), torch.full((R,), T),
+                         torch.full((R,), version, dtype=torch.int64), torch.tensor(mus, dtype=torch.float32))
+    return keep.sum(-1).tolist(), keep
+
+
+def test_mirostat_v1_keeps_int_k_of_the_zipf_estimate():
+    # cases/filters/mirostat-v1-zipf-k: p ~ 1 / (i + 1)^2, s = 2, eps = 1, k = sqrt(1.25 * 2^mu): mu 1 -> 1.58 -> 1,
+    # mu 2 -> 2.24 -> 2, mu 4 -> 4.47 -> 4, mu 6 -> 8.94 -> min(8, 5) = 5, mu -2 -> 0.56 -> max(0, 1) = 1; at T = 0.5
+    # s = 4, eps = 3, mu 2: k = (12 / (1 - 5^-3))^(1/4) = 1.86 -> 1. The kept sets are prefixes by logit.
+    sizes, keep = _sizes(ZIPF, 1.0, 1, [1.0, 2.0, 4.0, 6.0, -2.0])
+    assert sizes == [1, 2, 4, 5, 1]
+    assert keep[2].tolist() == [True, True, True, True, False]
+    assert _sizes(ZIPF, 0.5, 1, [2.0])[0] == [1]
+    # a zero probability among the first m pairs makes k NaN: INT_MIN, so one token
+    assert _sizes([0.0, 0.0, NEG, NEG], 1.0, 1, [10.0])[0] == [1]
+
+
+def test_mirostat_v2_keeps_the_prefix_below_mu():
+    # cases/filters/mirostat-v2-cut-by-tau: surprise -log2 softmax([2, 1, 0.5, 0, -1]) = [0.829, 2.271, 2.993,
+    # 3.714, 5.157]: mu 0.8 -> 1 (an empty prefix keeps the first), 2 -> 1, 3 -> 3, 4 -> 4, 6 -> 5, -2 -> 1; at
+    # T = 2 the surprises are [1.417, 2.138, 2.499, 2.859, 3.581]: mu 3 -> 4.
+    x = [2.0, 1.0, 0.5, 0.0, -1.0]
+    assert _sizes(x, 1.0, 2, [0.8, 2.0, 3.0, 4.0, 6.0, -2.0])[0] == [1, 1, 3, 4, 5, 1]
+    assert _sizes(x, 2.0, 2, [3.0])[0] == [4]
+    # the order among equal logits is the lowest id first: [1, 3, 3, 0] at mu 1.5 (surprises 1, 1, 3.8..) keeps {1, 2}
+    assert torch.nonzero(_sizes([1.0, 3.0, 3.0, 0.0], 1.0, 2, [1.5])[1][0]).flatten().tolist() == [1, 2]
+
+
+def test_mirostat_rows_skip_penalties_and_filters_but_not_the_bias():
+    # cases/filters/mirostat-ignores-filters: v2, tau 1.5 on [2, 1, 0.5, 0, -1]: {0, 1, 2} whatever top_k, min_p and
+    # the repetition penalty say; a bias of 2.5 on id 4 makes it [2, 1, 0.5, 0, 1.5]: {0, 4, 1}.
+    x = [2.0, 1.0, 0.5, 0.0, -1.0]
+    base = dict(temperature=1.0, mirostat=2, mirostat_tau=1.5, seed=24)
+    out = FusedSession(DEV).step([row(x, top_k=2, min_p=0.5, repetition_penalty=2.0, prompt=[0], slot=0, **base),
+                                  row(x, logit_bias=[(4, 2.5)], slot=1, **base)])
+    assert out[0].rewritten_logits.cpu().tolist() == x
+    assert out[0].probs.cpu().tolist() == pytest.approx([0.6285317192, 0.2312238976, 0.1402443832, 0, 0], abs=1e-6)
+    assert torch.nonzero(out[1].probs.cpu()).flatten().tolist() == [0, 1, 4]
+
+
+def test_mirostat_mu_follows_the_slot_across_steps_as_the_reference():
+    # one request in slot 0 for five steps (v2, tau 2, eta 0.5: mu moves by several tenths a step) and a new request
+    # in slot 1 at step 3 (its mu restarts at 2 tau): tokens and kept sets equal the reference's step for step
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(30, generator=g) * 1.5).tolist()
+    fused, ref = FusedSession(DEV), ReferenceSession()
+    for step in range(5):
+        rows = [row(x, temperature=1.0, mirostat=2, mirostat_tau=2.0, mirostat_eta=0.5, seed=5, slot=0, request_id="a"),
+                row(x, temperature=1.0, mirostat=1, mirostat_tau=3.0, mirostat_eta=0.3, seed=6, slot=1,
+                    request_id="b" if step < 3 else "c")]
+        a, b = fused.step(rows), ref.step(rows)
+        for i in range(2):
+            assert a[i].token == b[i].token, (step, i)
+            assert (a[i].probs.cpu() > 0).tolist() == (b[i].probs > 0).tolist(), (step, i)
+    mu = fused.mu.current([0], [fused.mu._slots[0][0]], [2.0])
+    assert float(mu[0]) != pytest.approx(4.0)   # it moved from 2 tau

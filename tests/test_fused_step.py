@@ -481,7 +481,7 @@ def test_declared_stages_and_version():
     assert st == dict.fromkeys(("validation", "logit_bias", "penalties", "bans", "filters", "draw", "seeds",
                                 "logprobs", "finish", "decode", "beam"), "own")
     assert FUSED_VERSION == "8"
-    assert FusedImpl().unsupported(row([0.0], mirostat=2)) is not None
+    assert FusedImpl().unsupported(row([0.0], mirostat=2)) is None
     assert FusedImpl().unsupported(row([0.0], typical_p=0.5)) is None
     assert FusedImpl().unsupported(row([0.0], logprobs_mode="processed_logprobs", dry_multiplier=0.5)) is None
 

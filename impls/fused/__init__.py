@@ -62,7 +62,8 @@ __all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS"]
 #: history's window), custom logits processors (run first, on the device), ``logprobs_mode``, DRY (penalties
 #: matched on the host, subtracted in the rewrite launch), ``logprob_token_ids`` declared (the step computed
 #: them already), dynamic temperature (:mod:`.temperature`).
-#: 8: llama.cpp's extra filters, ``min_keep``, top-n-sigma, typical-p and XTC (:mod:`.chain`).
+#: 8: llama.cpp's extra filters, ``min_keep``, top-n-sigma, typical-p and XTC (:mod:`.chain`), and mirostat
+#: (:mod:`.mirostat`).
 FUSED_VERSION = "8"
 
 
@@ -81,12 +82,14 @@ def _dynatemp(rows: Sequence[Row], device) -> tuple:
             torch.tensor(exp, dtype=torch.float64, device=device))
 
 
-def _filters(y: torch.Tensor, adms: Sequence, rows: Sequence[Row], args: dict, device) -> tuple:
+def _filters(y: torch.Tensor, adms: Sequence, rows: Sequence[Row], args: dict, device, mu=None) -> tuple:
     """The temperatures the kernel draws at, and the logits its filters read.
 
-    Each row's float64 temperature (a dynamic one where set: :func:`impls.fused.temperature.dynamic_temperature`);
-    then the sampling rows that set one of llama.cpp's extra filters take :func:`impls.fused.chain.apply_chain`,
-    whose outcome the kernel draws from with their top-k, top-p and min-p turned off in ``args`` (in place).
+    Each row's float64 temperature (a dynamic one where set, but on a mirostat row:
+    :func:`impls.fused.temperature.dynamic_temperature`); then the sampling rows that set one of llama.cpp's
+    extra filters take :func:`impls.fused.chain.apply_chain`, and mirostat rows their cut
+    (:func:`impls.fused.mirostat.mirostat_keep`, at their slot's ``mu``); the kernel draws from their outcome
+    with their top-k, top-p and min-p turned off in ``args`` (in place).
 
     Parameters
     ----------
@@ -95,30 +98,59 @@ def _filters(y: torch.Tensor, adms: Sequence, rows: Sequence[Row], args: dict, d
     adms, rows : sequence
         The rows' :class:`impls.fused.admit.Admitted` and :class:`impls.base.Row`, in ``y``'s order.
     args : dict
-        ``(B,)`` tensors ``top_k``, ``top_p``, ``min_p`` of :data:`_PARAM_DTYPES`, modified for the chain's rows.
+        ``(B,)`` tensors ``top_k``, ``top_p``, ``min_p`` of :data:`_PARAM_DTYPES`, modified for those rows.
+    mu : impls.fused.mirostat.MuSlots, optional
+        The session's mirostat states; None: every mirostat row is a new sampler (``mu = 2 * tau``).
 
     Returns
     -------
-    (torch.Tensor, torch.Tensor or None)
+    (torch.Tensor, torch.Tensor or None, tuple or None)
         ``(B,)`` float32 temperatures; the ``filtered`` logits of :func:`impls.fused.step.fused_step`, or None
-        when no row takes the chain.
+        when no row needs them; for mirostat rows ``(pick, slots, keys, mu, tau, eta)`` (their ``(R,)`` int64
+        indices, slots and sampler keys, the float32 state and settings) for
+        :meth:`impls.fused.mirostat.MuSlots.update`, else None.
     """
     from .admit import SAMPLING
     from .chain import apply_chain, chain_params, needs_chain
+    from .mirostat import mirostat_keep
     from .temperature import dynamic_temperature
     t64 = torch.tensor([a.temperature for a in adms], dtype=torch.float64, device=device)
-    if any(r.dynatemp_range is not None and r.dynatemp_range > 0 for r in rows):
-        t64 = dynamic_temperature(y, t64, *_dynatemp(rows, device))
+    dyn = [r if not a.mirostat else r.replace(dynatemp_range=None) for a, r in zip(adms, rows)]
+    if any(r.dynatemp_range is not None and r.dynatemp_range > 0 for r in dyn):
+        t64 = dynamic_temperature(y, t64, *_dynatemp(dyn, device))
     temp = t64.to(torch.float32)
     ext = [j for j, a in enumerate(adms) if a.mode == SAMPLING and needs_chain(a)]
-    if not ext:
-        return temp, None
-    pick = torch.tensor(ext, dtype=torch.int64, device=device)
-    filtered, t_ext = apply_chain(y, pick, chain_params([adms[j] for j in ext], t64.index_select(0, pick)))
-    temp.index_copy_(0, pick, t_ext)
+    miro = [j for j, a in enumerate(adms) if a.mode == SAMPLING and a.mirostat]
+    if not ext and not miro:
+        return temp, None, None
+    filtered, state = y, None
+    if ext:
+        pick = torch.tensor(ext, dtype=torch.int64, device=device)
+        filtered, t_ext = apply_chain(y, pick, chain_params([adms[j] for j in ext], t64.index_select(0, pick)))
+        temp.index_copy_(0, pick, t_ext)
+    if miro:
+        pick = torch.tensor(miro, dtype=torch.int64, device=device)
+        f32 = lambda name: torch.tensor([getattr(adms[j], name) for j in miro], dtype=torch.float32, device=device)
+        tau, eta = f32("mirostat_tau"), f32("mirostat_eta")
+        keys = [_mirostat_key(rows[j], adms[j]) for j in miro]
+        slots = [rows[j].slot for j in miro]
+        cur = (mu.current(slots, keys, [adms[j].mirostat_tau for j in miro]) if mu is not None else tau * 2)
+        sub = y.index_select(0, pick)
+        ok = torch.isfinite(sub).any(-1) & ~torch.isnan(sub).any(-1) & ~torch.isposinf(sub).any(-1)
+        keep = mirostat_keep(torch.where(ok[:, None], sub, 0.0), temp.index_select(0, pick),
+                             torch.tensor([adms[j].mirostat for j in miro], dtype=torch.int64, device=device), cur)
+        filtered = filtered.clone() if filtered is y else filtered
+        filtered.index_copy_(0, pick, torch.where(ok[:, None] & ~keep, float("-inf"), sub))
+        state = (pick, slots, keys, cur, tau, eta)
+    both = torch.tensor(ext + miro, dtype=torch.int64, device=device)
     for name, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0)):
-        args[name].index_fill_(0, pick, off)
-    return temp, filtered
+        args[name].index_fill_(0, both, off)
+    return temp, filtered, state
+
+
+def _mirostat_key(row: Row, adm) -> tuple:
+    """Who owns a slot's mirostat sampler: the request, its seed and settings (a new one: a new sampler)."""
+    return (row.request_id, adm.seed, adm.mirostat, adm.mirostat_tau, adm.mirostat_eta)
 
 
 def _nan_ids(row: Row) -> list:
@@ -163,9 +195,11 @@ class FusedSession:
     """Per-slot state of the fused sampler (its seed counters, :class:`impls.fused.slots.SlotStreams`) and its step."""
 
     def __init__(self, device: str = "cpu"):
+        from .mirostat import MuSlots
         from .slots import SlotStreams
         self.device = torch.device(device)
         self.streams = SlotStreams(self.device)
+        self.mu = MuSlots(self.device)
 
     def step(self, rows: Sequence[Row]) -> list:
         """Sample one step; see the module docstring for the pipeline.
@@ -191,7 +225,10 @@ class FusedSession:
                     # before admission, as the profile orders it (a NaN row with a bad parameter is nan_logits)
                     raise RowError("nan_logits", f"NaN at token ids {nan[:5]}")
                 adm = admit(row)
-                staged[i] = (adm, row_entries(row, row.vocab, TRTLLM))
+                # common's mirostat chain has no penalties nor DRY (SEMANTICS §1.5a): its rewrites leave them out
+                plain = row if not adm.mirostat else row.replace(
+                    repetition_penalty=None, presence_penalty=None, frequency_penalty=None, dry_multiplier=None)
+                staged[i] = (adm, row_entries(plain, row.vocab, TRTLLM))
             except RowError as e:
                 out[i] = RowResult.failed(e)
         order = list(staged)
@@ -225,11 +262,17 @@ class FusedSession:
             args = {name: torch.tensor([getattr(staged[i][0], name) for i in idx], dtype=dt_, device=self.device)
                     for name, dt_ in _PARAM_DTYPES.items()}
             args.update(seed=seeds[pick], offset=offsets[pick])
-            args["temperature"], filtered = _filters(buf["y"], [staged[i][0] for i in idx], sub, args, self.device)
+            args["temperature"], filtered, miro = _filters(buf["y"], [staged[i][0] for i in idx], sub, args,
+                                                           self.device, self.mu)
             beam = [staged[i][0].beam_temperature for i in idx]
             beam_t = torch.tensor(beam, dtype=torch.float32, device=self.device) if max(beam) >= 0 else None
             o = fused_step(x, **args, inputs=inputs, want_probs=True, want_logprobs=True, want_vector=want_vec,
                            beam_temperature=beam_t, buffers=buf, rewritten=True, filtered=filtered)
+            if miro is not None:   # mirostat's mu, from the drawn token's probability over the kept prefix
+                pk, slots, keys, cur, tau, eta = miro
+                tok = o["tokens"].index_select(0, pk)
+                p_tok = o["probs"].index_select(0, pk).gather(1, tok.clamp_min(0)[:, None])[:, 0]
+                self.mu.update(slots, keys, cur, tau, eta, p_tok, o["status"].index_select(0, pk) == 0)
             o["finish"] = finish_codes(o["tokens"], pack_finish(sub, self.device))
             o["seed"], o["offset"] = args["seed"], args["offset"]
             host = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in o.items()}
@@ -289,7 +332,7 @@ class FusedSession:
         V = x.shape[-1]
         params = {name: torch.tensor([getattr(adm, name)], dtype=dt_, device=self.device)
                   for name, dt_ in _PARAM_DTYPES.items()}
-        temp, filtered = _filters(x, [adm], [row], params, self.device)
+        temp, filtered, _ = _filters(x, [adm], [row], params, self.device)
         x = (x if filtered is None else filtered)[0]
         temp = float(temp[0])
         counts = torch.zeros(V, dtype=torch.int64)
@@ -320,7 +363,8 @@ class FusedImpl:
     #: The single-step features its step expresses (no scenarios; :meth:`unsupported` names the row fields it
     #: leaves out).
     features = frozenset({
-        "temperature", "top_k", "top_p", "min_p", "min_keep", "top_n_sigma", "typical_p", "xtc", "top_p_decay",
+        "temperature", "top_k", "top_p", "min_p", "min_keep", "top_n_sigma", "typical_p", "xtc", "mirostat",
+        "top_p_decay",
         "beam_search", "repetition_penalty",
         "presence_penalty", "frequency_penalty", "prompt_ignore_length", "penalty_last_n", "dry", "dynatemp",
         "logit_bias",
@@ -384,7 +428,7 @@ class FusedImpl:
 
     def unsupported(self, row: Row) -> Optional[str]:
         """``None`` for a row the device step expresses; else why not: a field it sets whose feature
-        (:func:`impls.params.field_feature`) is not in :attr:`features` (mirostat, a scenario's fields), so
+        (:func:`impls.params.field_feature`) is not in :attr:`features` (a scenario's fields), so
         that a row given through the API, not a case, is never sampled with one of its fields ignored; and
         ``logprobs_mode = "processed_logits"`` on a row whose XTC may draw from a mixture (``0 <
         xtc_probability < 1``): the kernel's processed logits are then the mixture's log-probabilities, not the

@@ -81,6 +81,9 @@ class Admitted:
     min_keep, top_n_sigma, typical_p, xtc_probability, xtc_threshold : int, float, float, float, float
         A sampling row's parameters of llama.cpp's extra filters (:mod:`impls.fused.chain`): ``0, 0, 1, 0``
         are off, ``xtc_threshold`` 0.1 unset.
+    mirostat, mirostat_tau, mirostat_eta : int, float, float
+        A sampling row's mirostat version (0 off, 1, 2; :mod:`impls.fused.mirostat`), ``tau`` (5 unset) and
+        ``eta`` (0.1 unset).
     """
 
     mode: str
@@ -95,6 +98,9 @@ class Admitted:
     typical_p: float = 1.0
     xtc_probability: float = 0.0
     xtc_threshold: float = 0.1
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
 
 
 def _bad(kind: str, name: str, value, rule: str) -> RowError:
@@ -259,4 +265,7 @@ def admit(row: Row) -> Admitted:
                     top_n_sigma=float(sigma) if sigma is not None and sigma > 0 else 0.0,
                     typical_p=float(row.typical_p) if row.typical_p is not None else 1.0,
                     xtc_probability=float(row.xtc_probability or 0.0),
-                    xtc_threshold=float(row.xtc_threshold) if row.xtc_threshold is not None else 0.1)
+                    xtc_threshold=float(row.xtc_threshold) if row.xtc_threshold is not None else 0.1,
+                    mirostat=int(row.mirostat or 0),
+                    mirostat_tau=float(row.mirostat_tau) if row.mirostat_tau is not None else 5.0,
+                    mirostat_eta=float(row.mirostat_eta) if row.mirostat_eta is not None else 0.1)

@@ -78,8 +78,8 @@ class ChainParams:
 
 def needs_chain(adm) -> bool:
     """Whether an admitted sampling row (:class:`impls.fused.admit.Admitted`) takes this pass: it sets
-    ``min_keep``, top-n-sigma, typical-p or an active XTC."""
-    return (adm.min_keep > 0 or adm.top_n_sigma > 0 or adm.typical_p < 1
+    ``min_keep``, top-n-sigma, typical-p or an active XTC, and no mirostat (whose chain has none of them)."""
+    return not adm.mirostat and (adm.min_keep > 0 or adm.top_n_sigma > 0 or adm.typical_p < 1
             or (adm.xtc_probability > 0 and not adm.xtc_threshold > 0.5))
 
 
