@@ -13,7 +13,8 @@ With ``--step`` the whole fused step is swept (:func:`impls.fused.step.fused_ste
 configuration's row also gets a random request (logit bias with ``-inf`` and repeated ids,
 repetition/presence/frequency penalties over a random history with out-of-vocabulary ids and a
 ``prompt_ignore_length``, one- and multi-token bad words, ``min_length`` with an end id,
-no-repeat-ngram) and top logprobs. Checked per configuration: the rewritten logits equal the
+no-repeat-ngram, a grammar bitmask, ``allowed_token_ids``, llama.cpp's extra filters ``min_keep``,
+top-n-sigma, typical-p and XTC through :mod:`impls.fused.chain`) and top logprobs. Checked per configuration: the rewritten logits equal the
 reference's :func:`impls.reference.sampler.rewrite_logits` (run on the CPU) bit for bit; every draw's token equals
 the reference's canonical draw on the reference's kept set of its rewritten logits; the drawn
 token's RAW logprob equals ``log_softmax`` of the reference's rewritten logits within
@@ -39,7 +40,7 @@ import torch
 
 from impls.fused.ops import fused_sample
 from impls.profiles import TRTLLM
-from impls.reference.filters import kept_set
+from impls.reference.filters import chain, kept_set, mixture_probs
 from impls.reference.modes import SAMPLING, Resolved
 from impls.reference.philox import philox4x32, _words_to_uniform
 
@@ -132,7 +133,15 @@ def step_request(rng: random.Random, V: int) -> dict:
         kw["token_bitmask"] = [rng.getrandbits(32) | rng.getrandbits(32) for _ in range((V + 31) // 32)]
     if rng.random() < 0.2:
         kw["allowed_token_ids"] = rng.sample(range(V), rng.randrange(1, min(V, 4096) + 1))
+    if rng.random() < 0.3:   # llama.cpp's extra filters (impls.fused.chain), one or several
+        kw.update(min_keep=rng.choice([None, 0, 1, 3, 50]), top_n_sigma=rng.choice([None, 0.5, 1.0, 2.5]),
+                  typical_p=rng.choice([None, 0.2, 0.6, 0.95]), xtc_probability=rng.choice([None, 0.3, 1.0]),
+                  xtc_threshold=rng.choice([None, 0.01, 0.05, 0.2]))
     return kw
+
+
+#: The fields of llama.cpp's extra filters a ``--step`` request may set (:func:`step_request`).
+CHAIN_FIELDS = ("min_keep", "top_n_sigma", "typical_p", "xtc_probability", "xtc_threshold")
 
 
 def step_check(row: torch.Tensor, kw: dict, mix_p: tuple, seeds, offs, n_top: int, dev) -> dict:
@@ -167,18 +176,41 @@ def step_check(row: torch.Tensor, kw: dict, mix_p: tuple, seeds, offs, n_top: in
                         torch.full((N,), n_top, dtype=torch.int32, device=dev), n_top,
                         None if one.mask is None else rep(one.mask))
     full = lambda v, dt: torch.full((N,), v, dtype=dt, device=dev)
-    o = fused_step(row.expand(N, V), full(T, torch.float32), full(K, torch.int64), full(P, torch.float64),
-                   full(M, torch.float32), seeds, offs, inputs=inputs, want_probs=False, want_logprobs=True)
+    chain_kw = {f: kw[f] for f in CHAIN_FIELDS if kw.get(f) is not None}
+    res = Resolved(SAMPLING, temperature=T, top_k=K, top_p=P, min_p=M, **chain_kw)
+    filtered, t_draw = None, T
+    from impls.fused.admit import SAMPLING as SAMPLES, admit
+    adm = admit(r.replace(temperature=T, top_k=K, top_p=P, min_p=M))
+    if adm.mode != SAMPLES:   # a greedy spelling of the mix (top_k 1, top_p 0): the extra filters do not apply
+        chain_kw, res = {}, Resolved(SAMPLING, temperature=T, top_k=K, top_p=P, min_p=M)
+    if chain_kw:   # the session's path (impls.fused._filters): the chain's outcome, the kernel's filters off
+        from impls.fused import _filters
+        from impls.fused.step import fused_rewrite
+        y1 = fused_rewrite(row[None], one)
+        p1 = {"top_k": torch.tensor([K], device=dev), "top_p": torch.tensor([P], dtype=torch.float64, device=dev),
+              "min_p": torch.tensor([M], dtype=torch.float32, device=dev)}
+        t1, f1, _ = _filters(y1, [adm], [r], p1, dev)
+        if f1 is not None:
+            filtered, t_draw = f1.expand(N, V).contiguous(), float(t1[0])
+            K, P, M = int(p1["top_k"][0]), float(p1["top_p"][0]), float(p1["min_p"][0])
+    o = fused_step(row.expand(N, V), full(t_draw, torch.float32), full(K, torch.int64), full(P, torch.float64),
+                   full(M, torch.float32), seeds, offs, inputs=inputs, want_probs=False, want_logprobs=True,
+                   filtered=filtered)
     assert int((o["status"] != 0).sum()) == 0, "unexpected rejected rows"
     tok = o["tokens"]
-    keep = kept_set(x_ref, Resolved(SAMPLING, temperature=T, top_k=K, top_p=P, min_p=M), TRTLLM)
+    outs = chain(x_ref, res, TRTLLM)
+    keep = outs[0].keep if len(outs) == 1 else outs[0].keep | outs[1].keep
+    # the reference's draw: Gumbel-max over the kept logits at T, or over the mixture's log-probabilities at 1
+    xd, td = x_ref, T
+    if len(outs) == 2:
+        xd, td = torch.log(mixture_probs(x_ref, outs)), 1.0
     idx = keep.nonzero().flatten()
-    top = x_ref[idx].max()
+    top = xd[idx].max()
     want = torch.empty(N, dtype=torch.int64, device=dev)
     chunk = max(1, int(2 ** 26 // max(len(idx), 1)))
     for a in range(0, N, chunk):
         u = uniforms_at(seeds[a:a + chunk], offs[a:a + chunk], idx)
-        want[a:a + chunk] = idx[((x_ref[idx] - top) / T - torch.log(-torch.log(u))).argmax(1)]
+        want[a:a + chunk] = idx[((xd[idx] - top) / td - torch.log(-torch.log(u))).argmax(1)]
     lp_ref = torch.log_softmax(x_ref, -1)
     lpt = lp_ref[tok]
     lp_bad = (o["logprob"].double() - lpt.double()).abs() > 1e-5 + 1e-5 * lpt.double().abs()
