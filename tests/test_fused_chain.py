@@ -217,3 +217,22 @@ def test_mirostat_mu_follows_the_slot_across_steps_as_the_reference():
             assert (a[i].probs.cpu() > 0).tolist() == (b[i].probs > 0).tolist(), (step, i)
     mu = fused.mu.current([0], [fused.mu._slots[0][0]], [2.0])
     assert float(mu[0]) != pytest.approx(4.0)   # it moved from 2 tau
+
+
+def test_typical_ties_are_equal_keys_kept_together_at_the_boundary():
+    # q = [1/2, 1/4, 1/8, 1/8] (x = ln of it): -log q = [0.6931, 1.3863, 2.0794, 2.0794], H = 1.2130 (1.75 bits);
+    # keys |-log q - H| = [0.5199, 0.1733, 0.8664, 0.8664]: typical order 1, 0, {2, 3}. Mass 0.7: token 1 (0 before),
+    # token 0 (0.25 before) kept; the tie group {2, 3} has 0.75 before: dropped -> {0, 1}. Mass 0.8: {2, 3} both.
+    # (keys that tie across H with unequal q are not exactly representable in small examples: the groups are equal
+    # keys either way, impls/fused/chain._mass_above's key)
+    x = [math.log(0.5), math.log(0.25), math.log(0.125), math.log(0.125)]
+    assert keep_of(x, temperature=1.0, typical_p=0.7)[0] == [0, 1]
+    assert keep_of(x, temperature=1.0, typical_p=0.8)[0] == [0, 1, 2, 3]
+
+
+def test_a_dynamic_temperature_of_zero_leaves_the_row_to_the_kernels_greedy_path():
+    x = [2.0, 1.0, 0.0]
+    adms = [admit(row(x, temperature=1.0, typical_p=0.2))]
+    prm = chain_params(adms, torch.tensor([0.0], dtype=torch.float64))
+    out, temp = apply_chain(torch.tensor([x]), torch.tensor([0]), prm)
+    assert out[0].tolist() == x and temp.tolist() == [0.0]

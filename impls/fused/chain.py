@@ -39,6 +39,7 @@ for what each filter does; their order, their renormalisation and the typical-p 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -128,11 +129,12 @@ def _first_n(keep: torch.Tensor, order: torch.Tensor, n: torch.Tensor) -> torch.
     return _scatter(order, ks & (torch.cumsum(ks.to(torch.int64), -1) <= n[:, None]))
 
 
-def _mass_above(vals: torch.Tensor, order: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
+def _mass_above(vals: torch.Tensor, order: torch.Tensor, mass: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     # tokens kept by "the mass strictly before the token's tie group, in this order, is < mass; the first
-    # group always": vals (R, V) float64 masses (0 outside the survivors), order their sort
+    # group always": vals (R, V) float64 masses (0 outside the survivors), order the sort of key, whose equal
+    # values are the tie groups
     s = vals.gather(1, order)
-    first = _group_first(s)
+    first = _group_first(key.gather(1, order))
     above = (torch.cumsum(s, -1) - s).gather(1, first)
     return _scatter(order, (above < mass[:, None]) | (first == 0))
 
@@ -183,7 +185,7 @@ def chain_keep(y: torch.Tensor, prm: ChainParams) -> tuple:
     on = (prm.top_p < 1)[:, None]
     vals = torch.where(keep, cur, 0.0)
     order = torch.sort(vals, dim=-1, descending=True, stable=True).indices
-    kept = keep & _mass_above(vals, order, prm.top_p)
+    kept = keep & _mass_above(vals, order, prm.top_p, vals)
     keep = torch.where(on, kept | _first_n(keep, order_x, mk), keep)
     cur = _renorm(p, keep)
     # 4. top-n-sigma on the scaled logits of the survivors
@@ -202,7 +204,8 @@ def chain_keep(y: torch.Tensor, prm: ChainParams) -> tuple:
     H = -(torch.where(keep, cur, 0.0) * lq).sum(-1, keepdim=True)
     key = torch.where(keep, torch.abs(-lq - H), float("inf"))
     order_t = torch.sort(key, dim=-1, stable=True).indices
-    kept = keep & _mass_above(torch.where(keep, cur, 0.0), order_t, prm.typical_p)
+    # ties are equal keys: equal probabilities, or two at the same distance above and below H
+    kept = keep & _mass_above(torch.where(keep, cur, 0.0), order_t, prm.typical_p, key)
     keep = torch.where(on, kept | _first_n(keep, order_t, mk.clamp_min(1)), keep)
     cur = _renorm(p, keep)
     # 6. XTC: the leading run of likely tokens, all but its last removed
@@ -247,12 +250,16 @@ def apply_chain(y: torch.Tensor, rows: torch.Tensor, prm: ChainParams) -> tuple:
         (``y`` on the kept set, ``-inf`` elsewhere; a mixture row's float32 log-probabilities); and
         ``temperature`` ``(R,)`` float32, the temperature the kernel draws those rows at (theirs; 1 for
         a mixture row). A row with no finite logit, or holding NaN or ``+inf`` (the kernel rejects it),
-        is copied as it is. The kernel is then called with those rows' top-k, top-p and min-p off.
+        or whose temperature is 0 (a dynamic one that reached it: the kernel's greedy row, as the reference's
+        argmax outcome) is copied as it is. The kernel is then called with those rows' top-k, top-p and min-p off.
     """
     out = y.clone()
     sub = y.index_select(0, rows)
-    ok = (torch.isfinite(sub).any(-1) & ~torch.isnan(sub).any(-1) & ~torch.isposinf(sub).any(-1))
+    ok = (torch.isfinite(sub).any(-1) & ~torch.isnan(sub).any(-1) & ~torch.isposinf(sub).any(-1)
+          & (prm.temperature > 0))
     safe = torch.where(ok[:, None], sub, 0.0)    # rows the kernel rejects: any finite values, result unused
+    t_row = prm.temperature
+    prm = dataclasses.replace(prm, temperature=torch.where(ok, t_row, 1.0))
     keep, cut, mix = chain_keep(safe, prm)
     x = safe.to(torch.float64)
     w = prm.xtc_probability[:, None]
@@ -260,5 +267,5 @@ def apply_chain(y: torch.Tensor, rows: torch.Tensor, prm: ChainParams) -> tuple:
     logp = torch.log(mixture).to(torch.float32)
     f = torch.where(mix[:, None], logp, torch.where(keep, safe, _NEG))
     out.index_copy_(0, rows, torch.where(ok[:, None], f, sub))
-    temp = torch.where(mix, torch.ones_like(prm.temperature), prm.temperature).to(torch.float32)
+    temp = torch.where(mix & ok, torch.ones_like(t_row), t_row).to(torch.float32)
     return out, temp
