@@ -35,7 +35,7 @@ __all__ = ["KERNELS", "VARIANTS", "STREAMING", "POINTERS", "DIV16", "constants",
 
 #: Every kernel of a fused call or step.
 KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", "_decide_kernel", "_probs_kernel",
-           "_greedy_kernel", "_greedy_row_kernel", "_rewrite_kernel", "_logprobs_kernel")
+           "_greedy_kernel", "_greedy_row_kernel", "_rewrite_kernel", "_kth_kernel", "_logprobs_kernel")
 #: Kernels compiled once per set of constexpr flags (the histogram launch with and without early accept, each
 #: with ``tl.histogram`` and with the per-lane counters of ``lane_hist``, and once with ``warp_lists``' appends;
 #: the statistics launch of a general and of an all-greedy call; the gather launch with and without its lists
@@ -61,7 +61,7 @@ POINTERS = {"temp_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min
             "y_ptr": "*fp32", "yp_ptr": "*fp32", "sp_ids": "*i32", "sp_val": "*fp32", "sp_tag": "*i32", "meta_i": "*i32",
             "meta_f": "*fp32", "lpw": "*fp32", "lpc": "*i32", "ntop_ptr": "*i32", "topw": "*i64",
             "lp_tok_ptr": "*fp32", "rank_ptr": "*i32", "plp_ptr": "*fp64", "top_id_ptr": "*i32",
-            "top_lp_ptr": "*fp32", "vec_ptr": "*fp32", "mask_ptr": "*i32"}
+            "top_lp_ptr": "*fp32", "vec_ptr": "*fp32", "mask_ptr": "*i32", "xk_ptr": "*fp32"}
 #: Integer arguments a GPU call specialises as multiples of 16 (Triton's default for ints, as every vocabulary
 #: of the latency suite and every part length, a multiple of the block, are).
 DIV16 = ("stride_row", "V", "CH")

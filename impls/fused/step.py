@@ -53,7 +53,7 @@ from .kernel import launch_specs
 from .launch import run_call
 from .ops import DEFAULTS, INTERPRETER, check_call
 from .step_kernel import (LP_MODES, META_F, META_I, TAG_BAN, TAG_BIAS, TAG_DRY, TAG_EOS_MIN_LENGTH, TAG_HISTORY,
-                          _logprobs_kernel, _rewrite_kernel)
+                          _kth_kernel, _logprobs_kernel, _rewrite_kernel)
 from .workspace import allocate
 
 __all__ = ["StepInputs", "row_entries", "allowed_words", "bitmask_keep", "custom_logits", "dry_penalties",
@@ -531,8 +531,9 @@ def allocate_step(B: int, V: int, device, cfg: dict, KL: int, want_probs: bool =
         The filters' buffers (:func:`impls.fused.workspace.allocate`) and ``y`` ``(B, V)`` float32
         rewritten logits, ``lpw`` ``(B * S * 2)`` float32, ``lpc`` ``(B * 4)`` int32, ``topw``
         ``(B * S * KL)`` int64, ``lp`` ``(B,)`` float32, ``rank`` ``(B,)`` int32, ``plp`` ``(B,)``
-        float64, ``top_id`` ``(B, KL)`` int32, ``top_lp`` ``(B, KL)`` float32, ``vec`` ``(B, V)``
-        float32 (a 1-element placeholder unless ``want_vector``), ``KL``.
+        float64, ``xk`` ``(B,)`` float32 (the k-th largest survivor for the processed logits), ``top_id``
+        ``(B, KL)`` int32, ``top_lp`` ``(B, KL)`` float32, ``vec`` ``(B, V)`` float32 (a 1-element placeholder
+        unless ``want_vector``), ``KL``.
     """
     a = allocate(B, V, device, cfg, want_probs)
     S = a["S"]
@@ -544,6 +545,7 @@ def allocate_step(B: int, V: int, device, cfg: dict, KL: int, want_probs: bool =
         lp=torch.empty((B,), dtype=torch.float32, device=device),
         rank=torch.empty((B,), dtype=torch.int32, device=device),
         plp=torch.empty((B,), dtype=torch.float64, device=device),
+        xk=torch.empty((B,), dtype=torch.float32, device=device),
         top_id=torch.empty((B, KL), dtype=torch.int32, device=device),
         top_lp=torch.empty((B, KL), dtype=torch.float32, device=device),
         vec=torch.empty((B, V) if want_vector else (1,), dtype=torch.float32, device=device),
@@ -706,11 +708,15 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
     out = {"tokens": a["tokens"], "status": a["status"], "path": a["path"], "rewritten": y,
            "probs": a["probs"] if want_probs else None}
     if want_logprobs:
+        modes = inputs.modes or filtered is not None
+        if modes:
+            _kth_kernel[(B,)](yf, V, a["status"], a["wsi"], a["wsf"], a["ws64"], S, inputs.meta_i, top_k, a["xk"],
+                              BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"], **kw)
         _logprobs_kernel[(B, S)](y, yf, V, a["tokens"], a["status"], inputs.n_top, a["lpw"], a["lpc"], a["topw"],
                                  a["wsi"], a["wsf"], a["ws64"], a["lp"], a["rank"], a["plp"], a["top_id"],
-                                 a["top_lp"], a["vec"], S, CH, inputs.meta_i, top_k, BLOCK=cfg["block"], NB1=cfg["nb"],
+                                 a["top_lp"], a["vec"], S, CH, inputs.meta_i, a["xk"], BLOCK=cfg["block"], NB1=cfg["nb"],
                                  NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"], KL=KL, WANT_VEC=want_vector,
-                                 MODES=inputs.modes or filtered is not None, SPLIT=filtered is not None, **kw)
+                                 MODES=modes, SPLIT=filtered is not None, **kw)
         out.update(logprob=a["lp"], rank=a["rank"], processed_logprob=a["plp"], top_ids=a["top_id"],
                    top_logprobs=a["top_lp"], vector=a["vec"] if want_vector else None)
     return out
@@ -725,6 +731,7 @@ def _beam_step(y: torch.Tensor, beam_t: torch.Tensor, tokens: torch.Tensor, stat
 
 
 def launch_count(want_probs: bool, want_logprobs: bool) -> int:
-    """Kernel launches of one :func:`fused_step` call (``launch_specs`` plus the rewrite and logprobs launches)."""
+    """Kernel launches of one :func:`fused_step` call (``launch_specs`` plus the rewrite and logprobs launches;
+    a step where a row asks for another ``logprobs_mode``, or with ``filtered`` logits, adds ``_kth_kernel``)."""
     return 1 + len(launch_specs(1, 16, 16, 1, 16, want_probs, INTERPRETER)) + int(want_logprobs)
 

@@ -13,7 +13,9 @@ CUDA stream, with no host synchronisation between them:
 2. the five launches of :mod:`impls.fused.kernel` (plus the probabilities
    launch) on ``y``: temperature, min-p, top-k, top-p, greedy and the
    canonical draw.
-3. ``_logprobs_kernel`` (``B x S``): RAW logprobs ``(y - M) - log Z`` of its
+3. with ``MODES`` only, ``_kth_kernel`` (``B`` programs): the k-th largest survivor of a row whose
+   processed logits need it (the row's top-k boundary underflows to ``e = 0``), once per row;
+   ``_logprobs_kernel`` (``B x S``): RAW logprobs ``(y - M) - log Z`` of its
    part (with ``MODES``, the vector of each row's ``logprobs_mode`` instead:
    :func:`_mode_lp`; the whole vector when asked), the count of tokens with a strictly
    greater value than the drawn token's (rank), and the part's top-``KL``
@@ -256,6 +258,23 @@ def _kth_logit(ybase, V, xA, k, BLOCK: tl.constexpr):
     return tl.where((k > 0) & (hi >= -2139095040), _unkey(hi.to(tl.int32)), float("-inf"))
 
 
+@triton.jit(do_not_specialize=["S"])
+def _kth_kernel(yp_ptr, V, status_ptr, wsi, wsf, ws64, S, meta_i, top_k_ptr, xk_ptr, BLOCK: tl.constexpr,
+                NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr):
+    # B programs, before the logprobs launch when a row may ask for processed logits (MODES). A top-k boundary
+    # whose e = exp((x_k - m) / T) rounds to 0 in float32 (x_k some 104 T below the largest) keeps, by the
+    # filters' membership, every survivor tied with it at e = 0; the processed logits need exact arithmetic's
+    # set (the reference's, float64): the k-th largest survivor x_k, found here once for such a row (-inf for
+    # every other row, which then reads no logit)
+    row = tl.program_id(0).to(tl.int64)
+    x_k = tl.full([], float("-inf"), tl.float32)
+    if tl.load(status_ptr + row) == 0:
+        bi, hist1, hist2, ri, cnt, bf, rf, b64, r64, cand, abv = _ws(row, wsi, wsf, ws64, S, NB1, NBS, KMAX, KBIG)
+        if (tl.load(meta_i + row * _META_I + 3) == 2) & (tl.load(ri + _I_KIND) == 3) & (tl.load(rf + _F_ETHR) == 0.0):
+            x_k = _kth_logit(yp_ptr + row * V, V, tl.load(rf + _F_XA), tl.load(top_k_ptr + row), BLOCK)
+    tl.store(xk_ptr + row, x_k)
+
+
 @triton.jit
 def _mode_lp(y, yp, M, L, mode, kind, m, T, E, e_thr, xA, x_k):
     # the logprobs_mode vector at rewritten logits y (SEMANTICS §1.7, the reference's mode_vector): 0 RAW
@@ -274,7 +293,7 @@ def _mode_lp(y, yp, M, L, mode, kind, m, T, E, e_thr, xA, x_k):
 
 @triton.jit(do_not_specialize=["S"])
 def _logprobs_kernel(y_ptr, yp_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc, topw, wsi, wsf, ws64,
-                     lp_tok_ptr, rank_ptr, plp_ptr, top_id_ptr, top_lp_ptr, vec_ptr, S, CH, meta_i, top_k_ptr,
+                     lp_tok_ptr, rank_ptr, plp_ptr, top_id_ptr, top_lp_ptr, vec_ptr, S, CH, meta_i, xk_ptr,
                      BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                      KBIG: tl.constexpr, KL: tl.constexpr, WANT_VEC: tl.constexpr, MODES: tl.constexpr = False,
                      SPLIT: tl.constexpr = False):
@@ -308,12 +327,7 @@ def _logprobs_kernel(y_ptr, yp_ptr, V, token_ptr, status_ptr, ntop_ptr, lpw, lpc
             mode = tl.load(meta_i + row * _META_I + 3)
             e_thr = tl.load(rf + _F_ETHR)
             xA = tl.load(rf + _F_XA)
-            # a top-k boundary whose e = exp((x_k - m) / T) rounds to 0 in float32 (x_k some 104 T below the
-            # largest) keeps, by the filters' membership, every survivor tied with it at e = 0; the processed
-            # logits need exact arithmetic's set (the reference's, float64): the k-th largest logit, found here
-            x_k = tl.full([], float("-inf"), tl.float32)
-            if (mode == 2) & (kind == 3) & (e_thr == 0.0):
-                x_k = _kth_logit(ypbase, V, xA, tl.load(top_k_ptr + row), BLOCK)
+            x_k = tl.load(xk_ptr + row)   # _kth_kernel's, once per row
             lpt = _mode_lp(tl.load(ybase + tok), tl.load(ypbase + tok), M, L, mode, kind, m, T, E, e_thr, xA, x_k)
         else:
             lpt = (tl.load(ybase + tok) - M) - L
