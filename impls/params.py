@@ -104,6 +104,7 @@ ERRORS = {
     "invalid_bad_words": "an empty bad word or an id outside [0, V)",
     "invalid_stop_words": "an empty stop word or stop string, or an id outside [0, V)",
     "invalid_allowed_token_ids": "an empty allowed_token_ids list or an id outside [0, V)",
+    "invalid_token_bitmask": "a token_bitmask of fewer than ceil(V / 32) words (a row given through the API)",
     "invalid_logit_bias": "a logit bias id outside [0, V) or a NaN bias",
     "invalid_token_id": "a history id the profile rejects",
     "invalid_logprobs": "a logprobs count below -1, or a logprob_token_ids id outside [0, V)",
@@ -525,7 +526,7 @@ PARAMS = (
     Param("token_bitmask", {"type": "array", "minItems": 1, "items": _INT},
           "array of int (int32 words; uint32 values accepted)",
           "a structured-output (grammar) bitmask: bit j % 32 of word j // 32 allows token j; a 0 bit bans it",
-          unset="no bitmask", feature="token_bitmask", scope="step",
+          unset="no bitmask", feature="token_bitmask", scope="step", errors=("invalid_token_bitmask",),
           rule="exactly ceil(V / 32) words (a load error otherwise); applied where the profile's "
                "token_bitmask_stage says: to the model's logits before the sampler (every logprob sees it) or "
                "at 'token_bitmask' in its rewrite_order (§1.4a)",

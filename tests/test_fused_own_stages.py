@@ -46,6 +46,10 @@ def row(**kw):
     ({"bad_words": [[]]}, "invalid_bad_words"),
     ({"stop_words": [[1, V]]}, "invalid_stop_words"),
     ({"logprob_token_ids": [0, V]}, "invalid_logprobs"),
+    ({"token_bitmask": []}, "invalid_token_bitmask"),   # V = 8 needs ceil(8 / 32) = 1 word
+    ({"mirostat": 3}, "invalid_sampler_param"),
+    ({"min_keep": -1}, "invalid_sampler_param"),
+    ({"mirostat_eta": NAN, "min_keep": -1}, "invalid_sampler_param"),
     ({"temperature": -1.0, "seed": 1 << 64}, "invalid_temperature"),   # the first failed check wins
 ])
 def test_admission_rejects_with_the_first_failed_check(fields, kind):
@@ -164,3 +168,19 @@ def test_finish_reasons_and_their_precedence():
 def test_a_rejected_rows_minus_one_matches_no_end_id():
     rows = [row(end_id=-1), row(end_id=[-1, 3])]
     assert finish_codes(torch.tensor([-1, -1]), pack_finish(rows, "cpu")).tolist() == [0, 0]
+
+
+def test_a_short_bitmask_is_its_rows_error_in_the_step_and_in_the_reference():
+    # 40 tokens need ceil(40 / 32) = 2 words; one word is the row's error (the case schema refuses it; a row given
+    # through the API once raised ValueError from the fused step and IndexError from the reference, for the batch)
+    from impls.fused import FusedSession
+    from impls.reference.sampler import ReferenceSession
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if dev == "cpu":
+        pytest.importorskip("triton")
+    rows = [Row(logits=torch.zeros(40), temperature=0.0, token_bitmask=[-1], slot=0),
+            Row(logits=torch.arange(40.0), temperature=0.0, token_bitmask=[-1, 0], slot=1)]
+    for out in (FusedSession(dev).step(rows), ReferenceSession().step(rows)):
+        assert out[0].error == "invalid_token_bitmask"
+        assert out[1].error is None and out[1].token == 31   # ids 32..39 banned by the zero word
+

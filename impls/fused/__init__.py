@@ -208,7 +208,7 @@ class FusedSession:
         -------
         list of RowResult
         """
-        from .admit import BEAM, GREEDY, SAMPLING, admit
+        from .admit import BEAM, GREEDY, SAMPLING, admit, check_bitmask
         from .finish import REASONS, finish_codes, pack_finish
         from .kernel import STATUS_KINDS, PATHS
         from .slots import row_flags
@@ -220,6 +220,7 @@ class FusedSession:
         for i, row in enumerate(rows):
             try:
                 claim_slot(row, used)
+                check_bitmask(row)   # the mask applies to the model's logits, before the NaN check reads them
                 nan = _nan_ids(row)
                 if nan:
                     # before admission, as the profile orders it (a NaN row with a bad parameter is nan_logits)

@@ -33,6 +33,9 @@ Validation (SEMANTICS §1.1 rule 5, §5), in this order; the first failure rejec
   empty ``allowed_token_ids`` or one with an id outside ``[0, V)``: ``invalid_allowed_token_ids``
   (vLLM 0.32.0 ``SamplingParams._validate_allowed_token_ids``, the reference's order).
 
+Before them all, a ``token_bitmask`` of fewer than ``ceil(V / 32)`` words: ``invalid_token_bitmask``
+(:func:`check_bitmask`; the mask applies to the model's logits, before the sampler).
+
 Mode (SEMANTICS §1.1 rules 1-4, seed 000 § 采样参数): a beam row is BEAM (at its temperature,
 1 when unset or 0); ``top_k == 1``,
 ``top_p == 0``, ``min_p == 1`` or ``temperature == 0`` is GREEDY, and so is a row with
@@ -50,9 +53,9 @@ from typing import Optional
 import numpy as np
 
 from ..base import Row, RowError
-from ..params import LOGPROBS_MODES, end_id_set
+from ..params import LOGPROBS_MODES, bitmask_word_count, end_id_set
 
-__all__ = ["Admitted", "admit", "signed_seed", "decayed_top_p", "GREEDY", "SAMPLING", "BEAM", "TOP_P_MIN"]
+__all__ = ["Admitted", "admit", "check_bitmask", "signed_seed", "decayed_top_p", "GREEDY", "SAMPLING", "BEAM", "TOP_P_MIN"]
 
 #: The modes, as a row's ``mode`` output names them (``harness/corpus/outputs.py``).
 GREEDY, SAMPLING, BEAM = "greedy", "sampling", "beam"
@@ -195,6 +198,24 @@ def _check_ids(row: Row, V: int) -> None:
         raise _bad("invalid_allowed_token_ids", "allowed_token_ids", list(ids)[:8], f"non-empty with ids in [0, {V})")
 
 
+def check_bitmask(row: Row) -> None:
+    """``invalid_token_bitmask`` for a ``token_bitmask`` of fewer than ``ceil(V / 32)`` words.
+
+    The first check of a row, before its NaN logits and its parameters: the mask applies to the model's logits
+    (profile ``trtllm``: ``token_bitmask_stage = "logits"``), before the sampler sees them, as in the reference.
+    The case schema refuses such a mask; a row given through the API gets this error.
+
+    Raises
+    ------
+    RowError
+        ``invalid_token_bitmask``.
+    """
+    n = bitmask_word_count(row.vocab)
+    if row.token_bitmask is not None and len(row.token_bitmask) < n:
+        raise _bad("invalid_token_bitmask", "token_bitmask", f"{len(row.token_bitmask)} words",
+                   f"at least ceil({row.vocab} / 32) = {n} words")
+
+
 def _decay_on(row: Row) -> bool:
     # a decay of exactly 1 changes nothing (SEMANTICS §1.1 rule 3)
     return row.top_p_decay is not None and row.top_p_decay < 1
@@ -246,6 +267,7 @@ def admit(row: Row) -> Admitted:
     RowError
         The first failed check of the module docstring's list.
     """
+    check_bitmask(row)
     _check_scalars(row)
     seed = signed_seed(row.seed)
     _check_ids(row, row.vocab)

@@ -346,8 +346,8 @@ def allowed_words(row: Row, V: int) -> Optional[list]:
     Raises
     ------
     ValueError
-        A ``token_bitmask`` of fewer than ``ceil(V / 32)`` words (the case loader checks the length; the
-        reference cannot read such a mask either).
+        A ``token_bitmask`` of fewer than ``ceil(V / 32)`` words (admission rejects such a row first:
+        ``invalid_token_bitmask``).
     """
     if row.token_bitmask is None and row.allowed_token_ids is None:
         return None

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from ..base import Row
-from ..params import bitmask_allows, end_id_set
+from ..base import Row, RowError
+from ..params import bitmask_allows, bitmask_word_count, end_id_set
 from ..profiles import Profile
 
 __all__ = ["min_length_bans", "bad_word_bans", "no_repeat_ngram_bans", "apply_bans", "bitmask_bans",
@@ -144,6 +144,11 @@ def bitmask_bans(row: Row) -> list:
     list of int
         Ascending; ``[]`` without a bitmask.
 
+    Raises
+    ------
+    RowError
+        ``invalid_token_bitmask``: fewer than ``ceil(V / 32)`` words.
+
     Source: xgrammar 0.2.8 ``apply_token_bitmask_inplace`` (a 0 bit sets the logit to -inf), as
     vLLM 0.32.0 ``apply_grammar_bitmask`` and SGLang 0.5.23 ``XGrammarGrammar.apply_vocab_mask``
     call it; :func:`impls.params.bitmask_allows` reads the bits.
@@ -151,6 +156,10 @@ def bitmask_bans(row: Row) -> list:
     if row.token_bitmask is None:
         return []
     V = row.vocab
+    if len(row.token_bitmask) < bitmask_word_count(V):
+        # the case schema refuses such a mask; a row given through the API gets its row's error
+        raise RowError("invalid_token_bitmask", f"token_bitmask has {len(row.token_bitmask)} words; a vocabulary "
+                                                f"of {V} needs {bitmask_word_count(V)}")
     allowed = set(bitmask_allows(row.token_bitmask, V))
     return [j for j in range(V) if j not in allowed]
 
