@@ -236,3 +236,33 @@ def test_a_dynamic_temperature_of_zero_leaves_the_row_to_the_kernels_greedy_path
     prm = chain_params(adms, torch.tensor([0.0], dtype=torch.float64))
     out, temp = apply_chain(torch.tensor([x]), torch.tensor([0]), prm)
     assert out[0].tolist() == x and temp.tolist() == [0.0]
+
+
+def test_review_findings_agree_with_the_reference():
+    # a reviewer's fuzz (2026-12-07): (1) XTC at a threshold <= -1 counted removed tokens (sorted last at -1) in its
+    # run: over the survivors [2, 1, 0.5, 0] (id 3 is -inf) every token is likely, the run is all four, the cut
+    # keeps the last, id 4 (logit 0); with top_k 3, id 2. (2) a greedy or beam mirostat row kept its penalties
+    # (common's mirostat chain has none, whatever the mode): token 0 at logits [3, 2, 3, 1], not 2. (3) a min_keep
+    # of 2**64 - 1 (valid: keep all) overflowed int64 and lost the batch. (4) top_n_sigma = inf on tied logits: the
+    # bound max - inf * 0 is NaN, llama.cpp's "< bound" removes none (the reference crashed, the step found none).
+    neg = float("-inf")
+    x = [2.0, 1.0, 0.5, neg, 0.0]
+    rows = [row(x, temperature=1.0, xtc_probability=1.0, xtc_threshold=-1.0, seed=7, slot=0),
+            row(x, temperature=1.0, xtc_probability=1.0, xtc_threshold=-2.0, top_k=3, seed=7, slot=1),
+            row([3.0, 2.0, 3.0, 1.0], temperature=0.0, mirostat=2, repetition_penalty=2.0, prompt=[0], slot=2),
+            row([3.0, 2.0, 3.0, 1.0], use_beam_search=True, mirostat=2, repetition_penalty=2.0, prompt=[0], slot=3),
+            row([1.0, 0.0, -1.0, -2.0], temperature=1.0, top_p=0.5, min_keep=(1 << 64) - 1, seed=1, slot=4),
+            row([1.0, 1.0, 1.0], temperature=1.0, top_n_sigma=float("inf"), seed=2, slot=5)]
+    got = FusedSession(DEV).step(rows)
+    ref = ReferenceSession().step(rows)
+    assert [r.token for r in got] == [4, 2, 0, 0, got[4].token, got[5].token]
+    for i, (a, b) in enumerate(zip(got, ref)):
+        assert a.error is None and b.error is None, i
+        assert a.token == b.token, i
+        assert a.probs.cpu().tolist() == pytest.approx(b.probs.tolist(), abs=1e-6), i
+    assert got[2].rewritten_logits.cpu().tolist() == [3.0, 2.0, 3.0, 1.0]
+    assert got[4].probs.cpu().tolist() == pytest.approx([0.6439142599, 0.2368828181, 0.0871443187, 0.0320586033])
+    # sample_many takes the same rewrites as the step: no penalty on a mirostat row
+    m = row([2.0, 1.9, 1.0, 0.5, 0.0], temperature=1.0, mirostat=2, mirostat_tau=3.0, repetition_penalty=3.0,
+            prompt=[0, 1])
+    assert FusedSession(DEV).sample_many(m, range(40)).tolist() == ReferenceSession().sample_many(m, range(40)).tolist()

@@ -148,6 +148,14 @@ def _filters(y: torch.Tensor, adms: Sequence, rows: Sequence[Row], args: dict, d
     return temp, filtered, state
 
 
+def _rewritten_fields(row: Row) -> Row:
+    """The row whose rewrites the step applies: a mirostat row (1 or 2, whatever its mode) without its penalties
+    and DRY, which common's mirostat chain does not build (SEMANTICS §1.5a); any other row as it is."""
+    if row.mirostat not in (1, 2):
+        return row
+    return row.replace(repetition_penalty=None, presence_penalty=None, frequency_penalty=None, dry_multiplier=None)
+
+
 def _mirostat_key(row: Row, adm) -> tuple:
     """Who owns a slot's mirostat sampler: the request, its seed and settings (a new one: a new sampler)."""
     return (row.request_id, adm.seed, adm.mirostat, adm.mirostat_tau, adm.mirostat_eta)
@@ -226,10 +234,7 @@ class FusedSession:
                     # before admission, as the profile orders it (a NaN row with a bad parameter is nan_logits)
                     raise RowError("nan_logits", f"NaN at token ids {nan[:5]}")
                 adm = admit(row)
-                # common's mirostat chain has no penalties nor DRY (SEMANTICS §1.5a): its rewrites leave them out
-                plain = row if not adm.mirostat else row.replace(
-                    repetition_penalty=None, presence_penalty=None, frequency_penalty=None, dry_multiplier=None)
-                staged[i] = (adm, row_entries(plain, row.vocab, TRTLLM))
+                staged[i] = (adm, row_entries(_rewritten_fields(row), row.vocab, TRTLLM))
             except RowError as e:
                 out[i] = RowResult.failed(e)
         order = list(staged)
@@ -312,8 +317,8 @@ class FusedSession:
     def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 4096) -> torch.Tensor:
         """``(V,)`` int64 counts of one draw per seed (offset 0), in batched launches.
 
-        The row's custom processors, bias, penalties and bans are applied once (the rewrite launch)
-        (:func:`impls.fused.step.fused_rewrite`); only the filters and the draw repeat.
+        The row's custom processors, bias, penalties (none on a mirostat row) and bans are applied once (the
+        rewrite launch, :func:`impls.fused.step.fused_rewrite`); only the filters and the draw repeat.
 
         Raises
         ------
@@ -326,7 +331,7 @@ class FusedSession:
         from .step import custom_logits, fused_rewrite, pack_rows
 
         adm = admit(row)
-        inputs, errs = pack_rows([row], row.vocab, self.device)
+        inputs, errs = pack_rows([_rewritten_fields(row)], row.vocab, self.device)
         if errs[0] is not None:
             raise errs[0]
         x = fused_rewrite(custom_logits(row, self.device).to(self.device)[None], inputs)

@@ -282,7 +282,8 @@ def admit(row: Row) -> Admitted:
     if _decay_on(row):
         top_p = decayed_top_p(row, top_p)
     sigma = row.top_n_sigma
-    return Admitted(SAMPLING, temperature=float(t) if t is not None else 1.0, top_k=int(k or 0), top_p=top_p,
+    # a top_k past any vocabulary keeps all: capped so that the kernel's int64 argument holds it
+    return Admitted(SAMPLING, temperature=float(t) if t is not None else 1.0, top_k=min(int(k or 0), 1 << 62), top_p=top_p,
                     min_p=float(m) if m is not None and m > 0 else 0.0, seed=seed, min_keep=int(row.min_keep or 0),
                     top_n_sigma=float(sigma) if sigma is not None and sigma > 0 else 0.0,
                     typical_p=float(row.typical_p) if row.typical_p is not None else 1.0,

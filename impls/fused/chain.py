@@ -10,13 +10,14 @@ survivors renormalised —
 2. top-k, ties with the k-th kept (``min_keep`` ignored);
 3. top-p, a token kept iff the mass strictly more likely than it is ``< top_p`` (the most likely
    always), then at least the ``min_keep`` most likely;
-4. top-n-sigma (``n > 0``, two survivors or more): the scaled logits ``>= max - n * sigma``, ``sigma``
-   their population standard deviation over the survivors (``min_keep`` ignored);
+4. top-n-sigma (``n > 0``, two survivors or more): a scaled logit ``< max - n * sigma`` is removed, ``sigma``
+   their population standard deviation over the survivors (``min_keep`` ignored; a NaN bound, ``n = inf``
+   with ``sigma = 0``, removes none, as llama.cpp's comparison);
 5. typical-p (``p < 1``): ``H`` the survivors' entropy; in ascending ``|-log q - H|`` (ties by lowest
    id) a token kept iff the mass strictly more typical than it is ``< p``, then at least the
    ``max(min_keep, 1)`` most typical;
 6. XTC (``xtc_probability > 0``, ``xtc_threshold <= 0.5``, two survivors or more): in descending ``q``
-   (ties by lowest id), the leading run of tokens with ``q >= threshold``; when it has ``r >= 2``
+   (ties by lowest id), the leading run of survivors with ``q >= threshold``; when it has ``r >= 2``
    tokens and at least ``min_keep`` would remain, the cut removes its first ``r - 1``. With
    ``probability >= 1`` the cut is the outcome; otherwise, when it changes the set, the row draws from
    the mixture ``probability * softmax(cut) + (1 - probability) * softmax(uncut)``.
@@ -100,9 +101,11 @@ def chain_params(adms: Sequence, temperature: torch.Tensor) -> ChainParams:
         return torch.tensor([getattr(a, name) for a in adms], dtype=dt, device=dev)
 
     f64, i64 = torch.float64, torch.int64
-    return ChainParams(temperature.to(f64), t("top_k", i64), t("top_p", f64), t("min_p", f64),
+    # counts past any vocabulary mean "all": capped so that int64 holds them (a min_keep of 2**64 - 1 is valid)
+    big = lambda name: torch.tensor([min(getattr(a, name), 1 << 62) for a in adms], dtype=i64, device=dev)
+    return ChainParams(temperature.to(f64), big("top_k"), t("top_p", f64), t("min_p", f64),
                        t("top_n_sigma", f64), t("typical_p", f64), t("xtc_probability", f64),
-                       t("xtc_threshold", f64), t("min_keep", i64))
+                       t("xtc_threshold", f64), big("min_keep"))
 
 
 def _renorm(p: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -196,7 +199,8 @@ def chain_keep(y: torch.Tensor, prm: ChainParams) -> tuple:
     mean = zk.sum(-1, keepdim=True) / n
     std = torch.sqrt((torch.where(keep, (z - mean) ** 2, 0.0)).sum(-1, keepdim=True) / n)
     zmax = torch.where(keep, z, _NEG).amax(-1, keepdim=True)
-    keep = torch.where(on, keep & (z >= zmax - prm.top_n_sigma[:, None] * std), keep)
+    # llama.cpp removes a token when z < max - n * sigma: a NaN bound (n = inf, sigma = 0) removes none
+    keep = torch.where(on, keep & ~(z < zmax - prm.top_n_sigma[:, None] * std), keep)
     cur = _renorm(p, keep)
     # 5. typical-p ("mass_above" in typical order), then the max(min_keep, 1) most typical
     on = (prm.typical_p < 1)[:, None]
@@ -213,10 +217,11 @@ def chain_keep(y: torch.Tensor, prm: ChainParams) -> tuple:
     active = (prm.xtc_probability > 0) & ~(prm.xtc_threshold > 0.5) & (alive >= 2)
     vals = torch.where(keep, cur, -1.0)
     sv, order = torch.sort(vals, dim=-1, descending=True, stable=True)
-    run = torch.cumprod((sv >= prm.xtc_threshold[:, None]).to(torch.int64), -1).sum(-1)   # its length
+    pos = torch.arange(V, device=y.device).expand(R, V)
+    # its length, over the survivors only (the removed ones sort last at -1, which a threshold <= -1 would count)
+    run = torch.cumprod(((sv >= prm.xtc_threshold[:, None]) & (pos < alive[:, None])).to(torch.int64), -1).sum(-1)
     last = (run - 1).clamp_min(0)
     cuts = active & (last > 0) & (alive - last >= mk)
-    pos = torch.arange(V, device=y.device).expand(R, V)
     cut = keep & ~_scatter(order, pos < last[:, None])
     cut = torch.where(cuts[:, None], cut, keep)
     always = prm.xtc_probability >= 1
@@ -250,8 +255,9 @@ def apply_chain(y: torch.Tensor, rows: torch.Tensor, prm: ChainParams) -> tuple:
         (``y`` on the kept set, ``-inf`` elsewhere; a mixture row's float32 log-probabilities); and
         ``temperature`` ``(R,)`` float32, the temperature the kernel draws those rows at (theirs; 1 for
         a mixture row). A row with no finite logit, or holding NaN or ``+inf`` (the kernel rejects it),
-        or whose temperature is 0 (a dynamic one that reached it: the kernel's greedy row, as the reference's
-        argmax outcome) is copied as it is. The kernel is then called with those rows' top-k, top-p and min-p off.
+        or whose temperature is 0 (a dynamic one that reached it: the kernel's greedy row, whose token is the
+        reference's argmax outcome; its processed logprobs are a greedy row's, not the reference's one-token
+        outcome: a known difference) is copied as it is. The kernel is then called with those rows' top-k, top-p and min-p off.
     """
     out = y.clone()
     sub = y.index_select(0, rows)

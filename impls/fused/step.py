@@ -660,7 +660,8 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
         ``(B, V)`` float32, the logits the filter launches, the draw, the probabilities and the PROCESSED
         values of the logprobs launch read instead of the rewritten ones (:func:`impls.fused.chain.apply_chain`:
         the rows of llama.cpp's extra filters hold their outcome, the others the rewritten logits); the RAW
-        logprobs, rank and top list stay the rewritten logits'. None: the rewritten logits.
+        values stay the rewritten logits' (a row's rank and top list are read from its ``logprobs_mode``'s
+        vector, so from these under the processed modes). None: the rewritten logits.
 
     Returns
     -------
@@ -731,7 +732,7 @@ def _beam_step(y: torch.Tensor, beam_t: torch.Tensor, tokens: torch.Tensor, stat
 
 
 def launch_count(want_probs: bool, want_logprobs: bool) -> int:
-    """Kernel launches of one :func:`fused_step` call (``launch_specs`` plus the rewrite and logprobs launches;
-    a step where a row asks for another ``logprobs_mode``, or with ``filtered`` logits, adds ``_kth_kernel``)."""
+    """Kernel launches of one :func:`fused_step` call without other ``logprobs_mode`` nor ``filtered`` logits
+    (``launch_specs`` plus the rewrite and logprobs launches); with them the step adds ``_kth_kernel``, not counted."""
     return 1 + len(launch_specs(1, 16, 16, 1, 16, want_probs, INTERPRETER)) + int(want_logprobs)
 

@@ -264,8 +264,10 @@ def _kth_kernel(yp_ptr, V, status_ptr, wsi, wsf, ws64, S, meta_i, top_k_ptr, xk_
     # B programs, before the logprobs launch when a row may ask for processed logits (MODES). A top-k boundary
     # whose e = exp((x_k - m) / T) rounds to 0 in float32 (x_k some 104 T below the largest) keeps, by the
     # filters' membership, every survivor tied with it at e = 0; the processed logits need exact arithmetic's
-    # set (the reference's, float64): the k-th largest survivor x_k, found here once for such a row (-inf for
-    # every other row, which then reads no logit)
+    # set: the k-th largest survivor x_k, found here once for such a row (-inf for every other row, which then
+    # reads no logit). The reference decides in float64, exact until its probabilities underflow too (a boundary
+    # some 745 T below the largest): there it keeps every tie at 0, a known difference (SEMANTICS §1.5's rule is
+    # exact arithmetic's)
     row = tl.program_id(0).to(tl.int64)
     x_k = tl.full([], float("-inf"), tl.float32)
     if tl.load(status_ptr + row) == 0:

@@ -226,7 +226,8 @@ def top_n_sigma_mask(z: torch.Tensor, keep: torch.Tensor, n: float) -> torch.Ten
         return keep
     v = z[keep]
     std = torch.sqrt(((v - v.mean()) ** 2).mean())
-    return keep & (z >= v.max() - n * std)
+    # llama.cpp removes a token when its logit is < max - n * std: a NaN bound (n = inf, std = 0) removes none
+    return keep & ~(z < v.max() - n * std)
 
 
 def typical_mask(q: torch.Tensor, keep: torch.Tensor, mass: float, min_keep: int, rule: str):
