@@ -230,7 +230,7 @@ def test_typical_ties_are_equal_keys_kept_together_at_the_boundary():
     assert keep_of(x, temperature=1.0, typical_p=0.8)[0] == [0, 1, 2, 3]
 
 
-def test_a_dynamic_temperature_of_zero_leaves_the_row_to_the_kernels_greedy_path():
+def test_apply_chain_copies_a_row_whose_dynamic_temperature_reached_zero():
     x = [2.0, 1.0, 0.0]
     adms = [admit(row(x, temperature=1.0, typical_p=0.2))]
     prm = chain_params(adms, torch.tensor([0.0], dtype=torch.float64))
@@ -266,3 +266,20 @@ def test_review_findings_agree_with_the_reference():
     m = row([2.0, 1.9, 1.0, 0.5, 0.0], temperature=1.0, mirostat=2, mirostat_tau=3.0, repetition_penalty=3.0,
             prompt=[0, 1])
     assert FusedSession(DEV).sample_many(m, range(40)).tolist() == ReferenceSession().sample_many(m, range(40)).tolist()
+
+
+def test_a_dynamic_temperature_of_zero_keeps_the_argmax_alone_as_a_sampling_row():
+    # x = [30, 0, 0, -5], T = 0.5, range 1 (lo 0, hi 1.5), exponent 400: H / ln 4 is about 1e-11, its 400th power 0,
+    # so T' = 0: the reference's outcome is token 0 alone at T = 1 (SEMANTICS §1.5a), so its processed logits are
+    # [30, -inf, -inf, -inf] and its processed logprobs [0, -inf, -inf, -inf] (a greedy row's would be every logit)
+    x = [30.0, 0.0, 0.0, -5.0]
+    base = dict(temperature=0.5, dynatemp_range=1.0, dynatemp_exponent=400.0, seed=3, logprobs=-1)
+    rows = [row(x, logprobs_mode="processed_logits", slot=0, **base),
+            row(x, logprobs_mode="processed_logprobs", slot=1, **base),
+            row(x, logprobs_mode="processed_logits", typical_p=0.9, slot=2, **base)]
+    out = FusedSession(DEV).step(rows)
+    assert [o.token for o in out] == [0, 0, 0]
+    assert out[0].vocab_logprobs.cpu().tolist() == [30.0, NEG, NEG, NEG]
+    assert out[1].vocab_logprobs.cpu().tolist() == [0.0, NEG, NEG, NEG]
+    assert out[2].vocab_logprobs.cpu().tolist() == [30.0, NEG, NEG, NEG]
+    assert out[0].processed_logprob == 0.0

@@ -89,7 +89,8 @@ def _filters(y: torch.Tensor, adms: Sequence, rows: Sequence[Row], args: dict, d
     :func:`impls.fused.temperature.dynamic_temperature`); then the sampling rows that set one of llama.cpp's
     extra filters take :func:`impls.fused.chain.apply_chain`, and mirostat rows their cut
     (:func:`impls.fused.mirostat.mirostat_keep`, at their slot's ``mu``); the kernel draws from their outcome
-    with their top-k, top-p and min-p turned off in ``args`` (in place).
+    with their top-k, top-p and min-p turned off in ``args`` (in place). A row whose dynamic temperature
+    reached 0 keeps its first finite argmax alone, at ``T = 1``.
 
     Parameters
     ----------
@@ -121,7 +122,8 @@ def _filters(y: torch.Tensor, adms: Sequence, rows: Sequence[Row], args: dict, d
     temp = t64.to(torch.float32)
     ext = [j for j, a in enumerate(adms) if a.mode == SAMPLING and needs_chain(a)]
     miro = [j for j, a in enumerate(adms) if a.mode == SAMPLING and a.mirostat]
-    if not ext and not miro:
+    cold = [j for j, (a, r) in enumerate(zip(adms, dyn)) if a.mode == SAMPLING and (r.dynatemp_range or 0) > 0]
+    if not ext and not miro and not cold:
         return temp, None, None
     filtered, state = y, None
     if ext:
@@ -142,9 +144,23 @@ def _filters(y: torch.Tensor, adms: Sequence, rows: Sequence[Row], args: dict, d
         filtered = filtered.clone() if filtered is y else filtered
         filtered.index_copy_(0, pick, torch.where(ok[:, None] & ~keep, float("-inf"), sub))
         state = (pick, slots, keys, cur, tau, eta)
-    both = torch.tensor(ext + miro, dtype=torch.int64, device=device)
-    for name, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0)):
-        args[name].index_fill_(0, both, off)
+    if cold:
+        # a dynamic temperature that reached 0 (SEMANTICS §1.5a): the reference's outcome is the first argmax of the
+        # finite logits alone, at T = 1, a sampling row (its processed logits and logprobs are that one token's, not
+        # a greedy row's); decided on the device, for every row that may reach it
+        pick = torch.tensor(cold, dtype=torch.int64, device=device)
+        zero = temp.index_select(0, pick) <= 0
+        filtered = filtered.clone() if filtered is y else filtered
+        sub = filtered.index_select(0, pick)
+        first = torch.argmax(y.index_select(0, pick), dim=-1, keepdim=True)
+        one = torch.zeros_like(sub, dtype=torch.bool).scatter_(1, first, True)
+        filtered.index_copy_(0, pick, torch.where(zero[:, None] & ~one, float("-inf"), sub))
+        temp.index_copy_(0, pick, torch.where(zero, 1.0, temp.index_select(0, pick)))
+    # (a cold row keeps its filters: on its one finite token they keep it)
+    if ext or miro:
+        both = torch.tensor(ext + miro, dtype=torch.int64, device=device)
+        for name, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0)):
+            args[name].index_fill_(0, both, off)
     return temp, filtered, state
 
 

@@ -255,9 +255,8 @@ def apply_chain(y: torch.Tensor, rows: torch.Tensor, prm: ChainParams) -> tuple:
         (``y`` on the kept set, ``-inf`` elsewhere; a mixture row's float32 log-probabilities); and
         ``temperature`` ``(R,)`` float32, the temperature the kernel draws those rows at (theirs; 1 for
         a mixture row). A row with no finite logit, or holding NaN or ``+inf`` (the kernel rejects it),
-        or whose temperature is 0 (a dynamic one that reached it: the kernel's greedy row, whose token is the
-        reference's argmax outcome; its processed logprobs are a greedy row's, not the reference's one-token
-        outcome: a known difference) is copied as it is. The kernel is then called with those rows' top-k, top-p and min-p off.
+        or whose temperature is 0 (a dynamic one that reached it: the caller keeps its argmax alone) is copied
+        as it is. The kernel is then called with those rows' top-k, top-p and min-p off.
     """
     out = y.clone()
     sub = y.index_select(0, rows)
