@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional, Union
 
 from . import processors as _processors
 
-__all__ = ["Param", "PARAMS", "FEATURES", "ERRORS", "param", "row_fields", "row_schema", "request_schema",
+__all__ = ["Param", "PARAMS", "FEATURES", "ERRORS", "param", "row_fields", "row_schema", "request_schema", "text_value",
            "field_feature", "step_fields", "request_fields", "markdown_table", "template_comment",
            "parse_seed", "end_id_set", "SCOPES", "bitmask_words", "bitmask_word_count", "bitmask_allows",
            "MAX_VOCAB", "MAX_N", "MAX_SEED_CHARS", "GENERATOR", "MODEL", "LOGPROBS_MODES"]
@@ -568,7 +568,8 @@ PARAMS = (
           unset="unseeded: the global stream at the slot's offset (§1.6)", feature="seed", errors=("invalid_seed",),
           rule="an integer in [-2**63, 2**64), read as its uint64 bits (§1.6)", citation=f"{_SEED} § 三套计数器",
           annotation=_O[int], convert=parse_seed),
-    Param("slot", {"type": "integer", "minimum": 0}, "int (default: the row's index in its batch)",
+    Param("slot", {"type": "integer", "minimum": 0}, "int (a case row's default: its index in its batch; a Row "
+          "made in Python: 0)",
           "the sequence slot: seed offsets and penalty state are per slot", errors=("duplicate_slot",),
           rule="one row per slot per step (§2)", annotation=int, default=0),
     Param("request_id", {}, "-", "the owner of the slot: a new owner restarts the slot's stream (§2)",
@@ -699,6 +700,23 @@ def row_fields() -> list:
         else:
             out.append((p.name, p.annotation, dataclasses.field(default=p.default)))
     return out
+
+
+def text_value(row) -> Optional[tuple]:
+    """``(error kind, message)`` for the first numeric field of ``row`` holding text (``str`` or ``bytes``), else None.
+
+    The case schema refuses such values; a row given through the API gets its row's error from this check, which
+    every implementation's admission runs first, instead of a comparison's ``TypeError`` for the whole batch. The
+    kind is the field's first declared error (:attr:`Param.errors`), ``invalid_sampler_param`` when it has none.
+    """
+    for p in PARAMS:
+        if not p.row_field or p.schema.get("type") not in ("number", "integer"):
+            continue
+        v = getattr(row, p.name, None)
+        if isinstance(v, (str, bytes)):
+            kind = p.errors[0] if p.errors else "invalid_sampler_param"
+            return kind, f"{p.name}={v!r}: must be a number, not text"
+    return None
 
 
 def step_fields() -> list:

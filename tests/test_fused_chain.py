@@ -283,3 +283,17 @@ def test_a_dynamic_temperature_of_zero_keeps_the_argmax_alone_as_a_sampling_row(
     assert out[1].vocab_logprobs.cpu().tolist() == [0.0, NEG, NEG, NEG]
     assert out[2].vocab_logprobs.cpu().tolist() == [30.0, NEG, NEG, NEG]
     assert out[0].processed_logprob == 0.0
+
+
+@pytest.mark.parametrize("field,value", [("min_keep", 2.0), ("typical_p", "0.5"), ("xtc_threshold", "x"),
+                                         ("temperature", "1")])
+def test_values_that_are_no_numbers_are_their_rows_error_in_both(field, value):
+    # a fresh user's API probes (2026-12-07): min_keep = 2.0 crashed the reference's slicing, a text value both
+    # comparisons, for the whole batch; now the row's error (the case schema refuses them), the plain rows sample
+    rows = [row([0.0, 1.0, 2.0], temperature=1.0, seed=1, slot=0),
+            row([0.0, 1.0, 2.0], temperature=1.0, seed=1, slot=1).replace(**{field: value}),
+            row([0.0, 1.0, 2.0], temperature=0.0, slot=2)]
+    kind = "invalid_temperature" if field == "temperature" else "invalid_sampler_param"
+    for out in (FusedSession(DEV).step(rows), ReferenceSession().step(rows)):
+        assert out[1].error == kind
+        assert out[0].error is None and out[2].token == 2

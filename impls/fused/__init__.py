@@ -47,7 +47,7 @@ from typing import Optional, Sequence
 import torch
 
 from ..base import LatencyBatch, Row, RowError, RowResult, claim_slot
-from ..params import PARAMS, field_feature
+from ..params import ERRORS, PARAMS, field_feature
 from ..profiles import TRTLLM
 from ..registry import Entry
 
@@ -303,7 +303,7 @@ class FusedSession:
                 row = rows[i]
                 kind = STATUS_KINDS[int(host["status"][j])]
                 if kind is not None:
-                    out[i] = RowResult(error=kind, message=f"rejected by the fused kernel ({kind})")
+                    out[i] = RowResult(error=kind, message=f"rejected by the fused kernel: {ERRORS[kind]}")
                     continue
                 t = int(host["tokens"][j])
                 r = RowResult(token=t, mode=adm.mode, rewritten_logits=o["rewritten"][j], probs=o["probs"][j],
@@ -371,7 +371,7 @@ class FusedSession:
             bad = status != 0
             if bool(bad.any()):
                 kind = STATUS_KINDS[int(status[bad][0])]
-                raise RowError(kind, f"rejected by the fused kernel ({kind})")
+                raise RowError(kind, f"rejected by the fused kernel: {ERRORS[kind]}")
             counts += torch.bincount(tok.cpu(), minlength=V)
         return counts
 

@@ -7,6 +7,8 @@ states them for ``trtllm`` only, for the features :class:`impls.fused.FusedImpl`
 
 Validation (SEMANTICS §1.1 rule 5, §5), in this order; the first failure rejects the row:
 
+* a numeric field holding text (:func:`impls.params.text_value`: its first error kind; the case schema
+  refuses it, a row given through the API gets it);
 * ``temperature`` NaN or ``< 0``: ``invalid_temperature``; ``top_p`` outside ``[0, 1]`` or NaN:
   ``invalid_top_p`` (0 is greedy, seed 000 § 采样参数); ``top_k`` not an integer or ``< 0``:
   ``invalid_top_k``; ``min_p`` outside ``[0, 1]`` or NaN: ``invalid_min_p``;
@@ -53,7 +55,7 @@ from typing import Optional
 import numpy as np
 
 from ..base import Row, RowError
-from ..params import LOGPROBS_MODES, bitmask_word_count, end_id_set
+from ..params import LOGPROBS_MODES, bitmask_word_count, end_id_set, text_value
 
 __all__ = ["Admitted", "admit", "check_bitmask", "signed_seed", "decayed_top_p", "GREEDY", "SAMPLING", "BEAM", "TOP_P_MIN"]
 
@@ -139,7 +141,11 @@ def _check_scalars(row: Row) -> None:
              ("top_p_min", "invalid_top_p_min", lambda v: 0 < v <= 1, "in (0, 1]"))
     for name, kind, ok, rule in table:
         v = getattr(row, name)
-        if v is not None and not ok(v):
+        try:
+            bad = v is not None and not ok(v)
+        except TypeError:   # not a number at all (a row given through the API; the case schema refuses it)
+            bad = True
+        if bad:
             raise _bad(kind, name, v, rule)
     if row.use_beam_search and _decay_on(row):
         raise _bad("invalid_top_p_decay", "top_p_decay", row.top_p_decay, "1 (off) with beam search")
@@ -268,6 +274,9 @@ def admit(row: Row) -> Admitted:
         The first failed check of the module docstring's list.
     """
     check_bitmask(row)
+    text = text_value(row)
+    if text is not None:
+        raise RowError(*text)
     _check_scalars(row)
     seed = signed_seed(row.seed)
     _check_ids(row, row.vocab)

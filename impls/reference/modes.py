@@ -19,7 +19,7 @@ import torch
 
 from .. import processors
 from ..base import Row, RowError
-from ..params import LOGPROBS_MODES
+from ..params import LOGPROBS_MODES, text_value
 from ..profiles import Profile
 from .philox import seed_bits
 
@@ -128,7 +128,8 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
     Raises
     ------
     RowError
-        ``invalid_temperature`` (negative or NaN), ``invalid_top_p``
+        First, a numeric field holding text (a row given through the API: :func:`impls.params.text_value`, the
+        field's first error kind); then ``invalid_temperature`` (negative or NaN), ``invalid_top_p``
         (outside ``[0, 1]`` or NaN; ``(0, 1]`` when the profile rejects 0),
         ``invalid_top_k`` (below the profile's lower bound),
         ``invalid_min_p`` (outside ``[0, 1]`` or NaN),
@@ -150,6 +151,9 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         outside ``[0, V)`` when the profile says ``history_out_of_range =
         "error"``).
     """
+    text = text_value(row)   # a numeric field holding text: a row given through the API (the schema refuses it)
+    if text is not None:
+        raise RowError(*text)
     V = row.vocab
     lazy = "inactive_params" in profile.validation_skips
     filters_on = not lazy or sampling is not False
@@ -286,7 +290,8 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
 def _validate_chain_params(row: Row, profile: Profile) -> None:
     """``invalid_sampler_param`` for llama.cpp's samplers (SEMANTICS §1.5).
 
-    NaN is rejected everywhere; ``min_keep >= 0``, ``typical_p`` in ``(0, 1]``, ``xtc_probability``
+    NaN and values that are not numbers are rejected everywhere; ``min_keep`` an integer ``>= 0``, ``typical_p`` in
+    ``(0, 1]``, ``xtc_probability``
     in ``[0, 1]``. Under ``"sampler_param_ranges"`` in ``profile.validation_skips`` (llama.cpp
     validates none of them: ``llama_sampler_init_*`` take any value) nothing is rejected: a NaN
     ``typical_p`` keeps every token (``cum_sum > p`` never holds), a NaN ``top_n_sigma`` cuts none,
@@ -300,7 +305,7 @@ def _validate_chain_params(row: Row, profile: Profile) -> None:
     if row.mirostat is not None and row.mirostat not in (0, 1, 2):
         # every profile: common_sampler_init aborts on another version (GGML_ASSERT), it is no sampler value
         raise RowError("invalid_sampler_param", f"mirostat={row.mirostat!r}: must be 0, 1 or 2")
-    checks = (("min_keep", lambda v: v >= 0, ">= 0"), ("typical_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+    checks = (("min_keep", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"), ("typical_p", lambda v: 0 < v <= 1, "in (0, 1]"),
               ("top_n_sigma", lambda v: True, "a number"), ("xtc_probability", lambda v: 0 <= v <= 1, "in [0, 1]"),
               ("xtc_threshold", lambda v: True, "a number"), ("dynatemp_range", lambda v: True, "a number"),
               ("dynatemp_exponent", lambda v: True, "a number"), ("dry_multiplier", lambda v: True, "a number"),
@@ -314,7 +319,11 @@ def _validate_chain_params(row: Row, profile: Profile) -> None:
             continue   # Hugging Face builds TypicalLogitsWarper only for typical_p < 1 (NaN: never)
         if not ranges:
             continue   # llama.cpp: NaN compares false everywhere (typical_p NaN keeps all, top_n_sigma NaN cuts none)
-        if v is not None and (_is_nan(v) or not ok(v)):
+        try:
+            bad = v is not None and (_is_nan(v) or not ok(v))
+        except TypeError:   # not a number at all (a row given through the API; the case schema refuses it)
+            bad = True
+        if bad:
             raise RowError("invalid_sampler_param", f"{name}={v!r}: must be {rule}")
 
 
@@ -463,7 +472,7 @@ def resolve(row: Row, profile: Profile) -> Resolved:
         dynatemp_range=row.dynatemp_range if row.dynatemp_range is not None else 0.0,
         dynatemp_exponent=row.dynatemp_exponent if row.dynatemp_exponent is not None else 1.0,
         # a negative min_keep passes validation only where llama.cpp's size_t takes it (2**64 + v)
-        min_keep=(row.min_keep or 0) % (1 << 64),
+        min_keep=int(row.min_keep or 0) % (1 << 64),
         mirostat=row.mirostat or 0,
         mirostat_tau=row.mirostat_tau if row.mirostat_tau is not None else 5.0,
         mirostat_eta=row.mirostat_eta if row.mirostat_eta is not None else 0.1,
