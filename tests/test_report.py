@@ -532,3 +532,20 @@ def test_an_external_case_is_reproduced_by_its_path(tmp_path):
     assert select(discover(root), [str(bad)], root) == [bad.resolve()]
     # the header counts it apart from the corpus's one declared case (it said "1 of 1 declared cases run")
     assert "0 of 1 declared cases run, and 1 case(s) given by path from outside the corpus; 1 results." in html
+
+
+def test_what_ran_counts_one_fact_in_the_singular(tmp_path):
+    # a fresh user's read of the report (2026-12-07): "what ran (1 facts)"
+    class OneFact(WrongArgmax):
+        def describe(self, device="cpu"):
+            return {"tuning": "block=16"}
+
+    class TwoFacts(WrongArgmax):
+        def describe(self, device="cpu"):
+            return {"tuning": "block=16", "device": "cpu"}
+
+    root = tmp_path / "cases"
+    _write(root, "greedy/ok", GREEDY)
+    run([OneFact("one"), TwoFacts("two")], None, tmp_path / "r", progress=False, root=root, isolate=False)
+    html = (tmp_path / "r" / "index.html").read_text()
+    assert "what ran (1 fact)" in html and "what ran (2 facts)" in html and "(1 facts)" not in html
