@@ -515,9 +515,11 @@ def _cmd_merge(args) -> int:
 
 
 def _list_impls(verbose: bool) -> int:
-    """``sampcheck list impls``: one line per registry entry (name, roles, profile, version, devices, availability)."""
+    """``sampcheck list impls``: one line per registry entry (name, roles, profile, version, devices, availability);
+    versions spelled as the report spells them (:func:`harness.report.html.show_version`)."""
     from impls import registry
     from impls.base import stage_provenance
+    from harness.report.html import show_version
     from harness.corpus.truths import default_profile_name
     default_profile = default_profile_name()   # whose predictions are the cases' own truths
     rows, details = [], []
@@ -538,7 +540,7 @@ def _list_impls(verbose: bool) -> int:
         devices = ",".join(sorted(getattr(impl, "devices", ()) or ())) or "-"
         origin = "" if e.origin.startswith("impls.") else f" ({e.origin})"
         pname = "-" if not profile else profile.name + (" (default)" if profile.name == default_profile else "")
-        rows.append((e.name, roles, f"profile={pname}", f"version={ver}", devices,
+        rows.append((e.name, roles, f"profile={pname}", f"version={show_version(ver)}", devices,
                      ("available" if why is None else "unavailable: " + why) + origin))
         extra = []
         if verbose:

@@ -594,6 +594,8 @@ def test_list_impls_verbose_shows_scenario_features_where_an_impl_has_them(capsy
     assert out[i + 2].startswith("    scenario features: ") and "beam_search" in out[i + 2]
     j = next(j for j, line in enumerate(out) if line.startswith("reference "))
     assert not out[j + 2].startswith("    scenario features")   # the reference declares none apart
+    # the version as the report spells it (a fresh user found "2 (reference rules; ...)" here, "v2" there)
+    assert "version=reference rules v2 (torch " in out[j]
 
 
 def test_list_cases_takes_the_patterns_run_takes(capsys):
