@@ -2,15 +2,16 @@
 
 Pipeline of :meth:`FusedSession.step`, in order:
 
-1. per row on the host, as an engine does at admission: the slot check, NaN
-   logits (``nan_logits``, before the parameters as the profile orders them), the
+1. per row on the host, as an engine does at admission: the slot check, a too-short grammar
+   bitmask, NaN logits (``nan_logits``, before the parameters as the profile orders them), the
    fused sampler's own validation and mode resolution (:func:`impls.fused.admit.admit`),
    which turns unset parameters into the kernel's sentinels (a greedy row gets
    ``temperature = 0``), and the row's sparse rewrite entries
    (:func:`impls.fused.step.row_entries`: bias pairs, validated; the history, or
    its last ``penalty_last_n`` positions; single-token bans and the end ids under
    ``min_length``; the ids banned by multi-token bad words and no-repeat-ngram,
-   matched on the host; the grammar bitmask and ``allowed_token_ids`` as one mask);
+   matched on the host; the grammar bitmask and ``allowed_token_ids`` as one mask; a mirostat
+   row's without its penalties and DRY);
 2. per vocabulary size, the rows' custom logits processors on the device
    (:func:`impls.fused.step.custom_logits`: each kind's rule from :mod:`impls.processors`,
    run first, as TensorRT-LLM runs them on the model's logits), then the step's rewrite launch (:func:`impls.fused.step.prepare_step`:
@@ -25,14 +26,15 @@ Pipeline of :meth:`FusedSession.step`, in order:
    temperature (a dynamic one from the rewritten logits' entropy,
    :func:`impls.fused.temperature.dynamic_temperature`); the rows with one of llama.cpp's extra
    filters (``min_keep``, top-n-sigma, typical-p, XTC) take their whole filter chain in
-   :func:`impls.fused.chain.apply_chain` and reach the kernel as its outcome with its filters off;
-   then min-p, top-k, top-p,
+   :func:`impls.fused.chain.apply_chain`, mirostat rows their cut at their slot's ``mu``
+   (:mod:`impls.fused.mirostat`), a row whose dynamic temperature reached 0 its argmax alone, and
+   reach the kernel as that outcome with its filters off; then min-p, top-k, top-p,
    greedy and the canonical draw (:mod:`impls.fused.kernel`), with the
    probabilities of the same filtering, a beam row's one step of width 1,
    then the drawn token's logprob, its rank and the top logprobs, read from the
    vector its ``logprobs_mode`` names (RAW logprobs by default), and its PROCESSED logprob;
-5. finish reasons on the device at the token the kernel drew
-   (:func:`impls.fused.finish.finish_codes`).
+5. mirostat's ``mu`` per slot from the drawn token's probability (:class:`impls.fused.mirostat.MuSlots`),
+   and finish reasons on the device at the token the kernel drew (:func:`impls.fused.finish.finish_codes`).
 
 Every stage is the fused package's own code; the reference is never called.
 On a CPU the kernel runs under Triton's interpreter (``TRITON_INTERPRET=1``
