@@ -549,3 +549,16 @@ def test_what_ran_counts_one_fact_in_the_singular(tmp_path):
     run([OneFact("one"), TwoFacts("two")], None, tmp_path / "r", progress=False, root=root, isolate=False)
     html = (tmp_path / "r" / "index.html").read_text()
     assert "what ran (1 fact)" in html and "what ran (2 facts)" in html and "(1 facts)" not in html
+
+
+def test_the_all_rows_own_code_says_it_counts_across_implementations(tmp_path):
+    # a fresh user's read (2026-12-07): "own code N" under the all row's count had the per-implementation tooltip
+    root = tmp_path / "cases"
+    _write(root, "greedy/token-only", TOKEN_ONLY)
+    _write(root, "greedy/with-mode", WITH_MODE)
+    out = run([Borrowing()], None, tmp_path / "r", progress=False, root=root, isolate=False)
+    summary = out.html_path.read_text().split('<table class="summary">')[1].split("</table>")[0]
+    all_row = summary.split("<tr><th>all")[1].split("</tr>")[0]
+    assert "own code 1" in all_row and "on at least one implementation" in all_row
+    row = summary.split('<tr><td><code>borrow</code></td>')[1].split("</tr>")[0]
+    assert "own code 1" in row and "decided by the implementation&#39;s own code" in row.replace("'", "&#39;")
