@@ -180,12 +180,18 @@ def _z_array(s: list) -> list:
 
 def _dry_limit(window: list, breakers: list) -> int:
     # the longest repetition DRY may see: the tokens after the most recent sequence breaker (its first token at
-    # the scanned position, the rest following it inside the window), the longest breaker there; none: all
+    # the scanned position, the rest following it inside the window), the longest breaker there; none: all.
+    # Breakers are looked up by their first token: one dict lookup per position, not a scan of every breaker
     L = len(window)
+    by_first: dict = {}
+    for b in breakers:
+        by_first.setdefault(b[0], []).append(b)
     for i in range(L):
         start = L - 1 - i
-        tails = [len(b) - 1 for b in breakers if b[0] == window[start] and len(b) - 1 <= i
-                 and window[start + 1:start + len(b)] == b[1:]]
+        cands = by_first.get(window[start])
+        if not cands:
+            continue
+        tails = [len(b) - 1 for b in cands if len(b) - 1 <= i and window[start + 1:start + len(b)] == b[1:]]
         if tails:
             return i - max(tails)
     return L
