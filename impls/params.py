@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+import numbers
 from typing import Any, Callable, Optional, Union
 
 from . import processors as _processors
 
-__all__ = ["Param", "PARAMS", "FEATURES", "ERRORS", "param", "row_fields", "row_schema", "request_schema", "text_value",
+__all__ = ["Param", "PARAMS", "FEATURES", "ERRORS", "param", "row_fields", "row_schema", "request_schema", "not_a_number",
            "field_feature", "step_fields", "request_fields", "markdown_table", "template_comment",
            "parse_seed", "end_id_set", "SCOPES", "bitmask_words", "bitmask_word_count", "bitmask_allows",
            "MAX_VOCAB", "MAX_N", "MAX_SEED_CHARS", "GENERATOR", "MODEL", "LOGPROBS_MODES"]
@@ -702,20 +703,22 @@ def row_fields() -> list:
     return out
 
 
-def text_value(row) -> Optional[tuple]:
-    """``(error kind, message)`` for the first numeric field of ``row`` holding text (``str`` or ``bytes``), else None.
+def not_a_number(row) -> Optional[tuple]:
+    """``(error kind, message)`` for the first numeric field of ``row`` whose value is not a real number, else None.
 
-    The case schema refuses such values; a row given through the API gets its row's error from this check, which
-    every implementation's admission runs first, instead of a comparison's ``TypeError`` for the whole batch. The
-    kind is the field's first declared error (:attr:`Param.errors`), ``invalid_sampler_param`` when it has none.
+    Numeric fields: those whose schema type is ``number`` or ``integer``; a real number is a
+    :class:`numbers.Real` (Python's and NumPy's ints and floats, ``bool`` included). The case schema refuses
+    anything else; a row given through the API gets its row's error from this check, which every
+    implementation's admission runs first, instead of a comparison's ``TypeError`` for the whole batch. The kind
+    is the field's first declared error (:attr:`Param.errors`), ``invalid_sampler_param`` when it has none.
     """
     for p in PARAMS:
         if not p.row_field or p.schema.get("type") not in ("number", "integer"):
             continue
         v = getattr(row, p.name, None)
-        if isinstance(v, (str, bytes)):
+        if v is not None and not isinstance(v, numbers.Real):
             kind = p.errors[0] if p.errors else "invalid_sampler_param"
-            return kind, f"{p.name}={v!r}: must be a number, not text"
+            return kind, f"{p.name}={v!r}: must be a number"
     return None
 
 

@@ -132,6 +132,8 @@ def _filters(y: torch.Tensor, adms: Sequence, rows: Sequence[Row], args: dict, d
         pick = torch.tensor(ext, dtype=torch.int64, device=device)
         filtered, t_ext = apply_chain(y, pick, chain_params([adms[j] for j in ext], t64.index_select(0, pick)))
         temp.index_copy_(0, pick, t_ext)
+    if (miro or cold) and filtered is y:
+        filtered = y.clone()   # the rows below write their outcome into it
     if miro:
         pick = torch.tensor(miro, dtype=torch.int64, device=device)
         f32 = lambda name: torch.tensor([getattr(adms[j], name) for j in miro], dtype=torch.float32, device=device)
@@ -143,7 +145,6 @@ def _filters(y: torch.Tensor, adms: Sequence, rows: Sequence[Row], args: dict, d
         ok = torch.isfinite(sub).any(-1) & ~torch.isnan(sub).any(-1) & ~torch.isposinf(sub).any(-1)
         keep = mirostat_keep(torch.where(ok[:, None], sub, 0.0), temp.index_select(0, pick),
                              torch.tensor([adms[j].mirostat for j in miro], dtype=torch.int64, device=device), cur)
-        filtered = filtered.clone() if filtered is y else filtered
         filtered.index_copy_(0, pick, torch.where(ok[:, None] & ~keep, float("-inf"), sub))
         state = (pick, slots, keys, cur, tau, eta)
     if cold:
@@ -152,7 +153,6 @@ def _filters(y: torch.Tensor, adms: Sequence, rows: Sequence[Row], args: dict, d
         # a greedy row's); decided on the device, for every row that may reach it
         pick = torch.tensor(cold, dtype=torch.int64, device=device)
         zero = temp.index_select(0, pick) <= 0
-        filtered = filtered.clone() if filtered is y else filtered
         sub = filtered.index_select(0, pick)
         first = torch.argmax(y.index_select(0, pick), dim=-1, keepdim=True)
         one = torch.zeros_like(sub, dtype=torch.bool).scatter_(1, first, True)

@@ -7,8 +7,8 @@ states them for ``trtllm`` only, for the features :class:`impls.fused.FusedImpl`
 
 Validation (SEMANTICS §1.1 rule 5, §5), in this order; the first failure rejects the row:
 
-* a numeric field holding text (:func:`impls.params.text_value`: its first error kind; the case schema
-  refuses it, a row given through the API gets it);
+* a numeric field whose value is not a number (:func:`impls.params.not_a_number`: its first error kind;
+  the case schema refuses it, a row given through the API gets it);
 * ``temperature`` NaN or ``< 0``: ``invalid_temperature``; ``top_p`` outside ``[0, 1]`` or NaN:
   ``invalid_top_p`` (0 is greedy, seed 000 § 采样参数); ``top_k`` not an integer or ``< 0``:
   ``invalid_top_k``; ``min_p`` outside ``[0, 1]`` or NaN: ``invalid_min_p``;
@@ -55,7 +55,7 @@ from typing import Optional
 import numpy as np
 
 from ..base import Row, RowError
-from ..params import LOGPROBS_MODES, bitmask_word_count, end_id_set, text_value
+from ..params import LOGPROBS_MODES, bitmask_word_count, end_id_set, not_a_number
 
 __all__ = ["Admitted", "admit", "check_bitmask", "signed_seed", "decayed_top_p", "GREEDY", "SAMPLING", "BEAM", "TOP_P_MIN"]
 
@@ -85,7 +85,8 @@ class Admitted:
         :func:`impls.fused.step.fused_step`); -1 on other rows.
     min_keep, top_n_sigma, typical_p, xtc_probability, xtc_threshold : int, float, float, float, float
         A sampling row's parameters of llama.cpp's extra filters (:mod:`impls.fused.chain`): ``0, 0, 1, 0``
-        are off, ``xtc_threshold`` 0.1 unset.
+        are off, ``xtc_threshold`` 0.1 unset. ``top_k`` and ``min_keep`` are capped at ``2**62`` (past any
+        vocabulary: all).
     mirostat, mirostat_tau, mirostat_eta : int, float, float
         A sampling row's mirostat version (0 off, 1, 2; :mod:`impls.fused.mirostat`), ``tau`` (5 unset) and
         ``eta`` (0.1 unset).
@@ -141,11 +142,7 @@ def _check_scalars(row: Row) -> None:
              ("top_p_min", "invalid_top_p_min", lambda v: 0 < v <= 1, "in (0, 1]"))
     for name, kind, ok, rule in table:
         v = getattr(row, name)
-        try:
-            bad = v is not None and not ok(v)
-        except TypeError:   # not a number at all (a row given through the API; the case schema refuses it)
-            bad = True
-        if bad:
+        if v is not None and not ok(v):
             raise _bad(kind, name, v, rule)
     if row.use_beam_search and _decay_on(row):
         raise _bad("invalid_top_p_decay", "top_p_decay", row.top_p_decay, "1 (off) with beam search")
@@ -222,6 +219,12 @@ def check_bitmask(row: Row) -> None:
                    f"at least ceil({row.vocab} / 32) = {n} words")
 
 
+def _count(v) -> int:
+    # a token count (top_k, min_keep; unset 0): one past any vocabulary keeps all, so it is capped at 2**62 for the
+    # device's int64 tensors (a min_keep of 2**64 - 1 is valid, llama.cpp's size_t)
+    return min(int(v or 0), 1 << 62)
+
+
 def _decay_on(row: Row) -> bool:
     # a decay of exactly 1 changes nothing (SEMANTICS §1.1 rule 3)
     return row.top_p_decay is not None and row.top_p_decay < 1
@@ -274,9 +277,9 @@ def admit(row: Row) -> Admitted:
         The first failed check of the module docstring's list.
     """
     check_bitmask(row)
-    text = text_value(row)
-    if text is not None:
-        raise RowError(*text)
+    bad = not_a_number(row)
+    if bad is not None:
+        raise RowError(*bad)
     _check_scalars(row)
     seed = signed_seed(row.seed)
     _check_ids(row, row.vocab)
@@ -291,9 +294,8 @@ def admit(row: Row) -> Admitted:
     if _decay_on(row):
         top_p = decayed_top_p(row, top_p)
     sigma = row.top_n_sigma
-    # a top_k past any vocabulary keeps all: capped so that the kernel's int64 argument holds it
-    return Admitted(SAMPLING, temperature=float(t) if t is not None else 1.0, top_k=min(int(k or 0), 1 << 62), top_p=top_p,
-                    min_p=float(m) if m is not None and m > 0 else 0.0, seed=seed, min_keep=int(row.min_keep or 0),
+    return Admitted(SAMPLING, temperature=float(t) if t is not None else 1.0, top_k=_count(k), top_p=top_p,
+                    min_p=float(m) if m is not None and m > 0 else 0.0, seed=seed, min_keep=_count(row.min_keep),
                     top_n_sigma=float(sigma) if sigma is not None and sigma > 0 else 0.0,
                     typical_p=float(row.typical_p) if row.typical_p is not None else 1.0,
                     xtc_probability=float(row.xtc_probability or 0.0),

@@ -94,6 +94,11 @@ def chain_params(adms: Sequence, temperature: torch.Tensor) -> ChainParams:
         The rows, in order.
     temperature : torch.Tensor
         ``(R,)`` float64 temperatures of the same rows (a dynamic one where set); its device is used.
+
+    Returns
+    -------
+    ChainParams
+        On ``temperature``'s device (``top_k`` and ``min_keep`` as admission capped them, ``<= 2**62``).
     """
     dev = temperature.device
 
@@ -101,11 +106,9 @@ def chain_params(adms: Sequence, temperature: torch.Tensor) -> ChainParams:
         return torch.tensor([getattr(a, name) for a in adms], dtype=dt, device=dev)
 
     f64, i64 = torch.float64, torch.int64
-    # counts past any vocabulary mean "all": capped so that int64 holds them (a min_keep of 2**64 - 1 is valid)
-    big = lambda name: torch.tensor([min(getattr(a, name), 1 << 62) for a in adms], dtype=i64, device=dev)
-    return ChainParams(temperature.to(f64), big("top_k"), t("top_p", f64), t("min_p", f64),
+    return ChainParams(temperature.to(f64), t("top_k", i64), t("top_p", f64), t("min_p", f64),
                        t("top_n_sigma", f64), t("typical_p", f64), t("xtc_probability", f64),
-                       t("xtc_threshold", f64), big("min_keep"))
+                       t("xtc_threshold", f64), t("min_keep", i64))
 
 
 def _renorm(p: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -180,15 +183,16 @@ def chain_keep(y: torch.Tensor, prm: ChainParams) -> tuple:
     alive = keep.sum(-1)
     k = prm.top_k
     on = ((k > 0) & (k < V) & (k < alive))[:, None]
-    vals = torch.where(keep, cur, -1.0)
-    kth = torch.sort(vals, dim=-1, descending=True, stable=True).values.gather(1, (k - 1).clamp(0, V - 1)[:, None])
+    # Until typical-p the survivors are a prefix of order_x and their probabilities do not increase along it, so
+    # order_x sorts them by probability too (equal probabilities adjacent): no sort of its own for top-k, top-p
+    vals = torch.where(keep, cur, -1.0).gather(1, order_x)
+    kth = vals.gather(1, (k - 1).clamp(0, V - 1)[:, None])
     keep = torch.where(on, keep & (cur >= kth), keep)
     cur = _renorm(p, keep)
     # 3. top-p ("mass_above"), then min_keep
     on = (prm.top_p < 1)[:, None]
     vals = torch.where(keep, cur, 0.0)
-    order = torch.sort(vals, dim=-1, descending=True, stable=True).indices
-    kept = keep & _mass_above(vals, order, prm.top_p, vals)
+    kept = keep & _mass_above(vals, order_x, prm.top_p, vals)
     keep = torch.where(on, kept | _first_n(keep, order_x, mk), keep)
     cur = _renorm(p, keep)
     # 4. top-n-sigma on the scaled logits of the survivors

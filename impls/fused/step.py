@@ -715,7 +715,7 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
     out = {"tokens": a["tokens"], "status": a["status"], "path": a["path"], "rewritten": y,
            "probs": a["probs"] if want_probs else None}
     if want_logprobs:
-        modes = inputs.modes or filtered is not None
+        modes = inputs.modes or filtered is not None   # SPLIT is compiled with MODES only: one variant more
         if modes:
             _kth_kernel[(B,)](yf, V, a["status"], a["wsi"], a["wsf"], a["ws64"], S, inputs.meta_i, top_k, a["xk"],
                               BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"], **kw)

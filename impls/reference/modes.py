@@ -19,7 +19,7 @@ import torch
 
 from .. import processors
 from ..base import Row, RowError
-from ..params import LOGPROBS_MODES, text_value
+from ..params import LOGPROBS_MODES, not_a_number
 from ..profiles import Profile
 from .philox import seed_bits
 
@@ -128,8 +128,8 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
     Raises
     ------
     RowError
-        First, a numeric field holding text (a row given through the API: :func:`impls.params.text_value`, the
-        field's first error kind); then ``invalid_temperature`` (negative or NaN), ``invalid_top_p``
+        First, a numeric field whose value is not a number (a row given through the API:
+        :func:`impls.params.not_a_number`, the field's first error kind); then ``invalid_temperature`` (negative or NaN), ``invalid_top_p``
         (outside ``[0, 1]`` or NaN; ``(0, 1]`` when the profile rejects 0),
         ``invalid_top_k`` (below the profile's lower bound),
         ``invalid_min_p`` (outside ``[0, 1]`` or NaN),
@@ -151,9 +151,9 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
         outside ``[0, V)`` when the profile says ``history_out_of_range =
         "error"``).
     """
-    text = text_value(row)   # a numeric field holding text: a row given through the API (the schema refuses it)
-    if text is not None:
-        raise RowError(*text)
+    bad = not_a_number(row)   # a row given through the API (the case schema refuses such a value)
+    if bad is not None:
+        raise RowError(*bad)
     V = row.vocab
     lazy = "inactive_params" in profile.validation_skips
     filters_on = not lazy or sampling is not False
@@ -290,8 +290,8 @@ def validate(row: Row, profile: Profile, sampling: Optional[bool] = None) -> Non
 def _validate_chain_params(row: Row, profile: Profile) -> None:
     """``invalid_sampler_param`` for llama.cpp's samplers (SEMANTICS §1.5).
 
-    NaN and values that are not numbers are rejected everywhere; ``min_keep`` an integer ``>= 0``, ``typical_p`` in
-    ``(0, 1]``, ``xtc_probability``
+    NaN is rejected everywhere (a value that is not a number, before: :func:`impls.params.not_a_number`);
+    ``min_keep`` an integer ``>= 0``, ``typical_p`` in ``(0, 1]``, ``xtc_probability``
     in ``[0, 1]``. Under ``"sampler_param_ranges"`` in ``profile.validation_skips`` (llama.cpp
     validates none of them: ``llama_sampler_init_*`` take any value) nothing is rejected: a NaN
     ``typical_p`` keeps every token (``cum_sum > p`` never holds), a NaN ``top_n_sigma`` cuts none,
@@ -319,11 +319,7 @@ def _validate_chain_params(row: Row, profile: Profile) -> None:
             continue   # Hugging Face builds TypicalLogitsWarper only for typical_p < 1 (NaN: never)
         if not ranges:
             continue   # llama.cpp: NaN compares false everywhere (typical_p NaN keeps all, top_n_sigma NaN cuts none)
-        try:
-            bad = v is not None and (_is_nan(v) or not ok(v))
-        except TypeError:   # not a number at all (a row given through the API; the case schema refuses it)
-            bad = True
-        if bad:
+        if v is not None and (_is_nan(v) or not ok(v)):
             raise RowError("invalid_sampler_param", f"{name}={v!r}: must be {rule}")
 
 
