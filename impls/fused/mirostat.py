@@ -27,7 +27,7 @@ float32 ulps of its boundary. Sources: abetlen/llama-cpp-python ``vendor/llama.c
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 
@@ -38,11 +38,9 @@ MIROSTAT_M = 100
 _INT32 = 2147483648.0
 
 
-def _softmax_sorted(l32: torch.Tensor, alive: Optional[torch.Tensor] = None) -> torch.Tensor:
-    # expf(l - l_0) over sorted float32 rows (0 outside alive), divided by their sum (float64, rounded)
+def _softmax_sorted(l32: torch.Tensor) -> torch.Tensor:
+    # expf(l - l_0) over sorted float32 rows, divided by their sum (float64, rounded)
     e = torch.exp(l32 - l32[:, :1])
-    if alive is not None:
-        e = torch.where(alive, e, 0.0)
     return e / e.to(torch.float64).sum(-1, keepdim=True).to(torch.float32)
 
 
