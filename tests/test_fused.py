@@ -308,7 +308,7 @@ def test_survivors_above_the_window_lifted_listed_or_drawn_in_the_gather_pass():
     runs = {}
     for name, more in (("in place", dict(kbig=16)), ("lifted", dict(kbig=4096)),
                        ("gather", dict(kbig=4096, draw_above=8))):
-        opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=512, nsub=32, early=False, **more)
+        opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=512, nsub=32, early=False, one_list=False, **more)
         cfg = apply_tuning(INTERPRETER if INTERPRETED else DEFAULTS, opts)
         a = allocate(B, V, torch.device(DEV), cfg, want_probs=True)
         out = fused_sample(*args, buffers=a, want_probs=True, **opts)
@@ -321,6 +321,38 @@ def test_survivors_above_the_window_lifted_listed_or_drawn_in_the_gather_pass():
     assert runs["in place"][1] == [0] * B
     assert runs["lifted"][1] == [59, 0, 234, 198, 41, 65, 121, 60]
     assert runs["lifted"][2] == [0, 0, 1, 1, 0, 1, 1, 1] and runs["gather"][2] == [0, 0, 2, 2, 0, 2, 2, 2]
+
+
+def test_one_list_holds_the_bracket_and_the_survivors_above_it():
+    """``one_list``: a mode-4 row whose survivors above its bracket fit the bracket list with it has them all in
+    that one list (record field ``_I_ABOVE`` 0, none counted above it, ``_I_NABOVE`` 0); the decide launch lifts
+    those above the bracket with those above its refined window. The rows of
+    ``test_survivors_above_the_window_lifted_listed_or_drawn_in_the_gather_pass`` with ``kbr=2048``: rows 2, 3, 6
+    and 7 take one list (their above lists held 1,241, 1,524, 1,375 and 837 entries), each lifting those entries
+    more (234 + 1,241 = 1,475, 198 + 1,524 = 1,722, 121 + 1,375 = 1,496, 60 + 837 = 897); row 5 is not a bracket
+    row (mode 0: its window fits) and keeps its above list. Same tokens, paths and distributions, the reference's."""
+    from impls.fused.ops import DEFAULTS, INTERPRETED, INTERPRETER, apply_tuning
+    from impls.fused.workspace import allocate
+    B, V, args, want, dists = _bracket_rows(0)
+    runs = {}
+    for one in (False, True):
+        opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=2048, nsub=32, early=False, kbig=4096, one_list=one)
+        cfg = apply_tuning(INTERPRETER if INTERPRETED else DEFAULTS, opts)
+        a = allocate(B, V, torch.device(DEV), cfg, want_probs=True)
+        out = fused_sample(*args, buffers=a, want_probs=True, **opts)
+        runs[one] = out, _row_counters(a, cfg, B, (3, 4)), _row_ints(a, cfg, B, (3, 7, 12))
+    for one, (out, _c, _r) in runs.items():
+        assert out[0].tolist() == want, one
+        assert out[2].tolist() == runs[False][0][2].tolist(), one
+        for i in range(B):
+            assert torch.allclose(out[3][i].cpu(), dists[i], rtol=1e-5, atol=1e-7), (one, i)
+    assert [c for c, _l in runs[False][1]] == [0, 0, 1241, 1524, 0, 552, 1375, 837]
+    assert [lift for _c, lift in runs[False][1]] == [59, 0, 234, 198, 41, 65, 121, 60]
+    assert [lift for _c, lift in runs[True][1]] == [59, 0, 1475, 1722, 41, 65, 1496, 897]
+    assert [c for c, _l in runs[True][1]] == [0, 0, 0, 0, 0, 552, 0, 0]
+    assert runs[True][2] == [[0, 0, 0], [0, 0, 0], [4, 0, 0], [4, 0, 0], [0, 0, 0], [0, 552, 1], [4, 0, 0],
+                             [4, 0, 0]]
+    assert [m for m, _n, _a in runs[False][2]] == [0, 0, 4, 4, 0, 0, 4, 4]
 
 
 def test_boundary_path_large_nucleus():
@@ -502,10 +534,10 @@ def test_launcher_mode_is_checked_and_constexpr_tail_follows_the_signature():
     with pytest.raises(ValueError, match="unknown launcher mode 'fast'"):
         fused_sample(x.cpu(), *random_batch(1, 2, [300])[1:], launcher="fast")
     # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY, NSTG, LOCAL,
-    # UNIT_T, KBR, LANE, WARP and PDL: their defaults)
+    # UNIT_T, KBR, LANE, WARP, PDL and ONE: their defaults)
     tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "KAB": 0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
                                           "KBIG": 256})
-    assert tail == (128, 64, 64, 128, 256, 40.0, 0, False, 1, True, True, 0, False, False, False)
+    assert tail == (128, 64, 64, 128, 256, 40.0, 0, False, 1, True, True, 0, False, False, False, False)
     with pytest.raises(TypeError, match="no value for parameter RMAX"):
         launch._tail(_hist_kernel, 14, {"KAB": 0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
     with pytest.raises(TypeError, match="no value for parameter KAB"):

@@ -923,10 +923,15 @@ def _pick(b1, t1, b2, t2):
 @triton.jit
 def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_bin, w_top, w_ok,
                    NB1: tl.constexpr, KMAX: tl.constexpr, KAB: tl.constexpr, NBF: tl.constexpr, NBS: tl.constexpr,
-                   EARLY: tl.constexpr, KBR: tl.constexpr):
+                   EARLY: tl.constexpr, KBR: tl.constexpr, ONE: tl.constexpr = False):
     """Last program of a top-k/top-p row: choose the window of fine bins, or have it refined: from the list of
     the bracket's survivors when they fit its ``KBR`` entries (mode 4: the gather pass packs them, the decide
     launch refines), else by the refine pass (mode 1).
+
+    With ``ONE``, a mode-4 row whose survivors above the bracket fit the bracket list with it (and the
+    above-window list: ``KAB``) has them all in that one list (``f_lo = 0``, none counted above it): the gather
+    pass appends to one list instead of two, and the decide launch lifts the entries above the bracket
+    (``_I_F0``) to the above-window list as it does those above its refined window.
 
     With ``EARLY``, a row whose full-row Gumbel-max winner (``w_ok``: its key is finite) is certainly
     kept is accepted instead (mode 3): the winner is the row's maximum (``w_top``: always kept), or its
@@ -956,6 +961,10 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
     # otherwise refine bins b_lo..b_hi: NBS - 1 refined bins of 2**rsh fine bins cover them
     rsh = _refined_shift((b_hi - b_lo + 1) * _NB2, NBS)
     mode = tl.where(fits, 0, tl.where((KBR > KMAX) & (upto - before <= KBR), 4, 1))
+    if ONE:
+        one = (mode == 4) & (upto <= KBR) & (before <= KAB)
+        f_lo = tl.where(one, 0, f_lo)
+        n_above = tl.where(one, 0, n_above)
     if EARLY:
         mode = tl.where(w_ok & (w_top | _sure_kept(bins, H, e_lo, e_hi, E_A, w_bin, top_p)), 3, mode)
     tl.store(ri + _I_MODE, mode)
@@ -1082,7 +1091,8 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                  BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr, KBIG: tl.constexpr,
                  RMAX: tl.constexpr, KAB: tl.constexpr, EARLY: tl.constexpr = False, NSTG: tl.constexpr = 1,
                  LOCAL: tl.constexpr = True, UNIT_T: tl.constexpr = True, KBR: tl.constexpr = 0,
-                 LANE: tl.constexpr = False, WARP: tl.constexpr = False, PDL: tl.constexpr = False):
+                 LANE: tl.constexpr = False, WARP: tl.constexpr = False, PDL: tl.constexpr = False,
+                 ONE: tl.constexpr = False):
     _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
@@ -1169,7 +1179,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                 w_bin = _fine(x_w, m, C, NBF) >> 8
                 tl.store(ri + _I_ETOK, tok)
             _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_bin, w_top, w_ok, NB1, KMAX,
-                           KAB, NBF, NBS, EARLY, KBR)
+                           KAB, NBF, NBS, EARLY, KBR, ONE)
 
 
 # ----------------------------------------------------------------------------- 3: refine
@@ -1607,8 +1617,11 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 mass_q = _sum_col(b64, S, _P64, 3, tl.int64)
             if (mode == 4) & (slow == 0):
                 # the bracket's list: refine it here, then decide its window as any other
+                # refined from the bracket's first fine bin (_I_F0: f_lo, or 0 when the list also holds the
+                # survivors above the bracket, _select_window's ONE)
                 ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q, n_abv = _list_window(
-                    brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, f_lo, tl.load(ri + _I_RSH), f_hi,
+                    brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, tl.load(ri + _I_F0), tl.load(ri + _I_RSH),
+                    f_hi,
                     n_above, mass_q, EA_q, ab_best, ab_tok, abv, n_abv, NBS, NBF, KMAX, KBIG, 1024)
                 slow = ok == 0
                 tl.debug_barrier()  # the window list, written by every thread, is read below
@@ -1869,7 +1882,7 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
         ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c_stats, kw),
         ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH),
          dict(c, RMAX=cfg["r"], KAB=kab, EARLY=early, LOCAL=cfg.get("local", True), UNIT_T=cfg.get("unit_t", True),
-              KBR=kbr, LANE=lane_hist(CH, cfg), WARP=warp), kw),
+              KBR=kbr, LANE=lane_hist(CH, cfg), WARP=warp, ONE=cfg.get("one_list", False)), kw),
         ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH),
          dict(c, KAB=kab, UNIT_T=cfg.get("unit_t", True)), kw),
         ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH),
