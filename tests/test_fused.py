@@ -18,7 +18,8 @@ import torch
 triton = pytest.importorskip("triton", reason="triton is not installed (the tox env installs it)")
 import triton.language as tl  # noqa: E402
 
-from impls.fused.kernel import PATHS, STATUS_KINDS, _lane_hist, _lane_hist_total, _warp_append  # noqa: E402
+from impls.fused.kernel import (PATHS, STATUS_KINDS, _lane_hist, _lane_hist_total, _seg_append, _seg_end,  # noqa: E402
+                                _warp_append)
 from impls.fused.ops import fused_sample  # noqa: E402
 from impls.profiles import TRTLLM  # noqa: E402
 from impls.reference.draw import gumbel_argmax  # noqa: E402
@@ -355,6 +356,95 @@ def test_one_list_holds_the_bracket_and_the_survivors_above_it():
     assert [m for m, _n, _a in runs[False][2]] == [0, 0, 4, 4, 0, 0, 4, 4]
 
 
+@triton.jit
+def _seg_selected(x_ptr, sel_ptr, out_ptr, cnt_ptr, n, segcap, BLOCK: tl.constexpr, SEG: tl.constexpr,
+                  PTX: tl.constexpr):
+    # one program appends the selected x of [0, n) to a segmented list with _seg_append, as the gather pass
+    if PTX:
+        used = tl.zeros([BLOCK], dtype=tl.int32)
+    else:
+        used = tl.zeros([SEG], dtype=tl.int32)
+    for st in range(0, n, BLOCK):
+        offs = st + tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + offs, mask=m, other=0)
+        s = tl.load(sel_ptr + offs, mask=m, other=0) != 0
+        used = _seg_append(out_ptr, segcap, s & m, x, used, SEG, PTX)
+    _seg_end(cnt_ptr, used, SEG, PTX)
+
+
+def test_seg_append_writes_each_warp_its_segment():
+    """``_seg_append`` (one program, a segment a warp, no atomic): each segment holds its warp's selected entries, the
+    ``w``-th run of ``BLOCK / SEG`` logits of every tile, in order; counter 2 their total, counters 8.. each
+    segment's length, which keeps counting past the capacity while nothing more is stored. Compiled, the warp
+    ballots of the inline PTX (``BLOCK`` 1024, 8 warps); under the interpreter the plain-Triton copy (``BLOCK`` 128,
+    4 segments). Densities 0, 0.3 %, 40 % and 100 % in quarters of 100,003 entries, a ragged last tile."""
+    from impls.fused.ops import INTERPRETED
+    g = torch.Generator().manual_seed(11)
+    n = 100_003
+    x = torch.arange(n, dtype=torch.int64) * 7 + 5
+    q = n // 4
+    r = torch.rand(n, generator=g)
+    sel = torch.cat([torch.zeros(q), (r[q:2 * q] < 0.003).float(), (r[2 * q:3 * q] < 0.4).float(),
+                     torch.ones(n - 3 * q)]).to(torch.int32)
+    block, seg = (128, 4) if INTERPRETED else (1024, 8)
+    run = block // seg
+    owner = (torch.arange(n) % block) // run
+    want = [x[sel.bool() & (owner == w)].tolist() for w in range(seg)]
+    for cap in (n, 1000):
+        out = torch.full((seg * cap,), -1, dtype=torch.int64, device=DEV)
+        cnt = torch.zeros(24, dtype=torch.int32, device=DEV)
+        _seg_selected[(1,)](x.to(DEV), sel.to(DEV), out, cnt, n, cap, BLOCK=block, SEG=seg, PTX=not INTERPRETED,
+                            num_warps=seg)
+        got, c = out.cpu(), cnt.cpu()
+        assert c[8:8 + seg].tolist() == [len(w) for w in want] and int(c[2]) == int(sel.sum()), cap
+        assert (c[:2] == 0).all() and (c[3:8] == 0).all() and (c[8 + seg:] == 0).all(), cap
+        for w in range(seg):
+            k = min(cap, len(want[w]))
+            assert got[w * cap:w * cap + k].tolist() == want[w][:k], (cap, w)
+            assert (got[w * cap + k:(w + 1) * cap] == -1).all(), (cap, w)
+
+
+def test_segmented_bracket_lists_give_the_same_tokens():
+    """``seg_lists``: a one-list bracket row's only program writes its list in a segment a warp (no block scan),
+    which the decide launch reads through the segments' lengths: the same tokens, paths and distributions as the
+    packed list, the reference's. The rows of ``test_one_list_holds_the_bracket_and_the_survivors_above_it`` in one
+    part each (``max_splits=1``): rows 2, 6 and 7 take the segmented list (their lengths sum to the list's: 1,589,
+    1,536, 977), row 3 (1,863 entries) two lists, the segmented bracket list being given 7/8 of ``kbr`` (1,792). A
+    ninth row whose survivors all lie in the first warp's run of each tile overflows that segment (``kbr / warps``
+    entries): the slow path, with the reference's token."""
+    from impls.fused.ops import DEFAULTS, INTERPRETED, INTERPRETER, apply_tuning
+    from impls.fused.workspace import allocate
+    B, V, args, want, dists = _bracket_rows(0)
+    block, warps = (128, 4) if INTERPRETED else (1024, 8)
+    g = torch.Generator().manual_seed(3)
+    odd = torch.randn(V, generator=g) * 0.05 + 8.0 * ((torch.arange(V) % block) < block // warps).float()
+    cols = [torch.cat([a.cpu(), b.reshape(1, *a.shape[1:])]) for a, b in zip(args, (
+        odd, torch.tensor(1.0), torch.tensor(0), torch.tensor(0.9), torch.tensor(0.0), torch.tensor(99),
+        torch.tensor(9)))]
+    want9, dists9 = reference_rows(*cols)
+    assert want9[:B] == want
+    cols = [c.to(DEV) for c in cols]
+    runs = {}
+    for seg in (False, True):
+        opts = dict(block=block, num_warps=warps, nb=64, kmax=128, nbs=64, kbr=2048, nsub=32, early=False, kbig=4096,
+                    one_list=True, seg_lists=seg, max_splits=1)
+        cfg = apply_tuning(INTERPRETER if INTERPRETED else DEFAULTS, opts)
+        a = allocate(B + 1, V, torch.device(DEV), cfg, want_probs=True)
+        out = fused_sample(*cols, buffers=a, want_probs=True, **opts)
+        runs[seg] = out, _row_counters(a, cfg, B + 1, [2, 3] + list(range(8, 8 + warps)))
+    for seg, (out, _c) in runs.items():
+        assert out[0].tolist() == want9, seg
+        for i in range(B + 1):
+            assert torch.allclose(out[3][i].cpu(), dists9[i], rtol=1e-5, atol=1e-7), (seg, i)
+    assert runs[False][0][2].tolist()[:B] == runs[True][0][2].tolist()[:B]
+    assert PATHS[int(runs[True][0][2][B])] == "slow" and PATHS[int(runs[False][0][2][B])] != "slow"
+    lens = runs[True][1]
+    assert [sum(c[2:]) for c in lens[:B]] == [0, 0, 1589, 0, 0, 0, 1536, 977]
+    assert [c[0] for c in lens[:B]] == [93, 26, 1589, 339, 57, 98, 1536, 977]
+    assert lens[B][2] > 2048 // warps and sum(lens[B][3:]) == 0
+
+
 def test_boundary_path_large_nucleus():
     # A flat row (sigma 1, V 3000): the 0.9 nucleus holds ~2000 tokens, more than the
     # workspace (256), so only the boundary bins are gathered and the draw makes one
@@ -534,10 +624,10 @@ def test_launcher_mode_is_checked_and_constexpr_tail_follows_the_signature():
     with pytest.raises(ValueError, match="unknown launcher mode 'fast'"):
         fused_sample(x.cpu(), *random_batch(1, 2, [300])[1:], launcher="fast")
     # the hist kernel's constexprs after its 14 positional parameters, in signature order (EARLY, NSTG, LOCAL,
-    # UNIT_T, KBR, LANE, WARP, PDL and ONE: their defaults)
+    # UNIT_T, KBR, LANE, WARP, PDL, ONE and KBRL: their defaults)
     tail = launch._tail(_hist_kernel, 14, {"RMAX": 40.0, "KAB": 0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128,
                                           "KBIG": 256})
-    assert tail == (128, 64, 64, 128, 256, 40.0, 0, False, 1, True, True, 0, False, False, False, False)
+    assert tail == (128, 64, 64, 128, 256, 40.0, 0, False, 1, True, True, 0, False, False, False, False, 0)
     with pytest.raises(TypeError, match="no value for parameter RMAX"):
         launch._tail(_hist_kernel, 14, {"KAB": 0, "BLOCK": 128, "NB1": 64, "NBS": 64, "KMAX": 128, "KBIG": 256})
     with pytest.raises(TypeError, match="no value for parameter KAB"):
@@ -687,7 +777,7 @@ def test_allocate_carves_aligned_workspaces_that_do_not_overlap():
         assert all(lo % 16 == 0 for lo, _ in regions)
         assert all(hi <= lo for (_, hi), (lo, _) in zip(regions, regions[1:]))
         S = a["S"]
-        assert a["wsi"].numel() == B * (S * (8 + 64 + 128) + 16 + 8) and a["wsi"].dtype == torch.int32
+        assert a["wsi"].numel() == B * (S * (8 + 64 + 128) + 16 + 24) and a["wsi"].dtype == torch.int32
         assert a["wsf"].numel() == B * (S * 8 + 8) and a["wsf"].dtype == torch.float32
         assert a["ws64"].numel() == B * (S * 4 + 4 + cfg["kmax"] + 16384 + 16384) and a["probs"] is a["wsf"]
 
@@ -996,17 +1086,17 @@ def test_tuning_from_the_environment_replaces_the_defaults():
 
 
 def test_workspace_bytes_per_row_at_the_gpu_defaults():
-    """Hand-checked from the layout: one part per row at batch >= 512 gives 224 int32 (8 partials, 64 + 128
-    histogram bins, 16 record, 8 counters) + 16 float32 + 34,824 int64 per row (the lists: kmax 2048 + kbig 16384
-    + kbr 16384), 279,552 bytes; batch 1 splits its row into 126 parts of 1024 logits: 25,224 int32 (100,896
-    bytes), 1,016 float32 (4,064 bytes, each region rounded up to 16), 35,324 int64 (282,592 bytes), 387,552 bytes.
-    The allocation is exactly that size."""
+    """Hand-checked from the layout: one part per row at batch >= 512 gives 240 int32 (8 partials, 64 + 128
+    histogram bins, 16 record, 24 counters) + 16 float32 + 34,824 int64 per row (the lists: kmax 2048 + kbig 16384
+    + kbr 16384), 960 + 64 + 278,592 = 279,616 bytes; batch 1 splits its row into 126 parts of 1024 logits: 25,240
+    int32 (100,960 bytes), 1,016 float32 (4,064 bytes, each region rounded up to 16), 35,324 int64 (282,592 bytes),
+    387,616 bytes. The allocation is exactly that size."""
     from impls.fused.ops import DEFAULTS
     from impls.fused.workspace import allocate, workspace_bytes
     assert (DEFAULTS["nb"], DEFAULTS["nbs"], DEFAULTS["kmax"], DEFAULTS["kbig"], DEFAULTS["kbr"],
             DEFAULTS["block"]) == (64, 128, 2048, 16384, 16384, 1024)
-    assert workspace_bytes(1024, 128256, DEFAULTS) == 1024 * 279552 == 286261248
-    assert workspace_bytes(1, 128256, DEFAULTS) == 387552
+    assert workspace_bytes(1024, 128256, DEFAULTS) == 1024 * 279616 == 286326784
+    assert workspace_bytes(1, 128256, DEFAULTS) == 387616
     a = allocate(3, 128256, torch.device("cpu"), DEFAULTS)
     whole = a["ws64"]._base if a["ws64"]._base is not None else a["ws64"]
     assert whole.numel() * 8 == workspace_bytes(3, 128256, DEFAULTS)

@@ -141,7 +141,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 __all__ = ["STATUS_KINDS", "PATHS", "LAYOUT", "SLOTS", "launch_args", "launch_specs", "greedy_row_shape",
-           "warp_lists", "pdl"]
+           "warp_lists", "seg_lists", "pdl"]
 
 STATUS_KINDS = {0: None, 1: "nan_logits", 2: "posinf_logits", 3: "no_valid_token", 4: "invalid_temperature",
                 5: "invalid_top_k", 6: "invalid_top_p", 7: "invalid_min_p"}
@@ -159,11 +159,13 @@ _PI = tl.constexpr(8)
 _PF = tl.constexpr(8)
 _P64 = tl.constexpr(4)
 _RI = tl.constexpr(16)
-_CNT = tl.constexpr(8)  # counters: 0 histogram ticket, 1 refine ticket, 2/3 list lengths, 4 entries lifted, 5-7 unused
+_CNT = tl.constexpr(24)  # counters: 0 histogram ticket, 1 refine ticket, 2/3 list lengths, 4 entries lifted, 5-7
+# unused, 8-23 the lengths of a segmented bracket list's segments (_seg_append: one a warp, up to 16 warps)
+_SEG0 = tl.constexpr(8)
 _RF = tl.constexpr(8)
 _R64 = tl.constexpr(4)
 #: Sizes of the per-row records (the host allocates ``LAYOUT``-shaped workspaces).
-LAYOUT = {"PI": 8, "PF": 8, "P64": 4, "RI": 16, "RF": 8, "R64": 4, "CNT": 8}
+LAYOUT = {"PI": 8, "PF": 8, "P64": 4, "RI": 16, "RF": 8, "R64": 4, "CNT": 24}
 
 # row record fields
 _I_STATUS = tl.constexpr(0)
@@ -442,6 +444,95 @@ def _warp_append(dst, cnt_ptr, cap, sel, packed):
                               dtype=tl.int32, is_pure=False, pack=4)
 
 
+def _seg_append_ptx() -> str:
+    """PTX of :func:`_seg_append` (``pack=4``; operands: ``$0-3`` out, the warp's count after the tile; ``$4-7`` the
+    selection, 0 or 1; ``$8-11`` the packed entries (64-bit); then the same for all elements: ``$12-15`` and
+    ``$16-19`` the low and high words of the list's address, ``$20-23`` the warp's count before the tile,
+    ``$24-27`` a segment's capacity). The ranks as in :func:`_warp_append_ptx` (three ballots, ``popc``); the warp
+    ``%tid.x / 32`` writes its segment, from ``warp * capacity``, at its own running count: no atomic, no shuffle,
+    no wait on another warp. A selected element whose rank in the segment is below the capacity is stored."""
+    a = ["{", ".reg .u32 c, t, r, n, b0, b1, b2, lt, sg;", ".reg .u64 d, w;", ".reg .pred p, q;",
+         "add.u32 c, $4, $5;", "add.u32 c, c, $6;", "add.u32 c, c, $7;"]
+    for k in range(3):   # the lane's count, bit by bit, across the warp
+        a += [f"and.b32 t, c, {1 << k};", "setp.ne.u32 p, t, 0;", f"vote.sync.ballot.b32 b{k}, p, -1;"]
+    a += ["mov.u32 lt, %lanemask_lt;", "and.b32 t, b0, lt;", "popc.b32 r, t;"]
+    for k in (1, 2):   # the lanes before this one
+        a += [f"and.b32 t, b{k}, lt;", "popc.b32 t, t;", f"shl.b32 t, t, {k};", "add.u32 r, r, t;"]
+    a += ["popc.b32 n, b0;"]
+    for k in (1, 2):   # the warp
+        a += [f"popc.b32 t, b{k};", f"shl.b32 t, t, {k};", "add.u32 n, n, t;"]
+    a += ["add.u32 r, r, $20;", "mov.u32 sg, %tid.x;", "shr.u32 sg, sg, 5;", "mul.lo.u32 sg, sg, $24;",
+          "mov.b64 d, {$12, $16};"]
+    for e in range(4):   # each element: stored if selected and below the capacity
+        if e:
+            a += [f"add.u32 r, r, ${3 + e};"]
+        a += [f"setp.ne.u32 p, ${4 + e}, 0;", "setp.lt.u32 q, r, $24;", "and.pred p, p, q;", "add.u32 t, sg, r;",
+              "mul.wide.u32 w, t, 8;", "add.u64 w, d, w;", f"@p st.global.b64 [w], ${8 + e};"]
+    a += ["add.u32 t, $20, n;"] + [f"mov.u32 ${e}, t;" for e in range(4)]
+    return "\n".join(a + ["}"])
+
+
+_SEG_APPEND = tl.constexpr(_seg_append_ptx())
+_SEG_APPEND_IO = tl.constexpr(",".join(["=r"] * 4 + ["r"] * 4 + ["l"] * 4 + ["r"] * 16))
+_WARP_ID = tl.constexpr("mov.u32 $0, %tid.x;\nshr.u32 $0, $0, 5;")
+
+
+@triton.jit
+def _seg_append(dst, segcap, sel, packed, used, SEG: tl.constexpr, PTX: tl.constexpr):
+    """Append a flat tile's selected entries to a *segmented* list: ``SEG`` segments of ``segcap`` entries, the
+    ``w``-th written by warp ``w`` alone (a row's only program; ``SEG`` its warps) from its own running count
+    ``used``, with no atomic and no block scan. With ``PTX`` (compiled, four logits a thread) the ranks are warp
+    ballots (:func:`_seg_append_ptx`) and ``used`` is ``[BLOCK]``, each element holding its warp's count; otherwise
+    (the interpreter) the same lists from a ``[SEG, BLOCK // SEG]`` view of the tile, warp ``w`` taking the
+    ``w``-th run of ``BLOCK // SEG`` logits, as four logits a thread give each warp, and ``used`` is ``[SEG]``.
+    Entries past a segment's capacity are counted, not stored (the decide launch sends the row to the slow path).
+    Returns the new ``used``."""
+    if PTX:
+        z = tl.zeros_like(used)
+        d = dst.to(tl.int64)
+        used = tl.inline_asm_elementwise(_SEG_APPEND, _SEG_APPEND_IO,
+                                         [sel.to(tl.int32), packed, (d & 0xFFFFFFFF).to(tl.int32) + z,
+                                          (d >> 32).to(tl.int32) + z, used, segcap + z],
+                                         dtype=tl.int32, is_pure=False, pack=4)
+    else:
+        BLOCK: tl.constexpr = sel.shape[0]
+        si = tl.reshape(sel.to(tl.int32), [SEG, BLOCK // SEG])
+        pk = tl.reshape(packed, [SEG, BLOCK // SEG])
+        rank = used[:, None] + tl.cumsum(si, 1) - 1
+        pos = tl.arange(0, SEG)[:, None] * segcap + rank
+        tl.store(dst + pos, pk, mask=(si != 0) & (rank < segcap))
+        used = used + tl.sum(si, 1)
+    return used
+
+
+@triton.jit
+def _seg_end(cnt, used, SEG: tl.constexpr, PTX: tl.constexpr):
+    """After the last tile of :func:`_seg_append`: each segment's length to counters ``_SEG0 ...``, their sum
+    (the list's length) to counter 2."""
+    if PTX:
+        wid = tl.inline_asm_elementwise(_WARP_ID, "=r,r", [used], dtype=tl.int32, is_pure=True, pack=1)
+        tl.store(cnt + _SEG0 + wid, used)   # every element of a warp stores its warp's count
+        n = tl.sum(used, 0) // (used.shape[0] // SEG)
+    else:
+        tl.store(cnt + _SEG0 + tl.arange(0, SEG), used)
+        n = tl.sum(used, 0)
+    tl.store(cnt + 2, n)
+
+
+@triton.jit
+def _seg_pos(i, n_w, SEG: tl.constexpr, SEGCAP: tl.constexpr):
+    # where the i-th entry of a segmented list lies (_seg_append; n_w: the [SEG] segment lengths, each at most
+    # SEGCAP): segment s = the last with i >= its start, at s * SEGCAP + i - start. SEG == 1: a packed list (i)
+    pos = i
+    if SEG > 1:
+        wa = tl.arange(0, SEG)
+        for w in tl.static_range(1, SEG):
+            start = tl.sum(tl.where(wa < w, n_w, 0), 0)
+            gap = SEGCAP - tl.sum(tl.where(wa == w - 1, n_w, 0), 0)
+            pos = pos + tl.where(i >= start, gap, 0)
+    return pos
+
+
 @triton.jit
 def _compact(dst, cnt_ptr, cap, sel, packed, used, own, WARP: tl.constexpr = False):
     # append the selected entries of a tile to a per-row list; returns `used` + their number. A program
@@ -712,7 +803,8 @@ def _stats_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min
     tl.store(pi + 2, gi)
     if part == 0:
         # counters of the later launches (tickets and workspace slots) start at zero
-        tl.store(cnt + tl.arange(0, _CNT), tl.zeros([_CNT], dtype=tl.int32))
+        c32 = tl.arange(0, 32)
+        tl.store(cnt + c32, tl.zeros([32], dtype=tl.int32), mask=c32 < _CNT)
 
 
 @triton.jit(do_not_specialize=["S"])
@@ -923,7 +1015,7 @@ def _pick(b1, t1, b2, t2):
 @triton.jit
 def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_bin, w_top, w_ok,
                    NB1: tl.constexpr, KMAX: tl.constexpr, KAB: tl.constexpr, NBF: tl.constexpr, NBS: tl.constexpr,
-                   EARLY: tl.constexpr, KBR: tl.constexpr, ONE: tl.constexpr = False):
+                   EARLY: tl.constexpr, KBR: tl.constexpr, ONE: tl.constexpr = False, KBRL: tl.constexpr = 0):
     """Last program of a top-k/top-p row: choose the window of fine bins, or have it refined: from the list of
     the bracket's survivors when they fit its ``KBR`` entries (mode 4: the gather pass packs them, the decide
     launch refines), else by the refine pass (mode 1).
@@ -931,7 +1023,9 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
     With ``ONE``, a mode-4 row whose survivors above the bracket fit the bracket list with it (and the
     above-window list: ``KAB``) has them all in that one list (``f_lo = 0``, none counted above it): the gather
     pass appends to one list instead of two, and the decide launch lifts the entries above the bracket
-    (``_I_F0``) to the above-window list as it does those above its refined window.
+    (``_I_F0``) to the above-window list as it does those above its refined window. ``KBRL`` (0: ``KBR``) is the
+    most entries a bracket list is given: less than ``KBR`` when it is segmented (:func:`_seg_append`), so that a
+    segment seldom overflows.
 
     With ``EARLY``, a row whose full-row Gumbel-max winner (``w_ok``: its key is finite) is certainly
     kept is accepted instead (mode 3): the winner is the row's maximum (``w_top``: always kept), or its
@@ -960,9 +1054,10 @@ def _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_b
     fits = all_kept | (upto - tl.where(f_lo == 0, 0, before) <= KMAX)
     # otherwise refine bins b_lo..b_hi: NBS - 1 refined bins of 2**rsh fine bins cover them
     rsh = _refined_shift((b_hi - b_lo + 1) * _NB2, NBS)
-    mode = tl.where(fits, 0, tl.where((KBR > KMAX) & (upto - before <= KBR), 4, 1))
+    LIM: tl.constexpr = KBR if KBRL == 0 else KBRL
+    mode = tl.where(fits, 0, tl.where((KBR > KMAX) & (upto - before <= LIM), 4, 1))
     if ONE:
-        one = (mode == 4) & (upto <= KBR) & (before <= KAB)
+        one = (mode == 4) & (upto <= LIM) & (before <= KAB)
         f_lo = tl.where(one, 0, f_lo)
         n_above = tl.where(one, 0, n_above)
     if EARLY:
@@ -1092,7 +1187,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                  RMAX: tl.constexpr, KAB: tl.constexpr, EARLY: tl.constexpr = False, NSTG: tl.constexpr = 1,
                  LOCAL: tl.constexpr = True, UNIT_T: tl.constexpr = True, KBR: tl.constexpr = 0,
                  LANE: tl.constexpr = False, WARP: tl.constexpr = False, PDL: tl.constexpr = False,
-                 ONE: tl.constexpr = False):
+                 ONE: tl.constexpr = False, KBRL: tl.constexpr = 0):
     _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
@@ -1179,7 +1274,7 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
                 w_bin = _fine(x_w, m, C, NBF) >> 8
                 tl.store(ri + _I_ETOK, tok)
             _select_window(hist1, r64, ri, S, k, k_act, p_on, top_p, n_A, E_A, C, T, w_bin, w_top, w_ok, NB1, KMAX,
-                           KAB, NBF, NBS, EARLY, KBR, ONE)
+                           KAB, NBF, NBS, EARLY, KBR, ONE, KBRL)
 
 
 # ----------------------------------------------------------------------------- 3: refine
@@ -1287,7 +1382,8 @@ def _refine_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
 def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws64, S, CH,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                    KBIG: tl.constexpr, NSTG: tl.constexpr = 1, LOCAL: tl.constexpr = True, KBR: tl.constexpr = 0,
-                   OFFS: tl.constexpr = False, WARP: tl.constexpr = False, PDL: tl.constexpr = False):
+                   OFFS: tl.constexpr = False, WARP: tl.constexpr = False, PDL: tl.constexpr = False,
+                   SEGL: tl.constexpr = 0, SEGC: tl.constexpr = 0, SEGPTX: tl.constexpr = False):
     _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
@@ -1326,6 +1422,7 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
         used = _compact_start(cnt + 2, own)
         used_a = _compact_start(cnt + 3, own)
         exact = own & False  # False, typed as own: Triton needs exact to keep one type across `if OFFS`
+        pre_w = used
         if OFFS:
             # a window or bracket on level-1 bounds (the histogram pass's): each part writes from its exact
             # offset, the entries of the parts before it (their histograms), with no atomic per tile
@@ -1342,14 +1439,41 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
             if OFFS:
                 if exact:
                     tl.atomic_add(cnt + 3, used_a - pre_a)
+            _compact_end(cnt + 2, used, own)
+            if OFFS:
+                if exact:
+                    tl.atomic_add(cnt + 2, used - pre_w)
         else:
-            for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-                in_w, _up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF, WARP)
-                used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact, WARP)
-        _compact_end(cnt + 2, used, own)
-        if OFFS:
-            if exact:
-                tl.atomic_add(cnt + 2, used - pre_w)
+            if SEGL > 0:
+                # a bracket list of a row's only program (SEGL: its warps): one segment a warp (_seg_append)
+                if mode == 4:
+                    if SEGPTX:
+                        used_s = tl.zeros([BLOCK], dtype=tl.int32)
+                    else:
+                        used_s = tl.zeros([SEGL], dtype=tl.int32)
+                    for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
+                        in_w, _up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF, True)
+                        used_s = _seg_append(dst, SEGC, in_w, packed, used_s, SEGL, SEGPTX)
+                    _seg_end(cnt, used_s, SEGL, SEGPTX)
+                else:
+                    _gather_one(base, lo, hi, V, m, C, xA, f_lo, f_hi, dst, cnt, cap, used, own, exact, pre_w, R4,
+                                NBF, BLOCK, NSTG, OFFS, WARP)
+            else:
+                _gather_one(base, lo, hi, V, m, C, xA, f_lo, f_hi, dst, cnt, cap, used, own, exact, pre_w, R4, NBF,
+                            BLOCK, NSTG, OFFS, WARP)
+
+
+@triton.jit
+def _gather_one(base, lo, hi, V, m, C, xA, f_lo, f_hi, dst, cnt, cap, used, own, exact, pre_w, R4: tl.constexpr,
+                NBF: tl.constexpr, BLOCK: tl.constexpr, NSTG: tl.constexpr, OFFS: tl.constexpr, WARP: tl.constexpr):
+    # the gather pass of a row with one list (the window's or bracket's, no survivor above it listed): packed
+    for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
+        in_w, _up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF, WARP)
+        used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact, WARP)
+    _compact_end(cnt + 2, used, own)
+    if OFFS:
+        if exact:
+            tl.atomic_add(cnt + 2, used - pre_w)
 
 
 # ----------------------------------------------------------------------------- 5: decide
@@ -1439,7 +1563,7 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
 @triton.jit
 def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh, f_end, n_ab0, mass0_q, EA_q,
                  ab_best, ab_tok, abv, n_abv, NBS: tl.constexpr, NBF: tl.constexpr, KMAX: tl.constexpr,
-                 KBIG: tl.constexpr, N: tl.constexpr):
+                 KBIG: tl.constexpr, N: tl.constexpr, seg_n=0, SEG: tl.constexpr = 1, SEGCAP: tl.constexpr = 0):
     """Refine a packed list ``brk`` of ``n_L`` survivors (fine bins up to ``f_end``: a bracket, mode 4, or a wide
     window) in the refine pass's way: refined bins of ``2**rsh`` fine bins from ``f0`` (listed entries above ``f0``
     count as above the range), the same bounds and checks; pack the window's entries into the window list ``cand``
@@ -1455,7 +1579,8 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
     nor drawn: a bracket list's row then takes the slow path, a wide window keeps its ``kmax``-wide sort), the
     window's fine bins ``f_lo, f_hi``, the survivors above it, its size, the Gumbel-max (key, token) and
     fixed-point mass of all survivors above it (``ab_best, ab_tok`` and ``mass0_q`` with the listed ones), and the
-    entries of ``abv`` now used.
+    entries of ``abv`` now used. ``SEG > 1``: ``brk`` is segmented (:func:`_seg_append`; ``seg_n`` the ``[SEG]``
+    segment lengths, each at most ``SEGCAP``) and read through :func:`_seg_pos`.
     """
     ar = tl.arange(0, N)
     mass_in = mass0_q
@@ -1465,7 +1590,7 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
     n_up = tl.sum(tl.zeros([1], dtype=tl.int32), 0)
     for i0 in range(0, n_L, N):
         ok_i = i0 + ar < n_L
-        packed = tl.load(brk + (i0 + ar), mask=ok_i, other=0)
+        packed = tl.load(brk + _seg_pos(i0 + ar, seg_n, SEG, SEGCAP), mask=ok_i, other=0)
         x = _unkey((packed >> 32).to(tl.int32))
         d = _fine(x, m, C, NBF) - f0
         h += tl.histogram(tl.where(ok_i & (d >= 0), d >> rsh, NBS - 1), NBS)
@@ -1505,7 +1630,7 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
         if lift:
             for i0 in range(0, n_L, N):
                 ok_i = i0 + ar < n_L
-                packed = tl.load(brk + (i0 + ar), mask=ok_i, other=0)
+                packed = tl.load(brk + _seg_pos(i0 + ar, seg_n, SEG, SEGCAP), mask=ok_i, other=0)
                 d = _fine(_unkey((packed >> 32).to(tl.int32)), m, C, NBF) - f0
                 jj = tl.where(d < 0, -1, d >> rsh)
                 wi = (ok_i & (jj >= j_lo) & (jj <= j_hi)).to(tl.int32)
@@ -1521,7 +1646,7 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
         else:
             for i0 in range(0, n_L, N):
                 ok_i = i0 + ar < n_L
-                packed = tl.load(brk + (i0 + ar), mask=ok_i, other=0)
+                packed = tl.load(brk + _seg_pos(i0 + ar, seg_n, SEG, SEGCAP), mask=ok_i, other=0)
                 x = _unkey((packed >> 32).to(tl.int32))
                 idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
                 d = _fine(x, m, C, NBF) - f0
@@ -1549,7 +1674,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                    token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                    KBIG: tl.constexpr, NSTG: tl.constexpr = 1, KBR: tl.constexpr = 0, NSUB: tl.constexpr = 512,
-                   PDL: tl.constexpr = False):
+                   PDL: tl.constexpr = False, SEGL: tl.constexpr = 0, SEGC: tl.constexpr = 0):
     _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     base = logits_ptr + row * stride_row
@@ -1608,6 +1733,13 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             mass_q = tl.full([], 0, tl.int64)
             brk = _brk(row, ws64, S, KMAX, KBIG, KBR)
             slow = (n_g > tl.where(mode == 4, KBR, KMAX)) | ((above == 1) & (n_ab != n_above))
+            if SEGL > 0:
+                # a one-list bracket row's list is segmented (the gather pass's _seg_append): its segments' lengths;
+                # a segment that overflowed sends the row to the slow path
+                wa = tl.arange(0, SEGL)
+                segd = (mode == 4) & (above == 0)
+                seg_n = tl.where(segd, tl.load(cnt + _SEG0 + wa), tl.where(wa == 0, n_g, 0))
+                slow = slow | (segd & (tl.max(seg_n, 0) > SEGC))
             n_abv0 = tl.where(above == 1, tl.minimum(n_ab, KBIG), 0)  # entries of the above-window list in use
             n_abv = n_abv0
             if above == 1:
@@ -1619,10 +1751,16 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 # the bracket's list: refine it here, then decide its window as any other
                 # refined from the bracket's first fine bin (_I_F0: f_lo, or 0 when the list also holds the
                 # survivors above the bracket, _select_window's ONE)
-                ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q, n_abv = _list_window(
-                    brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, tl.load(ri + _I_F0), tl.load(ri + _I_RSH),
-                    f_hi,
-                    n_above, mass_q, EA_q, ab_best, ab_tok, abv, n_abv, NBS, NBF, KMAX, KBIG, 1024)
+                if SEGL > 0:
+                    ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q, n_abv = _list_window(
+                        brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, tl.load(ri + _I_F0),
+                        tl.load(ri + _I_RSH), f_hi, n_above, mass_q, EA_q, ab_best, ab_tok, abv, n_abv, NBS, NBF, KMAX,
+                        KBIG, 1024, seg_n, SEGL, SEGC)
+                else:
+                    ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q, n_abv = _list_window(
+                        brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, tl.load(ri + _I_F0),
+                        tl.load(ri + _I_RSH), f_hi, n_above, mass_q, EA_q, ab_best, ab_tok, abv, n_abv, NBS, NBF, KMAX,
+                        KBIG, 1024)
                 slow = ok == 0
                 tl.debug_barrier()  # the window list, written by every thread, is read below
             src = cand
@@ -1810,6 +1948,17 @@ def warp_lists(S: int, cfg: dict) -> bool:
             and not INTERPRETED)
 
 
+def seg_lists(S: int, cfg: dict) -> int:
+    """Segments of a one-list bracket row's list (:func:`_seg_append`: one a warp of the gather launch, each written
+    from the warp's own running count), or 0 (packed as before, from a block scan per tile): ``cfg["seg_lists"]``
+    True, a row's only program (``S == 1``), a bracket list (``kbr``) that the warps divide, at most 16 warps
+    (the record's counters). Compiled with four logits a thread, the ranks are warp ballots (inline PTX); else the
+    same lists from plain Triton (the interpreter's tests). The tokens do not depend on it; a row whose segment
+    would overflow takes the slow path (a bracket list is given at most 7/8 of ``kbr`` entries when segmented)."""
+    w, kbr = cfg["num_warps"], cfg.get("kbr", 0)
+    return w if (cfg.get("seg_lists", False) and S == 1 and kbr and kbr % w == 0 and w <= 16) else 0
+
+
 def greedy_row_shape(cfg: dict) -> tuple:
     """``(warps, block)`` of ``_greedy_row_kernel``: ``cfg["greedy_warps"]`` (else ``num_warps``), and the block
     scaled with them so a thread keeps the logits per load of the other launches (16 bytes of fp32 at the GPU
@@ -1859,9 +2008,12 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
     c_stats = dict(c, NSTG=cfg.get("stats_stages", c["NSTG"]))
     grid = (B, S)
     kbr = cfg.get("kbr", 0)
-    # split rows write from the parts' offsets (part_offsets), other calls append per warp (warp_lists)
+    # split rows write from the parts' offsets (part_offsets), other calls append per warp (warp_lists); a row's
+    # only program writes a one-list bracket row's list in segments, one a warp (seg_lists)
     offs = 1 < S <= cfg.get("part_offsets", 0)
     warp = warp_lists(S, cfg)
+    segl = seg_lists(S, cfg)
+    seg = dict(SEGL=segl, SEGC=kbr // segl if segl else 0)
     params = ("temperature", "top_k", "top_p", "min_p")
     ws = ("wsi", "wsf", "ws64")
     if greedy and B >= cfg.get("greedy_rows", B + 1):
@@ -1882,13 +2034,15 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
         ("stats", _stats_kernel, grid, ("logits", sr, V, *params, *ws, S, CH), c_stats, kw),
         ("hist", _hist_kernel, grid, ("logits", sr, V, *params, "seed", "offset", *ws, S, CH),
          dict(c, RMAX=cfg["r"], KAB=kab, EARLY=early, LOCAL=cfg.get("local", True), UNIT_T=cfg.get("unit_t", True),
-              KBR=kbr, LANE=lane_hist(CH, cfg), WARP=warp, ONE=cfg.get("one_list", False)), kw),
+              KBR=kbr, LANE=lane_hist(CH, cfg), WARP=warp, ONE=cfg.get("one_list", False),
+              KBRL=kbr - kbr // 8 if segl else kbr), kw),
         ("refine", _refine_kernel, grid, ("logits", sr, V, *params, *ws, S, CH),
          dict(c, KAB=kab, UNIT_T=cfg.get("unit_t", True)), kw),
         ("gather", _gather_kernel, grid, ("logits", sr, V, "seed", "offset", *ws, S, CH),
-         dict(c, LOCAL=cfg.get("local", True), KBR=kbr, WARP=warp and not offs, OFFS=offs), kw),
+         dict(c, LOCAL=cfg.get("local", True), KBR=kbr, WARP=warp and not offs, OFFS=offs, **seg,
+              SEGPTX=bool(segl) and cfg["block"] == 128 * cfg["num_warps"] and not INTERPRETED), kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,
-                                          S), dict(c, KBR=kbr, NSUB=cfg.get("nsub", c["KMAX"])),
+                                          S), dict(c, KBR=kbr, NSUB=cfg.get("nsub", c["KMAX"]), **seg),
          dict(num_warps=cfg["decide_warps"], enable_fp_fusion=False)),
     ]
     if want_probs:

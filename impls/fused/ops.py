@@ -114,13 +114,18 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: (offline, Triton 3.6, sm_90: its loop 342 -> 246 instructions per 4 logits at a row's only program), the decide
 #: launch reads and lifts those entries once more. Predicted on an H100 at 1024 x 128256 top-p 0.9 (2026-12-07,
 #: thirteenth session): gather 409 -> 290-320 µs, decide 260 -> 270-300 (benchmarks/README.md "The thirteenth
-#: session").
+#: session"). ``seg_lists``: such a one-list row's only program (``S == 1``: batch >= 512 at the defaults) writes the
+#: list in segments, one a warp, each from the warp's own running count (:func:`impls.fused.kernel._seg_append`:
+#: warp ballots, no atomic, no block scan), which the decide launch reads through the segments' lengths: offline the
+#: gather loop 246 -> 155 instructions per 4 logits; a segmented bracket list is given at most 7/8 of ``kbr``
+#: entries, and a row whose segment overflows takes the slow path (:func:`impls.fused.kernel.seg_lists`).
 #: Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
             "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True, "pdl": True, "draw_above": 0,
-            "hist_regs": 64, "gather_regs": 64, "decide_regs": 128, "one_list": True}
+            "hist_regs": 64, "gather_regs": 64, "decide_regs": 128, "one_list": True,
+            "seg_lists": True}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
@@ -128,7 +133,8 @@ INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs
                "decide_warps": 4, "programs": 48, "max_splits": 8, "early": True, "stages": 1, "stats_stages": 1,
                "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4, "kbr": 512,
                "nsub": 32, "lane_hist": False, "part_offsets": 8, "warp_lists": False, "pdl": False, "draw_above": 0,
-               "hist_regs": 0, "gather_regs": 0, "decide_regs": 0, "one_list": True}
+               "hist_regs": 0, "gather_regs": 0, "decide_regs": 0, "one_list": True,
+               "seg_lists": True}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -176,7 +182,7 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         if name == "block" and isinstance(v, int) and v > 16384:
             raise ValueError(f"fused_sample option block={v!r}: at most 16384 (the gather pass counts a tile's "
                              "entries of two lists in the halves of one int32, the upper one signed)")
-        if name in ("local", "unit_t", "warp_lists", "pdl", "one_list") and not isinstance(v, bool):
+        if name in ("local", "unit_t", "warp_lists", "pdl", "one_list", "seg_lists") and not isinstance(v, bool):
             raise ValueError(f"fused_sample option {name}={v!r}: True or False")
         if name in ("stages", "stats_stages") and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8):
             raise ValueError(f"fused_sample option {name}={v!r}: an int from 1 to 8")

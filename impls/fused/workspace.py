@@ -24,7 +24,7 @@ def workspace_bytes(B: int, V: int, cfg: dict) -> int:
 
     Per row: the records (``LAYOUT``), per part the partials and the two histograms (``nb`` and ``nbs``
     int32), the window, above-window and bracket lists (``kmax + kbig + kbr`` int64, 278,528 bytes at
-    the GPU defaults: most of it): 279,552 bytes a row in all at ``B >= 512``. A batch of ``B >= 512`` rows has
+    the GPU defaults: most of it): 279,616 bytes a row in all at ``B >= 512``. A batch of ``B >= 512`` rows has
     one part per row; smaller batches split rows into more parts (:func:`splits`), each adding its partials and
     histograms.
     """
