@@ -405,13 +405,18 @@ def test_seg_append_writes_each_warp_its_segment():
             assert (got[w * cap + k:(w + 1) * cap] == -1).all(), (cap, w)
 
 
-def test_segmented_bracket_lists_give_the_same_tokens():
-    """``seg_lists``: a one-list bracket row's only program writes its list in a segment a warp (no block scan),
-    which the decide launch reads through the segments' lengths: the same tokens, paths and distributions as the
-    packed list, the reference's. The rows of ``test_one_list_holds_the_bracket_and_the_survivors_above_it`` in one
-    part each (``max_splits=1``): rows 2, 6 and 7 take the segmented list (their lengths sum to the list's: 1,589,
-    1,536, 977), row 3 (1,863 entries) two lists, the segmented bracket list being given 7/8 of ``kbr`` (1,792). A
-    ninth row whose survivors all lie in the first warp's run of each tile overflows that segment (``kbr / warps``
+@pytest.mark.parametrize("kbig", [4096, 1024])
+def test_segmented_bracket_lists_give_the_same_tokens(kbig):
+    """``seg_lists``: a bracket list that a row's only program writes alone (one list, or its survivors above the
+    bracket drawn in the gather pass) goes in a segment a warp (no block scan), which the decide launch reads through
+    the segments' lengths: the same tokens, paths and distributions as the packed list, the reference's, in a
+    workspace holding stale entries (every int64 set to a plausible packed entry first: the gaps between segments
+    must never be read). The rows of ``test_one_list_holds_the_bracket_and_the_survivors_above_it`` in one part
+    each (``max_splits=1``). With ``kbig=4096``: rows 2, 6 and 7 take one segmented list (lengths summing to 1,589,
+    1,536 and 977), row 3 (1,863 entries) two lists, a segmented bracket list being given 7/8 of ``kbr`` (1,792);
+    with ``kbig=1024`` rows 2, 3 and 6 have more survivors above the bracket than that (1,241, 1,524, 1,375: drawn
+    in the gather pass, record field ``_I_ABOVE`` 2) and segmented brackets of 348, 339 and 161 entries. A ninth
+    row whose survivors all lie in the first warp's run of each tile overflows that segment (``kbr / warps``
     entries): the slow path, with the reference's token."""
     from impls.fused.ops import DEFAULTS, INTERPRETED, INTERPRETER, apply_tuning
     from impls.fused.workspace import allocate
@@ -425,23 +430,31 @@ def test_segmented_bracket_lists_give_the_same_tokens():
     want9, dists9 = reference_rows(*cols)
     assert want9[:B] == want
     cols = [c.to(DEV) for c in cols]
+    stale = (0x40A00000 << 32) | (4294967295 - 7)   # the packed entry of logit 5.0, token 7
     runs = {}
     for seg in (False, True):
-        opts = dict(block=block, num_warps=warps, nb=64, kmax=128, nbs=64, kbr=2048, nsub=32, early=False, kbig=4096,
+        opts = dict(block=block, num_warps=warps, nb=64, kmax=128, nbs=64, kbr=2048, nsub=32, early=False, kbig=kbig,
                     one_list=True, seg_lists=seg, max_splits=1)
         cfg = apply_tuning(INTERPRETER if INTERPRETED else DEFAULTS, opts)
         a = allocate(B + 1, V, torch.device(DEV), cfg, want_probs=True)
+        a["ws64"].fill_(stale)
         out = fused_sample(*cols, buffers=a, want_probs=True, **opts)
-        runs[seg] = out, _row_counters(a, cfg, B + 1, [2, 3] + list(range(8, 8 + warps)))
-    for seg, (out, _c) in runs.items():
+        runs[seg] = out, _row_counters(a, cfg, B + 1, [2, 3] + list(range(8, 8 + warps))), [
+            f for (f,) in _row_ints(a, cfg, B + 1, (12,))]
+    for seg, (out, _c, _a) in runs.items():
         assert out[0].tolist() == want9, seg
         for i in range(B + 1):
             assert torch.allclose(out[3][i].cpu(), dists9[i], rtol=1e-5, atol=1e-7), (seg, i)
     assert runs[False][0][2].tolist()[:B] == runs[True][0][2].tolist()[:B]
     assert PATHS[int(runs[True][0][2][B])] == "slow" and PATHS[int(runs[False][0][2][B])] != "slow"
-    lens = runs[True][1]
-    assert [sum(c[2:]) for c in lens[:B]] == [0, 0, 1589, 0, 0, 0, 1536, 977]
-    assert [c[0] for c in lens[:B]] == [93, 26, 1589, 339, 57, 98, 1536, 977]
+    lens, above = runs[True][1], runs[True][2]
+    if kbig == 4096:
+        assert [sum(c[2:]) for c in lens[:B]] == [0, 0, 1589, 0, 0, 0, 1536, 977]
+        assert [c[0] for c in lens[:B]] == [93, 26, 1589, 339, 57, 98, 1536, 977]
+        assert above[:B] == [0, 0, 0, 1, 0, 1, 0, 0]
+    else:
+        assert [sum(c[2:]) for c in lens[:B]] == [0, 0, 348, 339, 0, 0, 161, 977]
+        assert above[:B] == [0, 0, 2, 2, 0, 1, 2, 0]
     assert lens[B][2] > 2048 // warps and sum(lens[B][3:]) == 0
 
 

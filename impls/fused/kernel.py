@@ -1445,7 +1445,8 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
                     tl.atomic_add(cnt + 2, used - pre_w)
         else:
             if SEGL > 0:
-                # a bracket list of a row's only program (SEGL: its warps): one segment a warp (_seg_append)
+                # a bracket list of a row's only program (SEGL: its warps): one segment a warp (_seg_append); the
+                # decide launch reads every mode-4 list without an above-window list (above != 1) so
                 if mode == 4:
                     if SEGPTX:
                         used_s = tl.zeros([BLOCK], dtype=tl.int32)
@@ -1734,10 +1735,11 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             brk = _brk(row, ws64, S, KMAX, KBIG, KBR)
             slow = (n_g > tl.where(mode == 4, KBR, KMAX)) | ((above == 1) & (n_ab != n_above))
             if SEGL > 0:
-                # a one-list bracket row's list is segmented (the gather pass's _seg_append): its segments' lengths;
-                # a segment that overflowed sends the row to the slow path
+                # a bracket list that the gather pass wrote alone (no above-window list: one list, or the survivors
+                # above it drawn in that pass) is segmented (_seg_append): its segments' lengths; a segment that
+                # overflowed sends the row to the slow path
                 wa = tl.arange(0, SEGL)
-                segd = (mode == 4) & (above == 0)
+                segd = (mode == 4) & (above != 1)
                 seg_n = tl.where(segd, tl.load(cnt + _SEG0 + wa), tl.where(wa == 0, n_g, 0))
                 slow = slow | (segd & (tl.max(seg_n, 0) > SEGC))
             n_abv0 = tl.where(above == 1, tl.minimum(n_ab, KBIG), 0)  # entries of the above-window list in use
