@@ -62,7 +62,9 @@ has nothing to do for exit at once):
    workspace (packed ``(logit key, -id)``), the survivors above it (all kept)
    to a second workspace of ``KBIG`` entries; when there are more of those,
    their Gumbel-max and mass are taken in this pass instead. Rows of mode 4 pack
-   their bracket's survivors into the bracket list instead of a window. Min-p-only rows
+   their bracket's survivors into the bracket list instead of a window, with those above it when they fit
+   (``one_list``: one list instead of two); a row's only program writes such a list in a segment a warp, each
+   warp from its own running count (``seg_lists``, :func:`_seg_append`). Min-p-only rows
    whose survivors overflowed the workspace take their draw here.
 5. ``_decide_kernel`` (``B`` programs) — rows of mode 4 first refine their bracket
    list as the refine pass would (same refined bins and checks; the mass below the list
