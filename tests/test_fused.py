@@ -1210,6 +1210,29 @@ def test_warp_lists_only_where_they_apply():
         apply_tuning(DEFAULTS, {"warp_lists": 1})
 
 
+def test_one_list_and_seg_lists_only_where_they_apply():
+    """``one_list`` and ``seg_lists``: off in the GPU's defaults until a sweep after the fix of 2026-12-07 (the
+    thirteenth session), on under the interpreter. Segments are a row's only program's (``S == 1``), one a warp,
+    ``kbr / num_warps`` entries each, given at most 7/8 of ``kbr`` (the histogram launch's ``KBRL``); none at two
+    parts or without a bracket list; a non-bool is refused."""
+    from impls.fused.kernel import launch_specs, seg_lists
+    from impls.fused.ops import DEFAULTS, INTERPRETER, apply_tuning
+    assert (DEFAULTS["one_list"], DEFAULTS["seg_lists"]) == (False, False)
+    assert (INTERPRETER["one_list"], INTERPRETER["seg_lists"]) == (True, True)
+    on = apply_tuning(DEFAULTS, {"one_list": True, "seg_lists": True})
+    assert seg_lists(1, on) == 8 and seg_lists(2, on) == 0 and seg_lists(1, DEFAULTS) == 0
+    assert seg_lists(1, dict(on, kbr=0)) == 0 and seg_lists(1, dict(on, num_warps=32)) == 0
+    specs = {sp[0]: sp[4] for sp in launch_specs(1024, 128256, 128256, 1, 128256, False, on)}
+    assert (specs["gather"]["SEGL"], specs["gather"]["SEGC"], specs["decide"]["SEGL"], specs["decide"]["SEGC"]) == (
+        8, 2048, 8, 2048)
+    assert specs["hist"]["ONE"] is True and specs["hist"]["KBRL"] == 14336
+    specs = {sp[0]: sp[4] for sp in launch_specs(256, 128256, 128256, 2, 64128, False, on)}
+    assert specs["gather"]["SEGL"] == 0 and specs["hist"]["KBRL"] == 16384
+    for name in ("one_list", "seg_lists"):
+        with pytest.raises(ValueError, match=rf"{name}=1: True or False"):
+            apply_tuning(DEFAULTS, {name: 1})
+
+
 def test_pdl_only_where_it_applies(monkeypatch):
     """``pdl`` (programmatic dependent launch; on by default) gives every launch of a call, general or all-greedy
     (one launch or two), with or without probabilities, the constexpr that waits and the launch attribute; only

@@ -112,20 +112,22 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: all in that one list, which the decide launch refines as before, lifting those above its refined window to the
 #: above-window list (:func:`impls.fused.kernel._select_window`): the gather pass appends to one list instead of two
 #: (offline, Triton 3.6, sm_90: its loop 342 -> 246 instructions per 4 logits at a row's only program), the decide
-#: launch reads and lifts those entries once more. Predicted on an H100 at 1024 x 128256 top-p 0.9 (2026-12-07,
-#: thirteenth session): gather 409 -> 290-320 µs, decide 260 -> 270-300 (benchmarks/README.md "The thirteenth
-#: session"). ``seg_lists``: such a one-list row's only program (``S == 1``: batch >= 512 at the defaults) writes the
+#: launch reads and lifts those entries once more. ``seg_lists``: such a one-list row's only program (``S == 1``: batch >= 512 at the defaults) writes the
 #: list in segments, one a warp, each from the warp's own running count (:func:`impls.fused.kernel._seg_append`:
 #: warp ballots, no atomic, no block scan), which the decide launch reads through the segments' lengths: offline the
 #: gather loop 246 -> 155 instructions per 4 logits; a segmented bracket list is given at most 7/8 of ``kbr``
 #: entries, and a row whose segment overflows takes the slow path (:func:`impls.fused.kernel.seg_lists`).
+#: Measured on an H100 (2026-12-07, benchmarks/README.md "The thirteenth session"): 1024 x 128256 top-p 0.9
+#: 1,175 -> 1,138 µs of GPU time with ``one_list``, 1,085 with both (gather 403 -> 244, decide 264 -> 333); the
+#: 10^6 sweep of that run found a bug since fixed (a drawn-above row's segments read as a packed list), and the
+#: fix has not been swept on a GPU: both off there until it is, on under the interpreter (every CPU test).
 #: Results do not depend on them (only the path a row takes does).
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
             "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True, "pdl": True, "draw_above": 0,
-            "hist_regs": 64, "gather_regs": 64, "decide_regs": 128, "one_list": True,
-            "seg_lists": True}
+            "hist_regs": 64, "gather_regs": 64, "decide_regs": 128, "one_list": False,
+            "seg_lists": False}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
