@@ -356,6 +356,19 @@ def test_one_list_holds_the_bracket_and_the_survivors_above_it():
     assert [m for m, _n, _a in runs[False][2]] == [0, 0, 4, 4, 0, 0, 4, 4]
 
 
+def _append_inputs() -> tuple:
+    """``(n, x, sel)`` of the list-append tests: 100,003 int64 entries ``7 i + 5`` and an int32 selection of
+    densities 0, 0.3 %, 40 % and 100 % in quarters (seeded)."""
+    g = torch.Generator().manual_seed(11)
+    n = 100_003
+    x = torch.arange(n, dtype=torch.int64) * 7 + 5
+    q = n // 4
+    r = torch.rand(n, generator=g)
+    sel = torch.cat([torch.zeros(q), (r[q:2 * q] < 0.003).float(), (r[2 * q:3 * q] < 0.4).float(),
+                     torch.ones(n - 3 * q)]).to(torch.int32)
+    return n, x, sel
+
+
 @triton.jit
 def _seg_selected(x_ptr, sel_ptr, out_ptr, cnt_ptr, n, segcap, BLOCK: tl.constexpr, SEG: tl.constexpr,
                   PTX: tl.constexpr):
@@ -380,13 +393,7 @@ def test_seg_append_writes_each_warp_its_segment():
     ballots of the inline PTX (``BLOCK`` 1024, 8 warps); under the interpreter the plain-Triton copy (``BLOCK`` 128,
     4 segments). Densities 0, 0.3 %, 40 % and 100 % in quarters of 100,003 entries, a ragged last tile."""
     from impls.fused.ops import INTERPRETED
-    g = torch.Generator().manual_seed(11)
-    n = 100_003
-    x = torch.arange(n, dtype=torch.int64) * 7 + 5
-    q = n // 4
-    r = torch.rand(n, generator=g)
-    sel = torch.cat([torch.zeros(q), (r[q:2 * q] < 0.003).float(), (r[2 * q:3 * q] < 0.4).float(),
-                     torch.ones(n - 3 * q)]).to(torch.int32)
+    n, x, sel = _append_inputs()
     block, seg = (128, 4) if INTERPRETED else (1024, 8)
     run = block // seg
     owner = (torch.arange(n) % block) // run
@@ -1320,13 +1327,7 @@ def test_warp_append_lists_each_selected_entry_once():
     """``_warp_append`` from 8 programs into one list: the count is the number selected, the list holds exactly the
     selected entries (a set: the order is the atomics'), and past the capacity nothing is stored but the count
     still grows; densities 0, 0.3 %, 40 % and 100 % in quarters of 100,003 entries, a ragged last tile."""
-    g = torch.Generator().manual_seed(11)
-    n = 100_003
-    x = torch.arange(n, dtype=torch.int64) * 7 + 5
-    q = n // 4
-    r = torch.rand(n, generator=g)
-    sel = torch.cat([torch.zeros(q), (r[q:2 * q] < 0.003).float(), (r[2 * q:3 * q] < 0.4).float(),
-                     torch.ones(n - 3 * q)]).to(torch.int32)
+    n, x, sel = _append_inputs()
     want = sorted(x[sel.bool()].tolist())
     for cap in (n, 1000):
         out = torch.full((n,), -1, dtype=torch.int64, device="cuda")

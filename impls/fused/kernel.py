@@ -394,6 +394,22 @@ def _fine(x, m, C, NBF: tl.constexpr):
     return tl.minimum((m - x) * C, NBF - 1.0).to(tl.int32)
 
 
+def _warp_ranks_ptx() -> list:
+    """PTX lines shared by :func:`_warp_append_ptx` and :func:`_seg_append_ptx`: from ``c``, the lane's count of
+    selected elements (0-4, three bits: one ballot each), ``r`` the count of the lanes before it (the ballots masked
+    with ``%lanemask_lt``) and ``n`` the warp's (registers ``c t r n b0 b1 b2 lt``, predicate ``p``)."""
+    a = []
+    for k in range(3):   # the lane's count, bit by bit, across the warp
+        a += [f"and.b32 t, c, {1 << k};", "setp.ne.u32 p, t, 0;", f"vote.sync.ballot.b32 b{k}, p, -1;"]
+    a += ["mov.u32 lt, %lanemask_lt;", "and.b32 t, b0, lt;", "popc.b32 r, t;"]
+    for k in (1, 2):   # the lanes before this one
+        a += [f"and.b32 t, b{k}, lt;", "popc.b32 t, t;", f"shl.b32 t, t, {k};", "add.u32 r, r, t;"]
+    a += ["popc.b32 n, b0;"]
+    for k in (1, 2):   # the warp
+        a += [f"popc.b32 t, b{k};", f"shl.b32 t, t, {k};", "add.u32 n, n, t;"]
+    return a
+
+
 def _warp_append_ptx() -> str:
     """PTX of :func:`_warp_append` (``pack=4``; operands: ``$0-3`` out, each element's slot, unused; ``$4-7`` the
     selection, 0 or 1; ``$8-11`` the packed entries (64-bit); then the same for all elements: ``$12-15`` and
@@ -405,14 +421,7 @@ def _warp_append_ptx() -> str:
     selected element below the capacity is stored there."""
     a = ["{", ".reg .u32 c, t, r, n, b0, b1, b2, lt, ln, old;", ".reg .u64 a, d, w;", ".reg .pred p, q;",
          "add.u32 c, $4, $5;", "add.u32 c, c, $6;", "add.u32 c, c, $7;"]
-    for k in range(3):   # the lane's count, bit by bit, across the warp
-        a += [f"and.b32 t, c, {1 << k};", "setp.ne.u32 p, t, 0;", f"vote.sync.ballot.b32 b{k}, p, -1;"]
-    a += ["mov.u32 lt, %lanemask_lt;", "and.b32 t, b0, lt;", "popc.b32 r, t;"]
-    for k in (1, 2):   # the lanes before this one
-        a += [f"and.b32 t, b{k}, lt;", "popc.b32 t, t;", f"shl.b32 t, t, {k};", "add.u32 r, r, t;"]
-    a += ["popc.b32 n, b0;"]
-    for k in (1, 2):   # the warp
-        a += [f"popc.b32 t, b{k};", f"shl.b32 t, t, {k};", "add.u32 n, n, t;"]
+    a += _warp_ranks_ptx()
     a += ["mov.u32 ln, %laneid;", "setp.eq.u32 p, ln, 0;", "setp.ne.u32 q, n, 0;", "and.pred p, p, q;",
           "mov.b64 a, {$20, $24};", "mov.u32 old, 0;", "@p atom.global.add.u32 old, [a], n;",
           "shfl.sync.idx.b32 old, old, 0, 0x1f, -1;", "add.u32 r, r, old;", "mov.b64 d, {$12, $16};"]
@@ -455,14 +464,7 @@ def _seg_append_ptx() -> str:
     no wait on another warp. A selected element whose rank in the segment is below the capacity is stored."""
     a = ["{", ".reg .u32 c, t, r, n, b0, b1, b2, lt, sg;", ".reg .u64 d, w;", ".reg .pred p, q;",
          "add.u32 c, $4, $5;", "add.u32 c, c, $6;", "add.u32 c, c, $7;"]
-    for k in range(3):   # the lane's count, bit by bit, across the warp
-        a += [f"and.b32 t, c, {1 << k};", "setp.ne.u32 p, t, 0;", f"vote.sync.ballot.b32 b{k}, p, -1;"]
-    a += ["mov.u32 lt, %lanemask_lt;", "and.b32 t, b0, lt;", "popc.b32 r, t;"]
-    for k in (1, 2):   # the lanes before this one
-        a += [f"and.b32 t, b{k}, lt;", "popc.b32 t, t;", f"shl.b32 t, t, {k};", "add.u32 r, r, t;"]
-    a += ["popc.b32 n, b0;"]
-    for k in (1, 2):   # the warp
-        a += [f"popc.b32 t, b{k};", f"shl.b32 t, t, {k};", "add.u32 n, n, t;"]
+    a += _warp_ranks_ptx()
     a += ["add.u32 r, r, $20;", "mov.u32 sg, %tid.x;", "shr.u32 sg, sg, 5;", "mul.lo.u32 sg, sg, $24;",
           "mov.b64 d, {$12, $16};"]
     for e in range(4):   # each element: stored if selected and below the capacity
