@@ -895,7 +895,8 @@ def test_bad_arguments_get_located_errors_before_any_launch(monkeypatch):
         (dict(draw_above=-1), ValueError, "draw_above=-1: the largest batch"),
         (dict(decide_regs=16), ValueError, "decide_regs=16: 0 \\(the compiler's choice\\) or an int from 24 to 255"),
         (dict(hist_regs=True), ValueError, "hist_regs=True: 0 \\(the compiler's choice\\)"),
-        (dict(kbr=64, kmax=128), ValueError, "kbr=64: at most kmax=128, the bracket list would never be used"),
+        (dict(kbr=64, kmax=128), ValueError, "kbr=64: must be larger than kmax=128 \\(or 0: off\\), else the bracket list "
+                                            "would never be used"),
         (dict(warps=4), TypeError, "unknown fused_sample option 'warps'"),
         (dict(stages=0), ValueError, "stages=0: an int from 1 to 8"),
         (dict(stages=True), ValueError, "stages=True: an int from 1 to 8"),

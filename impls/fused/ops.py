@@ -112,8 +112,10 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: all in that one list, which the decide launch refines as before, lifting those above its refined window to the
 #: above-window list (:func:`impls.fused.kernel._select_window`): the gather pass appends to one list instead of two
 #: (offline, Triton 3.6, sm_90: its loop 342 -> 246 instructions per 4 logits at a row's only program), the decide
-#: launch reads and lifts those entries once more. ``seg_lists``: such a one-list row's only program (``S == 1``: batch >= 512 at the defaults) writes the
-#: list in segments, one a warp, each from the warp's own running count (:func:`impls.fused.kernel._seg_append`:
+#: launch reads and lifts those entries once more. ``seg_lists``: a row's only program (``S == 1``: batch >= 512 at
+#: the defaults) writes a bracket list that it writes alone (a one-list row's, or one whose survivors above the
+#: bracket it draws) in segments, one a warp (none at ``kbr = 0``, more than 16 warps or split rows:
+#: :func:`impls.fused.kernel.seg_lists`), each from the warp's own running count (:func:`impls.fused.kernel._seg_append`:
 #: warp ballots, no atomic, no block scan), which the decide launch reads through the segments' lengths: offline the
 #: gather loop 246 -> 155 instructions per 4 logits; a segmented bracket list is given at most 7/8 of ``kbr``
 #: entries, and a row whose segment overflows takes the slow path (:func:`impls.fused.kernel.seg_lists`).
@@ -211,9 +213,9 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
             raise ValueError(f"fused_sample option r={v!r}: a finite number > 0")
         cfg[name] = v
     if 0 < cfg.get("kbr", 0) <= cfg["kmax"]:
-        raise ValueError(f"fused_sample option kbr={cfg['kbr']}: at most kmax={cfg['kmax']}, the bracket list "
-                         "would never be used (a bracket that fits the window list is gathered as the window); "
-                         "0 turns it off")
+        raise ValueError(f"fused_sample option kbr={cfg['kbr']}: must be larger than kmax={cfg['kmax']} (or 0: off), "
+                         "else the bracket list would never be used (a bracket that fits the window list is gathered "
+                         "as the window); the defaults' kbr applies when not given")
     return cfg
 
 
