@@ -526,7 +526,7 @@ def _seg_end(cnt, used, SEG: tl.constexpr, PTX: tl.constexpr):
 @triton.jit
 def _seg_pos(i, n_w, SEG: tl.constexpr, SEGCAP: tl.constexpr):
     # where the i-th entry of a segmented list lies (_seg_append; n_w: the [SEG] segment lengths, each at most
-    # SEGCAP): segment s = the last with i >= its start, at s * SEGCAP + i - start. SEG == 1: a packed list (i)
+    # SEGCAP): segment s = the last with i >= its start, at s * SEGCAP + i - start. SEG <= 1: a packed list (i)
     pos = i
     if SEG > 1:
         wa = tl.arange(0, SEG)
@@ -1449,8 +1449,9 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
                     tl.atomic_add(cnt + 2, used - pre_w)
         else:
             if SEGL > 0:
-                # a bracket list of a row's only program (SEGL: its warps): one segment a warp (_seg_append); the
-                # decide launch reads every mode-4 list without an above-window list (above != 1) so
+                # a bracket list this pass writes alone (mode 4 without an above-window list: one list, or the
+                # survivors above the bracket drawn above) of a row's only program (SEGL: its warps): one segment a
+                # warp (_seg_append), as the decide launch reads it
                 if mode == 4:
                     if SEGPTX:
                         used_s = tl.zeros([BLOCK], dtype=tl.int32)
@@ -1738,6 +1739,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             mass_q = tl.full([], 0, tl.int64)
             brk = _brk(row, ws64, S, KMAX, KBIG, KBR)
             slow = (n_g > tl.where(mode == 4, KBR, KMAX)) | ((above == 1) & (n_ab != n_above))
+            seg_n = 0   # SEGL == 0: packed lists (_seg_pos reads position i)
             if SEGL > 0:
                 # a bracket list that the gather pass wrote alone (no above-window list: one list, or the survivors
                 # above it drawn in that pass) is segmented (_seg_append): its segments' lengths; a segment that
@@ -1757,16 +1759,10 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 # the bracket's list: refine it here, then decide its window as any other
                 # refined from the bracket's first fine bin (_I_F0: f_lo, or 0 when the list also holds the
                 # survivors above the bracket, _select_window's ONE)
-                if SEGL > 0:
-                    ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q, n_abv = _list_window(
-                        brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, tl.load(ri + _I_F0),
-                        tl.load(ri + _I_RSH), f_hi, n_above, mass_q, EA_q, ab_best, ab_tok, abv, n_abv, NBS, NBF, KMAX,
-                        KBIG, 1024, seg_n, SEGL, SEGC)
-                else:
-                    ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q, n_abv = _list_window(
-                        brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, tl.load(ri + _I_F0),
-                        tl.load(ri + _I_RSH), f_hi, n_above, mass_q, EA_q, ab_best, ab_tok, abv, n_abv, NBS, NBF, KMAX,
-                        KBIG, 1024)
+                ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q, n_abv = _list_window(
+                    brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, tl.load(ri + _I_F0), tl.load(ri + _I_RSH),
+                    f_hi, n_above, mass_q, EA_q, ab_best, ab_tok, abv, n_abv, NBS, NBF, KMAX, KBIG, 1024, seg_n, SEGL,
+                    SEGC)
                 slow = ok == 0
                 tl.debug_barrier()  # the window list, written by every thread, is read below
             src = cand
@@ -1955,8 +1951,10 @@ def warp_lists(S: int, cfg: dict) -> bool:
 
 
 def seg_lists(S: int, cfg: dict) -> int:
-    """Segments of a one-list bracket row's list (:func:`_seg_append`: one a warp of the gather launch, each written
-    from the warp's own running count), or 0 (packed as before, from a block scan per tile): ``cfg["seg_lists"]``
+    """Segments of a bracket list that the gather pass writes alone (mode 4 without an above-window list: a one-list
+    row's, or one whose survivors above the bracket that pass draws; :func:`_seg_append`: one a warp of the gather
+    launch, each written from the warp's own running count), or 0 (packed as before, from a block scan per tile);
+    ``S`` the programs per row, ``cfg`` a tuning set (:data:`impls.fused.ops.DEFAULTS`): ``cfg["seg_lists"]``
     True, a row's only program (``S == 1``), a bracket list (``kbr``) that the warps divide, at most 16 warps
     (the record's counters). Compiled with four logits a thread, the ranks are warp ballots (inline PTX); else the
     same lists from plain Triton (the interpreter's tests). The tokens do not depend on it; a row whose segment
