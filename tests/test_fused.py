@@ -1219,16 +1219,16 @@ def test_warp_lists_only_where_they_apply():
 
 
 def test_one_list_and_seg_lists_only_where_they_apply():
-    """``one_list`` and ``seg_lists``: off in the GPU's defaults until a sweep after the fix of 2026-12-07 (the
-    thirteenth session), on under the interpreter. Segments are a row's only program's (``S == 1``), one a warp,
+    """``one_list`` and ``seg_lists``: on in the GPU's defaults (swept on the H200 after the fix of 2026-12-07:
+    ``benchmarks/results/h200-fused-v13-sweep-1e6.json``) and under the interpreter. Segments are a row's only program's (``S == 1``), one a warp,
     ``kbr / num_warps`` entries each, given at most 7/8 of ``kbr`` (the histogram launch's ``KBRL``); none at two
     parts or without a bracket list; a non-bool is refused."""
     from impls.fused.kernel import launch_specs, seg_lists
     from impls.fused.ops import DEFAULTS, INTERPRETER, apply_tuning
-    assert (DEFAULTS["one_list"], DEFAULTS["seg_lists"]) == (False, False)
+    assert (DEFAULTS["one_list"], DEFAULTS["seg_lists"]) == (True, True)
     assert (INTERPRETER["one_list"], INTERPRETER["seg_lists"]) == (True, True)
-    on = apply_tuning(DEFAULTS, {"one_list": True, "seg_lists": True})
-    assert seg_lists(1, on) == 8 and seg_lists(2, on) == 0 and seg_lists(1, DEFAULTS) == 0
+    on, off = DEFAULTS, apply_tuning(DEFAULTS, {"one_list": False, "seg_lists": False})
+    assert seg_lists(1, on) == 8 and seg_lists(2, on) == 0 and seg_lists(1, off) == 0
     assert seg_lists(1, dict(on, kbr=0)) == 0 and seg_lists(1, dict(on, num_warps=32)) == 0
     specs = {sp[0]: sp[4] for sp in launch_specs(1024, 128256, 128256, 1, 128256, False, on)}
     assert (specs["gather"]["SEGL"], specs["gather"]["SEGC"], specs["decide"]["SEGL"], specs["decide"]["SEGC"]) == (
