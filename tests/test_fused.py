@@ -802,6 +802,15 @@ def test_allocate_carves_aligned_workspaces_that_do_not_overlap():
         assert a["ws64"].numel() == B * (S * 4 + 4 + cfg["kmax"] + 16384 + 16384) and a["probs"] is a["wsf"]
 
 
+def test_plan_key_tells_true_from_one():
+    """``early=True`` (every batch) and ``early=1`` (batches of one row) compare equal as values but choose other
+    launches at two rows: their plans must not share a key (found 2026-12-07, fourteenth session)."""
+    from impls.fused import launch
+    vals = random_batch(3, 2, [64])
+    assert launch.plan_key(vals, 1, 64, False, {"early": True}) != launch.plan_key(vals, 1, 64, False, {"early": 1})
+    assert launch.plan_key(vals, 1, 64, False, {"early": 1}) == launch.plan_key(vals, 1, 64, False, {"early": 1})
+
+
 @pytest.mark.gpu
 def test_cached_launcher_gives_the_jit_launcher_tokens():
     from impls.fused import launch

@@ -235,6 +235,11 @@ class LaunchRefused(TypeError):
         self.step = step
 
 
+#: Tuning options that take True, False or an int, whose ``True`` and ``1`` differ (``early=True``: every batch,
+#: ``early=1``: batches of one row) though they compare and hash equal: :func:`plan_key` keys their types too.
+BOOL_OR_INT = ("early", "lane_hist")
+
+
 def plan_key(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, greedy: bool = False,
              ptrs: Optional[tuple] = None) -> tuple:
     """The key of a call's :class:`Plan`: everything that chooses its binaries and arguments.
@@ -250,11 +255,12 @@ def plan_key(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, greedy: 
     -------
     tuple
         Device index, logits dtype, shape and row stride, ``S``, ``CH``, ``want_probs``, ``greedy``, the
-        tuning constants, the parameters' dtypes (``top_p`` may be float32 or float64), and whether each caller
+        tuning constants (and the types of :data:`BOOL_OR_INT`'s), the parameters' dtypes (``top_p`` may be float32 or float64), and whether each caller
         tensor's address is a multiple of 16 (Triton specialises on it).
     """
     x = vals[0]
     return (x.device.index, x.dtype, x.shape, x.stride(0), S, CH, want_probs, greedy, tuple(cfg.items()),
+            tuple(type(cfg.get(name)) for name in BOOL_OR_INT),
             tuple(t.dtype for t in vals[1:7]),
             tuple(p & 15 == 0 for p in (ptrs[:7] if ptrs is not None else (t.data_ptr() for t in vals[:7]))))
 
