@@ -66,6 +66,22 @@ def test_bound_sampler_of_no_rows_launches_nothing():
     assert tok.shape == status.shape == path.shape == (0,) and probs.shape == (0, 50) and sampler._bound is None
 
 
+def test_bound_sampler_checks_tuning_for_the_device_it_binds():
+    """``kbr`` must exceed ``kmax``: 256 is valid with the interpreter's ``kmax`` (128), not the GPU's (2,048). The
+    constructor accepts what some device's set takes; the first call applies the device's own set."""
+    B, V = 3, 200
+    params = _params(B)
+    sampler = FusedSampler(*params, kbr=256)
+    x = torch.randn(B, V, generator=torch.Generator().manual_seed(4)).to(DEV)
+    if DEV == "cpu":
+        assert torch.equal(sampler(x)[0], fused_sample(x, *params, kbr=256)[0])
+    else:
+        with pytest.raises(ValueError, match=r"kbr=256: must be larger than kmax=2048"):
+            sampler(x)
+    with pytest.raises(ValueError, match=r"kbr=100: must be a power of two"):
+        FusedSampler(*params, kbr=100)
+
+
 def test_bound_sampler_errors_are_located():
     B, V = 3, 200
     T, K, P, M, seed, off = _params(B)

@@ -74,7 +74,15 @@ class FusedSampler:
         if launcher not in MODES:
             raise ValueError(f"unknown launcher mode {launcher!r}; known: {', '.join(MODES)}")
         self.tuning = dict(tuning)
-        apply_tuning(DEFAULTS, self.tuning)   # names and ranges checked now
+        # names and ranges checked now, against the GPU's defaults or the interpreter's (kbr=256 is valid with the
+        # interpreter's kmax=128, not the GPU's 2,048): the device's set is applied, and checked, at the first call
+        try:
+            apply_tuning(DEFAULTS, self.tuning)
+        except ValueError as gpu_error:
+            try:
+                apply_tuning(INTERPRETER, self.tuning)
+            except ValueError:
+                raise gpu_error from None
         self.given = (temperature, top_k, top_p, min_p, seed, offset)
         self.want_probs, self.greedy, self.launcher = bool(want_probs), bool(greedy), launcher
         self.buffers = None   # allocated at the first call
