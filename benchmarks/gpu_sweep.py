@@ -183,13 +183,13 @@ def step_check(row: torch.Tensor, kw: dict, mix_p: tuple, seeds, offs, n_top: in
     adm = admit(r.replace(temperature=T, top_k=K, top_p=P, min_p=M))
     if adm.mode != SAMPLES:   # a greedy spelling of the mix (top_k 1, top_p 0): the extra filters do not apply
         chain_kw, res = {}, Resolved(SAMPLING, temperature=T, top_k=K, top_p=P, min_p=M)
-    if chain_kw:   # the session's path (impls.fused._filters): the chain's outcome, the kernel's filters off
-        from impls.fused import _filters
+    if chain_kw:   # the session's path (impls.fused.draw_filters): the chain's outcome, the kernel's filters off
+        from impls.fused import draw_filters
         from impls.fused.step import fused_rewrite
         y1 = fused_rewrite(row[None], one)
         p1 = {"top_k": torch.tensor([K], device=dev), "top_p": torch.tensor([P], dtype=torch.float64, device=dev),
               "min_p": torch.tensor([M], dtype=torch.float32, device=dev)}
-        t1, f1, _ = _filters(y1, [adm], [r], p1, dev)
+        t1, f1, _ = draw_filters(y1, [adm], [r], p1, dev)
         if f1 is not None:
             filtered, t_draw = f1.expand(N, V).contiguous(), float(t1[0])
             K, P, M = int(p1["top_k"][0]), float(p1["top_p"][0]), float(p1["min_p"][0])

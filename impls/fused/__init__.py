@@ -53,7 +53,7 @@ from ..params import ERRORS, PARAMS, field_feature
 from ..profiles import TRTLLM
 from ..registry import Entry
 
-__all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS"]
+__all__ = ["FusedImpl", "FusedSession", "FUSED_VERSION", "IMPLEMENTATIONS", "draw_filters"]
 
 #: Bumped whenever the kernel's decisions change. 4: bias, penalties, bans and logprobs on the device.
 #: 5: early accept (the same tokens; a new path, 5 ``accepted``, for rows drawn in the histogram launch; since
@@ -84,7 +84,7 @@ def _dynatemp(rows: Sequence[Row], device) -> tuple:
             torch.tensor(exp, dtype=torch.float64, device=device))
 
 
-def _filters(y: torch.Tensor, adms: Sequence, rows: Sequence[Row], args: dict, device, mu=None) -> tuple:
+def draw_filters(y: torch.Tensor, adms: Sequence, rows: Sequence[Row], args: dict, device, mu=None) -> tuple:
     """The temperatures the kernel draws at, and the logits its filters read.
 
     Each row's float64 temperature (a dynamic one where set, but on a mirostat row:
@@ -286,8 +286,8 @@ class FusedSession:
             args = {name: torch.tensor([getattr(staged[i][0], name) for i in idx], dtype=dt_, device=self.device)
                     for name, dt_ in _PARAM_DTYPES.items()}
             args.update(seed=seeds[pick], offset=offsets[pick])
-            args["temperature"], filtered, miro = _filters(buf["y"], [staged[i][0] for i in idx], sub, args,
-                                                           self.device, self.mu)
+            args["temperature"], filtered, miro = draw_filters(buf["y"], [staged[i][0] for i in idx], sub, args,
+                                                              self.device, self.mu)
             beam = [staged[i][0].beam_temperature for i in idx]
             beam_t = torch.tensor(beam, dtype=torch.float32, device=self.device) if max(beam) >= 0 else None
             o = fused_step(x, **args, inputs=inputs, want_probs=True, want_logprobs=True, want_vector=want_vec,
@@ -356,7 +356,7 @@ class FusedSession:
         V = x.shape[-1]
         params = {name: torch.tensor([getattr(adm, name)], dtype=dt_, device=self.device)
                   for name, dt_ in _PARAM_DTYPES.items()}
-        temp, filtered, _ = _filters(x, [adm], [row], params, self.device)
+        temp, filtered, _ = draw_filters(x, [adm], [row], params, self.device)
         x = (x if filtered is None else filtered)[0]
         temp = float(temp[0])
         counts = torch.zeros(V, dtype=torch.int64)
