@@ -80,6 +80,11 @@ def test_bound_sampler_checks_tuning_for_the_device_it_binds():
             sampler(x)
     with pytest.raises(ValueError, match=r"kbr=100: must be a power of two"):
         FusedSampler(*params, kbr=100)
+    with pytest.raises(ValueError, match=r"kbr=512.0: must be a power of two >= 16 \(or 0: off\), a Python int "
+                                         r"\(got float\)"):
+        FusedSampler(*params, kbr=512.0)
+    # None is the default, as fused_sample takes it
+    assert FusedSampler(*params, kbr=None, one_list=None).tuning == {}
 
 
 def test_bound_sampler_errors_are_located():

@@ -46,7 +46,8 @@ class FusedSampler:
     launcher : str
         ``"cached"`` (default) or ``"jit"`` (every launch through ``kernel[grid]``, nothing bound).
     **tuning
-        Tuning options (:data:`impls.fused.ops.DEFAULTS`); the tokens do not depend on them.
+        Tuning options (:data:`impls.fused.ops.DEFAULTS`); the tokens do not depend on them. ``None``: the
+        default (as :func:`impls.fused.ops.fused_sample` takes it).
 
     Raises
     ------
@@ -73,7 +74,7 @@ class FusedSampler:
                  launcher: str = "cached", **tuning):
         if launcher not in MODES:
             raise ValueError(f"unknown launcher mode {launcher!r}; known: {', '.join(MODES)}")
-        self.tuning = dict(tuning)
+        self.tuning = {k: v for k, v in tuning.items() if v is not None}
         # names and ranges checked now, against the GPU's defaults or the interpreter's (kbr=256 is valid with the
         # interpreter's kmax=128, not the GPU's 2,048): the device's set is applied, and checked, at the first call
         try:

@@ -184,7 +184,8 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
             pass   # no bracket list: every bracket wider than the window is refined by the refine pass
         elif name in POW2_OPTIONS and not (isinstance(v, int) and v >= 16 and v & (v - 1) == 0):
             raise ValueError(f"fused_sample option {name}={v!r}: must be a power of two >= 16"
-                             + (" (or 0: off)" if name == "kbr" else ""))
+                             + (" (or 0: off)" if name == "kbr" else "")
+                             + ("" if isinstance(v, int) else f", a Python int (got {type(v).__name__})"))
         if name == "block" and isinstance(v, int) and v > 16384:
             raise ValueError(f"fused_sample option block={v!r}: at most 16384 (the gather pass counts a tile's "
                              "entries of two lists in the halves of one int32, the upper one signed)")
@@ -335,7 +336,8 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         Also return the distribution sampled from (same filtering as the
         draw): ``(batch, vocab)`` float32, zeros outside the kept set.
     block, nb, r, kmax, num_warps, **more
-        Tuning constants (:data:`DEFAULTS`, e.g. ``early=False``); results do not depend on them.
+        Tuning constants (:data:`DEFAULTS`, e.g. ``early=False``); results do not depend on them. ``None``: the
+        default (as :class:`impls.fused.bound.FusedSampler` takes it).
     launcher : str
         ``"cached"`` (after the first call of a shape, launch its compiled
         kernels directly from a plan, :mod:`impls.fused.launch`) or ``"jit"``
