@@ -1245,7 +1245,13 @@ def test_one_list_and_seg_lists_only_where_they_apply():
     assert specs["hist"]["ONE"] is True and specs["hist"]["KBRL"] == 14336
     specs = {sp[0]: sp[4] for sp in launch_specs(256, 128256, 128256, 2, 64128, False, on)}
     assert specs["gather"]["SEGL"] == 0 and specs["hist"]["KBRL"] == 16384
-    for name in ("one_list", "seg_lists"):
+    # packed_read (the decide launch reads a two-list row's bracket list packed): off on the GPU until run there,
+    # on under the interpreter; only with segments
+    assert (DEFAULTS["packed_read"], INTERPRETER["packed_read"]) == (False, True)
+    pk = apply_tuning(DEFAULTS, {"packed_read": True})
+    assert [launch_specs(B, 128256, 128256, S, 128256 // S, False, cfg)[-1][4]["PACKED"]
+            for B, S, cfg in ((1024, 1, pk), (256, 2, pk), (1024, 1, DEFAULTS))] == [True, False, False]
+    for name in ("one_list", "seg_lists", "packed_read"):
         with pytest.raises(ValueError, match=rf"{name}=1: True or False"):
             apply_tuning(DEFAULTS, {name: 1})
 

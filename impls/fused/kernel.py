@@ -1680,7 +1680,8 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                    token_ptr, status_ptr, path_ptr, wsi, wsf, ws64, S,
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                    KBIG: tl.constexpr, NSTG: tl.constexpr = 1, KBR: tl.constexpr = 0, NSUB: tl.constexpr = 512,
-                   PDL: tl.constexpr = False, SEGL: tl.constexpr = 0, SEGC: tl.constexpr = 0):
+                   PDL: tl.constexpr = False, SEGL: tl.constexpr = 0, SEGC: tl.constexpr = 0,
+                   PACKED: tl.constexpr = False):
     _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     base = logits_ptr + row * stride_row
@@ -1759,10 +1760,22 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                 # the bracket's list: refine it here, then decide its window as any other
                 # refined from the bracket's first fine bin (_I_F0: f_lo, or 0 when the list also holds the
                 # survivors above the bracket, _select_window's ONE)
-                ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q, n_abv = _list_window(
-                    brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, tl.load(ri + _I_F0), tl.load(ri + _I_RSH),
-                    f_hi, n_above, mass_q, EA_q, ab_best, ab_tok, abv, n_abv, NBS, NBF, KMAX, KBIG, 1024, seg_n, SEGL,
-                    SEGC)
+                f0 = tl.load(ri + _I_F0)
+                rsh = tl.load(ri + _I_RSH)
+                if (SEGL > 0) and PACKED:
+                    # a packed list (two lists) is read without the segments' positions (7 compares an entry)
+                    if segd:
+                        ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q, n_abv = _list_window(
+                            brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh, f_hi, n_above, mass_q,
+                            EA_q, ab_best, ab_tok, abv, n_abv, NBS, NBF, KMAX, KBIG, 1024, seg_n, SEGL, SEGC)
+                    else:
+                        ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q, n_abv = _list_window(
+                            brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh, f_hi, n_above, mass_q,
+                            EA_q, ab_best, ab_tok, abv, n_abv, NBS, NBF, KMAX, KBIG, 1024)
+                else:
+                    ok, f_lo, f_hi, n_above, n_g, ab_best, ab_tok, mass_q, n_abv = _list_window(
+                        brk, n_g, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh, f_hi, n_above, mass_q, EA_q,
+                        ab_best, ab_tok, abv, n_abv, NBS, NBF, KMAX, KBIG, 1024, seg_n, SEGL, SEGC)
                 slow = ok == 0
                 tl.debug_barrier()  # the window list, written by every thread, is read below
             src = cand
@@ -2046,7 +2059,8 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
          dict(c, LOCAL=cfg.get("local", True), KBR=kbr, WARP=warp and not offs, OFFS=offs, **seg,
               SEGPTX=bool(segl) and cfg["block"] == 128 * cfg["num_warps"] and not INTERPRETED), kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,
-                                          S), dict(c, KBR=kbr, NSUB=cfg.get("nsub", c["KMAX"]), **seg),
+                                          S), dict(c, KBR=kbr, NSUB=cfg.get("nsub", c["KMAX"]), **seg,
+                                                   PACKED=bool(segl) and cfg.get("packed_read", False)),
          dict(num_warps=cfg["decide_warps"], enable_fp_fusion=False)),
     ]
     if want_probs:

@@ -126,12 +126,17 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: calls of 512 rows, and 1024 x 128256 top-p 0.9 took 1,113 -> 1,021 µs (256 x 128256: 358 -> 332; 1024 x 262144:
 #: 2,217 -> 2,275, where the longer lists cost the decide launch more than the gather pass saves): on.
 #: Results do not depend on them (only the path a row takes does).
+#: ``packed_read`` (with segments): the decide launch reads a bracket list that is not segmented (a row with two
+#: lists) as packed, without the segments' positions (seven compares an entry): offline (Triton 3.6, sm_90) its two
+#: loops 533 + 365 -> 456 + 291 instructions per 1,024 entries, still 128 registers; predicted 1024 x 262144 top-p
+#: 0.9's decide launch 571 -> 530-540 µs (H200, where most rows have two lists). Not yet run on a GPU (the
+#: fourteenth session got no second machine): off there, on under the interpreter.
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
             "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True, "pdl": True, "draw_above": 0,
             "hist_regs": 64, "gather_regs": 64, "decide_regs": 128, "one_list": True,
-            "seg_lists": True}
+            "seg_lists": True, "packed_read": False}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
@@ -140,10 +145,12 @@ INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs
                "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4, "kbr": 512,
                "nsub": 32, "lane_hist": False, "part_offsets": 8, "warp_lists": False, "pdl": False, "draw_above": 0,
                "hist_regs": 0, "gather_regs": 0, "decide_regs": 0, "one_list": True,
-               "seg_lists": True}
+               "seg_lists": True, "packed_read": True}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+#: Tuning options that are True or False.
+BOOL_OPTIONS = ("local", "unit_t", "warp_lists", "pdl", "one_list", "seg_lists", "packed_read")
 #: Tuning constants that size Triton blocks (``tl.arange`` needs powers of two).
 POW2_OPTIONS = ("block", "nb", "nbs", "kmax", "kbig", "kbr", "nsub")
 
@@ -189,7 +196,7 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         if name == "block" and isinstance(v, int) and v > 16384:
             raise ValueError(f"fused_sample option block={v!r}: at most 16384 (the gather pass counts a tile's "
                              "entries of two lists in the halves of one int32, the upper one signed)")
-        if name in ("local", "unit_t", "warp_lists", "pdl", "one_list", "seg_lists") and not isinstance(v, bool):
+        if name in BOOL_OPTIONS and not isinstance(v, bool):
             raise ValueError(f"fused_sample option {name}={v!r}: True or False")
         if name in ("stages", "stats_stages") and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8):
             raise ValueError(f"fused_sample option {name}={v!r}: an int from 1 to 8")
