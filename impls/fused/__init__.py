@@ -217,6 +217,42 @@ def _triton_state(device: str) -> Optional[str]:
     return None
 
 
+def _row_result(row: Row, adm, o: dict, host: dict, j: int) -> RowResult:
+    """Row ``j`` of :func:`impls.fused.step.fused_step`'s outputs ``o`` (``host``: the same, on the CPU) as a
+    :class:`RowResult`: the kernel's rejection, or the token, its path, seed and offset (sampling rows), logprobs
+    (the sampled token's, top-k with the token added when outside them, the vocabulary's vector where asked, the
+    ids asked for) and finish reason."""
+    from .admit import BEAM, GREEDY
+    from .finish import REASONS
+    from .kernel import STATUS_KINDS, PATHS
+    kind = STATUS_KINDS[int(host["status"][j])]
+    if kind is not None:
+        return RowResult(error=kind, message=f"rejected by the fused kernel: {ERRORS[kind]}")
+    t = int(host["tokens"][j])
+    r = RowResult(token=t, mode=adm.mode, rewritten_logits=o["rewritten"][j], probs=o["probs"][j],
+                  extra={"path": PATHS[int(host["path"][j])]})
+    if adm.mode not in (GREEDY, BEAM):
+        r.extra.update(seed=int(host["seed"][j]), offset=int(host["offset"][j]))
+    lp_t = float(host["logprob"][j])
+    r.logprob = lp_t
+    r.processed_logprob = float(host["processed_logprob"][j])
+    r.rank = int(host["rank"][j])
+    if row.logprobs is not None and row.logprobs >= 0:
+        k = min(int(row.logprobs), row.vocab)   # past V the kernel's list holds pads (id -1)
+        top = [(int(a), float(b)) for a, b in zip(host["top_ids"][j][:k].tolist(),
+                                                  host["top_logprobs"][j][:k].tolist())]
+        if t not in [a for a, _ in top]:
+            top.append((t, lp_t))
+        r.top_logprobs = top
+    vec = o["vector"][j] if o.get("vector") is not None else None
+    r.raw_logprobs = vec
+    r.vocab_logprobs = vec if row.logprobs == -1 else None
+    if row.logprob_token_ids is not None:
+        r.token_logprobs = [(int(a), float(host["vector"][j][int(a)])) for a in row.logprob_token_ids]
+    r.finish_reason = REASONS[int(host["finish"][j])]
+    return r
+
+
 class FusedSession:
     """Per-slot state of the fused sampler (its seed counters, :class:`impls.fused.slots.SlotStreams`) and its step."""
 
@@ -234,13 +270,24 @@ class FusedSession:
         -------
         list of RowResult
         """
-        from .admit import BEAM, GREEDY, SAMPLING, admit, check_bitmask
-        from .finish import REASONS, finish_codes, pack_finish
-        from .kernel import STATUS_KINDS, PATHS
-        from .slots import row_flags
-        from .step import custom_logits, fused_step, pack_entries, prepare_step, row_entries
-
+        from .admit import SAMPLING
         out: list = [None] * len(rows)
+        staged = self._admit(rows, out)
+        order = list(staged)
+        groups, observed, drawable = self._rewrite(rows, staged, order)
+        seeds, offsets = self.streams.take([rows[i].slot for i in order], [rows[i].request_id for i in order],
+                                           [staged[i][0].seed for i in order],
+                                           [staged[i][0].mode == SAMPLING for i in order], observed, drawable)
+        for group in groups.values():
+            self._draw(rows, staged, group, seeds, offsets, out)
+        return out
+
+    @staticmethod
+    def _admit(rows: Sequence[Row], out: list) -> dict:
+        """Stage 1: each row's slot claimed, bitmask checked, NaN refused, parameters admitted; ``{i: (Admitted,
+        entries)}`` for the rows that pass, a failed :class:`RowResult` in ``out`` for the others."""
+        from .admit import admit, check_bitmask
+        from .step import row_entries
         staged = {}
         used = set()
         for i, row in enumerate(rows):
@@ -251,11 +298,18 @@ class FusedSession:
                 if nan:
                     # before admission, as the profile orders it (a NaN row with a bad parameter is nan_logits)
                     raise RowError("nan_logits", f"NaN at token ids {nan[:5]}")
-                adm = admit(row)
-                staged[i] = (adm, row_entries(_rewritten_fields(row), row.vocab, TRTLLM))
+                staged[i] = (admit(row), row_entries(_rewritten_fields(row), row.vocab, TRTLLM))
             except RowError as e:
                 out[i] = RowResult.failed(e)
-        order = list(staged)
+        return staged
+
+    def _rewrite(self, rows: Sequence[Row], staged: dict, order: list) -> tuple:
+        """Stage 2, per vocabulary: the logits stacked and the rewrite launch run (bias, penalties, bans), which
+        tells which rows take their slot (``observed``) and can draw (``drawable``: ``(len(order),)`` bool), on the
+        device, so that a row the kernel rejects takes no offset. Returns ``(groups, observed, drawable)``,
+        ``groups[V] = (idx, x, sub, inputs, pick, buf, want_vec)``."""
+        from .slots import row_flags
+        from .step import custom_logits, pack_entries, prepare_step
         by_vocab: dict = {}
         for i in order:
             by_vocab.setdefault(rows[i].vocab, []).append(i)
@@ -272,65 +326,40 @@ class FusedSession:
             sub = [rows[i] for i in idx]
             inputs = pack_entries([staged[i][1] for i in idx], sub, self.device)
             want_vec = any(r.logprobs == -1 or r.logprob_token_ids is not None for r in sub)
-            # the rewrite launch first: which rows take their slot and which can draw, from their rewritten
-            # logits (on the device), so that a row the kernel rejects takes no offset
             buf = prepare_step(x, inputs, want_probs=True, want_logprobs=True, want_vector=want_vec)
             pick = torch.tensor([where[i] for i in idx], dtype=torch.int64, device=self.device)
             observed[pick], drawable[pick] = row_flags(buf["y"])
             groups[V] = (idx, x, sub, inputs, pick, buf, want_vec)
-        seeds, offsets = self.streams.take([rows[i].slot for i in order], [rows[i].request_id for i in order],
-                                           [staged[i][0].seed for i in order],
-                                           [staged[i][0].mode == SAMPLING for i in order], observed, drawable)
-        for V, (idx, x, sub, inputs, pick, buf, want_vec) in groups.items():
-            # one (batch,) tensor per argument of fused_step, by name
-            args = {name: torch.tensor([getattr(staged[i][0], name) for i in idx], dtype=dt_, device=self.device)
-                    for name, dt_ in _PARAM_DTYPES.items()}
-            args.update(seed=seeds[pick], offset=offsets[pick])
-            args["temperature"], filtered, miro = draw_filters(buf["y"], [staged[i][0] for i in idx], sub, args,
-                                                              self.device, self.mu)
-            beam = [staged[i][0].beam_temperature for i in idx]
-            beam_t = torch.tensor(beam, dtype=torch.float32, device=self.device) if max(beam) >= 0 else None
-            o = fused_step(x, **args, inputs=inputs, want_probs=True, want_logprobs=True, want_vector=want_vec,
-                           beam_temperature=beam_t, buffers=buf, rewritten=True, filtered=filtered)
-            if miro is not None:   # mirostat's mu, from the drawn token's probability over the kept prefix
-                pk, slots, keys, cur, tau, eta = miro
-                tok = o["tokens"].index_select(0, pk)
-                p_tok = o["probs"].index_select(0, pk).gather(1, tok.clamp_min(0)[:, None])[:, 0]
-                self.mu.update(slots, keys, cur, tau, eta, p_tok, o["status"].index_select(0, pk) == 0)
-            o["finish"] = finish_codes(o["tokens"], pack_finish(sub, self.device))
-            o["seed"], o["offset"] = args["seed"], args["offset"]
-            host = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in o.items()}
-            for j, i in enumerate(idx):
-                adm = staged[i][0]
-                row = rows[i]
-                kind = STATUS_KINDS[int(host["status"][j])]
-                if kind is not None:
-                    out[i] = RowResult(error=kind, message=f"rejected by the fused kernel: {ERRORS[kind]}")
-                    continue
-                t = int(host["tokens"][j])
-                r = RowResult(token=t, mode=adm.mode, rewritten_logits=o["rewritten"][j], probs=o["probs"][j],
-                              extra={"path": PATHS[int(host["path"][j])]})
-                if adm.mode not in (GREEDY, BEAM):
-                    r.extra.update(seed=int(host["seed"][j]), offset=int(host["offset"][j]))
-                lp_t = float(host["logprob"][j])
-                r.logprob = lp_t
-                r.processed_logprob = float(host["processed_logprob"][j])
-                r.rank = int(host["rank"][j])
-                if row.logprobs is not None and row.logprobs >= 0:
-                    k = min(int(row.logprobs), row.vocab)   # past V the kernel's list holds pads (id -1)
-                    top = [(int(a), float(b)) for a, b in zip(host["top_ids"][j][:k].tolist(),
-                                                              host["top_logprobs"][j][:k].tolist())]
-                    if t not in [a for a, _ in top]:
-                        top.append((t, lp_t))
-                    r.top_logprobs = top
-                vec = o["vector"][j] if o.get("vector") is not None else None
-                r.raw_logprobs = vec
-                r.vocab_logprobs = vec if row.logprobs == -1 else None
-                if row.logprob_token_ids is not None:
-                    r.token_logprobs = [(int(a), float(host["vector"][j][int(a)])) for a in row.logprob_token_ids]
-                r.finish_reason = REASONS[int(host["finish"][j])]
-                out[i] = r
-        return out
+        return groups, observed, drawable
+
+    def _draw(self, rows: Sequence[Row], staged: dict, group: tuple, seeds: torch.Tensor, offsets: torch.Tensor,
+              out: list) -> None:
+        """Stages 4 and 5, one vocabulary's rows: filters (llama.cpp's chain, mirostat), the draw, logprobs and finish
+        reasons on the device (:func:`impls.fused.step.fused_step`), mirostat's ``mu`` updated; a
+        :class:`RowResult` per row in ``out``."""
+        from .finish import finish_codes, pack_finish
+        from .step import fused_step
+        idx, x, sub, inputs, pick, buf, want_vec = group
+        # one (batch,) tensor per argument of fused_step, by name
+        args = {name: torch.tensor([getattr(staged[i][0], name) for i in idx], dtype=dt_, device=self.device)
+                for name, dt_ in _PARAM_DTYPES.items()}
+        args.update(seed=seeds[pick], offset=offsets[pick])
+        args["temperature"], filtered, miro = draw_filters(buf["y"], [staged[i][0] for i in idx], sub, args,
+                                                          self.device, self.mu)
+        beam = [staged[i][0].beam_temperature for i in idx]
+        beam_t = torch.tensor(beam, dtype=torch.float32, device=self.device) if max(beam) >= 0 else None
+        o = fused_step(x, **args, inputs=inputs, want_probs=True, want_logprobs=True, want_vector=want_vec,
+                       beam_temperature=beam_t, buffers=buf, rewritten=True, filtered=filtered)
+        if miro is not None:   # mirostat's mu, from the drawn token's probability over the kept prefix
+            pk, slots, keys, cur, tau, eta = miro
+            tok = o["tokens"].index_select(0, pk)
+            p_tok = o["probs"].index_select(0, pk).gather(1, tok.clamp_min(0)[:, None])[:, 0]
+            self.mu.update(slots, keys, cur, tau, eta, p_tok, o["status"].index_select(0, pk) == 0)
+        o["finish"] = finish_codes(o["tokens"], pack_finish(sub, self.device))
+        o["seed"], o["offset"] = args["seed"], args["offset"]
+        host = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in o.items()}
+        for j, i in enumerate(idx):
+            out[i] = _row_result(rows[i], staged[i][0], o, host, j)
 
     def sample_many(self, row: Row, seeds: Sequence[int], chunk: int = 4096) -> torch.Tensor:
         """``(V,)`` int64 counts of one draw per seed (offset 0), in batched launches.
