@@ -187,6 +187,8 @@ _I_RSH = tl.constexpr(13)  # fine bins per refined bin: 2**RSH
 _F_M = tl.constexpr(0)
 _F_T = tl.constexpr(1)
 _F_XA = tl.constexpr(2)
+#: The least finite float32: x_A of a row without min-p (:func:`_row_stats`).
+_LEAST_FINITE = tl.constexpr(-3.4028234663852886e38)
 _F_C = tl.constexpr(3)
 _F_EKEEP = tl.constexpr(4)
 _F_ETHR = tl.constexpr(5)  # kept: survivors with e = exp((x - m) / T) >= this (ties by probability)
@@ -296,10 +298,10 @@ def _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4: tl.constexpr, NBF: tl.co
     the window's fine bins ``[f_lo, f_hi]``, those above it (``f < f_lo``, all kept), and every logit packed as a
     list entry (``(key, -id)``, :func:`_pack`)."""
     if FLAT:
-        offs, x, fin = _tile1(base, st, V, R4 * 4)
+        offs, x, _fin = _tile1(base, st, V, R4 * 4)
     else:
-        offs, x, fin = _tile(base, st, V, R4)
-    A = fin & (x >= xA)
+        offs, x, _fin = _tile(base, st, V, R4)
+    A = x >= xA   # a sampling row's survivor (_row_stats: x_A is finite)
     f = _fine(x, m, C, NBF)
     return A & (f >= f_lo) & (f <= f_hi), A & (f < f_lo), _pack(x, offs)
 
@@ -640,9 +642,9 @@ def _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, e_thr, seed, offset, BLOCK:
     o_lo = (offset & 0xFFFFFFFF).to(tl.uint32)
     o_hi = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-        offs, x, fin = _tile(base, st, V, R4)
+        offs, x, _fin = _tile(base, st, V, R4)
         s = tl.div_rn(x - m, T)
-        kept = fin & (x >= xA) & (_fine(x, m, C, NBF) < f_lo) & (tl.exp(s) >= e_thr)
+        kept = (x >= xA) & (_fine(x, m, C, NBF) < f_lo) & (tl.exp(s) >= e_thr)   # (_row_stats: x_A is finite)
         u = _tile_uniform(seed, st, o_lo, o_hi, R4)
         sc = tl.where(kept, s - tl.log(-tl.log(u)), float("-inf"))
         take = sc > b_v
@@ -929,7 +931,9 @@ def _row_stats(bi, bf, S, V, T, min_p, status, greedy, k_on, p_on, mp_on, RMAX: 
             hi = tl.where(ok, mid, hi)
             lo = tl.where(ok, lo, mid)
         kA = hi
-    xA = tl.where(kA == _INT32_MIN, float("-inf"), _unkey(kA.to(tl.int32)))
+    # no min-p: the least finite float rather than -inf, so that the passes that bin a sampling row (which has no
+    # NaN nor +inf: rejected above) tell a survivor with one compare, x >= x_A (-inf fails it, as a masked load's)
+    xA = tl.where(kA == _INT32_MIN, _LEAST_FINITE, _unkey(kA.to(tl.int32)))
     # fine bins span the survivors' range, at most RMAX units of s
     x_lo = tl.maximum(xmin, xA)
     Rx = tl.minimum(m - x_lo, RMAX * T)
@@ -1117,8 +1121,8 @@ def _hist_draw_loop(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.conste
     o_lo = (offset & 0xFFFFFFFF).to(tl.uint32)
     o_hi = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-        offs, x, fin = _tile(base, st, V, R4)
-        A = fin & (x >= xA)
+        offs, x, _fin = _tile(base, st, V, R4)
+        A = x >= xA   # a sampling row's survivor (_row_stats: x_A is finite)
         b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
         h, hc = _hist_add(tl.reshape(b1, [BLOCK]), h, hc, NB1, LANE)
         s = _scaled(x, m, T, UNIT)
@@ -1150,8 +1154,8 @@ def _hist_loop(base, lo, hi, V, m, T, xA, C, h, e_v, BLOCK: tl.constexpr, NB1: t
                LANE: tl.constexpr = False):
     hc = tl.zeros([BLOCK], dtype=tl.int32)
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-        offs, x, fin = _tile1(base, st, V, BLOCK)
-        A = fin & (x >= xA)
+        offs, x, _fin = _tile1(base, st, V, BLOCK)
+        A = x >= xA   # a sampling row's survivor (_row_stats: x_A is finite)
         b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
         h, hc = _hist_add(b1, h, hc, NB1, LANE)
         if MASS:
@@ -1227,10 +1231,10 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
         used = _compact_start(cnt + 2, own)
         for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
             if WARP:
-                offs, x, fin = _tile1(base, st, V, BLOCK)
+                offs, x, _fin = _tile1(base, st, V, BLOCK)
             else:
-                offs, x, fin = _tile(base, st, V, R4)
-            A = fin & (x >= xA)
+                offs, x, _fin = _tile(base, st, V, R4)
+            A = x >= xA   # a sampling row's survivor (_row_stats: x_A is finite)
             used = _compact(cand, cnt + 2, KMAX, A, _pack(x, offs), used, own, WARP)
         _compact_end(cnt + 2, used, own)
     if kind == 3:
@@ -1288,8 +1292,8 @@ def _refine_loop(base, lo, hi, V, m, T, xA, C, f0, rsh, W, p_on, h, e_v, BLOCK: 
                  NBF: tl.constexpr, NSTG: tl.constexpr, UNIT: tl.constexpr):
     # one part of a refined row: the histogram of the refined bins and the exact mass above them (top-p)
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-        offs, x, fin = _tile1(base, st, V, BLOCK)
-        A = fin & (x >= xA)
+        offs, x, _fin = _tile1(base, st, V, BLOCK)
+        A = x >= xA   # a sampling row's survivor (_row_stats: x_A is finite)
         d = _fine(x, m, C, NBF) - f0
         b2 = tl.where(A & (d >= 0) & (d < W), d >> rsh, NBS - 1)
         h += tl.histogram(b2, NBS)
