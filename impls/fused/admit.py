@@ -113,25 +113,20 @@ def _bad(kind: str, name: str, value, rule: str) -> RowError:
     return RowError(kind, f"{name}={value!r}: must be {rule}")
 
 
-def _integer(v) -> bool:
-    # an int that is not a bool (True == 1 would pass for mirostat 1, top_k 1)
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _check_scalars(row: Row) -> None:
     # (field, error kind, accepts, rule): NaN fails every comparison, so it is rejected with them
     table = (("temperature", "invalid_temperature", lambda v: v >= 0, ">= 0"),
              ("top_p", "invalid_top_p", lambda v: 0 <= v <= 1, "in [0, 1]"),
-             ("top_k", "invalid_top_k", lambda v: _integer(v) and v >= 0, "an integer >= 0"),
+             ("top_k", "invalid_top_k", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
              ("min_p", "invalid_min_p", lambda v: 0 <= v <= 1, "in [0, 1]"),
              ("repetition_penalty", "invalid_penalty", lambda v: v > 0, "> 0"),
              ("presence_penalty", "invalid_penalty", lambda v: v == v, "a number"),
              ("frequency_penalty", "invalid_penalty", lambda v: v == v, "a number"),
-             ("penalty_last_n", "invalid_penalty", lambda v: _integer(v) and v >= 0, "an integer >= 0"),
-             ("mirostat", "invalid_sampler_param", lambda v: _integer(v) and v in (0, 1, 2), "0, 1 or 2"),
+             ("penalty_last_n", "invalid_penalty", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
+             ("mirostat", "invalid_sampler_param", lambda v: v in (0, 1, 2), "0, 1 or 2"),
              ("dry_sequence_breakers", "invalid_sampler_param", lambda v: all(len(b) for b in v),
               "sequences that are not empty"),
-             ("min_keep", "invalid_sampler_param", lambda v: _integer(v) and v >= 0, "an integer >= 0"),
+             ("min_keep", "invalid_sampler_param", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0"),
              ("typical_p", "invalid_sampler_param", lambda v: 0 < v <= 1, "in (0, 1]"),
              ("top_n_sigma", "invalid_sampler_param", lambda v: v == v, "a number"),
              ("xtc_probability", "invalid_sampler_param", lambda v: 0 <= v <= 1, "in [0, 1]"),
