@@ -219,6 +219,29 @@ def _fix(e):
 
 
 @triton.jit
+def _ptx_probe():
+    pass
+
+
+#: Whether the kernels are compiled (inline PTX applies), not run by Triton's interpreter.
+_PTX = tl.constexpr(type(_ptx_probe).__name__ != "InterpretedFunction")
+
+
+@triton.jit
+def _mass(s, sel):
+    """``_fix(exp(s))`` where ``sel``, else 0: the fixed-point mass of a streaming pass, in fewer instructions.
+    Compiled, ``exp`` is ``ex2.approx.ftz`` of ``s * log2(e)`` (inline PTX): the instruction ``tl.exp`` lowers to,
+    without the rescaling of results below 2**-126, which ``_fix`` maps to 0 either way; and ``e * 2**40 + 0.5`` is
+    one FMA, exact as the product is (a power of two). Bit for bit ``tl.where(sel, _fix(tl.exp(s)), 0)``."""
+    if _PTX:
+        e = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [s * 1.4426950216293334961],
+                                      dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        e = tl.exp(s)
+    return tl.fma(tl.where(sel, e, 0.0), _FIX, 0.5).to(tl.int64)
+
+
+@triton.jit
 def _uniform(seed, offset, idx):
     # DESIGN.md decision 1: Philox4x32-10 on counter (j // 4, 0, o_lo, o_hi), word j % 4,
     # then Triton's uint_to_uniform_float.
@@ -1159,7 +1182,7 @@ def _hist_loop(base, lo, hi, V, m, T, xA, C, h, e_v, BLOCK: tl.constexpr, NB1: t
         b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
         h, hc = _hist_add(b1, h, hc, NB1, LANE)
         if MASS:
-            e_v += tl.where(A, _fix(tl.exp(_scaled(x, m, T, UNIT))), 0)
+            e_v += _mass(_scaled(x, m, T, UNIT), A)
     h = _hist_done(h, hc, NB1, LANE)
     return h, e_v
 
@@ -1298,7 +1321,7 @@ def _refine_loop(base, lo, hi, V, m, T, xA, C, f0, rsh, W, p_on, h, e_v, BLOCK: 
         b2 = tl.where(A & (d >= 0) & (d < W), d >> rsh, NBS - 1)
         h += tl.histogram(b2, NBS)
         if p_on:
-            e_v += tl.where(A & (d < 0), _fix(tl.exp(_scaled(x, m, T, UNIT))), 0)
+            e_v += _mass(_scaled(x, m, T, UNIT), A & (d < 0))
     return h, e_v
 
 
