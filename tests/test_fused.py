@@ -386,6 +386,60 @@ def _seg_selected(x_ptr, sel_ptr, out_ptr, cnt_ptr, n, segcap, BLOCK: tl.constex
     _seg_end(cnt_ptr, used, SEG, PTX)
 
 
+@triton.jit
+def _fine_bounds_rows(m_ptr, c_ptr, xa_ptr, flo_ptr, fhi_ptr, out_ptr, NBF: tl.constexpr):
+    from impls.fused.kernel import _fine_bounds
+    i = tl.program_id(0)
+    x_lo, x_hi = _fine_bounds(tl.load(m_ptr + i), tl.load(c_ptr + i), tl.load(xa_ptr + i), tl.load(flo_ptr + i),
+                              tl.load(fhi_ptr + i), NBF)
+    tl.store(out_ptr + 2 * i, x_lo)
+    tl.store(out_ptr + 2 * i + 1, x_hi)
+
+
+def test_fine_bounds_are_the_window_edges_of_fine():
+    """``_fine_bounds`` (the gather pass's window as logit bounds): ``x_lo`` is the least float in fine bin
+    ``<= f_hi`` (or ``x_A``) and ``x_hi`` the greatest in bin ``>= f_lo`` (``m`` at ``f_lo = 0``, -inf at
+    ``f_lo = NBF``), checked against ``_fine``'s arithmetic (float32, no FMA) at each bound and the float next to
+    it; rows from the suite's logits and edge cases (bounds near 0, where a bracket of 16 keys does not hold and
+    the full bisection runs)."""
+    import numpy as np
+    NBF = 63 * 256
+    rng = np.random.default_rng(5)
+    rows = []
+    for _ in range(60):
+        m = np.float32(rng.choice([14.0, 3.0, 0.02, -5.0, 40.0]) + rng.random())
+        C = np.float32(NBF / rng.choice([28.0, 40.0, 5.0, 0.5]))
+        f_lo = int(rng.integers(0, NBF))
+        f_hi = int(min(NBF - 1, f_lo + rng.integers(0, 600)))
+        rows.append((m, C, np.float32(-np.inf if rng.random() < 0.7 else m - 3.0), f_lo, f_hi))
+    rows += [(np.float32(0.5), np.float32(NBF / 1.0), np.float32(-3.4028235e38), 8000, 8064),   # edges near x = 0
+             (np.float32(1.0), np.float32(NBF / 40.0), np.float32(-3.4028235e38), 0, NBF - 1),
+             (np.float32(1.0), np.float32(NBF / 40.0), np.float32(-3.4028235e38), NBF, NBF - 1)]   # empty window
+    m, C, xa, flo, fhi = (torch.tensor([r[j] for r in rows]) for j in range(5))
+    out = torch.empty(2 * len(rows))
+    _fine_bounds_rows[(len(rows),)](m, C, xa, flo.to(torch.int32), fhi.to(torch.int32), out, NBF)
+    out = out.view(-1, 2).numpy()
+
+    def fine(x, m, C):
+        return int(np.minimum(np.float32(np.float32(m - x) * C), np.float32(NBF - 1)))
+
+    for (m_, C_, xa_, f_lo, f_hi), (x_lo, x_hi) in zip(rows, out):
+        x_lo, x_hi = np.float32(x_lo), np.float32(x_hi)
+        below = np.nextafter(x_lo, np.float32(-np.inf))
+        if x_lo > xa_:
+            assert fine(x_lo, m_, C_) <= f_hi < fine(below, m_, C_), (m_, C_, f_lo, f_hi, x_lo)
+        else:
+            assert x_lo == max(xa_, np.float32(-3.4028235e38)) or x_lo == xa_
+            assert fine(max(xa_, np.float32(-3.4028235e38)), m_, C_) <= f_hi
+        if f_lo == 0:
+            assert x_hi == m_
+        elif f_lo >= NBF:
+            assert x_hi == -np.inf
+        else:
+            above = np.nextafter(x_hi, np.float32(np.inf))
+            assert fine(x_hi, m_, C_) >= f_lo > fine(above, m_, C_), (m_, C_, f_lo, f_hi, x_hi)
+
+
 def test_seg_append_writes_each_warp_its_segment():
     """``_seg_append`` (one program, a segment a warp, no atomic): each segment holds its warp's selected entries, the
     ``w``-th run of ``BLOCK / SEG`` logits of every tile, in order; counter 2 their total, counters 8.. each

@@ -187,6 +187,8 @@ _I_RSH = tl.constexpr(13)  # fine bins per refined bin: 2**RSH
 _F_M = tl.constexpr(0)
 _F_T = tl.constexpr(1)
 _F_XA = tl.constexpr(2)
+#: The key (:func:`_key`) of -inf, one below the least finite float32's.
+_KEY_NEG_INF = tl.constexpr(-2139095041)
 #: The least finite float32: x_A of a row without min-p (:func:`_row_stats`).
 _LEAST_FINITE = tl.constexpr(-3.4028234663852886e38)
 _F_C = tl.constexpr(3)
@@ -316,17 +318,52 @@ def _brk(row, ws64, S, KMAX: tl.constexpr, KBIG: tl.constexpr, KBR: tl.constexpr
 
 
 @triton.jit
-def _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4: tl.constexpr, NBF: tl.constexpr, FLAT: tl.constexpr = False):
+def _gather_tile(base, st, V, x_lo, x_hi, xA, R4: tl.constexpr, FLAT: tl.constexpr = False):
     """One ``[R4, 4]`` tile of the gather pass (``FLAT``: ``[4 R4]``, for :func:`_warp_append`): the survivors in
-    the window's fine bins ``[f_lo, f_hi]``, those above it (``f < f_lo``, all kept), and every logit packed as a
-    list entry (``(key, -id)``, :func:`_pack`)."""
+    the window (``x_lo <= x <= x_hi``, :func:`_fine_bounds`), those above it (``x > x_hi``, all kept), and every
+    logit packed as a list entry (``(key, -id)``, :func:`_pack`). A sampling row has no NaN nor +inf."""
     if FLAT:
         offs, x, _fin = _tile1(base, st, V, R4 * 4)
     else:
         offs, x, _fin = _tile(base, st, V, R4)
-    A = x >= xA   # a sampling row's survivor (_row_stats: x_A is finite)
-    f = _fine(x, m, C, NBF)
-    return A & (f >= f_lo) & (f <= f_hi), A & (f < f_lo), _pack(x, offs)
+    return (x >= x_lo) & (x <= x_hi), (x > x_hi) & (x >= xA), _pack(x, offs)
+
+
+@triton.jit
+def _least_key_below(m, C, c, NBF: tl.constexpr):
+    # the least key k (_key) of a row value (<= m) whose fine bin is below c (_fine: 0 at m, non-decreasing as x
+    # falls, so the keys that qualify are those from k up): key(m) + 1 where none does (c <= 0), the key of -inf
+    # where every one does (c >= NBF). Bisected from a bracket of 16 keys around m - c / C where it holds (4 steps),
+    # else over every key (32 steps), as x_A's (_row_stats)
+    hi0 = _key(m).to(tl.int64)
+    g = _key(m - c.to(tl.float32) / C).to(tl.int64)
+    a = tl.maximum(tl.minimum(g, hi0) - 8, _KEY_NEG_INF)
+    b = tl.minimum(a + 16, hi0)
+    ok_b = _fine(_unkey(b.to(tl.int32)), m, C, NBF) < c
+    ok_a = _fine(_unkey(a.to(tl.int32)), m, C, NBF) < c
+    near = ok_b & (ok_a == 0)
+    lo = tl.where(near, a, _KEY_NEG_INF)   # does not qualify (c < NBF: the bin of -inf is NBF - 1)
+    hi = tl.where(near, b, hi0)            # qualifies (c >= 1: the bin of m is 0)
+    for _it in range(0, tl.where(near, 4, 32)):
+        mid = lo + (hi - lo) // 2
+        ok = _fine(_unkey(mid.to(tl.int32)), m, C, NBF) < c
+        hi = tl.where(ok, mid, hi)
+        lo = tl.where(ok, lo, mid)
+    return tl.where(c <= 0, hi0 + 1, tl.where(c >= NBF, _KEY_NEG_INF, hi))
+
+
+@triton.jit
+def _fine_bounds(m, C, xA, f_lo, f_hi, NBF: tl.constexpr):
+    """``(x_lo, x_hi)``: a survivor (``x >= xA``, finite) lies in fine bins ``[f_lo, f_hi]`` (:func:`_fine`) iff
+    ``x_lo <= x <= x_hi``, and above them iff ``x > x_hi``: fine bins do not rise as ``x`` rises (each step of
+    ``_fine`` is monotone), so each bound is a bisection on the float order with ``_fine``'s own arithmetic
+    (:func:`_least_key_below`), once a program, instead of a fine bin a logit in the gather pass. ``x_hi`` is -inf
+    where no bin reaches ``f_lo`` (an empty window: ``f_lo = NBF``), ``m`` where every one does (``f_lo = 0``)."""
+    k_lo = _least_key_below(m, C, f_hi + 1, NBF)
+    k_hi = _least_key_below(m, C, f_lo, NBF)
+    x_lo = tl.maximum(_unkey(k_lo.to(tl.int32)), xA)
+    x_hi = tl.where(k_hi == _KEY_NEG_INF, float("-inf"), _unkey((k_hi - 1).to(tl.int32)))
+    return x_lo, x_hi
 
 
 @triton.jit
@@ -1447,6 +1484,7 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
     if listed:
         f_lo = tl.load(ri + _I_FLO)
         f_hi = tl.load(ri + _I_FHI)
+        x_lo, x_hi = _fine_bounds(m, C, xA, f_lo, f_hi, NBF)
         dst = tl.where(mode == 4, _brk(row, ws64, S, KMAX, KBIG, KBR), cand)
         cap = tl.where(mode == 4, KBR, KMAX)
         own = (S == 1) & (LOCAL and not WARP)
@@ -1463,7 +1501,7 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
             used_a = tl.where(exact, pre_a, used_a)
         if above == 1:
             for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-                in_w, up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF, WARP)
+                in_w, up, packed = _gather_tile(base, st, V, x_lo, x_hi, xA, R4, WARP)
                 used, used_a = _compact2(dst, cnt + 2, cap, in_w, abv, cnt + 3, KBIG, up, packed, used, used_a,
                                          own | exact, WARP)
             _compact_end(cnt + 3, used_a, own)
@@ -1485,23 +1523,23 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
                     else:
                         used_s = tl.zeros([SEGL], dtype=tl.int32)
                     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-                        in_w, _up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF, True)
+                        in_w, _up, packed = _gather_tile(base, st, V, x_lo, x_hi, xA, R4, True)
                         used_s = _seg_append(dst, SEGC, in_w, packed, used_s, SEGL, SEGPTX)
                     _seg_end(cnt, used_s, SEGL, SEGPTX)
                 else:
-                    _gather_one(base, lo, hi, V, m, C, xA, f_lo, f_hi, dst, cnt, cap, used, own, exact, pre_w, R4,
+                    _gather_one(base, lo, hi, V, x_lo, x_hi, xA, dst, cnt, cap, used, own, exact, pre_w, R4,
                                 NBF, BLOCK, NSTG, OFFS, WARP)
             else:
-                _gather_one(base, lo, hi, V, m, C, xA, f_lo, f_hi, dst, cnt, cap, used, own, exact, pre_w, R4, NBF,
+                _gather_one(base, lo, hi, V, x_lo, x_hi, xA, dst, cnt, cap, used, own, exact, pre_w, R4, NBF,
                             BLOCK, NSTG, OFFS, WARP)
 
 
 @triton.jit
-def _gather_one(base, lo, hi, V, m, C, xA, f_lo, f_hi, dst, cnt, cap, used, own, exact, pre_w, R4: tl.constexpr,
+def _gather_one(base, lo, hi, V, x_lo, x_hi, xA, dst, cnt, cap, used, own, exact, pre_w, R4: tl.constexpr,
                 NBF: tl.constexpr, BLOCK: tl.constexpr, NSTG: tl.constexpr, OFFS: tl.constexpr, WARP: tl.constexpr):
     # the gather pass of a row with one list (the window's or bracket's, no survivor above it listed): packed
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-        in_w, _up, packed = _gather_tile(base, st, V, m, C, xA, f_lo, f_hi, R4, NBF, WARP)
+        in_w, _up, packed = _gather_tile(base, st, V, x_lo, x_hi, xA, R4, WARP)
         used = _compact(dst, cnt + 2, cap, in_w, packed, used, own | exact, WARP)
     _compact_end(cnt + 2, used, own)
     if OFFS:
