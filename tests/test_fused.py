@@ -856,6 +856,21 @@ def test_allocate_carves_aligned_workspaces_that_do_not_overlap():
         assert a["ws64"].numel() == B * (S * 4 + 4 + cfg["kmax"] + 16384 + 16384) and a["probs"] is a["wsf"]
 
 
+def test_rows_with_nan_or_inf_temperature_warn_nothing():
+    """A NaN or infinite temperature's row runs the kernels' arithmetic with NaN and inf before it is rejected (or,
+    at T = inf, drawn): under Triton's interpreter NumPy must not warn about it (``launch.quiet_interpreter``), as
+    compiled code does not."""
+    import warnings
+    B, V = 3, 300
+    x = torch.randn(B, V, generator=torch.Generator().manual_seed(8)).to(DEV)
+    args = [torch.tensor(v, device=DEV) for v in ([float("nan"), float("inf"), 1.0], [0, 0, 0], [0.9] * 3,
+                                                  [0.0] * 3, [0, 1, 2], [0, 0, 0])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tok, status, _path, _ = fused_sample(x, *args)
+    assert [STATUS_KINDS[int(v)] for v in status] == ["invalid_temperature", None, None]
+
+
 def test_plan_key_tells_true_from_one():
     """``early=True`` (every batch) and ``early=1`` (batches of one row) compare equal as values but choose other
     launches at two rows: their plans must not share a key (found 2026-12-07, fourteenth session)."""

@@ -50,14 +50,16 @@ shape seen (small: they share Triton's compiled kernels).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import operator
 from typing import Optional
 
+import numpy as np
 import torch
 from triton import knobs
 
-from .kernel import SLOTS, launch_specs
+from .kernel import INTERPRETED, SLOTS, launch_specs
 
 __all__ = ["run_call", "Plan", "Bound", "bind", "LaunchRefused", "MODES", "FALLBACK", "plan_key", "single_launches",
            "device_cfg"]
@@ -255,8 +257,9 @@ def plan_key(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, greedy: 
     -------
     tuple
         Device index, logits dtype, shape and row stride, ``S``, ``CH``, ``want_probs``, ``greedy``, the
-        tuning constants (and the types of :data:`BOOL_OR_INT`'s), the parameters' dtypes (``top_p`` may be float32 or float64), and whether each caller
-        tensor's address is a multiple of 16 (Triton specialises on it).
+        tuning constants (and the types of :data:`BOOL_OR_INT`'s), the parameters' dtypes (``top_p`` may be
+        float32 or float64), and whether each caller tensor's address is a multiple of 16 (Triton specialises
+        on it).
     """
     x = vals[0]
     return (x.device.index, x.dtype, x.shape, x.stride(0), S, CH, want_probs, greedy, tuple(cfg.items()),
@@ -265,10 +268,18 @@ def plan_key(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, greedy: 
             tuple(p & 15 == 0 for p in (ptrs[:7] if ptrs is not None else (t.data_ptr() for t in vals[:7]))))
 
 
+def quiet_interpreter():
+    """A context for launches: under Triton's interpreter, NumPy's floating-point warnings off (the kernels compute
+    with inf and NaN on purpose, e.g. the arithmetic of a row that a NaN temperature has them reject; compiled,
+    that arithmetic warns nothing); compiled, a context that does nothing."""
+    return np.errstate(all="ignore") if INTERPRETED else contextlib.nullcontext()
+
+
 def _jit(specs: list, vals: tuple, first: int = 0) -> list:
     """Launch ``specs[first:]`` through ``kernel[grid]``; the compiled kernels it returned."""
-    return [kernel[grid](*_resolve(args, vals), **meta, **options)
-            for _name, kernel, grid, args, meta, options in specs[first:]]
+    with quiet_interpreter():
+        return [kernel[grid](*_resolve(args, vals), **meta, **options)
+                for _name, kernel, grid, args, meta, options in specs[first:]]
 
 
 def run_call(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, mode: str = "cached",

@@ -50,7 +50,7 @@ from ..base import Row, RowError
 from ..params import end_id_set
 from ..profiles import Profile, TRTLLM
 from .kernel import launch_specs
-from .launch import run_call
+from .launch import quiet_interpreter, run_call
 from .ops import DEFAULTS, INTERPRETER, check_call
 from .step_kernel import (LP_MODES, META_F, META_I, TAG_BAN, TAG_BIAS, TAG_DRY, TAG_EOS_MIN_LENGTH, TAG_HISTORY,
                           _kth_kernel, _logprobs_kernel, _rewrite_kernel)
@@ -510,10 +510,11 @@ def _launch_rewrite(logits, inputs: StepInputs, y, lpw, lpc, S: int, CH: int, cf
     B, V = logits.shape
     if B:
         mask = inputs.mask if inputs.mask is not None else inputs.meta_i   # a placeholder the launch never reads
-        _rewrite_kernel[(B, S)](logits, logits.stride(0), V, y, inputs.ids, inputs.vals, inputs.tags, inputs.meta_i,
-                                inputs.meta_f, lpw, lpc, S, CH, mask, mask.shape[1], BLOCK=cfg["block"],
-                                NU=inputs.NU, WANT_LP=want_lp, HAS_MASK=inputs.mask is not None,
-                                num_warps=cfg["num_warps"], enable_fp_fusion=False)
+        with quiet_interpreter():
+            _rewrite_kernel[(B, S)](logits, logits.stride(0), V, y, inputs.ids, inputs.vals, inputs.tags, inputs.meta_i,
+                                    inputs.meta_f, lpw, lpc, S, CH, mask, mask.shape[1], BLOCK=cfg["block"],
+                                    NU=inputs.NU, WANT_LP=want_lp, HAS_MASK=inputs.mask is not None,
+                                    num_warps=cfg["num_warps"], enable_fp_fusion=False)
 
 
 def allocate_step(B: int, V: int, device, cfg: dict, KL: int, want_probs: bool = True,
@@ -716,14 +717,17 @@ def fused_step(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
            "probs": a["probs"] if want_probs else None}
     if want_logprobs:
         modes = inputs.modes or filtered is not None   # SPLIT is compiled with MODES only: one variant more
-        if modes:
-            _kth_kernel[(B,)](yf, V, a["status"], a["wsi"], a["wsf"], a["ws64"], S, inputs.meta_i, top_k, a["xk"],
-                              BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"], **kw)
-        _logprobs_kernel[(B, S)](y, yf, V, a["tokens"], a["status"], inputs.n_top, a["lpw"], a["lpc"], a["topw"],
-                                 a["wsi"], a["wsf"], a["ws64"], a["lp"], a["rank"], a["plp"], a["top_id"],
-                                 a["top_lp"], a["vec"], S, CH, inputs.meta_i, a["xk"], BLOCK=cfg["block"], NB1=cfg["nb"],
-                                 NBS=cfg["nbs"], KMAX=cfg["kmax"], KBIG=cfg["kbig"], KL=KL, WANT_VEC=want_vector,
-                                 MODES=modes, SPLIT=filtered is not None, **kw)
+        with quiet_interpreter():
+            if modes:
+                _kth_kernel[(B,)](yf, V, a["status"], a["wsi"], a["wsf"], a["ws64"], S, inputs.meta_i, top_k, a["xk"],
+                                  BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"],
+                                  KBIG=cfg["kbig"], **kw)
+            _logprobs_kernel[(B, S)](y, yf, V, a["tokens"], a["status"], inputs.n_top, a["lpw"], a["lpc"],
+                                     a["topw"], a["wsi"], a["wsf"], a["ws64"], a["lp"], a["rank"], a["plp"],
+                                     a["top_id"], a["top_lp"], a["vec"], S, CH, inputs.meta_i, a["xk"],
+                                     BLOCK=cfg["block"], NB1=cfg["nb"], NBS=cfg["nbs"], KMAX=cfg["kmax"],
+                                     KBIG=cfg["kbig"], KL=KL, WANT_VEC=want_vector, MODES=modes,
+                                     SPLIT=filtered is not None, **kw)
         out.update(logprob=a["lp"], rank=a["rank"], processed_logprob=a["plp"], top_ids=a["top_id"],
                    top_logprobs=a["top_lp"], vector=a["vec"] if want_vector else None)
     return out
