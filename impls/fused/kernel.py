@@ -221,12 +221,14 @@ def _fix(e):
 
 
 @triton.jit
-def _ptx_probe():
+def _probe():
     pass
 
 
-#: Whether the kernels are compiled (inline PTX applies), not run by Triton's interpreter.
-_PTX = tl.constexpr(type(_ptx_probe).__name__ != "InterpretedFunction")
+#: Whether Triton runs these kernels in its interpreter (``TRITON_INTERPRET=1`` when it was imported).
+INTERPRETED = type(_probe).__name__ == "InterpretedFunction"
+#: The same for a kernel body: compiled, inline PTX applies.
+_PTX = tl.constexpr(not INTERPRETED)
 
 
 @triton.jit
@@ -323,9 +325,9 @@ def _gather_tile(base, st, V, x_lo, x_hi, xA, R4: tl.constexpr, FLAT: tl.constex
     the window (``x_lo <= x <= x_hi``, :func:`_fine_bounds`), those above it (``x > x_hi``, all kept), and every
     logit packed as a list entry (``(key, -id)``, :func:`_pack`). A sampling row has no NaN nor +inf."""
     if FLAT:
-        offs, x, _fin = _tile1(base, st, V, R4 * 4)
+        offs, x = _tile1(base, st, V, R4 * 4)
     else:
-        offs, x, _fin = _tile(base, st, V, R4)
+        offs, x = _tile(base, st, V, R4)
     return (x >= x_lo) & (x <= x_hi), (x > x_hi) & (x >= xA), _pack(x, offs)
 
 
@@ -368,23 +370,21 @@ def _fine_bounds(m, C, xA, f_lo, f_hi, NBF: tl.constexpr):
 
 @triton.jit
 def _tile(base, st, V, R4: tl.constexpr):
-    # one block of a row as a [BLOCK // 4, 4] tile: each row of the tile is one Philox counter
+    # one block of a row as a [BLOCK // 4, 4] tile: each row of the tile is one Philox counter; -inf past V (a
+    # sampling row has no NaN nor +inf: x >= x_A alone tells a survivor, _row_stats)
     r4 = tl.arange(0, R4)
     c4 = tl.arange(0, 4)
     offs = st + r4[:, None] * 4 + c4[None, :]
-    inb = offs < V
-    x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-    fin = inb & (x > float("-inf")) & (x < float("inf"))
-    return offs, x, fin
+    x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+    return offs, x
 
 
 @triton.jit
 def _tile1(base, st, V, BLOCK: tl.constexpr):
+    # one block of a row, flat (_tile's values)
     offs = st + tl.arange(0, BLOCK)
-    inb = offs < V
-    x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-    fin = inb & (x > float("-inf")) & (x < float("inf"))
-    return offs, x, fin
+    x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+    return offs, x
 
 
 def _lane_hist_ptx() -> str:
@@ -702,7 +702,7 @@ def _gumbel_scan(base, lo, hi, V, m, T, xA, C, f_lo, e_thr, seed, offset, BLOCK:
     o_lo = (offset & 0xFFFFFFFF).to(tl.uint32)
     o_hi = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-        offs, x, _fin = _tile(base, st, V, R4)
+        offs, x = _tile(base, st, V, R4)
         s = tl.div_rn(x - m, T)
         kept = (x >= xA) & (_fine(x, m, C, NBF) < f_lo) & (tl.exp(s) >= e_thr)   # (_row_stats: x_A is finite)
         u = _tile_uniform(seed, st, o_lo, o_hi, R4)
@@ -1181,7 +1181,7 @@ def _hist_draw_loop(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.conste
     o_lo = (offset & 0xFFFFFFFF).to(tl.uint32)
     o_hi = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-        offs, x, _fin = _tile(base, st, V, R4)
+        offs, x = _tile(base, st, V, R4)
         A = x >= xA   # a sampling row's survivor (_row_stats: x_A is finite)
         b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
         h, hc = _hist_add(tl.reshape(b1, [BLOCK]), h, hc, NB1, LANE)
@@ -1214,7 +1214,7 @@ def _hist_loop(base, lo, hi, V, m, T, xA, C, h, e_v, BLOCK: tl.constexpr, NB1: t
                LANE: tl.constexpr = False):
     hc = tl.zeros([BLOCK], dtype=tl.int32)
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-        offs, x, _fin = _tile1(base, st, V, BLOCK)
+        offs, x = _tile1(base, st, V, BLOCK)
         A = x >= xA   # a sampling row's survivor (_row_stats: x_A is finite)
         b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
         h, hc = _hist_add(b1, h, hc, NB1, LANE)
@@ -1291,9 +1291,9 @@ def _hist_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, min_
         used = _compact_start(cnt + 2, own)
         for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
             if WARP:
-                offs, x, _fin = _tile1(base, st, V, BLOCK)
+                offs, x = _tile1(base, st, V, BLOCK)
             else:
-                offs, x, _fin = _tile(base, st, V, R4)
+                offs, x = _tile(base, st, V, R4)
             A = x >= xA   # a sampling row's survivor (_row_stats: x_A is finite)
             used = _compact(cand, cnt + 2, KMAX, A, _pack(x, offs), used, own, WARP)
         _compact_end(cnt + 2, used, own)
@@ -1352,7 +1352,7 @@ def _refine_loop(base, lo, hi, V, m, T, xA, C, f0, rsh, W, p_on, h, e_v, BLOCK: 
                  NBF: tl.constexpr, NSTG: tl.constexpr, UNIT: tl.constexpr):
     # one part of a refined row: the histogram of the refined bins and the exact mass above them (top-p)
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
-        offs, x, _fin = _tile1(base, st, V, BLOCK)
+        offs, x = _tile1(base, st, V, BLOCK)
         A = x >= xA   # a sampling row's survivor (_row_stats: x_A is finite)
         d = _fine(x, m, C, NBF) - f0
         b2 = tl.where(A & (d >= 0) & (d < W), d >> rsh, NBS - 1)
@@ -1528,15 +1528,15 @@ def _gather_kernel(logits_ptr, stride_row, V, seed_ptr, offset_ptr, wsi, wsf, ws
                     _seg_end(cnt, used_s, SEGL, SEGPTX)
                 else:
                     _gather_one(base, lo, hi, V, x_lo, x_hi, xA, dst, cnt, cap, used, own, exact, pre_w, R4,
-                                NBF, BLOCK, NSTG, OFFS, WARP)
+                                BLOCK, NSTG, OFFS, WARP)
             else:
-                _gather_one(base, lo, hi, V, x_lo, x_hi, xA, dst, cnt, cap, used, own, exact, pre_w, R4, NBF,
-                            BLOCK, NSTG, OFFS, WARP)
+                _gather_one(base, lo, hi, V, x_lo, x_hi, xA, dst, cnt, cap, used, own, exact, pre_w, R4, BLOCK,
+                            NSTG, OFFS, WARP)
 
 
 @triton.jit
 def _gather_one(base, lo, hi, V, x_lo, x_hi, xA, dst, cnt, cap, used, own, exact, pre_w, R4: tl.constexpr,
-                NBF: tl.constexpr, BLOCK: tl.constexpr, NSTG: tl.constexpr, OFFS: tl.constexpr, WARP: tl.constexpr):
+                BLOCK: tl.constexpr, NSTG: tl.constexpr, OFFS: tl.constexpr, WARP: tl.constexpr):
     # the gather pass of a row with one list (the window's or bracket's, no survivor above it listed): packed
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
         in_w, _up, packed = _gather_tile(base, st, V, x_lo, x_hi, xA, R4, WARP)
@@ -1997,10 +1997,6 @@ def _probs_kernel(logits_ptr, stride_row, V, probs_ptr, wsi, wsf, ws64, S, CH,
 #: argument lists of :func:`launch_specs` name them by these strings.
 SLOTS = ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "offset", "tokens", "status", "path", "probs",
          "wsi", "wsf", "ws64")
-
-
-#: Whether Triton runs these kernels in its interpreter (``TRITON_INTERPRET=1`` when it was imported).
-INTERPRETED = type(_stats_kernel).__name__ == "InterpretedFunction"
 
 
 def lane_hist(CH: int, cfg: dict) -> bool:

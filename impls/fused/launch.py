@@ -62,7 +62,7 @@ from triton import knobs
 from .kernel import INTERPRETED, SLOTS, launch_specs
 
 __all__ = ["run_call", "Plan", "Bound", "bind", "LaunchRefused", "MODES", "FALLBACK", "plan_key", "single_launches",
-           "device_cfg"]
+           "device_cfg", "quiet_interpreter"]
 
 #: Launcher modes: ``"cached"`` (a plan per call shape, the default) and ``"jit"`` (always ``kernel[grid]``).
 MODES = ("cached", "jit")
