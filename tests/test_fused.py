@@ -292,6 +292,41 @@ def test_wide_window_is_refined_before_its_sort():
     assert [PATHS[p] for p in sub[2].tolist()[6:]] == ["boundary", "fast"]
 
 
+def test_bisected_window_decides_as_the_sorted_one():
+    """``bisect``: the decide launch finds a window's k-th largest key and top-p threshold by bisection instead of
+    sorting it; the same tokens, statuses, paths and probabilities as the sort, equal to the reference's. Rows of
+    4000 logits: top-p alone, top-k alone (with ties in the logits: values rounded to 1/8), both, min-p, and two
+    at ``T = 1e5`` (e within 1e-4 of 1: groups of distinct logits with equal float32 probability inside the
+    window, SEMANTICS §1.5). Rows 0-2, 5 and 7 take a window path (``fast``: from the top of the row, or
+    ``boundary``); 3, 4 and 6 the slow path (their windows' edges: ties, or a top-k window too wide), both ways."""
+    g = torch.Generator().manual_seed(3)
+    B, V = 8, 4000
+    logits = torch.randn(B, V, generator=g) * 3
+    logits[2] = torch.round(logits[2] * 8) / 8
+    logits[3] = torch.round(logits[3] * 8) / 8
+    T = torch.tensor([1.0, 0.8, 1.0, 1.0, 1.0, 1.2, 1e5, 1e5])
+    K = torch.tensor([0, 0, 40, 100, 700, 0, 0, 60])
+    P = torch.tensor([0.9, 0.5, 1.0, 0.9, 0.95, 0.99, 0.9, 0.8])
+    M = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.02, 0.0, 0.0])
+    S, O = torch.arange(B) + 3, torch.arange(B)
+    args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
+    want, dists = reference_rows(logits, T, K, P, M, S, O)
+    opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=512, nsub=32, early=False, want_probs=True)
+    bis = fused_sample(*args, bisect=True, **opts)
+    srt = fused_sample(*args, bisect=False, **opts)
+    assert bis[0].tolist() == srt[0].tolist() == want
+    assert bis[1].tolist() == srt[1].tolist() == [0] * B
+    assert bis[2].tolist() == srt[2].tolist() and torch.equal(bis[3], srt[3])
+    for i in (0, 1, 2, 3, 4, 5, 7):
+        assert torch.allclose(bis[3][i].cpu(), dists[i], rtol=1e-5, atol=1e-7), i
+    # row 6 (top-p 0.9 at T = 1e5) keeps a token more than the reference, both ways: the kernel's own known
+    # difference (SEMANTICS §1.5: its ties are its float32 e's, which join logits the float64 probabilities tell
+    # apart); the reference's kept set is inside the kernel's
+    assert bool(((dists[6] > 0) & (bis[3][6].cpu() == 0)).sum() == 0)
+    paths = [PATHS[p] for p in bis[2].tolist()]
+    assert paths[:3] == ["boundary", "fast", "boundary"] and paths[5] == "boundary" and paths[7] == "fast", paths
+
+
 def test_survivors_above_the_window_lifted_listed_or_drawn_in_the_gather_pass():
     """Where a top-k/top-p row's survivors above its window are drawn, three ways with the same tokens, paths and
     distributions, equal to the reference's. The decide launch draws a bracket list's (and a wide window's) entries

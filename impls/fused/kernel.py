@@ -1632,6 +1632,82 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
 
 
 @triton.jit
+def _decide_bisect(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
+                   N: tl.constexpr):
+    """:func:`_decide_window`'s decision without sorting the window: the k-th largest key and the top-p threshold
+    bisected over the window's entries held in registers (one block reduction a step, as many steps as the bits
+    of the window's key range and e range, about 20-25), the same outputs. The top-p rule is applied as stated
+    (SEMANTICS §1.5): a token is kept iff the mass of the tokens strictly more likely than it is below
+    ``ceil(top_p * S)``, i.e. iff ``e >= v*``, the least float ``v`` with ``mass(e > v) < lim`` (the slow path's
+    bisection, over the window)."""
+    i = tl.arange(0, N)
+    valid = i < n_g
+    packed = tl.load(cand + i, mask=valid, other=0)
+    key = (packed >> 32).to(tl.int32)
+    idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
+    xs = _unkey(key)
+    es = tl.where(valid, tl.exp(tl.div_rn(xs - m, T)), 0.0)
+    key64 = key.to(tl.int64)
+    # top-k, ties kept: the key of the window's (r_k + 1)-th largest entry, the least t with #(key > t) <= r_k
+    r_k = k - 1 - n_above
+    lo = tl.min(tl.where(valid, key64, _INT32_MAX), 0) - 1
+    hi = tl.max(tl.where(valid, key64, _INT32_MIN), 0)
+    lo = tl.where(k_act & (r_k >= 0) & (r_k < n_g), lo, hi)
+    while hi - lo > 1:
+        mid = lo + (hi - lo) // 2
+        ok = tl.sum((valid & (key64 > mid)).to(tl.int32), 0) <= r_k
+        hi = tl.where(ok, mid, hi)
+        lo = tl.where(ok, lo, mid)
+    e_kth = tl.where(k_act & (r_k >= 0) & (r_k < n_g), tl.exp(tl.div_rn(_unkey(hi.to(tl.int32)) - m, T)), 0.0)
+    keep_k = valid & ((k_act == 0) | (es >= e_kth))
+    cur_q = tl.where(keep_k, _fix(es), 0)
+    Ek_q = mass_q + tl.sum(cur_q, 0)
+    S_q = tl.where(k_act, Ek_q, EA_q)
+    lim_q = tl.math.ceil(top_p * S_q.to(tl.float64)).to(tl.int64)
+    # top-p: v* bisected on the bits of e (non-negative floats order as their bits) between the least and the
+    # largest e kept by top-k; with none above the window's largest e reaching the limit, nobody is kept by top-p
+    # (then only the top group, below)
+    eb = es.to(tl.int32, bitcast=True).to(tl.int64)
+    e_top = tl.max(tl.where(valid, es, -1.0), 0)
+    hi = tl.max(tl.where(keep_k, eb, 0), 0)
+    lo = tl.min(tl.where(keep_k, eb, 2147483647), 0) - 1
+    p_hi = mass_q < lim_q
+    lo = tl.where(p_on & p_hi, lo, hi)
+    while hi - lo > 1:
+        mid = lo + (hi - lo) // 2
+        v = mid.to(tl.int32).to(tl.float32, bitcast=True)
+        ok = mass_q + tl.sum(tl.where(es > v, cur_q, 0), 0) < lim_q
+        hi = tl.where(ok, mid, hi)
+        lo = tl.where(ok, lo, mid)
+    keep_p = p_hi & (eb >= hi)
+    top_group = has_top & (es == e_top)
+    keep = keep_k & ((p_on == 0) | keep_p | top_group)
+    total_q = Ek_q
+    missed = (k_act & ((r_k < 0) | (r_k >= n_g)))
+    missed = missed | (p_on & (n_above > 0) & (mass_q >= lim_q))
+    missed = missed | (p_on & (k_act == 0) & (n_below > 0) & (total_q < lim_q))
+    e_thr = tl.min(tl.where(keep, es, float("inf")), 0)
+    e_cut = tl.where(k_act, e_kth, e_thr)
+    keep_q = mass_q + tl.sum(tl.where(keep, cur_q, 0), 0)
+    sc = tl.where(keep, _gumbel(xs, m, T, seed, offset, idx), float("-inf"))
+    best = tl.max(sc, 0)
+    tok = tl.min(tl.where(keep & (sc == best), idx, _INT32_MAX), 0)
+    return e_thr, keep_q, best, tok, missed, e_cut, e_top
+
+
+@triton.jit
+def _decide_any(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
+                N: tl.constexpr, BISECT: tl.constexpr):
+    # the window's decision: bisected (_decide_bisect, tuning option ``bisect``) or sorted (_decide_window)
+    if BISECT:
+        return _decide_bisect(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top,
+                              n_below, N)
+    else:
+        return _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top,
+                              n_below, N)
+
+
+@triton.jit
 def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh, f_end, n_ab0, mass0_q, EA_q,
                  ab_best, ab_tok, abv, n_abv, NBS: tl.constexpr, NBF: tl.constexpr, KMAX: tl.constexpr,
                  KBIG: tl.constexpr, N: tl.constexpr, seg_n=0, SEG: tl.constexpr = 1, SEGCAP: tl.constexpr = 0):
@@ -1746,7 +1822,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                    KBIG: tl.constexpr, NSTG: tl.constexpr = 1, KBR: tl.constexpr = 0, NSUB: tl.constexpr = 512,
                    PDL: tl.constexpr = False, SEGL: tl.constexpr = 0, SEGC: tl.constexpr = 0,
-                   PACKED: tl.constexpr = False):
+                   PACKED: tl.constexpr = False, BISECT: tl.constexpr = False):
     _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     base = logits_ptr + row * stride_row
@@ -1866,17 +1942,17 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
             if slow == 0:
                 has_top = f_lo == 0
                 if n_g <= 64:
-                    e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_window(
+                    e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_any(
                         src, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
-                        64)
+                        64, BISECT)
                 elif n_g <= NSUB:
-                    e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_window(
+                    e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_any(
                         src, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
-                        NSUB)
+                        NSUB, BISECT)
                 else:
-                    e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_window(
+                    e_thr, keep_q, best, tok, missed, e_cut, e_top = _decide_any(
                         src, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
-                        KMAX)
+                        KMAX, BISECT)
                 e_thr = tl.where(n_g == 0, 0.0, e_thr)
                 _b, token = _pick(best, tok, ab_best, ab_tok)
                 path = tl.where(f_lo == 0, 2, 3)
@@ -2121,7 +2197,8 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
               SEGPTX=bool(segl) and cfg["block"] == 128 * cfg["num_warps"] and not INTERPRETED), kw),
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,
                                           S), dict(c, KBR=kbr, NSUB=cfg.get("nsub", c["KMAX"]), **seg,
-                                                   PACKED=bool(segl) and cfg.get("packed_read", False)),
+                                                   PACKED=bool(segl) and cfg.get("packed_read", False),
+                                                   BISECT=cfg.get("bisect", False)),
          dict(num_warps=cfg["decide_warps"], enable_fp_fusion=False)),
     ]
     if want_probs:
