@@ -422,6 +422,45 @@ def _seg_selected(x_ptr, sel_ptr, out_ptr, cnt_ptr, n, segcap, BLOCK: tl.constex
 
 
 @triton.jit
+def _coarse_and_fine(x_ptr, m_ptr, c_ptr, out_ptr, N: tl.constexpr, NBF: tl.constexpr):
+    from impls.fused.kernel import _coarse, _fine
+    i = tl.arange(0, N)
+    x, m, C = tl.load(x_ptr + i), tl.load(m_ptr + i), tl.load(c_ptr + i)
+    tl.store(out_ptr + 2 * i, _coarse(x, m, C * (1.0 / 256), NBF))
+    tl.store(out_ptr + 2 * i + 1, _fine(x, m, C, NBF) >> 8)
+
+
+def test_coarse_bin_is_the_fine_bin_shifted():
+    """``_coarse`` (the histogram pass's level-1 bin from ``C / 256``) equals ``_fine(x) >> 8`` at every float
+    within 3 of each level-1 edge ``m - 256 j / C`` (j = 1..63) and at the clamp, for 12 rows of ``m`` (0 to 1e4)
+    and ``C`` (``NBF / R``, R from 1e-3 to 1e30): 12 x 63 x 7 logits."""
+    import numpy as np
+    NBF = 63 * 256
+    xs, ms, cs = [], [], []
+    for m, R in ((0.0, 40.0), (14.3, 40.0), (-5.2, 28.0), (3.0, 5.0), (0.02, 0.5), (1e4, 1e3), (7.0, 1e-3),
+                 (1.0, 1e30), (-30.0, 3.0), (2.5, 40.0 * 1.3), (100.0, 80.0), (0.0, 1.0)):
+        m32, C = np.float32(m), np.float32(NBF / np.float32(R))
+        for j in range(1, 64):
+            edge = np.float32(m32 - np.float32(256 * j) / C)
+            x = edge
+            for _ in range(3):
+                x = np.nextafter(x, np.float32(np.inf))
+            for _ in range(7):
+                xs.append(x), ms.append(m32), cs.append(C)
+                x = np.nextafter(x, np.float32(-np.inf))
+    n = 1 << (len(xs) - 1).bit_length()
+    pad = n - len(xs)
+    x = torch.tensor(np.array(xs + [np.float32(-3.0e38)] * pad, dtype=np.float32))
+    m = torch.tensor(np.array(ms + [np.float32(1.0)] * pad, dtype=np.float32))
+    C = torch.tensor(np.array(cs + [np.float32(NBF / 40.0)] * pad, dtype=np.float32))
+    out = torch.empty(2 * n, dtype=torch.int32)
+    _coarse_and_fine[(1,)](x, m, C, out, n, NBF)
+    out = out.view(-1, 2)
+    assert torch.equal(out[:, 0], out[:, 1])
+    assert int(out[:, 1].max()) == 62 and int(out[:, 1].min()) == 0
+
+
+@triton.jit
 def _fine_bounds_rows(m_ptr, c_ptr, xa_ptr, flo_ptr, fhi_ptr, out_ptr, NBF: tl.constexpr):
     from impls.fused.kernel import _fine_bounds
     i = tl.program_id(0)

@@ -456,6 +456,14 @@ def _fine(x, m, C, NBF: tl.constexpr):
     return tl.minimum((m - x) * C, NBF - 1.0).to(tl.int32)
 
 
+@triton.jit
+def _coarse(x, m, C8, NBF: tl.constexpr):
+    # level-1 bin of a survivor, _fine(x) >> 8 exactly with C8 = C / 256: scaling by a power of two commutes with
+    # the product's rounding, the clamp's bound (NBF - 1) / 256 is exact, and floor(min(z, N) / 256) =
+    # min(floor(z), N) >> 8 for z >= 0 (a survivor's (m - x) * C); one shift a logit fewer
+    return tl.minimum((m - x) * C8, (NBF - 1.0) / _NB2).to(tl.int32)
+
+
 def _warp_ranks_ptx() -> list:
     """PTX lines shared by :func:`_warp_append_ptx` and :func:`_seg_append_ptx`: from ``c``, the lane's count of
     selected elements (0-4, three bits: one ballot each), ``r`` the count of the lanes before it (the ballots masked
@@ -1180,10 +1188,11 @@ def _hist_draw_loop(base, lo, hi, V, m, T, xA, C, seed, offset, BLOCK: tl.conste
     t_v = tl.zeros([R4, 4], dtype=tl.int32)
     o_lo = (offset & 0xFFFFFFFF).to(tl.uint32)
     o_hi = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    C8 = C * (1.0 / _NB2)
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
         offs, x = _tile(base, st, V, R4)
         A = x >= xA   # a sampling row's survivor (_row_stats: x_A is finite)
-        b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
+        b1 = tl.where(A, _coarse(x, m, C8, NBF), NB1 - 1)
         h, hc = _hist_add(tl.reshape(b1, [BLOCK]), h, hc, NB1, LANE)
         s = _scaled(x, m, T, UNIT)
         e_v += tl.where(A, _fix(tl.exp(s)), 0)
@@ -1213,10 +1222,11 @@ def _hist_loop(base, lo, hi, V, m, T, xA, C, h, e_v, BLOCK: tl.constexpr, NB1: t
                NBF: tl.constexpr, NSTG: tl.constexpr, MASS: tl.constexpr, UNIT: tl.constexpr,
                LANE: tl.constexpr = False):
     hc = tl.zeros([BLOCK], dtype=tl.int32)
+    C8 = C * (1.0 / _NB2)
     for st in tl.range(lo, hi, BLOCK, num_stages=NSTG):
         offs, x = _tile1(base, st, V, BLOCK)
         A = x >= xA   # a sampling row's survivor (_row_stats: x_A is finite)
-        b1 = tl.where(A, _fine(x, m, C, NBF) >> 8, NB1 - 1)
+        b1 = tl.where(A, _coarse(x, m, C8, NBF), NB1 - 1)
         h, hc = _hist_add(b1, h, hc, NB1, LANE)
         if MASS:
             e_v += _mass(_scaled(x, m, T, UNIT), A)
