@@ -293,8 +293,8 @@ def test_wide_window_is_refined_before_its_sort():
 
 
 def test_bisected_window_decides_as_the_sorted_one():
-    """``bisect``: the decide launch finds a window's k-th largest key and top-p threshold by bisection instead of
-    sorting it; the same tokens, statuses, paths and probabilities as the sort, equal to the reference's. Rows of
+    """``bisect`` (16: every window; 0: none): the decide launch finds a window's k-th largest key and top-p
+    threshold by bisection instead of sorting it; the same tokens, statuses, paths and probabilities as the sort, equal to the reference's. Rows of
     4000 logits: top-p alone, top-k alone (with ties in the logits: values rounded to 1/8), both, min-p, and two
     at ``T = 1e5`` (e within 1e-4 of 1: groups of distinct logits with equal float32 probability inside the
     window, SEMANTICS §1.5). Rows 0-2, 5 and 7 take a window path (``fast``: from the top of the row, or
@@ -312,8 +312,8 @@ def test_bisected_window_decides_as_the_sorted_one():
     args = [a.to(DEV) for a in (logits, T, K, P, M, S, O)]
     want, dists = reference_rows(logits, T, K, P, M, S, O)
     opts = dict(block=128, nb=64, kmax=128, nbs=64, kbr=512, nsub=32, early=False, want_probs=True)
-    bis = fused_sample(*args, bisect=True, **opts)
-    srt = fused_sample(*args, bisect=False, **opts)
+    bis = fused_sample(*args, bisect=16, **opts)
+    srt = fused_sample(*args, bisect=0, **opts)
     assert bis[0].tolist() == srt[0].tolist() == want
     assert bis[1].tolist() == srt[1].tolist() == [0] * B
     assert bis[2].tolist() == srt[2].tolist() and torch.equal(bis[3], srt[3])

@@ -1708,8 +1708,9 @@ def _decide_bisect(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
 @triton.jit
 def _decide_any(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
                 N: tl.constexpr, BISECT: tl.constexpr):
-    # the window's decision: bisected (_decide_bisect, tuning option ``bisect``) or sorted (_decide_window)
-    if BISECT:
+    # the window's decision: bisected (_decide_bisect; BISECT, tuning option ``bisect``: the least width N
+    # bisected, 0 never) or sorted (_decide_window)
+    if (BISECT > 0) and (N >= BISECT):
         return _decide_bisect(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top,
                               n_below, N)
     else:
@@ -1832,7 +1833,7 @@ def _decide_kernel(logits_ptr, stride_row, V, temp_ptr, top_k_ptr, top_p_ptr, mi
                    BLOCK: tl.constexpr, NB1: tl.constexpr, NBS: tl.constexpr, KMAX: tl.constexpr,
                    KBIG: tl.constexpr, NSTG: tl.constexpr = 1, KBR: tl.constexpr = 0, NSUB: tl.constexpr = 512,
                    PDL: tl.constexpr = False, SEGL: tl.constexpr = 0, SEGC: tl.constexpr = 0,
-                   PACKED: tl.constexpr = False, BISECT: tl.constexpr = False):
+                   PACKED: tl.constexpr = False, BISECT: tl.constexpr = 0):
     _pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     base = logits_ptr + row * stride_row
@@ -2208,7 +2209,7 @@ def launch_specs(B: int, V: int, sr: int, S: int, CH: int, want_probs: bool, cfg
         ("decide", _decide_kernel, (B,), ("logits", sr, V, *params, "seed", "offset", "tokens", "status", "path", *ws,
                                           S), dict(c, KBR=kbr, NSUB=cfg.get("nsub", c["KMAX"]), **seg,
                                                    PACKED=bool(segl) and cfg.get("packed_read", False),
-                                                   BISECT=cfg.get("bisect", False)),
+                                                   BISECT=cfg.get("bisect", 0)),
          dict(num_warps=cfg["decide_warps"], enable_fp_fusion=False)),
     ]
     if want_probs:

@@ -131,17 +131,18 @@ __all__ = ["fused_sample", "allocate", "DEFAULTS", "INTERPRETER", "INTERPRETED",
 #: loops 533 + 365 -> 456 + 291 instructions per 1,024 entries, still 128 registers; predicted 1024 x 262144 top-p
 #: 0.9's decide launch 571 -> 530-540 µs (H200, where most rows have two lists). Not yet run on a GPU (the
 #: fourteenth session got no second machine): off there, on under the interpreter.
-#: ``bisect``: the decide launch decides a window (top-k's k-th largest, top-p's threshold) by bisection over its
-#: entries in registers, one block reduction a step (:func:`impls.fused.kernel._decide_bisect`), instead of sorting it
-#: (``tl.sort`` of up to ``kmax`` int64 and two scans: 11,000-19,000 instructions a thread in straight-line code,
-#: offline Triton 3.6, sm_90). Not yet run on a GPU (2026-12-07, fifteenth session): off there, on under the
-#: interpreter.
+#: ``bisect``: the decide launch decides a window at least this wide (its sort's width: 64, ``nsub`` or ``kmax``;
+#: 0: never) by bisection over its entries in registers, one block reduction a step
+#: (:func:`impls.fused.kernel._decide_bisect`), instead of sorting it (``tl.sort`` of up to ``kmax`` int64 and two
+#: scans: 11,000-19,000 instructions a thread in straight-line code, offline Triton 3.6, sm_90); a narrow window's
+#: sort may be cheaper than the bisection's 40-50 dependent reductions. Not yet run on a GPU (2026-12-07, fifteenth
+#: session): 0 there, 64 (every window) under the interpreter.
 DEFAULTS = {"block": 1024, "nb": 64, "r": 40.0, "kmax": 2048, "kbig": 16384, "nbs": 128, "num_warps": 8,
             "decide_warps": 8, "programs": 512, "max_splits": 128, "early": 64, "stages": 4, "stats_stages": 1,
             "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 16, "kbr": 16384,
             "nsub": 512, "lane_hist": 16, "part_offsets": 0, "warp_lists": True, "pdl": True, "draw_above": 0,
             "hist_regs": 64, "gather_regs": 64, "decide_regs": 128, "one_list": True,
-            "seg_lists": True, "packed_read": False, "bisect": False}
+            "seg_lists": True, "packed_read": False, "bisect": 0}
 #: Under Triton's interpreter (CPU) every program runs in NumPy: small blocks,
 #: bins and workspaces keep it fast, and send more rows down the refine,
 #: boundary and slow paths, which is what a CPU test wants to exercise.
@@ -150,12 +151,12 @@ INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs
                "local": True, "unit_t": True, "greedy_rows": 256, "greedy_warps": 4, "kbr": 512,
                "nsub": 32, "lane_hist": False, "part_offsets": 8, "warp_lists": False, "pdl": False, "draw_above": 0,
                "hist_regs": 0, "gather_regs": 0, "decide_regs": 0, "one_list": True,
-               "seg_lists": True, "packed_read": True, "bisect": True}
+               "seg_lists": True, "packed_read": True, "bisect": 64}
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 #: Tuning options that are True or False.
-BOOL_OPTIONS = ("local", "unit_t", "warp_lists", "pdl", "one_list", "seg_lists", "packed_read", "bisect")
+BOOL_OPTIONS = ("local", "unit_t", "warp_lists", "pdl", "one_list", "seg_lists", "packed_read")
 #: Tuning constants that size Triton blocks (``tl.arange`` needs powers of two).
 POW2_OPTIONS = ("block", "nb", "nbs", "kmax", "kbig", "kbr", "nsub")
 
@@ -213,6 +214,9 @@ def apply_tuning(cfg: dict, given: dict) -> dict:
         if name in ("num_warps", "decide_warps", "greedy_warps") and not (
                 isinstance(v, int) and not isinstance(v, bool) and v in (1, 2, 4, 8, 16, 32)):
             raise ValueError(f"fused_sample option {name}={v!r}: a power of two from 1 to 32")
+        if name == "bisect" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            raise ValueError(f"fused_sample option bisect={v!r}: the least window width bisected (an int >= 0; 0: "
+                             "never)")
         if name == "draw_above" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
             raise ValueError(f"fused_sample option draw_above={v!r}: the largest batch (an int >= 0; 0: never)")
         if name in REG_OPTIONS and not (isinstance(v, int) and not isinstance(v, bool) and (v == 0 or 24 <= v <= 255)):
