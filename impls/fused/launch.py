@@ -60,6 +60,7 @@ import torch
 from triton import knobs
 
 from .kernel import INTERPRETED, SLOTS, launch_specs
+from .options import BOOL_OR_INT
 
 __all__ = ["run_call", "Plan", "Bound", "bind", "LaunchRefused", "MODES", "FALLBACK", "plan_key", "single_launches",
            "device_cfg", "quiet_interpreter"]
@@ -237,11 +238,6 @@ class LaunchRefused(TypeError):
         self.step = step
 
 
-#: Tuning options that take True, False or an int, whose ``True`` and ``1`` differ (``early=True``: every batch,
-#: ``early=1``: batches of one row) though they compare and hash equal: :func:`plan_key` keys their types too.
-BOOL_OR_INT = ("early", "lane_hist")
-
-
 def plan_key(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, greedy: bool = False,
              ptrs: Optional[tuple] = None) -> tuple:
     """The key of a call's :class:`Plan`: everything that chooses its binaries and arguments.
@@ -257,7 +253,7 @@ def plan_key(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, greedy: 
     -------
     tuple
         Device index, logits dtype, shape and row stride, ``S``, ``CH``, ``want_probs``, ``greedy``, the
-        tuning constants (and the types of :data:`BOOL_OR_INT`'s), the parameters' dtypes (``top_p`` may be
+        tuning constants (and the types of :data:`impls.fused.options.BOOL_OR_INT`'s), the parameters' dtypes (``top_p`` may be
         float32 or float64), and whether each caller tensor's address is a multiple of 16 (Triton specialises
         on it).
     """

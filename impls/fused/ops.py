@@ -20,6 +20,7 @@ import torch
 
 from .kernel import INTERPRETED, REG_OPTIONS
 from .launch import MODES, run_call
+from .options import BOOL_OPTIONS, POW2_OPTIONS
 from .workspace import allocate, call_tensors, layout_key, splits
 
 
@@ -155,10 +156,6 @@ INTERPRETER = {"block": 128, "nb": 64, "r": 40.0, "kmax": 128, "kbig": 256, "nbs
 
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-#: Tuning options that are True or False.
-BOOL_OPTIONS = ("local", "unit_t", "warp_lists", "pdl", "one_list", "seg_lists", "packed_read")
-#: Tuning constants that size Triton blocks (``tl.arange`` needs powers of two).
-POW2_OPTIONS = ("block", "nb", "nbs", "kmax", "kbig", "kbr", "nsub")
 
 
 def _check(t, name: str, dtype: torch.dtype, B: int, device) -> torch.Tensor:
