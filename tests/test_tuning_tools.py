@@ -85,3 +85,19 @@ def test_compare_two_kernel_times_files(tmp_path, capsys):
         " 1024 x 128256  p09      base    2696.0 us  new    2157.0 us  -20.0%"]
     assert tuning_main(["compare", str(tmp_path / "b.json"), str(tmp_path / "missing.json")]) == 2
     assert "FileNotFoundError" in capsys.readouterr().err
+
+
+def test_sample_bracket_bound_hand_checked():
+    """``benchmarks.sample_bracket.bound`` on 8 masses [1, 1/2, ..., 1/32, 0, 0] (total 1.96875), top-p 0.9, no margin:
+    the tail below the boundary is 0.196875. Everything sampled (stride 1, blocks of 2): ascending cumulative masses
+    0, 0, 0.03125, 0.09375, 0.21875, ... first reach it at the fifth, so the bound is the fourth value, 0.0625 (the
+    list [1, 1/2, 1/4, 1/8, 1/16]: the kept set of 4, 1.875 / 1.96875 = 0.952 >= 0.9, and one more). Blocks 0 and 2
+    of 2 (stride 2): samples [1, 1/2, 1/16, 1/32] scaled by 2, cumulative 0.0625, 0.1875, 1.1875: the same bound."""
+    import numpy as np
+    from benchmarks.sample_bracket import bound
+    e = np.array([1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125, 0.0, 0.0])
+    assert float(e.sum()) == 1.96875
+    assert bound(e, 1.96875, 0.9, 0.0, stride=1, block=2) == 0.0625
+    assert bound(e, 1.96875, 0.9, 0.0, stride=2, block=2) == 0.0625
+    # a margin as large as the tail: nothing may be left out
+    assert bound(e, 1.96875, 0.9, 0.1, stride=1, block=2) == 0.0
