@@ -327,6 +327,26 @@ def test_bisected_window_decides_as_the_sorted_one():
     assert paths[:3] == ["boundary", "fast", "boundary"] and paths[5] == "boundary" and paths[7] == "fast", paths
 
 
+def test_bisected_window_groups_in_the_sorts_order():
+    """Logits 0, a = -0.0031817015 and b, the float just below a, whose float32 ``exp`` (NumPy's, the interpreter's)
+    is *larger* than a's: the kernel's ``e`` is not monotone to the ulp. The sort orders the window by key (0, a, b)
+    and groups runs of equal ``e``, so with ``top_p`` between ``e(0)`` and ``e(0) + e(a)`` of the mass it keeps {0,
+    a}: the reference's set (float64, monotone). The bisection keeps them too (it bisects on the key, not on ``e``,
+    which kept {0, b}; found by a reviewer). Tokens, statuses and paths equal both ways, over 16 seeds; no token is
+    b. (The probabilities launch reads the kept set as a threshold on ``e``, so it shows b with either decision.)"""
+    import numpy as np
+    xa, xb = np.float32(-0.0031817015), np.float32(-0.0031817018)
+    B, V = 16, 256
+    x = np.full((B, V), -30.0, np.float32)
+    x[:, 0], x[:, 1], x[:, 2] = 0.0, xa, xb
+    args = [a.to(DEV) for a in (torch.tensor(x), torch.ones(B), torch.zeros(B, dtype=torch.int64),
+                                torch.full((B,), 0.5005305518904418, dtype=torch.float64), torch.zeros(B),
+                                torch.arange(B, dtype=torch.int64), torch.zeros(B, dtype=torch.int64))]
+    srt, bis = fused_sample(*args, bisect=0), fused_sample(*args, bisect=16)
+    assert all(torch.equal(srt[i], bis[i]) for i in range(3))
+    assert set(bis[0].tolist()) <= {0, 1}
+
+
 def test_survivors_above_the_window_lifted_listed_or_drawn_in_the_gather_pass():
     """Where a top-k/top-p row's survivors above its window are drawn, three ways with the same tokens, paths and
     distributions, equal to the reference's. The decide launch draws a bracket list's (and a wide window's) entries

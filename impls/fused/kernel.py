@@ -1646,10 +1646,10 @@ def _decide_bisect(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
                    N: tl.constexpr):
     """:func:`_decide_window`'s decision without sorting the window: the k-th largest key and the top-p threshold
     bisected over the window's entries held in registers (one block reduction a step, as many steps as the bits
-    of the window's key range and e range, about 20-25), the same outputs. The top-p rule is applied as stated
-    (SEMANTICS §1.5): a token is kept iff the mass of the tokens strictly more likely than it is below
-    ``ceil(top_p * S)``, i.e. iff ``e >= v*``, the least float ``v`` with ``mass(e > v) < lim`` (the slow path's
-    bisection, over the window)."""
+    of the window's key range, about 20-25 each for top-k and top-p), the same outputs: the entries in the sort's
+    order (by key, descending), each keeps the mass above the first of its run of equal ``e``, so a run of equal
+    ``e`` across distinct logits is one group (SEMANTICS §1.5) and an ``e`` one ulp off the key's order (float32
+    ``exp`` is not monotone to the ulp) is grouped as the sort groups it."""
     i = tl.arange(0, N)
     valid = i < n_g
     packed = tl.load(cand + i, mask=valid, other=0)
@@ -1668,28 +1668,31 @@ def _decide_bisect(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
         ok = tl.sum((valid & (key64 > mid)).to(tl.int32), 0) <= r_k
         hi = tl.where(ok, mid, hi)
         lo = tl.where(ok, lo, mid)
-    e_kth = tl.where(k_act & (r_k >= 0) & (r_k < n_g), tl.exp(tl.div_rn(_unkey(hi.to(tl.int32)) - m, T)), 0.0)
+    # e of that key, read from the entries (not recomputed: an exp of a scalar need not round as the vector's did)
+    e_kth = tl.max(tl.where(valid & (key64 == hi) & k_act & (r_k >= 0) & (r_k < n_g), es, 0.0), 0)
     keep_k = valid & ((k_act == 0) | (es >= e_kth))
     cur_q = tl.where(keep_k, _fix(es), 0)
     Ek_q = mass_q + tl.sum(cur_q, 0)
     S_q = tl.where(k_act, Ek_q, EA_q)
     lim_q = tl.math.ceil(top_p * S_q.to(tl.float64)).to(tl.int64)
-    # top-p: v* bisected on the bits of e (non-negative floats order as their bits) between the least and the
-    # largest e kept by top-k; with none above the window's largest e reaching the limit, nobody is kept by top-p
-    # (then only the top group, below)
-    eb = es.to(tl.int32, bitcast=True).to(tl.int64)
+    # top-p in the sort's order (by key, ties by equal e): K*, the least key t with mass(key > t) < lim among the
+    # entries top-k keeps, is the last kept key; the entries below it stay kept while their e equals K*'s (its run of
+    # equal e in key order: e need not fall as the key falls, float32 exp is not monotone to the ulp), down to the
+    # largest key below K* whose e differs (K_low). None kept by top-p (then only the top group, below) when the mass
+    # above the window already reaches the limit
     e_top = tl.max(tl.where(valid, es, -1.0), 0)
-    hi = tl.max(tl.where(keep_k, eb, 0), 0)
-    lo = tl.min(tl.where(keep_k, eb, 2147483647), 0) - 1
+    hi = tl.max(tl.where(keep_k, key64, _INT32_MIN), 0)
+    lo = tl.min(tl.where(keep_k, key64, _INT32_MAX), 0) - 1
     p_hi = mass_q < lim_q
     lo = tl.where(p_on & p_hi, lo, hi)
     while hi - lo > 1:
         mid = lo + (hi - lo) // 2
-        v = mid.to(tl.int32).to(tl.float32, bitcast=True)
-        ok = mass_q + tl.sum(tl.where(es > v, cur_q, 0), 0) < lim_q
+        ok = mass_q + tl.sum(tl.where(key64 > mid, cur_q, 0), 0) < lim_q
         hi = tl.where(ok, mid, hi)
         lo = tl.where(ok, lo, mid)
-    keep_p = p_hi & (eb >= hi)
+    e_star = tl.max(tl.where(valid & (key64 == hi), es, -1.0), 0)
+    k_low = tl.max(tl.where(valid & (key64 < hi) & (es != e_star), key64, _INT32_MIN - 1), 0)
+    keep_p = p_hi & (key64 > k_low)
     top_group = has_top & (es == e_top)
     keep = keep_k & ((p_on == 0) | keep_p | top_group)
     total_q = Ek_q
