@@ -95,6 +95,14 @@ def test_bound_sampler_errors_are_located():
         FusedSampler(T, K, P, M, seed, off, blocks=4)
     with pytest.raises(ValueError, match="unknown launcher mode 'fast'"):
         FusedSampler(T, K, P, M, seed, off, launcher="fast")
+    # the logits given to the constructor, as to fused_sample: the seventh argument lands in want_probs
+    with pytest.raises(TypeError, match=r"FusedSampler want_probs must be True or False, got Tensor: FusedSampler "
+                                        r"takes the six parameter tensors"):
+        FusedSampler(x, T, K, P, M, seed, off)
+    with pytest.raises(TypeError, match="FusedSampler want_probs must be True or False, got str$"):
+        FusedSampler(T, K, P, M, seed, off, want_probs="no")
+    with pytest.raises(TypeError, match="FusedSampler greedy must be True or False, got int$"):
+        FusedSampler(T, K, P, M, seed, off, greedy=1)
     with pytest.raises(ValueError, match=r"top_k: bound parameters must already be contiguous torch.int64 tensors "
                                          r"\(got torch.int32\)"):
         FusedSampler(T, K.to(torch.int32), P, M, seed, off)(x)

@@ -52,7 +52,8 @@ class FusedSampler:
     Raises
     ------
     TypeError
-        An unknown tuning option.
+        An unknown tuning option; ``want_probs`` or ``greedy`` not a bool (the logits given here, as to
+        :func:`impls.fused.ops.fused_sample`, land in ``want_probs``: the message says so).
     ValueError
         An unknown ``launcher``, a tuning value out of range.
 
@@ -74,6 +75,11 @@ class FusedSampler:
                  launcher: str = "cached", **tuning):
         if launcher not in MODES:
             raise ValueError(f"unknown launcher mode {launcher!r}; known: {', '.join(MODES)}")
+        for name, v in (("want_probs", want_probs), ("greedy", greedy)):
+            if not isinstance(v, bool):
+                hint = (": FusedSampler takes the six parameter tensors (temperature ... offset), the logits go to "
+                        "each call" if isinstance(v, torch.Tensor) else "")
+                raise TypeError(f"FusedSampler {name} must be True or False, got {type(v).__name__}{hint}")
         self.tuning = {k: v for k, v in tuning.items() if v is not None}
         # names and ranges checked now, against the GPU's defaults or the interpreter's (kbr=256 is valid with the
         # interpreter's kmax=128, not the GPU's 2,048): the device's set is applied, and checked, at the first call

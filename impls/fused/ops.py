@@ -338,8 +338,9 @@ def fused_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
         ``(batch,)`` float32; ``top_p`` float32 or float64 (a float64 value is
         compared as given: 0.9999999 is not rounded to float32's 1 - 2**-23,
         SEMANTICS §1.5). ``temperature == 0``, ``top_p == 0`` or
-        ``min_p == 1`` make the row greedy; ``top_p >= 1`` and ``min_p <= 0``
-        are neutral (SEMANTICS §1.1).
+        ``min_p == 1`` make the row greedy; ``top_p == 1`` and ``min_p == 0``
+        are neutral; values outside ``[0, 1]`` reject the row (status
+        ``invalid_top_p``, ``invalid_min_p``; SEMANTICS §1.1).
     top_k : torch.Tensor
         ``(batch,)`` int32/int64; 1 is greedy; 0 or ``>= vocab`` is neutral.
     seed, offset : torch.Tensor
