@@ -1590,6 +1590,28 @@ def _draw_unsorted(ws, n, m, T, seed, offset, N: tl.constexpr):
 
 
 @triton.jit
+def _window_decided(keep, es, cur_q, xs, idx, m, T, seed, offset, k_act, p_on, r_k, n_g, n_above, n_below, mass_q,
+                    lim_q, e_kth, e_top):
+    # a window's outputs once its kept entries are known (keep, within top-k's: cur_q their fixed-point masses):
+    # whether the decision missed, the kept set's threshold and mass, the draw (_decide_window, _decide_bisect)
+    total_q = mass_q + tl.sum(cur_q, 0)
+    missed = (k_act & ((r_k < 0) | (r_k >= n_g)))
+    # the top-p boundary must lie inside the window: the survivors above it are kept (mass above
+    # the window < top_p) and the first survivor below it is not (mass above it >= top_p)
+    missed = missed | (p_on & (n_above > 0) & (mass_q >= lim_q))
+    missed = missed | (p_on & (k_act == 0) & (n_below > 0) & (total_q < lim_q))
+    # ties in probability across the window's edges: a survivor below it as likely as the least likely
+    # kept one (top-k: as the k-th), or one above it as likely as the window's first (top-p groups)
+    e_thr = tl.min(tl.where(keep, es, float("inf")), 0)
+    e_cut = tl.where(k_act, e_kth, e_thr)
+    keep_q = mass_q + tl.sum(tl.where(keep, cur_q, 0), 0)
+    sc = tl.where(keep, _gumbel(xs, m, T, seed, offset, idx), float("-inf"))
+    best = tl.max(sc, 0)
+    tok = tl.min(tl.where(keep & (sc == best), idx, _INT32_MAX), 0)
+    return e_thr, keep_q, best, tok, missed, e_cut, e_top
+
+
+@triton.jit
 def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above, mass_q, EA_q, has_top, n_below,
                    N: tl.constexpr):
     """Sort the window and decide exactly as the reference (min-p survivors renormalised, top-k ties
@@ -1624,21 +1646,8 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
     e_top = tl.max(tl.where(valid, es, -1.0), 0)
     top_group = has_top & (es == e_top)
     keep = keep_k & ((p_on == 0) | (above < lim_q) | top_group)
-    total_q = mass_q + tl.sum(cur_q, 0)
-    missed = (k_act & ((r_k < 0) | (r_k >= n_g)))
-    # the top-p boundary must lie inside the window: the survivors above it are kept (mass above
-    # the window < top_p) and the first survivor below it is not (mass above it >= top_p)
-    missed = missed | (p_on & (n_above > 0) & (mass_q >= lim_q))
-    missed = missed | (p_on & (k_act == 0) & (n_below > 0) & (total_q < lim_q))
-    # ties in probability across the window's edges: a survivor below it as likely as the least likely
-    # kept one (top-k: as the k-th), or one above it as likely as the window's first (top-p groups)
-    e_thr = tl.min(tl.where(keep, es, float("inf")), 0)
-    e_cut = tl.where(k_act, e_kth, e_thr)
-    keep_q = mass_q + tl.sum(tl.where(keep, _fix(es), 0), 0)
-    sc = tl.where(keep, _gumbel(xs, m, T, seed, offset, idx), float("-inf"))
-    best = tl.max(sc, 0)
-    tok = tl.min(tl.where(keep & (sc == best), idx, _INT32_MAX), 0)
-    return e_thr, keep_q, best, tok, missed, e_cut, e_top
+    return _window_decided(keep, es, cur_q, xs, idx, m, T, seed, offset, k_act, p_on, r_k, n_g, n_above, n_below,
+                           mass_q, lim_q, e_kth, e_top)
 
 
 @triton.jit
@@ -1695,17 +1704,8 @@ def _decide_bisect(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
     keep_p = p_hi & (key64 > k_low)
     top_group = has_top & (es == e_top)
     keep = keep_k & ((p_on == 0) | keep_p | top_group)
-    total_q = Ek_q
-    missed = (k_act & ((r_k < 0) | (r_k >= n_g)))
-    missed = missed | (p_on & (n_above > 0) & (mass_q >= lim_q))
-    missed = missed | (p_on & (k_act == 0) & (n_below > 0) & (total_q < lim_q))
-    e_thr = tl.min(tl.where(keep, es, float("inf")), 0)
-    e_cut = tl.where(k_act, e_kth, e_thr)
-    keep_q = mass_q + tl.sum(tl.where(keep, cur_q, 0), 0)
-    sc = tl.where(keep, _gumbel(xs, m, T, seed, offset, idx), float("-inf"))
-    best = tl.max(sc, 0)
-    tok = tl.min(tl.where(keep & (sc == best), idx, _INT32_MAX), 0)
-    return e_thr, keep_q, best, tok, missed, e_cut, e_top
+    return _window_decided(keep, es, cur_q, xs, idx, m, T, seed, offset, k_act, p_on, r_k, n_g, n_above, n_below,
+                           mass_q, lim_q, e_kth, e_top)
 
 
 @triton.jit
