@@ -1011,10 +1011,10 @@ def test_kernels_compile_for_sm90_offline():
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     # 11 kernels: the histogram launch in 5 variants (EARLY x LANE, and with WARP), the statistics launch in 3
-    # (ALL_GREEDY, without PDL), the gather launch in 3 (OFFS, WARP), the decide launch in 2 (with and without PDL),
-    # the rewrite launch in 2 (HAS_MASK), the logprobs launch in 3 (MODES, and SPLIT), the others once; each for
-    # fp32 and bf16
-    assert r.stdout.count(" ok") == 46, r.stdout
+    # (ALL_GREEDY, without PDL), the gather launch in 3 (OFFS, WARP), the decide launch in 3 (with and without PDL,
+    # every window bisected), the rewrite launch in 2 (HAS_MASK), the logprobs launch in 3 (MODES, and SPLIT), the
+    # others once; each for fp32 and bf16
+    assert r.stdout.count(" ok") == 48, r.stdout
 
 
 @pytest.mark.parametrize("B,V,seed,row,path", [(64, 32000, 1, 10, 3), (8, 262144, 3, 0, 3)])
