@@ -8,7 +8,8 @@ accept (``EARLY``) and with ``lane_hist``'s counters (``LANE``), the statistics 
 every sampling kernel with programmatic dependent launch (``PDL``, the defaults' ``pdl``: then, and only then, the PTX
 waits for the previous launch and lets the next one start, ``griddepcontrol`` once each), the statistics and decide
 kernels without it as well; a launch with a register cap (the defaults' ``hist_regs``, ``gather_regs``,
-``decide_regs``) has ``.maxnreg`` of that value in its PTX, and only such a launch; the decide kernel also with every window bisected (``BISECT``); ``UNIT_T`` on, which compiles both of its loops (the row's temperature picks one on the
+``decide_regs``) has ``.maxnreg`` of that value in its PTX, and only such a launch; the decide kernel also with
+every window bisected (``BISECT``); ``UNIT_T`` on, which compiles both of its loops (the row's temperature picks one on the
 device). Arguments get the specialisation Triton gives them on a GPU for the suite's shapes: pointers, the
 row stride, the vocabulary and the logits per program divisible by 16 (only ``S`` is never specialised). With
 fp32 logits, every streaming load of a row must then be 16 bytes wide (``cp.async`` of 16 bytes, or a

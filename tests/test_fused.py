@@ -294,7 +294,8 @@ def test_wide_window_is_refined_before_its_sort():
 
 def test_bisected_window_decides_as_the_sorted_one():
     """``bisect`` (16: every window; 0: none): the decide launch finds a window's k-th largest key and top-p
-    threshold by bisection instead of sorting it; the same tokens, statuses, paths and probabilities as the sort, equal to the reference's. Rows of
+    threshold by bisection instead of sorting it; the same tokens, statuses, paths and probabilities as the sort,
+    equal to the reference's. Rows of
     4000 logits: top-p alone, top-k alone (with ties in the logits: values rounded to 1/8), both, min-p, and two
     at ``T = 1e5`` (e within 1e-4 of 1: groups of distinct logits with equal float32 probability inside the
     window, SEMANTICS §1.5). Rows 0-2, 5 and 7 take a window path (``fast``: from the top of the row, or

@@ -684,6 +684,12 @@ def _pack(x, offs):
 
 
 @triton.jit
+def _unpack(packed):
+    # a list entry (_pack) -> (key, token id), int32 both
+    return (packed >> 32).to(tl.int32), (4294967295 - (packed & 4294967295)).to(tl.int32)
+
+
+@triton.jit
 def _tile_uniform(seed, st, o_lo, o_hi, R4: tl.constexpr):
     # the uniforms of a [R4, 4] tile starting at st (a multiple of 4): one Philox counter per tile row
     # (DESIGN.md decision 1, as _uniform)
@@ -1583,10 +1589,20 @@ def _draw_unsorted(ws, n, m, T, seed, offset, N: tl.constexpr):
     for i0 in range(0, n, N):
         ok = i0 + ar < n
         packed = tl.load(ws + (i0 + ar), mask=ok, other=0)
-        key = (packed >> 32).to(tl.int32)
-        idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
+        key, idx = _unpack(packed)
         b_v, t_v, e_v = _draw_add(ok, _unkey(key), idx, m, T, seed, offset, b_v, t_v, e_v)
     return _draw_result(b_v, t_v, e_v)
+
+
+@triton.jit
+def _top_k_kept(valid, es, e_kth, k_act, mass_q, EA_q, top_p):
+    # a window's entries top-k keeps (ties kept: e at least the k-th's), their fixed-point masses, and top-p's limit
+    # on the mass above a kept token: above < top_p * S  <=>  above < ceil(top_p * S), S the survivors' mass (top-k
+    # on: those it keeps), top_p float64 (SEMANTICS §1.5)
+    keep_k = valid & ((k_act == 0) | (es >= e_kth))
+    cur_q = tl.where(keep_k, _fix(es), 0)
+    S_q = tl.where(k_act, mass_q + tl.sum(cur_q, 0), EA_q)
+    return keep_k, cur_q, tl.math.ceil(top_p * S_q.to(tl.float64)).to(tl.int64)
 
 
 @triton.jit
@@ -1624,19 +1640,13 @@ def _decide_window(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
     valid = i < n_g
     packed = tl.load(cand + i, mask=valid, other=-9223372036854775808)
     packed = tl.sort(packed, 0, descending=True)
-    key = (packed >> 32).to(tl.int32)
-    idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
+    key, idx = _unpack(packed)
     xs = _unkey(key)
     es = tl.where(valid, tl.exp(tl.div_rn(xs - m, T)), 0.0)
     # top-k, ties kept: the k-th largest survivor is at position k - 1 - n_above of the window
     r_k = k - 1 - n_above
     e_kth = tl.sum(tl.where(i == r_k, es, 0.0), 0)
-    keep_k = valid & ((k_act == 0) | (es >= e_kth))
-    cur_q = tl.where(keep_k, _fix(es), 0)
-    Ek_q = mass_q + tl.sum(cur_q, 0)
-    S_q = tl.where(k_act, Ek_q, EA_q)
-    # keep iff mass above (an integer) < top_p * S_q  <=>  mass above < ceil(top_p * S_q)
-    lim_q = tl.math.ceil(top_p * S_q.to(tl.float64)).to(tl.int64)
+    keep_k, cur_q, lim_q = _top_k_kept(valid, es, e_kth, k_act, mass_q, EA_q, top_p)
     excl = tl.cumsum(cur_q, 0) - cur_q + mass_q
     ones = tl.full([N], 1, tl.int32)
     # a group of equal probabilities has the mass strictly above its first member (SEMANTICS §1.5)
@@ -1662,8 +1672,7 @@ def _decide_bisect(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
     i = tl.arange(0, N)
     valid = i < n_g
     packed = tl.load(cand + i, mask=valid, other=0)
-    key = (packed >> 32).to(tl.int32)
-    idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
+    key, idx = _unpack(packed)
     xs = _unkey(key)
     es = tl.where(valid, tl.exp(tl.div_rn(xs - m, T)), 0.0)
     key64 = key.to(tl.int64)
@@ -1679,11 +1688,7 @@ def _decide_bisect(cand, n_g, m, T, seed, offset, k, k_act, top_p, p_on, n_above
         lo = tl.where(ok, lo, mid)
     # e of that key, read from the entries (not recomputed: an exp of a scalar need not round as the vector's did)
     e_kth = tl.max(tl.where(valid & (key64 == hi) & k_act & (r_k >= 0) & (r_k < n_g), es, 0.0), 0)
-    keep_k = valid & ((k_act == 0) | (es >= e_kth))
-    cur_q = tl.where(keep_k, _fix(es), 0)
-    Ek_q = mass_q + tl.sum(cur_q, 0)
-    S_q = tl.where(k_act, Ek_q, EA_q)
-    lim_q = tl.math.ceil(top_p * S_q.to(tl.float64)).to(tl.int64)
+    keep_k, cur_q, lim_q = _top_k_kept(valid, es, e_kth, k_act, mass_q, EA_q, top_p)
     # top-p in the sort's order (by key, ties by equal e): K*, the least key t with mass(key > t) < lim among the
     # entries top-k keeps, is the last kept key; the entries below it stay kept while their e equals K*'s (its run of
     # equal e in key order: e need not fall as the key falls, float32 exp is not monotone to the ulp), down to the
@@ -1808,8 +1813,8 @@ def _list_window(brk, n_L, cand, m, T, C, seed, offset, k, k_act, top_p, f0, rsh
             for i0 in range(0, n_L, N):
                 ok_i = i0 + ar < n_L
                 packed = tl.load(brk + _seg_pos(i0 + ar, seg_n, SEG, SEGCAP), mask=ok_i, other=0)
-                x = _unkey((packed >> 32).to(tl.int32))
-                idx = (4294967295 - (packed & 4294967295)).to(tl.int32)
+                key, idx = _unpack(packed)
+                x = _unkey(key)
                 d = _fine(x, m, C, NBF) - f0
                 jj = tl.where(d < 0, -1, d >> rsh)
                 win = ok_i & (jj >= j_lo) & (jj <= j_hi)

@@ -253,9 +253,9 @@ def plan_key(vals: tuple, S: int, CH: int, want_probs: bool, cfg: dict, greedy: 
     -------
     tuple
         Device index, logits dtype, shape and row stride, ``S``, ``CH``, ``want_probs``, ``greedy``, the
-        tuning constants (and the types of :data:`impls.fused.options.BOOL_OR_INT`'s), the parameters' dtypes (``top_p`` may be
-        float32 or float64), and whether each caller tensor's address is a multiple of 16 (Triton specialises
-        on it).
+        tuning constants (and the types of :data:`impls.fused.options.BOOL_OR_INT`'s), the parameters' dtypes
+        (``top_p`` may be float32 or float64), and whether each caller tensor's address is a multiple of 16
+        (Triton specialises on it).
     """
     x = vals[0]
     return (x.device.index, x.dtype, x.shape, x.stride(0), S, CH, want_probs, greedy, tuple(cfg.items()),

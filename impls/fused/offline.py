@@ -41,8 +41,9 @@ KERNELS = ("_stats_kernel", "_hist_kernel", "_refine_kernel", "_gather_kernel", 
 #: the statistics launch of a general and of an all-greedy call; the gather launch with and without its lists
 #: written from the parts' offsets, and with lists appended per warp; the first and the last launch of a call
 #: without programmatic dependent launch, ``pdl``, which the defaults turn on and whose wait is the same in every
-#: kernel; the decide launch with every window bisected (``bisect``, off in the defaults); the step's rewrite launch without and with the allowed-ids mask, its logprobs launch without and with
-#: the logprobs modes, and with them reading a second buffer, impls.fused.chain's outcome). Others: once, as given.
+#: kernel; the decide launch with every window bisected (``bisect``, off in the defaults); the step's rewrite
+#: launch without and with the allowed-ids mask, its logprobs launch without and with the logprobs modes, and with
+#: them reading a second buffer, impls.fused.chain's outcome). Others: once, as given.
 VARIANTS = {"_hist_kernel": ({"EARLY": True}, {"EARLY": False}, {"EARLY": True, "LANE": True},
                              {"EARLY": False, "LANE": True}, {"EARLY": True, "LANE": True, "WARP": True}),
             "_stats_kernel": ({"ALL_GREEDY": False}, {"ALL_GREEDY": True}, {"PDL": False}),
