@@ -96,7 +96,8 @@ def main(argv=None) -> int:
     for scale in a.scales:
         for margin in a.margins:
             r = study(a.rows, a.vocab, a.top_p, a.stride, scale, margin, a.seed)
-            print(f"{scale:5g}  {margin:6g}  {r['misses']:6d}  {r['kept']:8.0f}  {r['list']:8.0f}  {r['list_p99']:8.0f}")
+            print(f"{scale:5g}  {margin:6g}  {r['misses']:6d}  {r['kept']:8.0f}  {r['list']:8.0f}  "
+                  f"{r['list_p99']:8.0f}")
     return 0
 
 
